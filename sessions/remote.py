@@ -1,0 +1,381 @@
+"""The only module that talks SSH.
+
+Design points, each learned the hard way:
+- Host settings come from OpenSSH's own resolver (`ssh -G`), because fabric's
+  ssh_config parser silently ignores `Include` and `StrictHostKeyChecking`; a tool
+  that reaches a different host than the user's `ssh` does is worse than none.
+- Host keys are checked against known_hosts; fabric alone accepts any key.
+- One persistent connection per node: opening one costs 25-80x a command on it.
+- Scripts travel on stdin to `sh -s`, so the login shell (bash, zsh, fish...) never
+  parses them, and the local keyboard is never read by a remote command.
+- Login shells print noise (conda, pyenv): only output between our markers counts.
+- Cluster-wide calls return a per-node Outcome, so one dead node never aborts the rest.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import select
+import shlex
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Generic, Iterable, Mapping, Protocol, TypeVar
+
+from .config import HostKeyPolicy, NodeSpec, SshPolicy
+
+T = TypeVar("T")
+_TOKEN = secrets.token_hex(6)
+BEGIN = f"__MNTUI_{_TOKEN}_BEGIN__"
+END = f"__MNTUI_{_TOKEN}_END__"
+
+
+class NodeError(Exception):
+    """A node could not be reached or did not answer; the message names the node."""
+
+    def __init__(self, node: str, message: str) -> None:
+        self.node, self.message = node, message
+        super().__init__(f"{node}: {message}")
+
+
+@dataclass(frozen=True)
+class Result:
+    exit_code: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+@dataclass(frozen=True)
+class Outcome(Generic[T]):
+    """One node's share of a cluster-wide call: a value or an error, never both."""
+
+    node: str
+    value: T | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class Node(Protocol):
+    name: str
+    host: str
+    is_local: bool
+
+    def run(self, script: str, timeout: float | None = None) -> Result: ...
+
+    def close(self) -> None: ...
+
+
+def wrap(script: str) -> str:
+    """Mark our output and keep the script from reading stdin (it *is* stdin)."""
+    return (f"printf '%s\\n' {BEGIN}\n{{\n{script}\n}} </dev/null\n"
+            f"printf '\\n%s %s\\n' {END} \"$?\"\n")
+
+
+def unwrap(node: str, raw: str, stderr: str, seconds: float) -> Result:
+    start = raw.find(BEGIN + "\n")
+    end = raw.rfind("\n" + END + " ")
+    if start < 0 or end < 0 or end < start:
+        tail = (stderr or raw).strip().splitlines()[-3:]
+        raise NodeError(node, "no answer from the node's shell"
+                              + (f": {' | '.join(tail)}" if tail else ""))
+    body = raw[start + len(BEGIN) + 1:end]
+    code = raw[end + len(END) + 2:].split()[0]
+    return Result(int(code), body, stderr, seconds)
+
+
+# -- resolving hosts the way OpenSSH does -------------------------------------------
+
+@dataclass(frozen=True)
+class SshSettings:
+    alias: str
+    hostname: str
+    port: int
+    user: str
+    identity_files: tuple[str, ...]
+    identities_only: bool
+    proxy_jump: str | None
+    proxy_command: str | None
+    strict_host_key_checking: str
+    known_hosts: tuple[str, ...]
+    global_known_hosts: tuple[str, ...]
+
+
+def ssh_base_argv(ssh_config: str | None) -> list[str]:
+    argv = ["ssh"]
+    if ssh_config:
+        argv += ["-F", os.path.expanduser(ssh_config)]
+    return argv
+
+
+def resolve(alias: str, ssh_config: str | None, *, port: int | None = None) -> SshSettings:
+    argv = ssh_base_argv(ssh_config) + (["-p", str(port)] if port else []) + ["-G", "--", alias]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise NodeError(alias, f"cannot run `ssh -G`: {exc}") from None
+    if proc.returncode != 0:
+        raise NodeError(alias, f"`ssh -G` failed: {proc.stderr.strip() or proc.returncode}")
+    opts: dict[str, list[str]] = {}
+    for line in proc.stdout.splitlines():
+        key, _, value = line.partition(" ")
+        opts.setdefault(key.lower(), []).append(value)
+
+    def one(key: str, default: str = "") -> str:
+        return opts.get(key, [default])[0]
+
+    def files(key: str) -> tuple[str, ...]:
+        return tuple(os.path.expanduser(p) for v in opts.get(key, []) for p in v.split())
+
+    jump = one("proxyjump", "none")
+    pcmd = one("proxycommand", "none")
+    return SshSettings(
+        alias=alias, hostname=one("hostname", alias), port=int(one("port", "22")),
+        user=one("user") or os.environ.get("USER", "root"),
+        identity_files=files("identityfile"),
+        identities_only=one("identitiesonly", "no") == "yes",
+        proxy_jump=None if jump == "none" else jump,
+        proxy_command=None if pcmd == "none" else pcmd,
+        strict_host_key_checking=one("stricthostkeychecking", "ask"),
+        known_hosts=files("userknownhostsfile"),
+        global_known_hosts=files("globalknownhostsfile"),
+    )
+
+
+# -- nodes ------------------------------------------------------------------------
+
+class LocalNode:
+    """A node on this machine (`host: localhost`): same scripts, no SSH."""
+
+    is_local = True
+
+    def __init__(self, name: str, host: str, command_timeout: float) -> None:
+        self.name, self.host, self.command_timeout = name, host, command_timeout
+
+    def run(self, script: str, timeout: float | None = None) -> Result:
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.run(["sh", "-s"], input=wrap(script), capture_output=True, text=True,
+                                  errors="replace", timeout=timeout or self.command_timeout,
+                                  start_new_session=True)
+        except subprocess.TimeoutExpired:
+            raise NodeError(self.name, f"command timed out after {timeout or self.command_timeout:.0f}s") from None
+        return unwrap(self.name, proc.stdout, proc.stderr, time.monotonic() - t0)
+
+    def close(self) -> None:
+        pass
+
+
+class RemoteNode:
+    """A node behind one persistent SSH connection, reopened once if it dropped."""
+
+    is_local = False
+
+    def __init__(self, name: str, host: str, policy: SshPolicy) -> None:
+        self.name, self.host, self.policy = name, host, policy
+        self._lock = threading.Lock()
+        self._conn: object | None = None
+        self.settings: SshSettings | None = None
+
+    def open(self) -> None:
+        with self._lock:
+            if self._transport() is None:
+                self.settings = resolve(self.host, self.policy.config)
+                self._conn = _open(self.name, self.settings, self.policy)
+
+    def _transport(self):  # type: ignore[no-untyped-def]
+        client = getattr(self._conn, "client", None)
+        transport = client.get_transport() if client is not None else None
+        return transport if transport is not None and transport.is_active() else None
+
+    def run(self, script: str, timeout: float | None = None) -> Result:
+        import paramiko
+
+        timeout = timeout or self.policy.command_timeout
+        transport = self._transport()
+        if transport is None:
+            self.open()
+            transport = self._transport()
+        t0 = time.monotonic()
+        try:
+            chan = transport.open_session(timeout=self.policy.connect_timeout)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            self.close()
+            raise NodeError(self.name, f"connection lost: {exc}") from None
+        try:
+            chan.exec_command("sh -s")
+            chan.sendall(wrap(script).encode())
+            chan.shutdown_write()
+            out, err = bytearray(), bytearray()
+            deadline = t0 + timeout
+            while True:
+                while chan.recv_ready():
+                    out += chan.recv(65536)
+                while chan.recv_stderr_ready():
+                    err += chan.recv_stderr(65536)
+                if chan.eof_received and not chan.recv_ready() and not chan.recv_stderr_ready():
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise NodeError(self.name, f"command timed out after {timeout:.0f}s")
+                select.select([chan], [], [], min(left, 1.0))
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise NodeError(self.name, f"connection lost: {exc}") from None
+        finally:
+            chan.close()
+        return unwrap(self.name, out.decode(errors="replace"), err.decode(errors="replace"),
+                      time.monotonic() - t0)
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()  # type: ignore[attr-defined]
+
+
+class _AcceptNew:
+    """OpenSSH's `accept-new`: record an unknown key; a changed key still fails."""
+
+    def __init__(self, known_hosts: str) -> None:
+        self.known_hosts = known_hosts
+
+    def missing_host_key(self, client, hostname, key):  # type: ignore[no-untyped-def]
+        from paramiko.hostkeys import HostKeyEntry
+
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        path = Path(self.known_hosts)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with path.open("a") as fh:
+            fh.write(HostKeyEntry([hostname], key).to_line())
+
+
+def _host_key_policy(s: SshSettings, policy: SshPolicy) -> HostKeyPolicy:
+    if policy.host_key is not None:
+        return policy.host_key
+    if s.strict_host_key_checking in ("accept-new", "no", "off", "false"):
+        return HostKeyPolicy.ACCEPT_NEW
+    return HostKeyPolicy.STRICT
+
+
+def _connection(name: str, s: SshSettings, policy: SshPolicy, gateway: object | None):  # type: ignore[no-untyped-def]
+    import fabric
+    import paramiko
+
+    keys = [f for f in s.identity_files if os.path.exists(f)]
+    timeout = policy.connect_timeout
+    conn = fabric.Connection(
+        host=s.hostname, user=s.user, port=s.port, connect_timeout=timeout,
+        config=fabric.Config(ssh_config=paramiko.SSHConfig()),
+        gateway=gateway if gateway is not None else False,
+        connect_kwargs={"key_filename": keys, "look_for_keys": not s.identities_only,
+                        "allow_agent": not s.identities_only, "banner_timeout": timeout,
+                        "auth_timeout": timeout, "channel_timeout": timeout},
+    )
+    client = conn.client
+    for f in s.global_known_hosts:
+        if os.path.isfile(f):
+            client.load_system_host_keys(f)
+    for f in s.known_hosts:
+        if os.path.isfile(f):
+            client.load_host_keys(f)
+    if _host_key_policy(s, policy) is HostKeyPolicy.ACCEPT_NEW and s.known_hosts:
+        client.set_missing_host_key_policy(_AcceptNew(s.known_hosts[0]))
+    else:
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    return conn
+
+
+def _open(name: str, s: SshSettings, policy: SshPolicy):  # type: ignore[no-untyped-def]
+    import paramiko
+
+    gateway: object | None = None
+    if s.proxy_jump:
+        for hop in s.proxy_jump.split(","):  # first hop is dialled first
+            host, _, port = hop.rpartition(":") if hop.count(":") == 1 else (hop, "", "")
+            hs = resolve(host, policy.config, port=int(port) if port else None)
+            gateway = _connection(name, hs, policy, gateway)
+    elif s.proxy_command:
+        gateway = (s.proxy_command.replace("%h", shlex.quote(s.hostname))
+                   .replace("%p", str(s.port)).replace("%r", shlex.quote(s.user)))
+    conn = _connection(name, s, policy, gateway)
+    where = f"{s.user}@{s.hostname}:{s.port}" + (f" via {s.proxy_jump}" if s.proxy_jump else "")
+    try:
+        conn.open()
+    except paramiko.BadHostKeyException as exc:
+        raise NodeError(name, f"HOST KEY CHANGED for {where} (got {exc.key.get_name()} "
+                              f"{exc.key.get_fingerprint().hex()}); refusing to connect. If the node "
+                              f"was reinstalled, remove the old key with `ssh-keygen -R`") from None
+    except paramiko.SSHException as exc:
+        text = str(exc)
+        if "not found in known_hosts" in text:
+            raise NodeError(name, f"host key of {where} is not in known_hosts "
+                                  f"({', '.join(s.known_hosts)}); connect once with `ssh {s.alias}` "
+                                  f"or set `ssh: {{host_key: accept-new}}`") from None
+        if isinstance(exc, paramiko.AuthenticationException):
+            raise NodeError(name, f"authentication failed for {where}: {text}") from None
+        raise NodeError(name, f"cannot connect to {where}: {text}") from None
+    except (OSError, EOFError) as exc:
+        reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc) or type(exc).__name__)
+        raise NodeError(name, f"cannot connect to {where}: {reason}") from None
+    return conn
+
+
+# -- the cluster --------------------------------------------------------------------
+
+class Cluster:
+    """The job's nodes, each behind its own persistent connection."""
+
+    def __init__(self, specs: Iterable[NodeSpec], policy: SshPolicy) -> None:
+        self.policy = policy
+        self.nodes: dict[str, Node] = {}
+        for spec in specs:
+            self.nodes[spec.name] = (LocalNode(spec.name, spec.host, policy.command_timeout)
+                                     if spec.is_local else RemoteNode(spec.name, spec.host, policy))
+        self._pool = ThreadPoolExecutor(max_workers=max(4, min(128, len(self.nodes))),
+                                        thread_name_prefix="mntui-node")
+
+    def connect(self, names: Iterable[str] | None = None) -> dict[str, Outcome[None]]:
+        def op(node: Node) -> None:
+            if isinstance(node, RemoteNode):
+                node.open()
+        return self.map(op, names)
+
+    def map(self, fn: Callable[[Node], T], names: Iterable[str] | None = None) -> dict[str, Outcome[T]]:
+        selected = list(names) if names is not None else list(self.nodes)
+        futures = {n: self._pool.submit(fn, self.nodes[n]) for n in selected}
+        out: dict[str, Outcome[T]] = {}
+        for name, fut in futures.items():
+            try:
+                out[name] = Outcome(name, value=fut.result())
+            except NodeError as exc:
+                out[name] = Outcome(name, error=exc.message)
+            except Exception as exc:  # a bug on one node must not hide the others' results
+                out[name] = Outcome(name, error=f"{type(exc).__name__}: {exc}")
+        return out
+
+    def run(self, scripts: Mapping[str, str], timeout: float | None = None) -> dict[str, Outcome[Result]]:
+        return self.map(lambda node: node.run(scripts[node.name], timeout), scripts)
+
+    def close(self) -> None:
+        for node in self.nodes.values():
+            try:
+                node.close()
+            except Exception:
+                pass
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

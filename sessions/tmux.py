@@ -1,0 +1,96 @@
+"""The only module that builds tmux command lines.
+
+Remote tmux is driven through shell snippets that run on the node (one round trip
+carries many of them); the local tiled `attach --all` view uses libtmux. Targets are
+always exact (`=name`), because tmux otherwise matches prefixes and `job-g1` would
+hit `job-g10`.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass
+from typing import Sequence
+
+q = shlex.quote
+
+
+def session_name(job: str, node: str) -> str:
+    # tmux forbids '.' and ':' in session names; node names may be FQDNs.
+    return f"{job}-{node}".replace(".", "_").replace(":", "_")
+
+
+def exact(session: str) -> str:
+    return f"={session}"
+
+
+def pane(session: str) -> str:
+    return f"={session}:"
+
+
+def new_session(session: str, cwd: str, command: str, width: int = 200, height: int = 50) -> str:
+    """Start `command` detached; the pane stays after exit so its last words can be read.
+
+    `remain-on-exit` is set in the same tmux invocation so a command that dies at once
+    still leaves its pane behind. `cwd` is a shell expression (it may start with $HOME).
+    """
+    return (f"tmux new-session -d -s {q(session)} -x {width} -y {height} -c {cwd} {q(command)}"
+            f" \\; set-option -t {q(pane(session))} remain-on-exit on")
+
+
+def kill_session(session: str) -> str:
+    return f"tmux kill-session -t {q(exact(session))} 2>/dev/null"
+
+
+def has_session(session: str) -> str:
+    return f"tmux has-session -t {q(exact(session))} 2>/dev/null"
+
+
+def pane_status(session: str) -> str:
+    """Prints `<pane_dead> <pane_pid> <exit status>` or nothing if there is no session."""
+    return (f"tmux display-message -p -t {q(pane(session))} "
+            f"'#{{pane_dead}} #{{pane_pid}} #{{pane_dead_status}}' 2>/dev/null")
+
+
+def attach_argv(session: str, *, inside_tmux: bool) -> list[str]:
+    if inside_tmux:
+        return ["tmux", "switch-client", "-t", exact(session)]
+    return ["tmux", "attach-session", "-t", exact(session)]
+
+
+def remote_attach_command(session: str) -> str:
+    """The command ssh runs on the node; `exec` so detaching ends the ssh session."""
+    return f"exec tmux attach-session -t {q(exact(session))}"
+
+
+@dataclass(frozen=True)
+class TiledPane:
+    title: str
+    argv: Sequence[str]
+
+
+def tiled_session(name: str, panes: Sequence[TiledPane]) -> str:
+    """Build (or rebuild) a local session holding one tiled pane per node."""
+    import libtmux
+
+    server = libtmux.Server()
+    for old in server.sessions.filter(session_name=name):
+        old.kill()
+    first, *rest = panes
+    session = server.new_session(session_name=name, window_name=name, attach=False,
+                                 window_command=shlex.join(first.argv))
+    window = session.active_window
+    window.set_option("remain-on-exit", "on")
+    for p in rest:
+        window.split(shell=shlex.join(p.argv))
+        window.select_layout("tiled")
+    window.set_option("pane-border-status", "top")
+    for p, tp in zip(window.panes, panes):
+        p.cmd("select-pane", "-T", tp.title)
+    window.select_layout("tiled")
+    return name
+
+
+def inside_tmux() -> bool:
+    return bool(os.environ.get("TMUX"))

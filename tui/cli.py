@@ -1,0 +1,235 @@
+"""`mntui` on the command line: the headless form of everything the app does.
+
+Headless paths import neither Textual nor the app, so `mntui kill` starts fast
+and works over a bare SSH session at 3 a.m.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Callable, Sequence
+
+from mntui.sessions.config import ConfigError, JobConfig, load_config
+from mntui.sessions.events import Event
+
+DEFAULT_CONFIG = "mntui.yaml"
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+def demo_config_path() -> Path:
+    return Path(str(resources.files("mntui.configs").joinpath("demo.yaml")))
+
+
+def find_config(arg: str | None) -> Path:
+    if arg:
+        return Path(arg)
+    if Path(DEFAULT_CONFIG).exists():
+        return Path(DEFAULT_CONFIG)
+    raise ConfigError(DEFAULT_CONFIG, None, "", "no config: pass -c FILE or create ./mntui.yaml "
+                      "(see configs/example.yaml); `mntui demo` runs the bundled demo")
+
+
+def printer(t0: float) -> Callable[[Event], None]:
+    return lambda event: print(event.format(t0), flush=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="mntui", description="Launch, watch and cleanly kill multi-node "
+                                 "PyTorch jobs on SSH-reachable nodes.")
+    ap.add_argument("-c", "--config", help=f"job config (default ./{DEFAULT_CONFIG})")
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
+
+    p = sub.add_parser("launch", help="start the job: main first, workers once it is ready")
+    p.add_argument("--no-ui", action="store_true", help="headless: print progress and return")
+    p.add_argument("--dry-run", action="store_true", help="print the per-node plan and scripts; touch nothing")
+    p.add_argument("--restart", action="store_true", help="kill a running instance of the job first")
+
+    p = sub.add_parser("kill", help="kill every process of the job on every node")
+    p.add_argument("--grace", type=float, help="seconds between SIGTERM and SIGKILL (default: config)")
+    p.add_argument("nodes", nargs="*", help="only these nodes (default: all)")
+
+    p = sub.add_parser("cleanup", help="free the job's ports: name who holds them, kill if ours")
+    p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+
+    p = sub.add_parser("attach", help="attach to a node's tmux session (default: the main)")
+    p.add_argument("node", nargs="?")
+    p.add_argument("--all", action="store_true", help="one local tiled view of every node's session")
+    p.add_argument("--print", action="store_true", help="print the command instead of running it")
+
+    p = sub.add_parser("demo", help="run the bundled 2-node CPU demo: launch, show training, kill")
+    p.add_argument("--seconds", type=float, default=8.0, help="seconds of training to show")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.cmd is None:
+        build_parser().print_help()
+        return EXIT_USAGE
+    try:
+        if args.cmd == "demo":
+            return cmd_demo(args)
+        cfg = load_config(find_config(args.config))
+        handler = {"launch": cmd_launch, "kill": cmd_kill, "cleanup": cmd_cleanup,
+                   "attach": cmd_attach}[args.cmd]
+        return handler(cfg, args)
+    except ConfigError as exc:
+        print(f"mntui: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("mntui: interrupted", file=sys.stderr)
+        return 130
+
+
+def cmd_launch(cfg: JobConfig, args: argparse.Namespace) -> int:
+    from mntui.sessions import launch, plan
+    from mntui.sessions.remote import NodeError
+
+    if args.dry_run:
+        try:
+            print(plan.describe(launch.make_plan(cfg)))
+        except NodeError as exc:
+            print(f"mntui: {exc}", file=sys.stderr)
+            return EXIT_FAIL
+        return EXIT_OK
+    t0 = time.time()
+    try:
+        result = launch.launch(cfg, on_event=printer(t0), restart=args.restart)
+    except launch.LaunchError as exc:
+        print(f"mntui: launch failed: {exc.message}", file=sys.stderr)
+        if exc.details:
+            print(exc.details, file=sys.stderr)
+        return EXIT_FAIL
+    except NodeError as exc:
+        print(f"mntui: launch failed: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    print(f"launched {cfg.job} run {result.plan.run_id} on {result.plan.nnodes} node(s) "
+          f"in {time.time() - t0:.1f}s; `mntui attach` to watch, `mntui kill` to stop")
+    return EXIT_OK
+
+
+def run_kill(cfg: JobConfig, names: list[str] | None, grace: float | None, t0: float) -> bool:
+    from mntui.sessions.kill import kill_job
+    from mntui.sessions.remote import Cluster
+
+    with Cluster(cfg.nodes, cfg.ssh) as cluster:
+        results = kill_job(cfg, cluster, names=names, grace=grace, on_event=printer(t0))
+    dirty = [n for n, o in results.items() if not o.ok or (o.value is not None and not o.value.clean)]
+    total = sum(len(o.value.found) for o in results.values() if o.value)
+    if dirty:
+        print(f"NOT CLEAN on {', '.join(dirty)} ({time.time() - t0:.1f}s)", file=sys.stderr)
+        return False
+    print(f"clean: {total} process(es) of {cfg.job} stopped on {len(results)} node(s) "
+          f"in {time.time() - t0:.1f}s" if total else "nothing to kill: the job is not running")
+    return True
+
+
+def cmd_kill(cfg: JobConfig, args: argparse.Namespace) -> int:
+    for n in args.nodes:
+        if not any(x.name == n for x in cfg.nodes):
+            _unknown_node(cfg, n)
+    return EXIT_OK if run_kill(cfg, args.nodes or None, args.grace, time.time()) else EXIT_FAIL
+
+
+def _unknown_node(cfg: JobConfig, name: str) -> None:
+    raise ConfigError(cfg.path, None, "", f"unknown node {name!r}; nodes are "
+                      + ", ".join(n.name for n in cfg.nodes))
+
+
+def cmd_cleanup(cfg: JobConfig, args: argparse.Namespace) -> int:
+    from mntui.sessions.kill import free_ports, port_holders
+    from mntui.sessions.remote import Cluster
+
+    with Cluster(cfg.nodes, cfg.ssh) as cluster:
+        found = port_holders(cfg, cluster)
+        holders = {}
+        for name, out in found.items():
+            if not out.ok:
+                print(f"{name}: {out.error}", file=sys.stderr)
+            elif out.value:
+                holders[name] = out.value
+                for h in out.value:
+                    print(f"{name}: {h.describe()}")
+        if not holders:
+            print(f"ports {', '.join(map(str, cfg.all_ports))} are free on every reachable node")
+            return EXIT_OK if all(o.ok for o in found.values()) else EXIT_FAIL
+        if not args.yes:
+            if not sys.stdin.isatty():
+                print("mntui: not a terminal; pass --yes to kill these holders", file=sys.stderr)
+                return EXIT_FAIL
+            if input("kill these processes (only your own)? [y/N] ").strip().lower() not in ("y", "yes"):
+                return EXIT_FAIL
+        freed = free_ports(cluster, holders, cfg.grace)
+    ok = True
+    for name, out in freed.items():
+        if not out.ok or out.value is None:
+            print(f"{name}: {out.error}", file=sys.stderr)
+            ok = False
+            continue
+        pids, left = out.value
+        print(f"{name}: killed {' '.join(map(str, pids)) or 'nothing'}"
+              + ("".join(f"\n{name}: still busy: {h.describe()}" for h in left)))
+        ok = ok and not left
+    return EXIT_OK if ok else EXIT_FAIL
+
+
+def cmd_attach(cfg: JobConfig, args: argparse.Namespace) -> int:
+    from mntui.sessions.attach import attach_all_argv, attach_argv
+
+    if args.node and not any(n.name == args.node for n in cfg.nodes):
+        _unknown_node(cfg, args.node)
+    argv = attach_all_argv(cfg) if args.all else attach_argv(cfg, args.node)
+    if args.print:
+        import shlex
+        print(shlex.join(argv))
+        return EXIT_OK
+    sys.stdout.flush()
+    os.execvp(argv[0], argv)
+    return EXIT_FAIL  # not reached
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Launch the demo, show its training output, kill it, check it is gone."""
+    from mntui.sessions import launch
+    from mntui.sessions.logs import LineSplitter, read_new
+    from mntui.sessions.remote import Cluster
+
+    cfg = load_config(demo_config_path())
+    t0 = time.time()
+    print(f"== launching the demo ({cfg.path})", flush=True)
+    with Cluster(cfg.nodes, cfg.ssh) as cluster:
+        try:
+            result = launch.launch(cfg, on_event=printer(t0), restart=True, cluster=cluster)
+        except launch.LaunchError as exc:
+            print(f"mntui: demo launch failed: {exc}", file=sys.stderr)
+            return EXIT_FAIL
+        print(f"== launched in {time.time() - t0:.1f}s; training output:", flush=True)
+        offsets = {n.node: 0 for n in result.plan.nodes}
+        splitters = {n.node: LineSplitter() for n in result.plan.nodes}
+        first_step: float | None = None
+        deadline = time.time() + 120
+        try:
+            while time.time() < deadline and (first_step is None or time.time() - first_step < args.seconds):
+                for np in result.plan.nodes:
+                    chunk = read_new(cluster.nodes[np.node], np.run_dir, offsets[np.node])
+                    offsets[np.node] = chunk.offset
+                    for line in splitters[np.node].feed(chunk.data):
+                        print(f"[{np.node}:{np.rank}] {line}", flush=True)
+                        if first_step is None and line.startswith("step "):
+                            first_step = time.time()
+                            print(f"== first training step {first_step - t0:.1f}s after launch", flush=True)
+                time.sleep(0.5)
+        finally:
+            print("== killing the demo", flush=True)
+            t1 = time.time()
+            ok = run_kill(cfg, None, None, t1)
+    return EXIT_OK if ok and first_step is not None else EXIT_FAIL
+
+
+if __name__ == "__main__":
+    sys.exit(main())
