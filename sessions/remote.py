@@ -24,7 +24,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Generic, Iterable, Mapping, Protocol, TypeVar
+from typing import Any, Callable, Generic, Iterable, Mapping, Protocol, TypeVar
 
 from .config import HostKeyPolicy, NodeSpec, SshPolicy
 
@@ -77,21 +77,33 @@ class Node(Protocol):
     def close(self) -> None: ...
 
 
-def wrap(script: str) -> str:
-    """Mark our output and keep the script from reading stdin (it *is* stdin)."""
-    return (f"printf '%s\\n' {BEGIN}\n{{\n{script}\n}} </dev/null\n"
-            f"printf '\\n%s %s\\n' {END} \"$?\"\n")
+def frame(script: str, seq: int = 0) -> str:
+    """Mark our output; run the script in a subshell so its `exit` ends only itself,
+    with stdin from /dev/null because stdin is where the scripts come from."""
+    return (f"printf '%s\\n' {BEGIN}{seq}\n(\n{script}\n) </dev/null\n"
+            f"printf '\\n%s %s\\n' {END}{seq} \"$?\"\n")
 
 
-def unwrap(node: str, raw: str, stderr: str, seconds: float) -> Result:
-    start = raw.find(BEGIN + "\n")
-    end = raw.rfind("\n" + END + " ")
-    if start < 0 or end < 0 or end < start:
+def find_end(raw: str, seq: int = 0) -> int:
+    """Index just past our end marker, or -1 while it has not arrived."""
+    marker = f"\n{END}{seq} "
+    at = raw.rfind(marker)
+    if at < 0:
+        return -1
+    nl = raw.find("\n", at + len(marker))
+    return -1 if nl < 0 else nl + 1
+
+
+def unwrap(node: str, raw: str, stderr: str, seconds: float, seq: int = 0) -> Result:
+    begin, end = f"{BEGIN}{seq}\n", f"\n{END}{seq} "
+    start = raw.find(begin)
+    stop = raw.rfind(end)
+    if start < 0 or stop < 0 or stop < start:
         tail = (stderr or raw).strip().splitlines()[-3:]
         raise NodeError(node, "no answer from the node's shell"
                               + (f": {' | '.join(tail)}" if tail else ""))
-    body = raw[start + len(BEGIN) + 1:end]
-    code = raw[end + len(END) + 2:].split()[0]
+    body = raw[start + len(begin):stop]
+    code = raw[stop + len(end):].split()[0]
     return Result(int(code), body, stderr, seconds)
 
 
@@ -166,7 +178,7 @@ class LocalNode:
     def run(self, script: str, timeout: float | None = None) -> Result:
         t0 = time.monotonic()
         try:
-            proc = subprocess.run(["sh", "-s"], input=wrap(script), capture_output=True, text=True,
+            proc = subprocess.run(["sh", "-s"], input=frame(script), capture_output=True, text=True,
                                   errors="replace", timeout=timeout or self.command_timeout,
                                   start_new_session=True)
         except subprocess.TimeoutExpired:
@@ -178,14 +190,23 @@ class LocalNode:
 
 
 class RemoteNode:
-    """A node behind one persistent SSH connection, reopened once if it dropped."""
+    """A node behind one persistent SSH connection, reopened once if it dropped.
+
+    Commands go to a long-lived `sh` on that connection, so a slow login shell
+    (`pyenv init` is 150 ms here) is paid once per node, not once per command. A
+    second command arriving while that shell is busy (a poll during a kill) gets its
+    own exec channel instead of waiting.
+    """
 
     is_local = False
 
     def __init__(self, name: str, host: str, policy: SshPolicy) -> None:
         self.name, self.host, self.policy = name, host, policy
         self._lock = threading.Lock()
-        self._conn: object | None = None
+        self._shell_lock = threading.Lock()
+        self._conn: Any = None
+        self._shell: Any = None
+        self._seq = 0
         self.settings: SshSettings | None = None
 
     def open(self) -> None:
@@ -194,53 +215,96 @@ class RemoteNode:
                 self.settings = resolve(self.host, self.policy.config)
                 self._conn = _open(self.name, self.settings, self.policy)
 
-    def _transport(self):  # type: ignore[no-untyped-def]
+    def _transport(self) -> Any:
         client = getattr(self._conn, "client", None)
         transport = client.get_transport() if client is not None else None
         return transport if transport is not None and transport.is_active() else None
 
-    def run(self, script: str, timeout: float | None = None) -> Result:
+    def _channel(self, command: str) -> Any:
         import paramiko
 
-        timeout = timeout or self.policy.command_timeout
         transport = self._transport()
         if transport is None:
             self.open()
             transport = self._transport()
-        t0 = time.monotonic()
         try:
             chan = transport.open_session(timeout=self.policy.connect_timeout)
-        except (paramiko.SSHException, OSError, EOFError) as exc:
+            chan.exec_command(command)
+            return chan
+        except (paramiko.SSHException, OSError, EOFError, AttributeError) as exc:
             self.close()
             raise NodeError(self.name, f"connection lost: {exc}") from None
+
+    def run(self, script: str, timeout: float | None = None) -> Result:
+        timeout = timeout or self.policy.command_timeout
+        if self._shell_lock.acquire(blocking=False):
+            try:
+                return self._run_on_shell(script, timeout)
+            finally:
+                self._shell_lock.release()
+        return self._run_exec(script, timeout)
+
+    def _run_on_shell(self, script: str, timeout: float) -> Result:
+        if self._shell is None or self._shell.closed or self._shell.exit_status_ready():
+            self._shell = self._channel("sh -s")
+        self._seq += 1
+        seq, chan = self._seq, self._shell
+        t0 = time.monotonic()
         try:
-            chan.exec_command("sh -s")
-            chan.sendall(wrap(script).encode())
+            chan.sendall(frame(script, seq).encode())
+            out, err = self._read(chan, t0 + timeout, lambda tail: find_end(tail, seq) >= 0)
+        except NodeError:
+            self._shell = None
+            chan.close()
+            raise
+        return unwrap(self.name, out, err, time.monotonic() - t0, seq)
+
+    def _run_exec(self, script: str, timeout: float) -> Result:
+        chan = self._channel("sh -s")
+        t0 = time.monotonic()
+        try:
+            chan.sendall(frame(script).encode())
             chan.shutdown_write()
-            out, err = bytearray(), bytearray()
-            deadline = t0 + timeout
+            out, err = self._read(chan, t0 + timeout, None)
+        finally:
+            chan.close()
+        return unwrap(self.name, out, err, time.monotonic() - t0)
+
+    def _read(self, chan: Any, deadline: float, done: Callable[[str], bool] | None) -> tuple[str, str]:
+        """Read both streams until `done(tail of stdout)` (shell mode) or EOF (exec mode)."""
+        import paramiko
+
+        out, err = bytearray(), bytearray()
+        try:
             while True:
+                got = False
                 while chan.recv_ready():
                     out += chan.recv(65536)
+                    got = True
                 while chan.recv_stderr_ready():
                     err += chan.recv_stderr(65536)
+                if done is not None and got and done(out[-256:].decode(errors="replace")):
+                    break
                 if chan.eof_received and not chan.recv_ready() and not chan.recv_stderr_ready():
+                    if done is not None:
+                        raise NodeError(self.name, "the node's shell exited"
+                                        + (f": {err.decode(errors='replace').strip()[-300:]}" if err else ""))
                     break
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise NodeError(self.name, f"command timed out after {timeout:.0f}s")
+                    raise NodeError(self.name, "command timed out")
                 select.select([chan], [], [], min(left, 1.0))
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise NodeError(self.name, f"connection lost: {exc}") from None
-        finally:
-            chan.close()
-        return unwrap(self.name, out.decode(errors="replace"), err.decode(errors="replace"),
-                      time.monotonic() - t0)
+        return out.decode(errors="replace"), err.decode(errors="replace")
 
     def close(self) -> None:
+        shell, self._shell = self._shell, None
+        if shell is not None:
+            shell.close()
         conn, self._conn = self._conn, None
         if conn is not None:
-            conn.close()  # type: ignore[attr-defined]
+            conn.close()
 
 
 class _AcceptNew:
@@ -346,8 +410,11 @@ class Cluster:
 
     def connect(self, names: Iterable[str] | None = None) -> dict[str, Outcome[None]]:
         def op(node: Node) -> None:
-            if isinstance(node, RemoteNode):
-                node.open()
+            # A first command also starts the node's shell, so its login-shell start-up
+            # (and any error it prints) happens here, in parallel, not mid-launch.
+            res = node.run(":", timeout=self.policy.connect_timeout + 30)
+            if not res.ok:
+                raise NodeError(node.name, f"the node's shell failed: {res.stderr.strip()[-300:]}")
         return self.map(op, names)
 
     def map(self, fn: Callable[[Node], T], names: Iterable[str] | None = None) -> dict[str, Outcome[T]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 from importlib import resources
@@ -34,8 +35,24 @@ def find_config(arg: str | None) -> Path:
                       "(see configs/example.yaml); `mntui demo` runs the bundled demo")
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def say(*parts: object, err: bool = False) -> None:
+    """print() that survives a closed pipe (`mntui demo | head`): losing our output must
+    never stop the cleanup that follows it."""
+    try:
+        print(*parts, file=sys.stderr if err else sys.stdout, flush=True)
+    except (BrokenPipeError, ValueError):
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
+        except OSError:
+            pass
+
+
 def printer(t0: float) -> Callable[[Event], None]:
-    return lambda event: print(event.format(t0), flush=True)
+    return lambda event: say(event.format(t0))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,6 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # A closed terminal or a `kill` must unwind like Ctrl+C, so a half-done launch is
+    # stopped and the demo is cleaned up.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
     if args.cmd is None:
         build_parser().print_help()
         return EXIT_USAGE
@@ -79,10 +100,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "attach": cmd_attach}[args.cmd]
         return handler(cfg, args)
     except ConfigError as exc:
-        print(f"mntui: {exc}", file=sys.stderr)
+        say(f"mntui: {exc}", err=True)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print("mntui: interrupted", file=sys.stderr)
+        say("mntui: interrupted", err=True)
         return 130
 
 
@@ -92,23 +113,23 @@ def cmd_launch(cfg: JobConfig, args: argparse.Namespace) -> int:
 
     if args.dry_run:
         try:
-            print(plan.describe(launch.make_plan(cfg)))
+            say(plan.describe(launch.make_plan(cfg)))
         except NodeError as exc:
-            print(f"mntui: {exc}", file=sys.stderr)
+            say(f"mntui: {exc}", err=True)
             return EXIT_FAIL
         return EXIT_OK
     t0 = time.time()
     try:
         result = launch.launch(cfg, on_event=printer(t0), restart=args.restart)
     except launch.LaunchError as exc:
-        print(f"mntui: launch failed: {exc.message}", file=sys.stderr)
+        say(f"mntui: launch failed: {exc.message}", err=True)
         if exc.details:
-            print(exc.details, file=sys.stderr)
+            say(exc.details, err=True)
         return EXIT_FAIL
     except NodeError as exc:
-        print(f"mntui: launch failed: {exc}", file=sys.stderr)
+        say(f"mntui: launch failed: {exc}", err=True)
         return EXIT_FAIL
-    print(f"launched {cfg.job} run {result.plan.run_id} on {result.plan.nnodes} node(s) "
+    say(f"launched {cfg.job} run {result.plan.run_id} on {result.plan.nnodes} node(s) "
           f"in {time.time() - t0:.1f}s; `mntui attach` to watch, `mntui kill` to stop")
     return EXIT_OK
 
@@ -122,9 +143,9 @@ def run_kill(cfg: JobConfig, names: list[str] | None, grace: float | None, t0: f
     dirty = [n for n, o in results.items() if not o.ok or (o.value is not None and not o.value.clean)]
     total = sum(len(o.value.found) for o in results.values() if o.value)
     if dirty:
-        print(f"NOT CLEAN on {', '.join(dirty)} ({time.time() - t0:.1f}s)", file=sys.stderr)
+        say(f"NOT CLEAN on {', '.join(dirty)} ({time.time() - t0:.1f}s)", err=True)
         return False
-    print(f"clean: {total} process(es) of {cfg.job} stopped on {len(results)} node(s) "
+    say(f"clean: {total} process(es) of {cfg.job} stopped on {len(results)} node(s) "
           f"in {time.time() - t0:.1f}s" if total else "nothing to kill: the job is not running")
     return True
 
@@ -150,17 +171,17 @@ def cmd_cleanup(cfg: JobConfig, args: argparse.Namespace) -> int:
         holders = {}
         for name, out in found.items():
             if not out.ok:
-                print(f"{name}: {out.error}", file=sys.stderr)
+                say(f"{name}: {out.error}", err=True)
             elif out.value:
                 holders[name] = out.value
                 for h in out.value:
-                    print(f"{name}: {h.describe()}")
+                    say(f"{name}: {h.describe()}")
         if not holders:
-            print(f"ports {', '.join(map(str, cfg.all_ports))} are free on every reachable node")
+            say(f"ports {', '.join(map(str, cfg.all_ports))} are free on every reachable node")
             return EXIT_OK if all(o.ok for o in found.values()) else EXIT_FAIL
         if not args.yes:
             if not sys.stdin.isatty():
-                print("mntui: not a terminal; pass --yes to kill these holders", file=sys.stderr)
+                say("mntui: not a terminal; pass --yes to kill these holders", err=True)
                 return EXIT_FAIL
             if input("kill these processes (only your own)? [y/N] ").strip().lower() not in ("y", "yes"):
                 return EXIT_FAIL
@@ -168,11 +189,11 @@ def cmd_cleanup(cfg: JobConfig, args: argparse.Namespace) -> int:
     ok = True
     for name, out in freed.items():
         if not out.ok or out.value is None:
-            print(f"{name}: {out.error}", file=sys.stderr)
+            say(f"{name}: {out.error}", err=True)
             ok = False
             continue
         pids, left = out.value
-        print(f"{name}: killed {' '.join(map(str, pids)) or 'nothing'}"
+        say(f"{name}: killed {' '.join(map(str, pids)) or 'nothing'}"
               + ("".join(f"\n{name}: still busy: {h.describe()}" for h in left)))
         ok = ok and not left
     return EXIT_OK if ok else EXIT_FAIL
@@ -186,7 +207,7 @@ def cmd_attach(cfg: JobConfig, args: argparse.Namespace) -> int:
     argv = attach_all_argv(cfg) if args.all else attach_argv(cfg, args.node)
     if args.print:
         import shlex
-        print(shlex.join(argv))
+        say(shlex.join(argv))
         return EXIT_OK
     sys.stdout.flush()
     os.execvp(argv[0], argv)
@@ -201,14 +222,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     cfg = load_config(demo_config_path())
     t0 = time.time()
-    print(f"== launching the demo ({cfg.path})", flush=True)
+    say(f"== launching the demo ({cfg.path})")
     with Cluster(cfg.nodes, cfg.ssh) as cluster:
         try:
             result = launch.launch(cfg, on_event=printer(t0), restart=True, cluster=cluster)
         except launch.LaunchError as exc:
-            print(f"mntui: demo launch failed: {exc}", file=sys.stderr)
+            say(f"mntui: demo launch failed: {exc}", err=True)
             return EXIT_FAIL
-        print(f"== launched in {time.time() - t0:.1f}s; training output:", flush=True)
+        say(f"== launched in {time.time() - t0:.1f}s; training output:")
         offsets = {n.node: 0 for n in result.plan.nodes}
         splitters = {n.node: LineSplitter() for n in result.plan.nodes}
         first_step: float | None = None
@@ -219,13 +240,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
                     chunk = read_new(cluster.nodes[np.node], np.run_dir, offsets[np.node])
                     offsets[np.node] = chunk.offset
                     for line in splitters[np.node].feed(chunk.data):
-                        print(f"[{np.node}:{np.rank}] {line}", flush=True)
+                        say(f"[{np.node}:{np.rank}] {line}")
                         if first_step is None and line.startswith("step "):
                             first_step = time.time()
-                            print(f"== first training step {first_step - t0:.1f}s after launch", flush=True)
+                            say(f"== first training step {first_step - t0:.1f}s after launch")
                 time.sleep(0.5)
         finally:
-            print("== killing the demo", flush=True)
+            say("== killing the demo")
             t1 = time.time()
             ok = run_kill(cfg, None, None, t1)
     return EXIT_OK if ok and first_step is not None else EXIT_FAIL

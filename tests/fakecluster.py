@@ -1,0 +1,252 @@
+"""Fake nodes for tests and benchmarks: real sshd processes on 127.0.0.1.
+
+Each node has its own sshd (own port, own host key) and, through sshd's `SetEnv
+TMUX_TMPDIR`, its own tmux server, so N nodes on one machine behave like N hosts to
+mntui. Every process started on a node carries `MNTUI_FAKE_NODE=<cluster>/<node>`
+in its environment, which is how teardown finds them: by tag, never by name.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+
+
+def wait_for(cond: Callable[[], object], timeout: float, interval: float = 0.05, what: str = "condition") -> object:
+    """Poll `cond` until it returns something truthy; fail loudly at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def environ_of(pid: int) -> list[bytes]:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
+def pids_with_env(pattern: str) -> list[int]:
+    """PIDs whose environment has an entry fully matching `pattern` (a regex)."""
+    rx = re.compile(pattern.encode())
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            if any(rx.fullmatch(e) for e in environ_of(int(entry))):
+                out.append(int(entry))
+    return out
+
+
+def proc_state(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
+def alive(pids: Iterable[int]) -> list[int]:
+    return [p for p in pids if proc_state(p) not in (None, "Z", "X")]
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def port_listening(port: int) -> bool:
+    out = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True).stdout
+    return bool(out.strip())
+
+
+@dataclass
+class FakeNode:
+    name: str
+    port: int
+    dir: Path
+    tag: str
+    proc: subprocess.Popen[bytes] | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def tmux_socket(self) -> Path:
+        return self.dir / "tmux" / f"tmux-{os.getuid()}" / "default"
+
+    def tmux(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["tmux", "-S", str(self.tmux_socket), *args], capture_output=True, text=True)
+
+    def sessions(self) -> list[str]:
+        res = self.tmux("list-sessions", "-F", "#{session_name}")
+        return res.stdout.split() if res.returncode == 0 else []
+
+    def pids(self) -> list[int]:
+        return pids_with_env(f"MNTUI_FAKE_NODE={re.escape(self.tag)}")
+
+
+class FakeCluster:
+    """N sshd nodes named `prefix0..N-1`, and an ssh_config that reaches them."""
+
+    def __init__(self, root: Path, n: int, prefix: str = "node",
+                 node_env: dict[str, dict[str, str]] | None = None) -> None:
+        self.root = root
+        self.nodes: list[FakeNode] = []
+        root.mkdir(parents=True, exist_ok=True)
+        os.chmod(root, 0o700)
+        self.key = root / "client_key"
+        if not self.key.exists():
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.key)], check=True)
+        (root / "authorized_keys").write_text((root / "client_key.pub").read_text())
+        self.known_hosts = root / "known_hosts"
+        self.ssh_config = root / "ssh_config"
+        self.user = os.environ.get("USER") or subprocess.run(["id", "-un"], capture_output=True,
+                                                             text=True).stdout.strip()
+        uid_tag = f"{root.name}-{os.getpid()}"
+        for i in range(n):
+            name = f"{prefix}{i}"
+            d = root / "nodes" / name
+            (d / "tmux").mkdir(parents=True, exist_ok=True)
+            os.chmod(d / "tmux", 0o700)
+            self.nodes.append(FakeNode(name, free_port(), d, f"{uid_tag}/{name}",
+                                       extra_env=(node_env or {}).get(name, {})))
+        self._write_configs()
+
+    # -- configs --------------------------------------------------------------------
+    def _write_configs(self) -> None:
+        path = os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/sbin", "/usr/local/bin",
+                                "/usr/sbin", "/usr/bin", "/sbin", "/bin"])
+        known = []
+        for node in self.nodes:
+            hostkey = node.dir / "ssh_host_ed25519_key"
+            if not hostkey.exists():
+                subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(hostkey)], check=True)
+            env = {"TMUX_TMPDIR": str(node.dir / "tmux"), "PATH": path,
+                   "MNTUI_FAKE_NODE": node.tag, **node.extra_env}
+            setenv = " ".join(f'"{k}={v}"' for k, v in env.items())
+            (node.dir / "sshd_config").write_text(f"""\
+Port {node.port}
+ListenAddress 127.0.0.1
+HostKey {hostkey}
+PidFile none
+UsePAM no
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PubkeyAuthentication yes
+AuthorizedKeysFile {self.root / 'authorized_keys'}
+StrictModes no
+X11Forwarding no
+PrintMotd no
+PrintLastLog no
+LogLevel ERROR
+MaxSessions 64
+MaxStartups 100:30:200
+Subsystem sftp internal-sftp
+SetEnv {setenv}
+""")
+            pub = (node.dir / "ssh_host_ed25519_key.pub").read_text().split()
+            known.append(f"[127.0.0.1]:{node.port} {pub[0]} {pub[1]}")
+        self.known_hosts.write_text("\n".join(known) + "\n")
+        # The per-host blocks sit in an Included file: fabric alone would not see them.
+        inc = self.root / "ssh_config.d"
+        inc.mkdir(exist_ok=True)
+        blocks = [f"""Host {n.name}
+    HostName 127.0.0.1
+    Port {n.port}
+""" for n in self.nodes]
+        (inc / "nodes.conf").write_text("\n".join(blocks))
+        self.ssh_config.write_text(f"""Include {inc}/*.conf
+
+Host *
+    User {self.user}
+    IdentityFile {self.key}
+    IdentitiesOnly yes
+    UserKnownHostsFile {self.known_hosts}
+    StrictHostKeyChecking yes
+    BatchMode yes
+    LogLevel ERROR
+""")
+
+    # -- lifecycle ------------------------------------------------------------------
+    def start(self, timeout: float = 20) -> FakeCluster:
+        Path("/run/sshd").mkdir(exist_ok=True) if os.geteuid() == 0 else None
+        for node in self.nodes:
+            if node.proc is None or node.proc.poll() is not None:
+                log = open(node.dir / "sshd.log", "ab")
+                node.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(node.dir / "sshd_config")],
+                                             stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        for node in self.nodes:
+            wait_for(lambda: self._banner(node.port), timeout, what=f"sshd of {node.name}")
+        return self
+
+    @staticmethod
+    def _banner(port: int) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                return s.recv(4).startswith(b"SSH-")
+        except OSError:
+            return False
+
+    def node(self, name: str) -> FakeNode:
+        return next(n for n in self.nodes if n.name == name)
+
+    def ssh(self, node: str, command: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["ssh", "-F", str(self.ssh_config), node, command], capture_output=True,
+                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+    def stop_jobs(self) -> None:
+        """Kill what tests started on the nodes (by tag), and their tmux servers."""
+        for node in self.nodes:
+            node.tmux("kill-server")
+            for pid in node.pids():
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+    def stop(self) -> None:
+        self.stop_jobs()
+        for node in self.nodes:
+            if node.proc is not None and node.proc.poll() is None:
+                node.proc.terminate()
+                try:
+                    node.proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    node.proc.kill()
+                    node.proc.wait()
+        # sshd children of a killed sshd serve open connections until they close
+        for pid in pids_with_env(f"MNTUI_FAKE_NODE={re.escape(self.nodes[0].tag.rsplit('/', 1)[0])}/.*"):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def __enter__(self) -> FakeCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
