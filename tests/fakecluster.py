@@ -93,6 +93,20 @@ class FakeNode:
     extra_env: dict[str, str] = field(default_factory=dict)
 
     @property
+    def home(self) -> Path:
+        return self.dir / "home"
+
+    def run_dirs(self, job: str) -> list[Path]:
+        return sorted((self.home / ".mntui" / "runs" / job).glob(f"*/{self.name}"))
+
+    def log(self, job: str) -> str:
+        dirs = self.run_dirs(job)
+        try:
+            return (dirs[-1] / "output.log").read_text(errors="replace") if dirs else ""
+        except OSError:
+            return ""
+
+    @property
     def tmux_socket(self) -> Path:
         return self.dir / "tmux" / f"tmux-{os.getuid()}" / "default"
 
@@ -130,6 +144,11 @@ class FakeCluster:
             d = root / "nodes" / name
             (d / "tmux").mkdir(parents=True, exist_ok=True)
             os.chmod(d / "tmux", 0o700)
+            home = d / "home"
+            home.mkdir(exist_ok=True)
+            # Like a node with conda/pyenv init: the login shell prints before our output.
+            (home / ".bashrc").write_text('echo "Welcome to $MNTUI_FAKE_NODE (noise from .bashrc)"\n'
+                                          'echo "conda: base environment activated" >&2\n')
             self.nodes.append(FakeNode(name, free_port(), d, f"{uid_tag}/{name}",
                                        extra_env=(node_env or {}).get(name, {})))
         self._write_configs()
@@ -143,7 +162,7 @@ class FakeCluster:
             hostkey = node.dir / "ssh_host_ed25519_key"
             if not hostkey.exists():
                 subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(hostkey)], check=True)
-            env = {"TMUX_TMPDIR": str(node.dir / "tmux"), "PATH": path,
+            env = {"TMUX_TMPDIR": str(node.dir / "tmux"), "PATH": path, "HOME": str(node.home),
                    "MNTUI_FAKE_NODE": node.tag, **node.extra_env}
             setenv = " ".join(f'"{k}={v}"' for k, v in env.items())
             (node.dir / "sshd_config").write_text(f"""\
