@@ -109,6 +109,7 @@ class JobConfig:
 
 
 T = TypeVar("T")
+D = TypeVar("D")
 
 TOP_KEYS = {"job", "nodes", "overrides", "main", "workdir", "setup", "env", "master_port",
             "master_addr", "ports", "nproc_per_node", "command", "launch", "kill", "ssh"}
@@ -142,7 +143,7 @@ class _V:
         return value
 
     def get(self, m: Mapping[str, Any], path: Path_, key: str, check: Callable[[Any, Path_], T],
-            default: T) -> T:
+            default: D) -> T | D:
         if key not in m or m[key] is None:
             return default
         return check(m[key], path + (key,))
@@ -256,13 +257,13 @@ def _build(doc: Document) -> JobConfig:
         raise doc.error(("job",), "use letters, digits, '-' and '_' (it names tmux sessions and directories)")
 
     command = v.template(top["command"], ("command",))
-    setup = v.get(top, (), "setup", v.lines, ())
-    env = v.get(top, (), "env", v.env, {})
+    setup: tuple[str, ...] = v.get(top, (), "setup", v.lines, ())
+    env: dict[str, str] = v.get(top, (), "env", v.env, {})
     workdir = v.get(top, (), "workdir", v.string, None)
     raw_nodes = _expand_nodes(v, top["nodes"])
     names = [name for name, _, _ in raw_nodes]
 
-    overrides_raw = v.get(top, (), "overrides", v.any_mapping, {})
+    overrides_raw: dict[str, Any] = v.get(top, (), "overrides", v.any_mapping, {})
     for name in overrides_raw:
         if name not in names:
             raise doc.error(("overrides", name), f"unknown node {name!r}; nodes are {NodeSet.fromlist(names)}")
@@ -276,12 +277,12 @@ def _build(doc: Document) -> JobConfig:
             merged.update(o)
             opath.update({k: ("overrides", name, k) for k in o})
 
-        def val(key: str, check: Callable[[Any, Path_], T], default: T) -> T:
+        def val(key: str, check: Callable[[Any, Path_], T], default: D) -> T | D:
             return check(merged[key], opath[key]) if merged.get(key) is not None else default
 
         host = val("host", v.string, name)
-        node_env = dict(env)
-        node_env.update(val("env", v.env, {}))
+        own_env: dict[str, str] | None = val("env", v.env, None)
+        node_env = {**env, **(own_env or {})}
         nodes.append(NodeSpec(name=name, host=host, rank=rank_hint,
                               command=val("command", v.template, command),
                               env=node_env, setup=val("setup", v.lines, setup),
@@ -295,7 +296,7 @@ def _build(doc: Document) -> JobConfig:
     nodes = [NodeSpec(n.name, n.host, i, n.command, n.env, n.setup, n.workdir)
              for i, n in enumerate(ordered)]
 
-    launch_raw = v.get(top, (), "launch", lambda x, p: v.mapping(x, p, LAUNCH_KEYS), {})
+    launch_raw: dict[str, Any] = v.get(top, (), "launch", lambda x, p: v.mapping(x, p, LAUNCH_KEYS), {})
     lp = ("launch",)
     launch = LaunchPolicy(
         ready=v.get(launch_raw, lp, "ready", v.choice(ReadyMode), ReadyMode.PORT),
@@ -312,8 +313,8 @@ def _build(doc: Document) -> JobConfig:
         except re.error as exc:
             raise doc.error(lp + ("ready_pattern",), f"bad regular expression: {exc}") from None
 
-    kill_raw = v.get(top, (), "kill", lambda x, p: v.mapping(x, p, KILL_KEYS), {})
-    ssh_raw = v.get(top, (), "ssh", lambda x, p: v.mapping(x, p, SSH_KEYS), {})
+    kill_raw: dict[str, Any] = v.get(top, (), "kill", lambda x, p: v.mapping(x, p, KILL_KEYS), {})
+    ssh_raw: dict[str, Any] = v.get(top, (), "ssh", lambda x, p: v.mapping(x, p, SSH_KEYS), {})
     sp = ("ssh",)
     ssh = SshPolicy(
         config=v.get(ssh_raw, sp, "config", v.string, None),
@@ -326,7 +327,7 @@ def _build(doc: Document) -> JobConfig:
         ssh = SshPolicy(str(Path(doc.file).parent / ssh.config), ssh.connect_timeout,
                         ssh.host_key, ssh.command_timeout)
 
-    ports = v.get(top, (), "ports", lambda x, p: v.list_of(x, p, v.port), ())
+    ports: tuple[int, ...] = v.get(top, (), "ports", lambda x, p: v.list_of(x, p, v.port), ())
     return JobConfig(
         path=doc.file, job=job, nodes=tuple(nodes), main=main,
         master_port=v.get(top, (), "master_port", v.port, 29500),

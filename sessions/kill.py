@@ -175,7 +175,7 @@ def free_ports(cluster: Cluster, holders: dict[str, tuple[PortHolder, ...]], gra
     def one(node) -> tuple[tuple[int, ...], tuple[PortHolder, ...]]:  # type: ignore[no-untyped-def]
         res = node.run(free_script(holders[node.name], grace), timeout=grace + 30)
         lines = res.stdout.splitlines()
-        freeing = next((l.split()[1:] for l in lines if l.startswith("FREEING")), [])
+        freeing: list[str] = next((line.split()[1:] for line in lines if line.startswith("FREEING")), [])
         return tuple(int(p) for p in freeing), parse_listeners(lines)
 
     return cluster.map(one, [n for n, h in holders.items() if any(x.pid is not None for x in h)])

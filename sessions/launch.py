@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 import time
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -62,8 +63,10 @@ def master_addr(cfg: JobConfig) -> str:
 
 
 def local_env(cfg: JobConfig) -> dict[str, dict[str, str]]:
-    """A local node runs with mntui's own PATH, so the demo finds the same Python."""
-    keep = {k: os.environ[k] for k in ("PATH", "VIRTUAL_ENV") if k in os.environ}
+    """A local node runs with mntui's own PATH, its Python's directory first, so
+    `.venv/bin/mntui demo` finds the venv's torchrun without an activated venv."""
+    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", os.defpath)])
+    keep = {"PATH": path, **{k: os.environ[k] for k in ("VIRTUAL_ENV",) if k in os.environ}}
     return {n.name: keep for n in cfg.nodes if n.is_local}
 
 

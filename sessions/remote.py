@@ -167,6 +167,11 @@ def resolve(alias: str, ssh_config: str | None, *, port: int | None = None) -> S
 
 # -- nodes ------------------------------------------------------------------------
 
+def _untagged_env() -> dict[str, str]:
+    """mntui run from inside a job's pane inherits its tag; our helpers must not."""
+    return {k: v for k, v in os.environ.items() if k not in ("MNTUI_RUN", "MNTUI_RUN_DIR")}
+
+
 class LocalNode:
     """A node on this machine (`host: localhost`): same scripts, no SSH."""
 
@@ -180,7 +185,7 @@ class LocalNode:
         try:
             proc = subprocess.run(["sh", "-s"], input=frame(script), capture_output=True, text=True,
                                   errors="replace", timeout=timeout or self.command_timeout,
-                                  start_new_session=True)
+                                  start_new_session=True, env=_untagged_env())
         except subprocess.TimeoutExpired:
             raise NodeError(self.name, f"command timed out after {timeout or self.command_timeout:.0f}s") from None
         return unwrap(self.name, proc.stdout, proc.stderr, time.monotonic() - t0)
@@ -320,7 +325,7 @@ class _AcceptNew:
         path = Path(self.known_hosts)
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         with path.open("a") as fh:
-            fh.write(HostKeyEntry([hostname], key).to_line())
+            fh.write(HostKeyEntry([hostname], key).to_line() or "")
 
 
 def _host_key_policy(s: SshSettings, policy: SshPolicy) -> HostKeyPolicy:
@@ -389,7 +394,8 @@ def _open(name: str, s: SshSettings, policy: SshPolicy):  # type: ignore[no-unty
             raise NodeError(name, f"authentication failed for {where}: {text}") from None
         raise NodeError(name, f"cannot connect to {where}: {text}") from None
     except (OSError, EOFError) as exc:
-        reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc) or type(exc).__name__)
+        reason = ("timed out" if isinstance(exc, TimeoutError)
+                  else getattr(exc, "strerror", None) or str(exc) or type(exc).__name__)
         raise NodeError(name, f"cannot connect to {where}: {reason}") from None
     return conn
 

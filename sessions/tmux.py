@@ -86,8 +86,8 @@ def tiled_session(name: str, panes: Sequence[TiledPane]) -> str:
         window.split(shell=shlex.join(p.argv))
         window.select_layout("tiled")
     window.set_option("pane-border-status", "top")
-    for p, tp in zip(window.panes, panes):
-        p.cmd("select-pane", "-T", tp.title)
+    for pane_, tp in zip(window.panes, panes):
+        pane_.cmd("select-pane", "-T", tp.title)
     window.select_layout("tiled")
     return name
 

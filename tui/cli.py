@@ -13,7 +13,7 @@ import sys
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, NoReturn, Sequence
 
 from mntui.sessions.config import ConfigError, JobConfig, load_config
 from mntui.sessions.events import Event
@@ -187,19 +187,19 @@ def cmd_cleanup(cfg: JobConfig, args: argparse.Namespace) -> int:
                 return EXIT_FAIL
         freed = free_ports(cluster, holders, cfg.grace)
     ok = True
-    for name, out in freed.items():
-        if not out.ok or out.value is None:
-            say(f"{name}: {out.error}", err=True)
+    for name, result in freed.items():
+        if not result.ok or result.value is None:
+            say(f"{name}: {result.error}", err=True)
             ok = False
             continue
-        pids, left = out.value
+        pids, left = result.value
         say(f"{name}: killed {' '.join(map(str, pids)) or 'nothing'}"
               + ("".join(f"\n{name}: still busy: {h.describe()}" for h in left)))
         ok = ok and not left
     return EXIT_OK if ok else EXIT_FAIL
 
 
-def cmd_attach(cfg: JobConfig, args: argparse.Namespace) -> int:
+def cmd_attach(cfg: JobConfig, args: argparse.Namespace) -> NoReturn | int:
     from mntui.sessions.attach import attach_all_argv, attach_argv
 
     if args.node and not any(n.name == args.node for n in cfg.nodes):
@@ -211,7 +211,6 @@ def cmd_attach(cfg: JobConfig, args: argparse.Namespace) -> int:
         return EXIT_OK
     sys.stdout.flush()
     os.execvp(argv[0], argv)
-    return EXIT_FAIL  # not reached
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import subprocess
+
+from mntui.sessions.config import parse_config
+from mntui.sessions.plan import build_plan, describe, home_path, new_run_id, render_command
+
+CFG = """\
+job: qwen
+nodes: [g369, g375, g380]
+main: g375
+workdir: "~/my dir"
+setup: ["source ~/venv/bin/activate"]
+env: {NCCL_DEBUG: WARN}
+nproc_per_node: 8
+master_port: 29511
+command: torchrun --nnodes={nnodes} --node_rank={node_rank} --master_addr={master_addr} --master_port={master_port} --nproc_per_node={nproc_per_node} train.py --tag {node}
+overrides:
+  g380: {env: {EVIL: "$(rm -rf ~)"}}
+"""
+
+
+def test_plan_orders_main_first_with_ranks_env_and_names() -> None:
+    plan = build_plan(parse_config(CFG), "20260101-000000-abcd", "10.0.0.75")
+    assert [(n.node, n.rank, n.is_main) for n in plan.nodes] == [
+        ("g375", 0, True), ("g369", 1, False), ("g380", 2, False)]
+    assert plan.world_size == 24 and plan.nnodes == 3
+    w = plan.node("g369")
+    assert w.session == "qwen-g369" and w.tag == "qwen/20260101-000000-abcd/g369"
+    assert w.run_dir == ".mntui/runs/qwen/20260101-000000-abcd/g369"
+    assert {k: w.env[k] for k in ("NODE_RANK", "NNODES", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE")} == {
+        "NODE_RANK": "1", "NNODES": "3", "MASTER_ADDR": "10.0.0.75", "MASTER_PORT": "29511", "WORLD_SIZE": "24"}
+    assert w.env["NCCL_DEBUG"] == "WARN" and w.env["PYTHONUNBUFFERED"] == "1"
+    assert w.command == ("torchrun --nnodes=3 --node_rank=1 --master_addr=10.0.0.75 --master_port=29511 "
+                         "--nproc_per_node=8 train.py --tag g369")
+
+
+def test_values_are_quoted_in_scripts() -> None:
+    plan = build_plan(parse_config(CFG), "r1", "host with space")
+    g380 = plan.node("g380")
+    assert "export EVIL='$(rm -rf ~)'" in g380.launch_script
+    assert "--master_addr='host with space'" in g380.command
+    assert 'cd -- "$HOME"/\'my dir\' || exit 97' in g380.launch_script
+    # The scripts are valid shell.
+    for n in plan.nodes:
+        for script in (n.launch_script, n.start_script):
+            assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+
+
+def test_start_script_tags_the_pane_and_keeps_it() -> None:
+    plan = build_plan(parse_config(CFG), "r1", "m")
+    s = plan.main.start_script
+    assert "exec env MNTUI_RUN=qwen/r1/g375 bash ./launch.sh" in s
+    assert "remain-on-exit on" in s and "tmux new-session -d -s qwen-g375" in s
+    assert plan.main.launch_script in s
+
+
+def test_render_and_home_paths() -> None:
+    assert render_command("a {node} {node_rank}", {"node": "x;y", "node_rank": 3}) == "a 'x;y' 3"
+    assert render_command("{{literal}} {node}", {"node": "n"}) == "{literal} n"
+    assert home_path("~") == '"$HOME"' and home_path("/a b") == "'/a b'"
+    assert new_run_id(0).startswith("19700101-") or new_run_id(0)[:4] in ("1969", "1970")
+
+
+def test_dry_run_text_shows_every_node() -> None:
+    text = describe(build_plan(parse_config(CFG), "r1", "m"))
+    assert "== g375 (host g375, rank 0, main)" in text and "== g380 (host g380, rank 2, worker)" in text
+    assert "MNTUI_RUN=qwen/r1/g369" in text
