@@ -267,3 +267,22 @@ def test_launch_survives_interrupt_without_leftovers(fake: FakeCluster, cfg: Cfg
     assert proc.returncode == 130, out
     assert tagged("tinterrupt", "node0") == [] and tagged("tinterrupt", "node1") == []
     assert "aborted" in out
+
+
+def test_proxyjump_reaches_a_node_through_another(fake: FakeCluster, cfg: Cfg, tmp_path: Path) -> None:
+    """`ProxyJump` from the user's ssh_config is honoured: behind -> via node0 -> node1's sshd."""
+    conf = tmp_path / "jump_config"
+    conf.write_text(f"Host behind\n    HostName 127.0.0.1\n    Port {fake.node('node1').port}\n"
+                    f"    ProxyJump node0\n\nHost *\nInclude {fake.ssh_config}\n")
+    path = cfg.write("""
+    job: tjump
+    nodes: [{name: behind, host: behind}]
+    command: echo "reached $MNTUI_FAKE_NODE"; sleep 300
+    launch: {ready: log, ready_pattern: reached}
+    """, ssh=f"ssh: {{config: {conf}, connect_timeout: 5}}")
+    res = cfg.mntui(path, "launch", "--no-ui")
+    assert res.returncode == 0, res.stdout + res.stderr
+    # It ran on node1 (node1's tmux server holds the session), reached through node0.
+    assert "tjump-behind" in fake.node("node1").sessions()
+    assert cfg.mntui(path, "kill").returncode == 0
+    assert not fake.node("node1").sessions()
