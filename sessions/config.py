@@ -17,7 +17,7 @@ from ClusterShell.NodeSet import NodeSet, NodeSetException
 
 from .yamlmarks import ConfigError, Document, Path_, load, loads
 
-__all__ = ["ConfigError", "JobConfig", "NodeSpec", "ReadyMode", "HostKeyPolicy",
+__all__ = ["Action", "ConfigError", "JobConfig", "NodeSpec", "ReadyMode", "HostKeyPolicy", "WatchPolicy",
            "load_config", "parse_config", "TEMPLATE_FIELDS", "LOCAL_HOSTS"]
 
 TEMPLATE_FIELDS = ("node_rank", "nnodes", "master_addr", "master_port", "nproc_per_node", "node")
@@ -75,6 +75,21 @@ class SshPolicy:
     command_timeout: float = 60.0
 
 
+class Action(StrEnum):
+    KILL_ALL = "kill_all"  # tear the whole job down
+    NOTIFY = "notify"      # report, touch nothing
+
+
+@dataclass(frozen=True)
+class WatchPolicy:
+    on_failure: Action = Action.KILL_ALL   # a node failed, orphaned, froze or stayed unreachable
+    on_stall: Action = Action.NOTIFY
+    stall_after: float = 300.0             # seconds without output
+    frozen_after: float = 3.0              # a stop this short is a debugger (py-spy), not a hang
+    unreachable_after: float = 30.0        # a node can miss polls while its sshd is busy
+    interval: float = 1.0                  # seconds between polls
+
+
 @dataclass(frozen=True)
 class JobConfig:
     path: str
@@ -88,6 +103,7 @@ class JobConfig:
     launch: LaunchPolicy = field(default_factory=LaunchPolicy)
     grace: float = 5.0
     ssh: SshPolicy = field(default_factory=SshPolicy)
+    watch: WatchPolicy = field(default_factory=WatchPolicy)
 
     @property
     def main_node(self) -> NodeSpec:
@@ -112,11 +128,12 @@ T = TypeVar("T")
 D = TypeVar("D")
 
 TOP_KEYS = {"job", "nodes", "overrides", "main", "workdir", "setup", "env", "master_port",
-            "master_addr", "ports", "nproc_per_node", "command", "launch", "kill", "ssh"}
+            "master_addr", "ports", "nproc_per_node", "command", "launch", "kill", "ssh", "watch"}
 NODE_KEYS = {"name", "host", "command", "env", "setup", "workdir"}
 LAUNCH_KEYS = {"ready", "ready_pattern", "ready_delay", "ready_timeout", "stagger"}
 KILL_KEYS = {"grace"}
 SSH_KEYS = {"config", "connect_timeout", "host_key", "command_timeout"}
+WATCH_KEYS = {"on_failure", "on_stall", "stall_after", "frozen_after", "unreachable_after", "interval"}
 
 
 def load_config(path: str | Path) -> JobConfig:
@@ -327,6 +344,17 @@ def _build(doc: Document) -> JobConfig:
         ssh = SshPolicy(str(Path(doc.file).parent / ssh.config), ssh.connect_timeout,
                         ssh.host_key, ssh.command_timeout)
 
+    watch_raw: dict[str, Any] = v.get(top, (), "watch", lambda x, p: v.mapping(x, p, WATCH_KEYS), {})
+    wp = ("watch",)
+    d = WatchPolicy()
+    watch = WatchPolicy(
+        on_failure=v.get(watch_raw, wp, "on_failure", v.choice(Action), d.on_failure),
+        on_stall=v.get(watch_raw, wp, "on_stall", v.choice(Action), d.on_stall),
+        stall_after=v.get(watch_raw, wp, "stall_after", v.number, d.stall_after),
+        frozen_after=v.get(watch_raw, wp, "frozen_after", v.number, d.frozen_after),
+        unreachable_after=v.get(watch_raw, wp, "unreachable_after", v.number, d.unreachable_after),
+        interval=max(0.1, v.get(watch_raw, wp, "interval", v.number, d.interval)),
+    )
     ports: tuple[int, ...] = v.get(top, (), "ports", lambda x, p: v.list_of(x, p, v.port), ())
     return JobConfig(
         path=doc.file, job=job, nodes=tuple(nodes), main=main,
@@ -337,6 +365,7 @@ def _build(doc: Document) -> JobConfig:
         launch=launch,
         grace=v.get(kill_raw, ("kill",), "grace", v.number, 5.0),
         ssh=ssh,
+        watch=watch,
     )
 
 

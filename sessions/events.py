@@ -19,6 +19,7 @@ class Phase(StrEnum):
     KILLING = "killing"
     KILLED = "killed"
     FAILED = "failed"
+    NOTICE = "notice"
     ABORTED = "aborted"
 
 

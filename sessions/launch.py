@@ -116,9 +116,9 @@ else echo WAIT; fi
 """
 
 
-def log_tail(node: Node, np: NodePlan, lines: int = 20) -> str:
+def log_tail(node: Node, run_dir: str, lines: int = 20) -> str:
     try:
-        return node.run(f'tail -n {lines} "$HOME"/{q(np.run_dir)}/output.log 2>/dev/null', timeout=10).stdout
+        return node.run(f'tail -n {lines} "$HOME"/{q(run_dir)}/output.log 2>/dev/null', timeout=10).stdout
     except NodeError as exc:
         return f"(could not read the log: {exc.message})"
 
@@ -139,14 +139,14 @@ def wait_ready(cfg: JobConfig, node: Node, np: NodePlan, on_event: EventSink) ->
             code = state.split()[1] if state.startswith("EXITED") else None
             raise LaunchError(f"main {np.node} exited before it was ready"
                               + (f" (exit code {code})" if code else ""),
-                              f"last lines of {np.node}'s output:\n{log_tail(node, np)}")
+                              f"last lines of {np.node}'s output:\n{log_tail(node, np.run_dir)}")
         if state == "READY" or (policy.ready is ReadyMode.DELAY and now - t0 >= policy.ready_delay):
             on_event(Event(np.node, np.rank, Phase.READY, f"ready after {now - t0:.1f}s"))
             return time.time()
         if now >= deadline:
             raise LaunchError(f"main {np.node} not ready within {policy.ready_timeout:g}s "
                               f"(waited for {what})",
-                              f"last lines of {np.node}'s output:\n{log_tail(node, np)}")
+                              f"last lines of {np.node}'s output:\n{log_tail(node, np.run_dir)}")
         time.sleep(min(READY_POLL, max(0.0, deadline - now)))
 
 

@@ -21,7 +21,7 @@ import shlex
 import subprocess
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Generic, Iterable, Mapping, Protocol, TypeVar
@@ -423,18 +423,25 @@ class Cluster:
                 raise NodeError(node.name, f"the node's shell failed: {res.stderr.strip()[-300:]}")
         return self.map(op, names)
 
-    def map(self, fn: Callable[[Node], T], names: Iterable[str] | None = None) -> dict[str, Outcome[T]]:
+    def map(self, fn: Callable[[Node], T], names: Iterable[str] | None = None,
+            on_result: Callable[[Outcome[T]], None] | None = None) -> dict[str, Outcome[T]]:
+        """Run `fn` on every node at once; `on_result` sees each node as soon as it is done,
+        so a slow node never holds back the others' results."""
         selected = list(names) if names is not None else list(self.nodes)
-        futures = {n: self._pool.submit(fn, self.nodes[n]) for n in selected}
+        futures = {self._pool.submit(fn, self.nodes[n]): n for n in selected}
         out: dict[str, Outcome[T]] = {}
-        for name, fut in futures.items():
+        for fut in as_completed(futures):
+            name = futures[fut]
             try:
-                out[name] = Outcome(name, value=fut.result())
+                result: Outcome[T] = Outcome(name, value=fut.result())
             except NodeError as exc:
-                out[name] = Outcome(name, error=exc.message)
+                result = Outcome(name, error=exc.message)
             except Exception as exc:  # a bug on one node must not hide the others' results
-                out[name] = Outcome(name, error=f"{type(exc).__name__}: {exc}")
-        return out
+                result = Outcome(name, error=f"{type(exc).__name__}: {exc}")
+            out[name] = result
+            if on_result is not None:
+                on_result(result)
+        return {n: out[n] for n in selected}
 
     def run(self, scripts: Mapping[str, str], timeout: float | None = None) -> dict[str, Outcome[Result]]:
         return self.map(lambda node: node.run(scripts[node.name], timeout), scripts)

@@ -81,10 +81,16 @@ class RunRecord:
         return cls(**data)
 
 
-def latest(job: str) -> RunRecord | None:
-    marker = state_dir() / job / "latest"
+def load_run(job: str, run_id: str) -> RunRecord | None:
     try:
-        run_id = marker.read_text().strip()
         return RunRecord.load(state_dir() / job / run_id / "run.json")
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def latest(job: str) -> RunRecord | None:
+    try:
+        run_id = (state_dir() / job / "latest").read_text().strip()
+    except OSError:
+        return None
+    return load_run(job, run_id)

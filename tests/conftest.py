@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -10,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 
 @pytest.fixture(autouse=True)
-def _private_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+def _private_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Run records and local tmux servers of tests never touch the user's own."""
     base = tmp_path_factory.mktemp("state")
     monkeypatch.setenv("XDG_STATE_HOME", str(base / "xdg"))
@@ -18,3 +20,6 @@ def _private_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     monkeypatch.setenv("TMUX_TMPDIR", str(base / "tmux"))
     monkeypatch.delenv("TMUX", raising=False)
     monkeypatch.delenv("TMUX_PANE", raising=False)
+    yield
+    # The test's own local tmux server (watchdogs, local nodes, tiled views) goes with it.
+    subprocess.run(["tmux", "kill-server"], capture_output=True, env={**os.environ})

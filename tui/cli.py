@@ -13,10 +13,13 @@ import sys
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Callable, NoReturn, Sequence
+from typing import TYPE_CHECKING, Callable, NoReturn, Sequence
 
 from mntui.sessions.config import ConfigError, JobConfig, load_config
 from mntui.sessions.events import Event
+
+if TYPE_CHECKING:
+    from mntui.sessions.runs import RunRecord
 
 DEFAULT_CONFIG = "mntui.yaml"
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -39,11 +42,11 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def say(*parts: object, err: bool = False) -> None:
+def say(*parts: object, err: bool = False, end: str = "\n") -> None:
     """print() that survives a closed pipe (`mntui demo | head`): losing our output must
     never stop the cleanup that follows it."""
     try:
-        print(*parts, file=sys.stderr if err else sys.stdout, flush=True)
+        print(*parts, file=sys.stderr if err else sys.stdout, end=end, flush=True)
     except (BrokenPipeError, ValueError):
         try:
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
@@ -65,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-ui", action="store_true", help="headless: print progress and return")
     p.add_argument("--dry-run", action="store_true", help="print the per-node plan and scripts; touch nothing")
     p.add_argument("--restart", action="store_true", help="kill a running instance of the job first")
+    p.add_argument("--no-watch", action="store_true",
+                   help="do not start the watchdog that tears the job down when a node fails")
 
     p = sub.add_parser("kill", help="kill every process of the job on every node")
     p.add_argument("--grace", type=float, help="seconds between SIGTERM and SIGKILL (default: config)")
@@ -77,6 +82,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("node", nargs="?")
     p.add_argument("--all", action="store_true", help="one local tiled view of every node's session")
     p.add_argument("--print", action="store_true", help="print the command instead of running it")
+
+    p = sub.add_parser("status", help="every node's state, GPUs, processes, ports, output age")
+    p.add_argument("--json", action="store_true", help="the whole snapshot as JSON")
+    p.add_argument("--watch", action="store_true", help="refresh in place until Ctrl+C")
+    p.add_argument("--run", help="a run id (default: the latest)")
+
+    p = sub.add_parser("logs", help="the job's output: all nodes interleaved, or some")
+    p.add_argument("nodes", nargs="*")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing new output until Ctrl+C")
+    p.add_argument("-n", "--lines", type=int, help="start with the last N lines of each node")
+    p.add_argument("--fetch", action="store_true", help="copy every node's output.log into the local run record")
+    p.add_argument("--run", help="a run id (default: the latest)")
+
+    p = sub.add_parser("watch", help="the watchdog, in the foreground")
+    p.add_argument("--run", help="a run id (default: the latest)")
 
     p = sub.add_parser("demo", help="run the bundled 2-node CPU demo: launch, show training, kill")
     p.add_argument("--seconds", type=float, default=8.0, help="seconds of training to show")
@@ -97,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_demo(args)
         cfg = load_config(find_config(args.config))
         handler = {"launch": cmd_launch, "kill": cmd_kill, "cleanup": cmd_cleanup,
-                   "attach": cmd_attach}[args.cmd]
+                   "attach": cmd_attach, "status": cmd_status, "logs": cmd_logs, "watch": cmd_watch}[args.cmd]
         return handler(cfg, args)
     except ConfigError as exc:
         say(f"mntui: {exc}", err=True)
@@ -130,16 +150,58 @@ def cmd_launch(cfg: JobConfig, args: argparse.Namespace) -> int:
         say(f"mntui: launch failed: {exc}", err=True)
         return EXIT_FAIL
     say(f"launched {cfg.job} run {result.plan.run_id} on {result.plan.nnodes} node(s) "
-          f"in {time.time() - t0:.1f}s; `mntui attach` to watch, `mntui kill` to stop")
+        f"in {time.time() - t0:.1f}s; `mntui status`, `mntui logs -f`, `mntui kill`")
+    if not args.no_watch:
+        from mntui.sessions.watch import start_detached
+        name = start_detached(cfg, result.record)
+        say(f"watchdog running in local tmux session {name} (on failure: {cfg.watch.on_failure.value}); "
+            f"--no-watch to go without")
     return EXIT_OK
+
+
+def find_run(cfg: JobConfig, run_id: str | None) -> "RunRecord":
+    from mntui.sessions.runs import latest, load_run
+
+    record = load_run(cfg.job, run_id) if run_id else latest(cfg.job)
+    if record is None:
+        raise ConfigError(cfg.path, None, "", f"no recorded run{' ' + run_id if run_id else ''} of job "
+                          f"{cfg.job!r} on this machine (mntui launch records one)")
+    return record
+
+
+def cmd_status(cfg: JobConfig, args: argparse.Namespace) -> int:
+    from mntui.tui.views import cmd_status as view
+    return view(cfg, find_run(cfg, args.run), args.json, args.watch, say)
+
+
+def cmd_logs(cfg: JobConfig, args: argparse.Namespace) -> int:
+    from mntui.tui.views import cmd_logs as view
+    for n in args.nodes:
+        if not any(x.name == n for x in cfg.nodes):
+            _unknown_node(cfg, n)
+    return view(cfg, find_run(cfg, args.run), args.nodes, args.follow, args.lines, args.fetch, say)
+
+
+def cmd_watch(cfg: JobConfig, args: argparse.Namespace) -> int:
+    from mntui.tui.views import cmd_watch as view
+    return view(cfg, find_run(cfg, args.run), say)
 
 
 def run_kill(cfg: JobConfig, names: list[str] | None, grace: float | None, t0: float) -> bool:
     from mntui.sessions.kill import kill_job
     from mntui.sessions.remote import Cluster
+    from mntui.sessions.runs import latest
 
+    record = latest(cfg.job)
+    if record is not None and names is None and record.status in ("running", "launching"):
+        record.status = "killing"  # the watchdog stands down instead of reporting a failure
+        record.note("kill", by="user")
+        record.save()
     with Cluster(cfg.nodes, cfg.ssh) as cluster:
         results = kill_job(cfg, cluster, names=names, grace=grace, on_event=printer(t0))
+    if record is not None and record.status == "killing":
+        record.status = "killed"
+        record.save()
     dirty = [n for n, o in results.items() if not o.ok or (o.value is not None and not o.value.clean)]
     total = sum(len(o.value.found) for o in results.values() if o.value)
     if dirty:

@@ -43,7 +43,11 @@ class Cfg:
         path.write_text(textwrap.dedent(body).strip() + "\n" + ssh_block + "\n")
         return path
 
-    def mntui(self, cfg: Path, *args: str, timeout: float = 120, **kw: object) -> subprocess.CompletedProcess[str]:
+    def mntui(self, cfg: Path, *args: str, timeout: float = 120, watch: bool = False,
+              **kw: object) -> subprocess.CompletedProcess[str]:
+        """Runs the CLI; `launch` goes without the watchdog unless the test asks for it."""
+        if args and args[0] == "launch" and not watch and "--dry-run" not in args:
+            args = (*args, "--no-watch")
         return subprocess.run([sys.executable, "-m", "mntui.tui.cli", "-c", str(cfg), *args],
                               capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL, **kw)  # type: ignore[call-overload]
