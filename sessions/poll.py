@@ -57,41 +57,50 @@ class NodeSnapshot:
     log_size: int | None = None
     output_age: float | None = None    # seconds since output.log last grew (node clock)
     new_output: bytes = b""            # bytes of output.log since the previous poll
-    node_time: float | None = None
+    node_time: float | None = None     # the node's wall clock, first poll only
 
     @property
     def live_procs(self) -> tuple[JobProc, ...]:
         return tuple(p for p in self.procs if p.state not in ("Z", "X"))
 
 
-def poll_script(rec: NodeRecord, offset: int, known_pids: frozenset[int], first: bool, gpus: bool = True) -> str:
+PORTS_EVERY = 10  # polls between listening-port scans (`ss -p` walks every fd: 6 ms)
+SCAN_EVERY = 10   # polls between full tag scans; in between, the known processes' tree
+
+
+def poll_script(rec: NodeRecord, offset: int, known_pids: frozenset[int], first: bool, gpus: bool = True,
+                pane_pid: int | None = None, ports: bool = True, full_scan: bool = True) -> str:
+    """Steady-state polls spawn few processes: node clock and sysconf come on the first
+    poll only, tmux is asked only when the pane's process is gone, ports every few polls."""
     d = f'"$HOME"/{q(rec.run_dir)}'
     known = " ".join(str(p) for p in sorted(known_pids))
-    sys_once = 'echo "@SYS $(getconf CLK_TCK) $(getconf PAGESIZE) $(nproc)"' if first else ""
+    once = 'echo "@NOW $(date +%s.%N)"; echo "@SYS $(getconf CLK_TCK) $(getconf PAGESIZE) $(nproc)"' if first else ""
+    pane = (f'if [ -d /proc/{pane_pid} ]; then echo "@PANE 0 {pane_pid}"; '
+            f'else echo "@PANE $({tmux.pane_status(rec.session)})"; fi' if pane_pid
+            else f'echo "@PANE $({tmux.pane_status(rec.session)})"')
     gpu = (f"""if command -v nvidia-smi >/dev/null 2>&1; then
   echo "@GPU"; {gpumod.GPU_QUERY} 2>&1
   echo "@APPS"; {gpumod.APP_QUERY} 2>&1
 else echo "@NOSMI"; fi""" if gpus else "")
     return f"""{SHELL_LIB}
 d={d}
-echo "@NOW $(date +%s.%N)"
-{sys_once}
-echo "@PANE $({tmux.pane_status(rec.session)})"
+{once}
+read -r _up _ </proc/uptime && echo "@UP $_up"
+{pane}
 [ -f "$d/exit_code" ] && {{ read -r _rc <"$d/exit_code"; echo "@EXIT $_rc"; }}
 known=" {known} "
-for _p in $(mntui_scan {q(run_pattern(rec.tag))}); do
+for _p in $({f"mntui_scan {q(run_pattern(rec.tag))}" if full_scan or not known_pids else f"mntui_tree {known}"}); do
   read -r _s <"/proc/$_p/stat" 2>/dev/null || continue
-  echo "@P $_p ${{_s##*) }}"
-  case "$known" in *" $_p "*) ;; *) echo "@C $_p $(tr '\\0' ' ' <"/proc/$_p/cmdline" 2>/dev/null | cut -c1-300)" ;; esac
+  echo "@P $_p ${{_s#*) }}"
+  case "$known" in *" $_p "*) ;; *) echo "@C $_p $(tr '\0' ' ' <"/proc/$_p/cmdline" 2>/dev/null | cut -c1-300)" ;; esac
 done
 read -r _l <"/proc/loadavg" && echo "@LOAD $_l"
 while read -r _k _v _u; do case "$_k" in MemTotal:|MemAvailable:) echo "@MEM $_k $_v" ;; esac; done </proc/meminfo
-echo "@LISTEN"
-ss -Hltnp 2>/dev/null
+{'echo "@LISTEN"; ss -Hltnp 2>/dev/null' if ports else ''}
 {gpu}
-echo "@LOGSTAT $(stat -c '%s %Y' "$d/output.log" 2>/dev/null)"
-_size=$(stat -c %s "$d/output.log" 2>/dev/null || echo 0)
-if [ "$_size" -gt {offset} ]; then
+set -- $(stat -c '%s %Y' "$d/output.log" 2>/dev/null)
+echo "@LOGSTAT $*"
+if [ "${{1:-0}}" -gt {offset} ]; then
   echo "@LOG"; tail -c +{offset + 1} "$d/output.log" | head -c {LOG_CHUNK} | base64 -w0; echo
 fi
 echo "@END"
@@ -102,11 +111,16 @@ echo "@END"
 class _NodeState:
     offset: int = 0
     cmdlines: dict[int, str] = field(default_factory=dict)
-    ticks: dict[int, tuple[float, int]] = field(default_factory=dict)  # pid -> (node time, utime+stime)
+    ticks: dict[int, tuple[float, int]] = field(default_factory=dict)  # pid -> (node uptime, ticks)
     clk_tck: int = 100
     page: int = 4096
     ncpu: int | None = None
     first: bool = True
+    polls: int = 0
+    pane_pid: int | None = None
+    ports: tuple[int, ...] = ()
+    size: int | None = None
+    changed_at: float | None = None  # local time output.log last grew
 
 
 def parse_poll(rec: NodeRecord, out: str, st: _NodeState, rtt: float, gpus: bool = True) -> NodeSnapshot:
@@ -126,7 +140,7 @@ def parse_poll(rec: NodeRecord, out: str, st: _NodeState, rtt: float, gpus: bool
             _, key, val = line.split()
             mem[key.rstrip(":")] = int(val) / 1024
         elif line.startswith("@") and line[1:].split(" ", 1)[0] in (
-                "NOW", "SYS", "PANE", "EXIT", "LOAD", "LOGSTAT", "NOSMI"):
+                "NOW", "UP", "SYS", "PANE", "EXIT", "LOAD", "LOGSTAT", "NOSMI"):
             key, _, val = line[1:].partition(" ")
             values[key] = val.strip()
         elif line.startswith("@") and line[1:] in ("LISTEN", "GPU", "APPS", "LOG", "END"):
@@ -138,7 +152,7 @@ def parse_poll(rec: NodeRecord, out: str, st: _NodeState, rtt: float, gpus: bool
     if "SYS" in values:
         tck, page, ncpu = values["SYS"].split()
         st.clk_tck, st.page, st.ncpu, st.first = int(tck), int(page), int(ncpu), False
-    now = float(values.get("NOW", "0") or 0)
+    now = float(values.get("UP", "0") or 0)  # node uptime: a monotonic clock for CPU rates
     procs = []
     seen: dict[int, tuple[float, int]] = {}
     for pid, f in procs_raw:  # fields after "comm)": state ppid ... utime(11) stime(12) ... rss(21)
@@ -156,8 +170,10 @@ def parse_poll(rec: NodeRecord, out: str, st: _NodeState, rtt: float, gpus: bool
     pane = values.get("PANE", "").split()
     exit_code = values.get("EXIT")
     job_pids = {p.pid for p in procs}
-    ports = sorted({int(line.split()[3].rsplit(":", 1)[1]) for line in sections.get("LISTEN", [])
-                    if len(line.split()) > 3 and any(f"pid={p}," in line for p in job_pids)})
+    if "LISTEN" in sections:
+        st.ports = tuple(sorted({int(line.split()[3].rsplit(":", 1)[1]) for line in sections["LISTEN"]
+                                 if len(line.split()) > 3 and any(f"pid={p}," in line for p in job_pids)}))
+    st.pane_pid = int(pane[1]) if len(pane) > 1 and pane[1].isdigit() and pane[0] == "0" else None
     reading = None
     if gpus and "NOSMI" not in values and "GPU" in sections:
         reading = gpumod.parse_reading("\n".join(sections["GPU"]), "\n".join(sections.get("APPS", [])),
@@ -171,16 +187,23 @@ def parse_poll(rec: NodeRecord, out: str, st: _NodeState, rtt: float, gpus: bool
     if size is not None and size < st.offset:  # truncated or replaced: start over
         st.offset = 0
     st.offset += len(data)
+    # Output age: from the node's clock on the first poll, then from our own observations.
+    local = time.time()
+    if "NOW" in values and len(logstat) > 1:
+        st.changed_at = local - max(0.0, float(values["NOW"]) - int(logstat[1]))
+    elif size is not None and size != st.size:
+        st.changed_at = local
+    st.size = size
     return NodeSnapshot(
         node=rec.node, rank=rec.rank, at=time.time(), reachable=True, rtt=rtt,
         session=bool(pane), pane_dead=(pane[0] == "1") if pane else None,
         pane_pid=int(pane[1]) if len(pane) > 1 and pane[1].isdigit() else None,
         exit_code=int(exit_code) if exit_code and exit_code.lstrip("-").isdigit() else None,
-        procs=tuple(procs), ports=tuple(ports), gpu=reading,
+        procs=tuple(procs), ports=st.ports, gpu=reading,
         load=(float(load[0]), float(load[1]), float(load[2])) if len(load) >= 3 else None,
         ncpu=st.ncpu, mem_total_mib=mem.get("MemTotal"), mem_available_mib=mem.get("MemAvailable"),
-        log_size=size, output_age=(now - int(logstat[1])) if len(logstat) > 1 and now else None,
-        new_output=data, node_time=now or None,
+        log_size=size, output_age=(local - st.changed_at) if st.changed_at is not None else None,
+        new_output=data, node_time=float(values["NOW"]) if "NOW" in values else None,
     )
 
 
@@ -203,7 +226,10 @@ class Poller:
         skip = st.offset < 0  # "from the end": this poll reads no log, only its size
         t0 = time.monotonic()
         try:
-            script = poll_script(rec, 1 << 62 if skip else st.offset, frozenset(st.cmdlines), st.first, self.gpus)
+            script = poll_script(rec, 1 << 62 if skip else st.offset, frozenset(st.cmdlines), st.first, self.gpus,
+                                 st.pane_pid, ports=st.polls % PORTS_EVERY == 0,
+                                 full_scan=st.polls % SCAN_EVERY == 0)
+            st.polls += 1
             res = node.run(script, timeout=20)
         except NodeError as exc:
             return NodeSnapshot(rec.node, rec.rank, time.time(), reachable=False, error=exc.message)

@@ -30,19 +30,22 @@ def run_pattern(tag: str) -> str:
     return f"{TAG_VAR}={re.escape(tag)}"
 
 
-# Shell functions shared by every script that looks for a job's processes.
+# Shell functions shared by every script that looks for a job's processes. They use
+# `read` builtins, not `cat`: on a 64-node kill every spawned process counts.
 # mntui_scan PATTERN  -> one PID a line: the user's processes whose environment holds a
 #                        NUL-separated entry matching PATTERN (grep -E, whole entry),
 #                        never this script or its ancestors.
 # mntui_alive PIDS    -> those PIDs that still exist and are not zombies.
 # mntui_now_ms        -> monotonic-enough wall time in milliseconds.
+# The stat line is cut with `${s#*) }` (shortest match): comm is at most 15 characters,
+# and dash's longest match (`##`) is quadratic in the line, 1 ms a process.
 SHELL_LIB = r"""
 mntui_self=" "
 _p=$$
 while [ "${_p:-0}" -gt 1 ] 2>/dev/null; do
   mntui_self="$mntui_self$_p "
-  _s=$(cat /proc/$_p/stat 2>/dev/null) || break
-  _s=${_s##*) }
+  read -r _s </proc/$_p/stat 2>/dev/null || break
+  _s=${_s#*) }
   set -- $_s
   _p=$2
 done
@@ -54,10 +57,28 @@ mntui_scan() {
     echo "$_p"
   done
 }
+mntui_tree() {
+  # PIDs of the given processes and all their descendants, by /proc/*/task/*/children:
+  # builtins only, no process spawned. A job's processes all descend from its pane.
+  _seen=" "; _todo="$*"
+  while [ -n "$_todo" ]; do
+    _next=""
+    for _p in $_todo; do
+      case "$_seen" in *" $_p "*) continue ;; esac
+      [ -d "/proc/$_p" ] || continue
+      _seen="$_seen$_p "
+      for _c in /proc/$_p/task/*/children; do
+        read -r _k <"$_c" 2>/dev/null && _next="$_next $_k"
+      done
+    done
+    _todo=$_next
+  done
+  for _p in $_seen; do echo "$_p"; done
+}
 mntui_alive() {
   for _p in "$@"; do
-    _s=$(cat /proc/$_p/stat 2>/dev/null) || continue
-    _s=${_s##*) }
+    read -r _s </proc/$_p/stat 2>/dev/null || continue
+    _s=${_s#*) }
     case "$_s" in Z*|X*) continue ;; esac
     echo "$_p"
   done
@@ -65,9 +86,9 @@ mntui_alive() {
 mntui_now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 mntui_procinfo() {
   for _p in "$@"; do
-    _s=$(cat /proc/$_p/stat 2>/dev/null) || continue
+    read -r _s </proc/$_p/stat 2>/dev/null || continue
     _c=$(tr '\0' ' ' </proc/$_p/cmdline 2>/dev/null | cut -c1-300)
-    _s=${_s##*) }
+    _s=${_s#*) }
     echo "PROC $_p ${_s%% *} $_c"
   done
 }

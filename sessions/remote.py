@@ -18,6 +18,7 @@ import os
 import secrets
 import select
 import shlex
+import socket
 import subprocess
 import threading
 import time
@@ -78,10 +79,15 @@ class Node(Protocol):
 
 
 def frame(script: str, seq: int = 0) -> str:
-    """Mark our output; run the script in a subshell so its `exit` ends only itself,
-    with stdin from /dev/null because stdin is where the scripts come from."""
-    return (f"printf '%s\\n' {BEGIN}{seq}\n(\n{script}\n) </dev/null\n"
-            f"printf '\\n%s %s\\n' {END}{seq} \"$?\"\n")
+    """Mark our output; run the script in a subshell so its `exit` ends only itself, with
+    stdin from /dev/null because stdin is where the scripts come from.
+
+    The answer is captured and printed in one write: sshd does not set TCP_NODELAY on
+    exec channels, so a small END marker sent after the output would wait for a delayed
+    ACK, 40 ms a command.
+    """
+    return (f"__mntui_o=$( (\n{script}\n) </dev/null; printf '\\n%s %s' {END}{seq} \"$?\")\n"
+            f"printf '%s\\n%s\\n' {BEGIN}{seq} \"$__mntui_o\"\n")
 
 
 def find_end(raw: str, seq: int = 0) -> int:
@@ -397,6 +403,11 @@ def _open(name: str, s: SshSettings, policy: SshPolicy):  # type: ignore[no-unty
         reason = ("timed out" if isinstance(exc, TimeoutError)
                   else getattr(exc, "strerror", None) or str(exc) or type(exc).__name__)
         raise NodeError(name, f"cannot connect to {where}: {reason}") from None
+    # Small requests must not wait for the ACK of paramiko's window adjustments (Nagle):
+    # without this, every command on an open connection costs a 40 ms delayed ACK.
+    sock = getattr(conn.client.get_transport(), "sock", None)
+    if isinstance(sock, socket.socket):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return conn
 
 

@@ -109,7 +109,7 @@ def test_parse_poll_sections_and_cpu() -> None:
     rec = NodeRecord("n", "h", 1, "j-n", "j/r/n", ".mntui/runs/j/r/n")
     st = _NodeState()
     stat = "S 1 10 10 0 -1 4194304 0 0 0 0 {u} 50 0 0 20 0 1 0 100 1000 2560 0"
-    out = ("@NOW 1000.0\n@SYS 100 4096 8\n@PANE 0 10 \n"
+    out = ("@NOW 1000.0\n@SYS 100 4096 8\n@UP 500.0\n@PANE 0 10 \n"
            f"@P 10 {stat.format(u=100)}\n@C 10 bash ./launch.sh\n"
            "@LOAD 0.50 0.40 0.30 1/100 99\n@MEM MemTotal: 2097152\n@MEM MemAvailable: 1048576\n"
            "@LISTEN\nLISTEN 0 128 0.0.0.0:29500 0.0.0.0:* users:((\"python\",pid=10,fd=3))\n"
@@ -118,7 +118,11 @@ def test_parse_poll_sections_and_cpu() -> None:
     assert s.procs[0].cmdline == "bash ./launch.sh" and s.procs[0].cpu_percent is None
     assert s.procs[0].rss_mib == 10.0 and s.ports == (29500,) and s.gpu is None
     assert s.load == (0.5, 0.4, 0.3) and s.mem_total_mib == 2048 and s.ncpu == 8
-    assert s.new_output == b"hello" and s.output_age == 5 and st.offset == 5
-    out2 = out.replace("@NOW 1000.0", "@NOW 1002.0").replace(stat.format(u=100), stat.format(u=200))
+    assert s.new_output == b"hello" and s.output_age == pytest.approx(5, abs=0.5) and st.offset == 5
+    assert s.node_time == 1000.0 and st.pane_pid == 10
+    # Later polls: no node clock; CPU from uptime deltas, output age from size changes seen here.
+    out2 = (out.replace("@NOW 1000.0\n@SYS 100 4096 8\n", "").replace("@UP 500.0", "@UP 502.0")
+            .replace(stat.format(u=100), stat.format(u=200)).replace("@LOGSTAT 5 995", "@LOGSTAT 9 999"))
     s2 = parse_poll(rec, out2.replace("@C 10 bash ./launch.sh\n", "").replace("@LOG\naGVsbG8=\n", ""), st, 0.01)
     assert s2.procs[0].cpu_percent == pytest.approx(50.0) and s2.procs[0].cmdline == "bash ./launch.sh"
+    assert s2.output_age is not None and s2.output_age < 0.5 and s2.ports == (29500,)

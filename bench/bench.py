@@ -1,0 +1,189 @@
+"""mntui against its baselines, on N fake sshd nodes, as ratios measured in the same run.
+
+    .venv/bin/python bench/bench.py                 # N = 1, 8, 32, 64; 5 repetitions
+    .venv/bin/python bench/bench.py --nodes 8 --reps 3
+
+Every repetition runs each contender once, in turn (interleaved), so a noisy
+neighbour slows all of them alike; the table gives median and min-max, and the ratio
+of medians against the floor: a raw paramiko fan-out of `true` over connections that
+are already open. Writes bench/results/<stamp>.json and prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from fakecluster import FakeCluster, free_port, wait_for  # noqa: E402
+
+from mntui.sessions.config import parse_config  # noqa: E402
+from mntui.sessions.kill import kill_job  # noqa: E402
+from mntui.sessions.launch import launch  # noqa: E402
+from mntui.sessions.poll import Poller  # noqa: E402
+from mntui.sessions.remote import Cluster, RemoteNode  # noqa: E402
+
+STATUS_CMD = "tmux ls 2>/dev/null; cat /proc/loadavg; ss -Hltn | wc -l"
+
+
+def job_config(fc: FakeCluster, n: int, job: str) -> str:
+    nodes = ", ".join(f"node{i}" for i in range(n))
+    port = free_port()
+    return f"""
+job: {job}
+nodes: [{nodes}]
+master_port: {port}
+command: >-
+  exec python3 -c "import socket, sys, time; s = socket.socket();
+  s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1);
+  int(sys.argv[1]) == 0 and (s.bind(('127.0.0.1', {port})), s.listen());
+  print('up', flush=True); time.sleep(3600)" {{node_rank}}
+launch: {{ready_timeout: 60}}
+kill: {{grace: 2}}
+ssh: {{config: {fc.ssh_config}, connect_timeout: 10}}
+"""
+
+
+def raw_true(cluster: Cluster) -> None:
+    """The floor: `true` on every node at once, one exec channel each, on open connections."""
+    def one(node: RemoteNode) -> None:
+        chan = node._transport().open_session()
+        chan.exec_command("true")
+        chan.recv_exit_status()
+        chan.close()
+    threads = [threading.Thread(target=one, args=(n,)) for n in cluster.nodes.values()
+               if isinstance(n, RemoteNode)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def pdsh(fc: FakeCluster, n: int, command: str) -> None:
+    env = {**os.environ, "PDSH_SSH_ARGS_APPEND": f"-F {fc.ssh_config}"}
+    hosts = ",".join(f"node{i}" for i in range(n))
+    subprocess.run(["pdsh", "-R", "ssh", "-f", "128", "-w", hosts, command], env=env,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+
+
+def ssh_loop(fc: FakeCluster, n: int, command: str) -> None:
+    for i in range(n):
+        subprocess.run(["ssh", "-F", str(fc.ssh_config), f"node{i}", command],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, check=True)
+
+
+def timed(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def cold_start(reps: int) -> dict[str, list[float]]:
+    """Import cost of the headless CLI vs a bare interpreter, and Textual must stay out."""
+    out: dict[str, list[float]] = {"python -c pass": [], "import mntui CLI (headless)": []}
+    check = ("import sys, mntui.tui.cli, mntui.tui.views, mntui.sessions.poll, mntui.sessions.watch; "
+             "assert 'textual' not in sys.modules, 'textual imported on a headless path'")
+    for _ in range(reps):
+        out["python -c pass"].append(timed(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True)))
+        out["import mntui CLI (headless)"].append(timed(lambda: subprocess.run([sys.executable, "-c", check],
+                                                                                check=True)))
+    return out
+
+
+def bench_n(root: Path, n: int, reps: int, slow_baselines: bool) -> dict[str, object]:
+    fc = FakeCluster(root / f"n{n}", n).start()
+    results: dict[str, list[float]] = {}
+
+    def add(name: str, value: float) -> None:
+        results.setdefault(name, []).append(value)
+
+    try:
+        cfg = parse_config(job_config(fc, n, f"bench{n}"), str(root / f"bench{n}.yaml"))
+        with Cluster(cfg.nodes, cfg.ssh) as cluster:
+            cluster.connect()
+            gaps: list[float] = []
+            for rep in range(reps):
+                # launch: from the call to every node started; and the main-ready -> first worker gap
+                t0 = time.perf_counter()
+                res = launch(cfg, cluster=cluster)
+                add("launch: until all nodes started", time.perf_counter() - t0)
+                if n > 1:
+                    gaps.append(min(v for k, v in res.started_at.items() if k != cfg.main) - res.ready_at)
+                poller = Poller(res.record, cluster, gpus=False)
+                poller.poll()  # first poll learns command lines and sysconf; steady state after
+                for _ in range(3):
+                    add("floor: raw paramiko `true`, open connections", timed(lambda: raw_true(cluster)))
+                    add("mntui: `true` on its persistent shells", timed(lambda: cluster.run({x: "true" for x in cluster.nodes})))
+                    add("mntui: full status poll", timed(poller.poll))
+                add("pdsh -R ssh: status command", timed(lambda: pdsh(fc, n, STATUS_CMD)))
+                if slow_baselines:
+                    add("sequential ssh loop: status command", timed(lambda: ssh_loop(fc, n, STATUS_CMD)))
+                t0 = time.perf_counter()
+                out = kill_job(cfg, cluster)
+                add("kill-all until verified clean", time.perf_counter() - t0)
+                assert all(o.ok and o.value and o.value.clean for o in out.values()), out
+            if gaps:
+                results["worker start after main ready"] = gaps
+    finally:
+        fc.stop()
+    return {"n": n, "results": results}
+
+
+def summarize(runs: list[dict[str, object]], cold: dict[str, list[float]]) -> str:
+    lines = ["| N | measurement | median ms | min-max ms | ratio to floor |", "|---|---|---:|---:|---:|"]
+    for run in runs:
+        res: dict[str, list[float]] = run["results"]  # type: ignore[assignment]
+        floor = statistics.median(res["floor: raw paramiko `true`, open connections"])
+        for name, vals in res.items():
+            med = statistics.median(vals)
+            ratio = "" if name.startswith(("worker", "launch")) else f"{med / floor:.2f}x"
+            lines.append(f"| {run['n']} | {name} | {med * 1000:.1f} | {min(vals) * 1000:.1f}-{max(vals) * 1000:.1f} "
+                         f"| {ratio} |")
+    base = statistics.median(cold["python -c pass"])
+    for name, vals in cold.items():
+        med = statistics.median(vals)
+        lines.append(f"| - | cold start: {name} | {med * 1000:.1f} | {min(vals) * 1000:.1f}-{max(vals) * 1000:.1f} "
+                     f"| {med / base:.2f}x of `python -c pass` |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", default="1,8,32,64", help="comma-separated node counts")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--no-slow", action="store_true", help="skip the sequential ssh loop")
+    ap.add_argument("--out", default=str(REPO / "bench" / "results"))
+    args = ap.parse_args()
+    counts = [int(x) for x in args.nodes.split(",")]
+    root = Path(tempfile.mkdtemp(prefix="mntui-bench-", dir=os.path.expanduser("~")))
+    os.environ.setdefault("XDG_STATE_HOME", str(root / "state"))
+    runs = []
+    for n in counts:
+        print(f"== N={n}", file=sys.stderr, flush=True)
+        runs.append(bench_n(root, n, args.reps, not args.no_slow))
+    cold = cold_start(args.reps)
+    table = summarize(runs, cold)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    meta = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
+            f"{platform.platform()}", "python": platform.python_version(), "reps": args.reps}
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / f"{stamp}.json").write_text(json.dumps({**meta, "runs": runs, "cold_start": cold}, indent=2))
+    print(f"mntui benchmark, {meta['date']}, {meta['machine']}, {args.reps} repetitions\n")
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
