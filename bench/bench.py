@@ -141,7 +141,56 @@ def bench_n(root: Path, n: int, reps: int, slow_baselines: bool) -> dict[str, ob
     return {"n": n, "results": results}
 
 
-def summarize(runs: list[dict[str, object]], cold: dict[str, list[float]]) -> str:
+def app_scale(ticks: int, nodes: int = 64, table: bool = False) -> dict[str, float]:
+    """The app fed 64 nodes x 8 GPUs of recorded data at 1 Hz: per-tick work and CPU share."""
+    import asyncio
+    import resource
+
+    from recorded import h100_node
+
+    from mntui.tui.app import MntuiApp, PollDone
+
+    names = ", ".join(f"g{i}" for i in range(nodes))
+    cfg = parse_config(f"job: scale\nnodes: [{names}]\nnproc_per_node: 8\ncommand: x\n", "scale.yaml")
+    frames: list[float] = []
+    cpu = 0.0
+    # Snapshots are parsed in the poll worker in the real app, not on the UI thread: build them first.
+    feeds = [{f"g{i}": h100_node(f"g{i}", i, step=1000 + tick * 12, frozen=(i == 7 and tick > 2))[0]
+              for i in range(nodes)} for tick in range(ticks)]
+
+    async def go() -> None:
+        nonlocal cpu
+        app = MntuiApp(cfg, poll=False, watchdog=False)
+        async with app.run_test(size=(200, 60)) as pilot:
+            if app.table_mode != table:
+                await pilot.press("t")
+            await pilot.pause()
+            def used() -> float:
+                r = resource.getrusage(resource.RUSAGE_SELF)
+                return r.ru_utime + r.ru_stime
+
+            c0, t0 = used(), time.perf_counter()
+            for tick in range(ticks):
+                start, c_start = time.perf_counter(), used()
+                snaps = feeds[tick]
+                for snap in snaps.values():
+                    app.apply_snapshot(snap)
+                app.post_message(PollDone(snaps))
+                await pilot.pause()  # until the app has handled everything
+                await asyncio.sleep(0.1)  # and its refresh timer has drawn the frame
+                frames.append(used() - c_start)  # the CPU this tick's update and draw cost
+                await asyncio.sleep(max(0.0, 1.0 - (time.perf_counter() - start)))
+            cpu = (used() - c0) / (time.perf_counter() - t0)
+
+    asyncio.run(go())
+    steady = frames[1:] or frames  # the first tick also draws every widget for the first time
+    return {"first_tick_ms": frames[0] * 1000,
+            "tick_median_ms": statistics.median(steady) * 1000, "tick_max_ms": max(steady) * 1000,
+            "cpu_percent_of_one_core": cpu * 100}  # tick_*: CPU seconds spent per 1 Hz tick
+
+
+def summarize(runs: list[dict[str, object]], cold: dict[str, list[float]],
+              app: dict[str, dict[str, float]] | None = None) -> str:
     lines = ["| N | measurement | median ms | min-max ms | ratio to floor |", "|---|---|---:|---:|---:|"]
     for run in runs:
         res: dict[str, list[float]] = run["results"]  # type: ignore[assignment]
@@ -156,6 +205,9 @@ def summarize(runs: list[dict[str, object]], cold: dict[str, list[float]]) -> st
         med = statistics.median(vals)
         lines.append(f"| - | cold start: {name} | {med * 1000:.1f} | {min(vals) * 1000:.1f}-{max(vals) * 1000:.1f} "
                      f"| {med / base:.2f}x of `python -c pass` |")
+    for view, m in (app or {}).items():
+        lines.append(f"| 64x8 GPUs | app at 1 Hz, {view}: CPU per tick (update+draw) | {m['tick_median_ms']:.1f} | "
+                     f"max {m['tick_max_ms']:.1f} (first {m['first_tick_ms']:.0f}) | {m['cpu_percent_of_one_core']:.1f}% of one core |")
     return "\n".join(lines)
 
 
@@ -165,6 +217,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--no-slow", action="store_true", help="skip the sequential ssh loop")
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
+    ap.add_argument("--app-ticks", type=int, default=20, help="1 Hz ticks of the 64x8 app run (0: skip)")
     args = ap.parse_args()
     counts = [int(x) for x in args.nodes.split(",")]
     root = Path(tempfile.mkdtemp(prefix="mntui-bench-", dir=os.path.expanduser("~")))
@@ -174,12 +227,17 @@ def main() -> int:
         print(f"== N={n}", file=sys.stderr, flush=True)
         runs.append(bench_n(root, n, args.reps, not args.no_slow))
     cold = cold_start(args.reps)
-    table = summarize(runs, cold)
+    app = {}
+    if args.app_ticks:
+        print("== app, 64 nodes x 8 GPUs", file=sys.stderr, flush=True)
+        app = {"grid": app_scale(args.app_ticks, table=False), "table": app_scale(args.app_ticks, table=True)}
+    table = summarize(runs, cold, app)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     meta = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
             f"{platform.platform()}", "python": platform.python_version(), "reps": args.reps}
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / f"{stamp}.json").write_text(json.dumps({**meta, "runs": runs, "cold_start": cold}, indent=2))
+    (Path(args.out) / f"{stamp}.json").write_text(json.dumps({**meta, "runs": runs, "cold_start": cold,
+                                                              "app": app}, indent=2))
     print(f"mntui benchmark, {meta['date']}, {meta['machine']}, {args.reps} repetitions\n")
     print(table)
     return 0

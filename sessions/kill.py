@@ -179,3 +179,23 @@ def free_ports(cluster: Cluster, holders: dict[str, tuple[PortHolder, ...]], gra
         return tuple(int(p) for p in freeing), parse_listeners(lines)
 
     return cluster.map(one, [n for n, h in holders.items() if any(x.pid is not None for x in h)])
+
+
+def stop_job(cfg: JobConfig, cluster: Cluster, *, names: Iterable[str] | None = None,
+             grace: float | None = None, on_event: Callable[[Event], None] = lambda e: None,
+             ) -> dict[str, Outcome[KillReport]]:
+    """A user's kill (CLI `kill`, the app's K): mark the run first, so its watchdog stands
+    down instead of reporting the kill as a failure, then kill."""
+    from .runs import latest
+
+    record = latest(cfg.job)
+    whole = names is None
+    if record is not None and whole and record.status in ("running", "launching"):
+        record.status = "killing"
+        record.note("kill", by="user")
+        record.save()
+    results = kill_job(cfg, cluster, names=names, grace=grace, on_event=on_event)
+    if record is not None and record.status == "killing":
+        record.status = "killed"
+        record.save()
+    return results

@@ -121,6 +121,7 @@ class _NodeState:
     ports: tuple[int, ...] = ()
     size: int | None = None
     changed_at: float | None = None  # local time output.log last grew
+    keep: int = 0                    # with offset -1: start this many bytes before the end
 
 
 def parse_poll(rec: NodeRecord, out: str, st: _NodeState, rtt: float, gpus: bool = True) -> NodeSnapshot:
@@ -217,8 +218,12 @@ class Poller:
 
     def tail_from_end(self) -> None:
         """Skip what the log already holds (a viewer that joins late starts at the end)."""
-        for name, st in self._state.items():
-            st.offset = -1
+        self.start_near_end(0)
+
+    def start_near_end(self, keep: int) -> None:
+        """Start `keep` bytes before the end of each log: a late viewer sees some context."""
+        for st in self._state.values():
+            st.offset, st.keep = -1, keep
 
     def poll_node(self, node: Node) -> NodeSnapshot:
         rec = self.record.node(node.name)
@@ -237,7 +242,7 @@ class Poller:
             st.offset = 0
         snap = parse_poll(rec, res.stdout, st, time.monotonic() - t0, self.gpus)
         if skip:
-            st.offset = snap.log_size or 0
+            st.offset = max(0, (snap.log_size or 0) - st.keep)
         return snap
 
     def poll(self, on_node: Callable[[NodeSnapshot], None] | None = None) -> dict[str, NodeSnapshot]:

@@ -76,7 +76,9 @@ class Judge:
 
 
 class LockHeld(Exception):
-    pass
+    def __init__(self, message: str, holder: str) -> None:
+        super().__init__(message)
+        self.holder = holder
 
 
 def acquire_lock(record: RunRecord) -> IO[str]:
@@ -89,7 +91,7 @@ def acquire_lock(record: RunRecord) -> IO[str]:
         fh.seek(0)
         holder = fh.read().strip() or "?"
         fh.close()
-        raise LockHeld(f"another watchdog already watches run {record.run_id} (pid {holder})") from None
+        raise LockHeld(f"another watchdog already watches run {record.run_id} (pid {holder})", holder) from None
     fh.seek(0)
     fh.truncate()
     fh.write(str(os.getpid()))

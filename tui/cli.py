@@ -105,13 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.cmd is None:
+        return cmd_app(args)
     # A closed terminal or a `kill` must unwind like Ctrl+C, so a half-done launch is
     # stopped and the demo is cleaned up.
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupt)
-    if args.cmd is None:
-        build_parser().print_help()
-        return EXIT_USAGE
     try:
         if args.cmd == "demo":
             return cmd_demo(args)
@@ -127,10 +126,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def cmd_app(args: argparse.Namespace, launch_now: bool = False) -> int:
+    """The full-screen app; with no config it opens the bundled demo, ready to launch."""
+    try:
+        path = find_config(args.config)
+        demo = False
+    except ConfigError:
+        path, demo = demo_config_path(), True
+    try:
+        cfg = load_config(path)
+    except ConfigError as exc:
+        say(f"mntui: {exc}", err=True)
+        return EXIT_USAGE
+    if not sys.stdout.isatty():
+        say("mntui: the app needs a terminal; headless: mntui launch --no-ui, status, logs, kill", err=True)
+        return EXIT_USAGE
+    from mntui.tui.app import run_app
+    if demo:
+        say(f"mntui: no ./mntui.yaml; opening the bundled demo ({path}); press l to launch it")
+    return run_app(cfg, launch_now=launch_now)
+
+
 def cmd_launch(cfg: JobConfig, args: argparse.Namespace) -> int:
     from mntui.sessions import launch, plan
     from mntui.sessions.remote import NodeError
 
+    if not args.no_ui and not args.dry_run:
+        from mntui.tui.app import run_app
+        if not sys.stdout.isatty():
+            say("mntui: no terminal for the app; use --no-ui", err=True)
+            return EXIT_USAGE
+        return run_app(cfg, launch_now=True, restart=args.restart)
     if args.dry_run:
         try:
             say(plan.describe(launch.make_plan(cfg)))
@@ -188,20 +214,11 @@ def cmd_watch(cfg: JobConfig, args: argparse.Namespace) -> int:
 
 
 def run_kill(cfg: JobConfig, names: list[str] | None, grace: float | None, t0: float) -> bool:
-    from mntui.sessions.kill import kill_job
+    from mntui.sessions.kill import stop_job
     from mntui.sessions.remote import Cluster
-    from mntui.sessions.runs import latest
 
-    record = latest(cfg.job)
-    if record is not None and names is None and record.status in ("running", "launching"):
-        record.status = "killing"  # the watchdog stands down instead of reporting a failure
-        record.note("kill", by="user")
-        record.save()
     with Cluster(cfg.nodes, cfg.ssh) as cluster:
-        results = kill_job(cfg, cluster, names=names, grace=grace, on_event=printer(t0))
-    if record is not None and record.status == "killing":
-        record.status = "killed"
-        record.save()
+        results = stop_job(cfg, cluster, names=names, grace=grace, on_event=printer(t0))
     dirty = [n for n, o in results.items() if not o.ok or (o.value is not None and not o.value.clean)]
     total = sum(len(o.value.found) for o in results.values() if o.value)
     if dirty:

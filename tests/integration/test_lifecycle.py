@@ -14,7 +14,7 @@ from pathlib import Path
 
 import libtmux
 
-from conftest import Cfg, free_port, listener_job
+from helpers import Cfg, free_port, listener_job
 from fakecluster import FakeCluster, alive, pids_with_env, port_listening, proc_state, wait_for
 from mntui.sessions.config import load_config
 from mntui.sessions.kill import kill_job

@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from conftest import Cfg, free_port, listener_job, step_count, torch_job
+from helpers import Cfg, free_port, listener_job, step_count, torch_job
 from fakecluster import FakeCluster, alive, cmdline, pids_with_env, port_listening, proc_state, wait_for
 from mntui.sessions.config import load_config
 from mntui.sessions.poll import Poller

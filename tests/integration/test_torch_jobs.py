@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 
-from conftest import Cfg, free_port, step_count, torch_job
+from helpers import Cfg, free_port, step_count, torch_job
 from fakecluster import FakeCluster, alive, cmdline, pids_with_env, port_listening, proc_state, wait_for
 
 TAG = "MNTUI_RUN={job}/[^/]+/{node}"

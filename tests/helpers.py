@@ -1,0 +1,111 @@
+"""Fixtures and job builders shared by the integration and app tests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from fakecluster import FakeCluster, free_port
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO_JOB = REPO / "sessions" / "jobs" / "ddp_demo.py"
+
+
+@pytest.fixture(scope="session")
+def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeCluster]:
+    cluster = FakeCluster(tmp_path_factory.mktemp("fake"), 3).start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(autouse=True)
+def _stop_jobs(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    if "fake" in request.fixturenames:
+        request.getfixturevalue("fake").stop_jobs()
+
+
+class Cfg:
+    """Writes job configs that reach the fake nodes, and runs the real CLI on them."""
+
+    def __init__(self, fake: FakeCluster, tmp: Path) -> None:
+        self.fake, self.tmp = fake, tmp
+
+    def write(self, body: str, name: str = "job.yaml", ssh: str = "") -> Path:
+        path = self.tmp / name
+        ssh_block = ssh or f"ssh: {{config: {self.fake.ssh_config}, connect_timeout: 5}}"
+        path.write_text(textwrap.dedent(body).strip() + "\n" + ssh_block + "\n")
+        return path
+
+    def mntui(self, cfg: Path, *args: str, timeout: float = 120, watch: bool = False,
+              **kw: object) -> subprocess.CompletedProcess[str]:
+        """Runs the CLI; `launch` goes without the watchdog unless the test asks for it."""
+        if args and args[0] == "launch" and not watch and "--dry-run" not in args:
+            args = (*args, "--no-watch")
+        return subprocess.run([sys.executable, "-m", "mntui.tui.cli", "-c", str(cfg), *args],
+                              capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL, **kw)  # type: ignore[call-overload]
+
+    def workdir_with_train(self) -> Path:
+        work = self.tmp / "work"
+        work.mkdir(exist_ok=True)
+        shutil.copy(DEMO_JOB, work / "train.py")
+        return work
+
+
+@pytest.fixture
+def cfg(fake: FakeCluster, tmp_path: Path) -> Cfg:
+    return Cfg(fake, tmp_path)
+
+
+def torch_job(job: str, work: Path, port: int, nodes: str = "[node0, node1]", extra: str = "") -> str:
+    """A real 2-node torchrun job (gloo, CPU) that prints its env, then trains."""
+    return f"""
+    job: {job}
+    nodes: {nodes}
+    workdir: {work}
+    master_port: {port}
+    env: {{OMP_NUM_THREADS: "1", MYVAR: "hello world"}}
+    command: >-
+      printf 'ENV node=%s NODE_RANK=%s NNODES=%s MASTER_ADDR=%s MASTER_PORT=%s WORLD_SIZE=%s MYVAR=%s\\n'
+      {{node}} "$NODE_RANK" "$NNODES" "$MASTER_ADDR" "$MASTER_PORT" "$WORLD_SIZE" "$MYVAR";
+      exec python3 -m torch.distributed.run --nnodes={{nnodes}} --node_rank={{node_rank}}
+      --nproc_per_node={{nproc_per_node}} --master_addr={{master_addr}} --master_port={{master_port}}
+      train.py --interval 0.3 --timeout 600
+    launch: {{ready_timeout: 90}}
+    kill: {{grace: 3}}
+    {extra}
+    """
+
+
+def listener_job(job: str, port: int, nodes: str = "[node0, node1]", extra: str = "") -> str:
+    """A light job: the main listens on the master port, every node sleeps."""
+    return f"""
+    job: {job}
+    nodes: {nodes}
+    master_port: {port}
+    command: >-
+      echo "node {{node}} rank {{node_rank}} up";
+      exec python3 -c "import socket, sys, time; r = int(sys.argv[1]);
+      s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1);
+      r == 0 and (s.bind(('127.0.0.1', {port})), s.listen());
+      print('serving', flush=True); time.sleep(600)" {{node_rank}}
+    launch: {{ready_timeout: 20}}
+    kill: {{grace: 2}}
+    {extra}
+    """
+
+
+def step_count(log: str) -> int:
+    return sum(1 for line in log.splitlines() if line.startswith("step "))
+
+
+__all__ = ["Cfg", "torch_job", "listener_job", "step_count", "free_port", "time", "os"]

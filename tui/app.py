@@ -1,0 +1,515 @@
+"""The Textual app: a view and a remote control over the engine, never a second engine.
+
+All IO runs in thread workers that call `mntui.sessions` and post typed messages;
+handlers on the UI thread only update views. A poll is re-armed when the previous one
+has finished, so a slow node can never stack polls up. The watchdog runs here too,
+under the same lock as `mntui watch`, so the two never both act.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from typing import IO, Any
+
+import libtmux  # noqa: F401  imported before Textual swaps stdout: its import reads stdout.encoding
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid
+from textual.message import Message
+from textual.widgets import DataTable, Footer, RichLog, Static
+from textual.worker import Worker, WorkerState
+
+from mntui.sessions.config import JobConfig
+from mntui.sessions.events import Event
+from mntui.sessions.logs import LineSplitter
+from mntui.sessions.poll import NodeSnapshot, Poller
+from mntui.sessions.procs import PortHolder
+from mntui.sessions.remote import Cluster
+from mntui.sessions.runs import RunRecord, latest
+from mntui.sessions.states import NodeState, Verdict
+from mntui.sessions.watch import Judge, LockHeld, Trigger, Watchdog, acquire_lock
+
+from .render import table_row
+from .widgets import ConfirmScreen, HelpScreen, LogScreen, NodePane, NodeView
+
+LOG_KEEP = 5000        # lines of log kept per node in the app
+TABLE_ABOVE = 16       # nodes above which the app opens in the compact table view
+START_BACK = 16 * 1024  # bytes of existing log shown when the app opens on a running job
+
+
+class NodeSnap(Message):
+    def __init__(self, snap: NodeSnapshot) -> None:
+        super().__init__()
+        self.snap = snap
+
+
+class PollDone(Message):
+    def __init__(self, snaps: dict[str, NodeSnapshot]) -> None:
+        super().__init__()
+        self.snaps = snaps
+
+
+class EngineEvent(Message):
+    def __init__(self, event: Event) -> None:
+        super().__init__()
+        self.event = event
+
+
+class LaunchDone(Message):
+    def __init__(self, record: RunRecord | None, error: str | None) -> None:
+        super().__init__()
+        self.record, self.error = record, error
+
+
+class KillDone(Message):
+    def __init__(self, clean: bool, summary: str, then_launch: bool = False) -> None:
+        super().__init__()
+        self.clean, self.summary, self.then_launch = clean, summary, then_launch
+
+
+class HoldersFound(Message):
+    def __init__(self, holders: dict[str, tuple[PortHolder, ...]], errors: dict[str, str]) -> None:
+        super().__init__()
+        self.holders, self.errors = holders, errors
+
+
+class Notice(Message):
+    def __init__(self, text: str, severity: str = "information") -> None:
+        super().__init__()
+        self.text, self.severity = text, severity
+
+
+class MntuiApp(App[None]):
+    TITLE = "mntui"
+    CSS = """
+    #header { dock: top; height: 1; background: $primary-darken-3; color: $text; padding: 0 1; }
+    #grid { layout: grid; grid-size: 2; grid-gutter: 0 1; grid-rows: 16; }
+    #table { height: 1fr; }
+    #events { dock: bottom; height: 6; border-top: solid $primary-darken-2; }
+    .hidden { display: none; }
+    """
+    BINDINGS = [
+        Binding("l", "launch", "launch"), Binding("K", "kill_all", "kill all"),
+        Binding("c", "cleanup", "cleanup ports"), Binding("r", "restart", "restart"),
+        Binding("a,enter", "attach", "attach"), Binding("v", "view_log", "log"),
+        Binding("t", "toggle_view", "grid/table"), Binding("question_mark", "help", "help"),
+        Binding("q", "quit_app", "quit"),
+    ]
+
+    def __init__(self, cfg: JobConfig, *, record: RunRecord | None = None, launch_now: bool = False,
+                 restart: bool = False, poll: bool = True, watchdog: bool = True) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.record = record if record is not None else latest(cfg.job)
+        self.launch_now, self.restart = launch_now, restart
+        self.polling_enabled, self.watchdog_enabled = poll, watchdog
+        self.views = {n.name: NodeView(n.name, n.rank, log=[]) for n in cfg.nodes}
+        self.splitters = {n.name: LineSplitter() for n in cfg.nodes}
+        self.cluster: Cluster | None = None
+        self.poller: Poller | None = None
+        self.judge = Judge(cfg.watch)
+        self.watchdog: Watchdog | None = None
+        self.lock: IO[str] | None = None
+        self.watcher = "none"  # who watches the run: "here", "headless (pid N)" or "none"
+        self.busy: str | None = None  # launch / kill / cleanup in progress
+        self.started = time.time()
+        self.table_mode = len(cfg.nodes) > TABLE_ABOVE
+        self.table_columns: list[Any] = []
+        self.table_cells: dict[str, tuple[object, ...]] = {}
+
+    # -- layout ---------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield Static(id="header", markup=False)
+        with Grid(id="grid", classes="hidden" if self.table_mode else ""):
+            for v in self.views.values():
+                yield NodePane(v)
+        yield DataTable(id="table", cursor_type="row", zebra_stripes=True,
+                        classes="" if self.table_mode else "hidden")
+        yield RichLog(id="events", markup=False, max_lines=500)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        self.table_columns = table.add_columns("node", "rank", "state", "GPUs", "memory", "output", "rtt")
+        self.cluster = Cluster(self.cfg.nodes, self.cfg.ssh)
+        self.refresh_header()
+        self.refresh_views()
+        self.set_interval(1.0, self.refresh_header)
+        if self.record is not None:
+            self.attach_run(self.record, watch_here=self.watchdog_enabled)
+        if self.launch_now:
+            self.action_launch(self.restart)
+        elif self.record is None:
+            self.log_event(f"no run of {self.cfg.job} recorded here yet: press l to launch")
+
+    def on_resize(self) -> None:
+        """Reflow: as many 64-column panes per row as fit, rows sharing the height."""
+        cols = min(max(1, self.size.width // 64), len(self.views))
+        rows = -(-len(self.views) // cols)
+        grid = self.query_one("#grid", Grid)
+        grid.styles.grid_size_columns = cols
+        grid.styles.grid_rows = str(max(10, (self.size.height - 9) // rows))
+
+    def on_unmount(self) -> None:
+        self.hand_over_watchdog()
+        if self.cluster is not None:
+            self.cluster.close()
+
+    # -- runs and polling ------------------------------------------------------------
+    def attach_run(self, record: RunRecord, watch_here: bool) -> None:
+        """Start showing `record`; act as its watchdog if none is watching it already."""
+        assert self.cluster is not None
+        self.record = record
+        self.poller = Poller(record, self.cluster)
+        self.poller.start_near_end(START_BACK)
+        self.judge = Judge(self.cfg.watch)
+        self.release_lock()
+        if watch_here and record.status in ("running", "launching"):
+            try:
+                self.lock = acquire_lock(record)
+                self.watchdog = Watchdog(self.cfg, record, self.cluster, on_event=self.post_event)
+                self.watcher = "here"
+            except LockHeld as exc:
+                self.watcher = f"headless (pid {exc.holder})"
+                self.log_event(f"watchdog: {exc}")
+        if self.polling_enabled:
+            self.poll()
+
+    @work(thread=True, exclusive=True, group="poll", exit_on_error=False)
+    def poll(self) -> None:
+        poller = self.poller
+        if poller is None:
+            return
+        try:
+            snaps = poller.poll(on_node=lambda s: self.post_message(NodeSnap(s)))
+        except Exception as exc:  # never let one bad poll kill the polling
+            self.post_message(Notice(f"poll failed: {exc}", "error"))
+            snaps = {}
+        self.post_message(PollDone(snaps))
+
+    def on_node_snap(self, message: NodeSnap) -> None:
+        self.apply_snapshot(message.snap)
+
+    def apply_snapshot(self, snap: NodeSnapshot, verdict: Verdict | None = None) -> None:
+        view = self.views[snap.node]
+        view.snap = snap
+        view.verdict = verdict or self.judge.verdicts({snap.node: snap})[snap.node]
+        if snap.new_output:
+            lines = self.splitters[snap.node].feed(snap.new_output)
+            view.log = ((view.log or []) + lines)[-LOG_KEEP:]
+            for screen in self.screen_stack:
+                if isinstance(screen, LogScreen) and screen.view is view:
+                    screen.append_new()
+        if not self.table_mode:
+            self.query_one(f"#pane-{snap.node}", NodePane).refresh_view()
+
+    def on_poll_done(self, message: PollDone) -> None:
+        if message.snaps:
+            verdicts, triggers = self.judge.judge(message.snaps, time.monotonic())
+            for name, v in verdicts.items():
+                self.views[name].verdict = v
+            if self.busy != "kill":  # a kill in progress looks like failures; it is not one
+                self.act_on(triggers)
+        if self.table_mode:
+            self.refresh_table()
+        self.refresh_header()
+        if self.polling_enabled:
+            self.set_timer(self.cfg.watch.interval, self.poll)  # re-armed only when this one is done
+
+    def act_on(self, triggers: list[Trigger]) -> None:
+        for t in triggers:
+            if self.watchdog is None:
+                if t.state.is_problem:
+                    self.notify(f"{t.node}: {t.state.value} ({t.why})", severity="warning")
+                continue
+            if t.action.value == "notify":
+                self.notify(f"{t.node}: {t.state.value} ({t.why})", severity="warning")
+            elif self.busy is None:
+                self.busy = "kill"
+                self.notify(f"watchdog: {t.node} {t.state.value}; tearing the job down", severity="error",
+                            timeout=10)
+                self.teardown(t)
+                break
+
+    @work(thread=True, exclusive=True, group="ops", exit_on_error=False)
+    def teardown(self, trigger: Trigger) -> None:
+        assert self.watchdog is not None
+        clean = self.watchdog.teardown(trigger)
+        self.post_message(KillDone(clean, f"watchdog tore the job down: {trigger.node} {trigger.state.value}"))
+
+    # -- launch / kill / cleanup -----------------------------------------------------
+    def post_event(self, event: Event) -> None:
+        self.post_message(EngineEvent(event))
+
+    def on_engine_event(self, message: EngineEvent) -> None:
+        self.log_event(message.event.format(self.started))
+
+    def log_event(self, text: str) -> None:
+        self.query_one("#events", RichLog).write(text)
+
+    def action_launch(self, restart: bool = False) -> None:
+        if self.busy:
+            self.notify(f"{self.busy} in progress", severity="warning")
+            return
+        self.busy = "launch"
+        self.log_event(f"launching {self.cfg.job} on {len(self.cfg.nodes)} node(s)...")
+        self.do_launch(restart)
+
+    @work(thread=True, exclusive=True, group="ops", exit_on_error=False)
+    def do_launch(self, restart: bool) -> None:
+        from mntui.sessions import launch
+        from mntui.sessions.remote import NodeError
+        from mntui.sessions.watch import start_detached
+
+        assert self.cluster is not None
+        try:
+            result = launch.launch(self.cfg, on_event=self.post_event, restart=restart, cluster=self.cluster)
+        except (launch.LaunchError, NodeError) as exc:
+            self.post_message(LaunchDone(None, str(exc)))
+            return
+        if self.watchdog_enabled:
+            start_detached(self.cfg, result.record)  # keeps watching after the app quits
+            self.watcher = "headless"
+        self.post_message(LaunchDone(result.record, None))
+
+    def on_launch_done(self, message: LaunchDone) -> None:
+        self.busy = None
+        if message.error:
+            self.notify(message.error.splitlines()[0], title="launch failed", severity="error", timeout=15)
+            self.log_event(message.error)
+            return
+        assert message.record is not None
+        self.notify(f"{self.cfg.job} running on {len(self.cfg.nodes)} node(s)", title="launched")
+        for v in self.views.values():
+            v.log = []
+        self.splitters = {n: LineSplitter() for n in self.views}
+        self.attach_run(message.record, watch_here=False)
+
+    def kill_preview(self) -> str:
+        lines = []
+        for v in self.views.values():
+            if v.snap is None or not v.snap.reachable:
+                lines.append(f"{v.node}: {'unreachable now; will be tried' if v.snap else 'not polled yet'}")
+                continue
+            procs = v.snap.live_procs
+            pids = " ".join(str(p.pid) for p in procs[:8]) + (" ..." if len(procs) > 8 else "")
+            lines.append(f"{v.node}: {len(procs)} process(es) {pids}".rstrip()
+                         + (f", tmux session {self.cfg.job}-{v.node}" if v.snap.session else ""))
+        return "\n".join(lines) + ("\n\nEvery process tagged with this job, on every node; nothing else. "
+                                   f"SIGTERM, SIGKILL after {self.cfg.grace:g}s.")
+
+    def action_kill_all(self, then_launch: bool = False) -> None:
+        if self.busy:
+            self.notify(f"{self.busy} in progress", severity="warning")
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.busy = "kill"
+                self.release_lock()
+                self.do_kill(then_launch)
+        title = f"{'Restart' if then_launch else 'Kill'} {self.cfg.job} on all {len(self.views)} node(s)?"
+        self.push_screen(ConfirmScreen(title, self.kill_preview(), "Kill" if not then_launch else "Restart"),
+                         answered)
+
+    @work(thread=True, exclusive=True, group="ops", exit_on_error=False)
+    def do_kill(self, then_launch: bool) -> None:
+        from mntui.sessions.kill import stop_job
+
+        assert self.cluster is not None
+        results = stop_job(self.cfg, self.cluster, on_event=self.post_event)
+        dirty = [n for n, o in results.items() if not o.ok or (o.value is not None and not o.value.clean)]
+        total = sum(len(o.value.found) for o in results.values() if o.value)
+        summary = (f"NOT CLEAN on {', '.join(dirty)}" if dirty
+                   else f"clean: {total} process(es) stopped on {len(results)} node(s)")
+        self.post_message(KillDone(not dirty, summary, then_launch))
+
+    def on_kill_done(self, message: KillDone) -> None:
+        self.busy = None
+        self.watchdog = None
+        self.watcher = "none"
+        self.notify(message.summary, title="kill", severity="information" if message.clean else "error",
+                    timeout=10)
+        self.log_event(message.summary)
+        if message.then_launch and message.clean:
+            self.action_launch()
+        elif self.polling_enabled:
+            self.poll()
+
+    def action_restart(self) -> None:
+        self.action_kill_all(then_launch=True)
+
+    def action_cleanup(self) -> None:
+        if self.busy:
+            self.notify(f"{self.busy} in progress", severity="warning")
+            return
+        self.busy = "cleanup"
+        self.find_holders()
+
+    @work(thread=True, exclusive=True, group="ops", exit_on_error=False)
+    def find_holders(self) -> None:
+        from mntui.sessions.kill import port_holders
+
+        assert self.cluster is not None
+        found = port_holders(self.cfg, self.cluster)
+        self.post_message(HoldersFound({n: o.value for n, o in found.items() if o.value},
+                                       {n: o.error or "" for n, o in found.items() if not o.ok}))
+
+    def on_holders_found(self, message: HoldersFound) -> None:
+        for node, err in message.errors.items():
+            self.notify(f"{node}: {err}", severity="error")
+        if not message.holders:
+            self.busy = None
+            self.notify(f"ports {', '.join(map(str, self.cfg.all_ports))} are free on every reachable node",
+                        title="cleanup")
+            return
+        details = "\n".join(f"{n}: {h.describe()}" for n, hs in message.holders.items() for h in hs)
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.free(message.holders)
+            else:
+                self.busy = None
+        self.push_screen(ConfirmScreen("Free these ports? (only your own processes are killed)", details,
+                                       "Free"), answered)
+
+    @work(thread=True, exclusive=True, group="ops", exit_on_error=False)
+    def free(self, holders: dict[str, tuple[PortHolder, ...]]) -> None:
+        from mntui.sessions.kill import free_ports
+
+        assert self.cluster is not None
+        out = free_ports(self.cluster, holders, self.cfg.grace)
+        text = "; ".join(f"{n}: killed {' '.join(map(str, o.value[0])) or 'nothing'}"
+                         + (f", still held: {len(o.value[1])}" if o.value[1] else "")
+                         if o.value else f"{n}: {o.error}" for n, o in out.items())
+        self.post_message(Notice(text))
+        self.post_message(KillDone(True, f"cleanup: {text}"))
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """A failed worker is a notification and an unlocked UI, never a crash."""
+        if event.state is WorkerState.ERROR:
+            error = event.worker.error
+            self.notify(f"{event.worker.name}: {type(error).__name__}: {error}", title="error",
+                        severity="error", timeout=15)
+            self.log_event(f"error in {event.worker.name}: {error!r}")
+            if event.worker.group == "ops":
+                self.busy = None
+            elif self.polling_enabled:
+                self.set_timer(self.cfg.watch.interval, self.poll)
+
+    def on_notice(self, message: Notice) -> None:
+        self.notify(message.text, severity=message.severity)  # type: ignore[arg-type]
+
+    # -- attach, views, quit ---------------------------------------------------------
+    def focused_node(self) -> str:
+        if self.table_mode:
+            table = self.query_one(DataTable)
+            return list(self.views)[min(table.cursor_row, len(self.views) - 1)]
+        focused = self.focused
+        if isinstance(focused, NodePane):
+            return focused.view.node
+        return self.cfg.main
+
+    def attach_command(self, node: str) -> list[str]:
+        from mntui.sessions.attach import attach_argv
+
+        argv = attach_argv(self.cfg, node, inside_tmux=False)
+        return ["env", "-u", "TMUX", *argv]  # nest inside this terminal; detach returns here
+
+    def action_attach(self) -> None:
+        node = self.focused_node()
+        argv = self.attach_command(node)
+        with self.suspend():
+            print(f"attaching to {node} (detach with Ctrl-b d to come back to mntui)", flush=True)
+            subprocess.run(argv)
+
+    def action_view_log(self) -> None:
+        self.push_screen(LogScreen(self.views[self.focused_node()]))
+
+    def action_toggle_view(self) -> None:
+        self.table_mode = not self.table_mode
+        self.query_one("#grid").set_class(self.table_mode, "hidden")
+        self.query_one(DataTable).set_class(not self.table_mode, "hidden")
+        self.refresh_views()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_quit_app(self) -> None:
+        self.notify("the job keeps running; `mntui kill` stops it", timeout=3)
+        self.exit(message=f"mntui: left {self.cfg.job} running (mntui status / mntui kill)")
+
+    def release_lock(self) -> None:
+        if self.lock is not None:
+            self.lock.close()
+            self.lock = None
+
+    def hand_over_watchdog(self) -> None:
+        """Quitting never stops the job, nor its watching: a headless watchdog takes over."""
+        if self.lock is None or self.record is None:
+            return
+        self.release_lock()
+        active = any(v.verdict is not None and v.verdict.state.is_active for v in self.views.values())
+        if active:
+            from mntui.sessions.watch import start_detached
+            start_detached(self.cfg, self.record)
+
+    # -- drawing ---------------------------------------------------------------------
+    def refresh_views(self) -> None:
+        if self.table_mode:
+            self.refresh_table()
+        else:
+            for pane in self.query(NodePane):
+                pane.refresh_view()
+
+    def refresh_table(self) -> None:
+        """Rows are added once; later only the cells that changed are touched."""
+        table = self.query_one(DataTable)
+        for v in self.views.values():
+            row = table_row(v.node, v.rank, v.snap, v.verdict)
+            if v.node not in table.rows:
+                table.add_row(*row, key=v.node)
+                continue
+            old = self.table_cells.get(v.node)
+            for i, (col, value) in enumerate(zip(self.table_columns, row)):
+                if old is None or str(old[i]) != str(value) or getattr(old[i], "style", None) != getattr(value, "style", None):
+                    table.update_cell(v.node, col, value)
+            self.table_cells[v.node] = row
+
+    def overall(self) -> str:
+        states = [v.verdict.state for v in self.views.values() if v.verdict is not None]
+        if not states:
+            return "not launched" if self.record is None else "polling..."
+        bad = [(v.node, v.verdict.state) for v in self.views.values()
+               if v.verdict is not None and v.verdict.state.is_problem]
+        if bad:
+            node, state = bad[0]
+            return f"{state.value.upper()} on {node}" + (f" (+{len(bad) - 1})" if len(bad) > 1 else "")
+        running = sum(1 for s in states if s in (NodeState.RUNNING, NodeState.STARTING))
+        if running:
+            return f"running {running}/{len(self.views)}"
+        return ", ".join(sorted({s.value for s in states}))
+
+    def refresh_header(self) -> None:
+        rec = self.record
+        elapsed = ""
+        if rec is not None:
+            secs = int(time.time() - rec.created_at)
+            elapsed = f"  {secs // 3600}:{secs // 60 % 60:02d}:{secs % 60:02d}"
+        who = f"watchdog {self.watcher}"
+        w = self.cfg.watch
+        text = (f"{self.cfg.job}  run {rec.run_id if rec else '-'}{elapsed}  {self.overall()}  "
+                f"[{who}: on failure {w.on_failure.value}, on stall {w.on_stall.value}]"
+                + (f"  {self.busy}..." if self.busy else ""))
+        self.query_one("#header", Static).update(text)
+
+
+def run_app(cfg: JobConfig, *, launch_now: bool = False, restart: bool = False) -> int:
+    app = MntuiApp(cfg, launch_now=launch_now, restart=restart)
+    app.run()
+    if app.return_code:
+        return app.return_code
+    return 0
+

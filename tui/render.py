@@ -1,0 +1,124 @@
+"""Snapshot -> Rich text, as pure functions: the widgets call these and do nothing else.
+
+Kept apart from the widgets so the 64-node scale benchmark and the tests can render
+without an app, and so one place decides what a node looks like in every view.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from mntui.sessions.gpu import Gpu, GpuReading
+from mntui.sessions.poll import NodeSnapshot
+from mntui.sessions.states import NodeState, Verdict
+
+STATE_STYLE = {
+    NodeState.STARTING: "bold cyan", NodeState.RUNNING: "bold green", NodeState.FINISHED: "bold blue",
+    NodeState.FAILED: "bold white on red", NodeState.ORPHANED: "bold magenta", NodeState.STALLED: "bold yellow",
+    NodeState.FROZEN: "bold white on dark_orange3", NodeState.UNREACHABLE: "bold grey50",
+    NodeState.NOT_RUNNING: "grey50",
+}
+BARS = " ▏▎▍▌▋▊▉█"
+
+
+def bar(fraction: float | None, width: int = 10, style: str = "green") -> Text:
+    """A busy GPU is a healthy one: utilization is drawn in one colour, not as a warning."""
+    if fraction is None:
+        return Text("?".center(width), style="grey50")
+    fraction = max(0.0, min(1.0, fraction))
+    full, rem = divmod(round(fraction * width * 8), 8)
+    body = "█" * full + (BARS[rem] if full < width and rem else "")
+    return Text(body.ljust(width), style=f"{style} on grey19")
+
+
+def _num(value: float | None, fmt: str, unit: str) -> str:
+    return "-" if value is None else f"{value:{fmt}}{unit}"
+
+
+def gpu_line(g: Gpu, foreign: int = 0) -> Text:
+    t = Text(f"GPU{g.index if g.index is not None else '?'} ")
+    t.append_text(bar(g.util / 100 if g.util is not None else None))
+    t.append(f" {_num(g.util, '3.0f', '%')}")
+    if g.mem_used is not None and g.mem_total:
+        frac = g.mem_used / g.mem_total
+        t.append(f" {g.mem_used / 1024:5.1f}/{g.mem_total / 1024:.0f}G",
+                 style="bold red" if frac > 0.97 else "")
+    else:
+        t.append(" mem ?")
+    if g.temperature is not None:  # fields a card does not report are left out, not shown as 0
+        t.append(f" {g.temperature:.0f}°C", style="bold red" if g.temperature >= 85 else "")
+    if g.power is not None:
+        t.append(f" {g.power:.0f}W")
+    if foreign:
+        t.append(f" +{foreign} foreign", style="bold yellow")
+    return t
+
+
+def gpu_lines(reading: GpuReading) -> list[Text]:
+    lines = [Text(f"! {e}", style="bold red") for e in reading.errors]
+    for g in reading.gpus:
+        foreign = sum(1 for a in reading.apps_on(g) if not a.own)
+        lines.append(gpu_line(g, foreign))
+    unplaced = [a for a in reading.foreign_apps if a.gpu_uuid is None]
+    if unplaced:
+        lines.append(Text(f"foreign GPU processes: {', '.join(f'{a.pid} {a.process_name}' for a in unplaced[:3])}",
+                          style="bold yellow"))
+    return lines
+
+
+def host_line(s: NodeSnapshot) -> Text:
+    load = f"load {s.load[0]:.2f}" + (f"/{s.ncpu}" if s.ncpu else "") if s.load else "load ?"
+    mem = ""
+    if s.mem_total_mib and s.mem_available_mib is not None:
+        used = (s.mem_total_mib - s.mem_available_mib) / 1024
+        mem = f"  mem {used:.1f}/{s.mem_total_mib / 1024:.0f}G"
+    return Text(f"no GPU  {load}{mem}", style="grey70")
+
+
+def title_line(node: str, rank: int, snap: NodeSnapshot | None, verdict: Verdict | None) -> Text:
+    t = Text(f"{node}", style="bold")
+    t.append(f" [{rank}] ", style="grey70")
+    if verdict is not None:
+        t.append(f" {verdict.state.value} ", style=STATE_STYLE[verdict.state])
+    if snap is not None and snap.rtt is not None:
+        t.append(f"  {snap.rtt * 1000:.0f}ms", style="grey50")
+    if snap is not None and snap.reachable:
+        t.append(f"  {len(snap.live_procs)} procs", style="grey50")
+        if snap.ports:
+            t.append("  :" + ",".join(map(str, snap.ports)), style="grey50")
+    return t
+
+
+def pane_text(node: str, rank: int, snap: NodeSnapshot | None, verdict: Verdict | None,
+              log: list[str], log_lines: int) -> Text:
+    out = Text()
+    out.append_text(title_line(node, rank, snap, verdict))
+    if verdict is not None and verdict.state is not NodeState.RUNNING:
+        out.append(f"\n{verdict.why}", style="italic grey70")
+    if snap is not None and snap.reachable:
+        body = gpu_lines(snap.gpu) if snap.gpu is not None else [host_line(snap)]
+        for line in body:
+            out.append("\n")
+            out.append_text(line)
+    for line in log[-log_lines:] if log_lines > 0 else []:
+        out.append("\n")
+        out.append(line[:200], style="grey85")
+    return out
+
+
+def table_row(node: str, rank: int, snap: NodeSnapshot | None, verdict: Verdict | None) -> tuple[Text | str, ...]:
+    state = Text(verdict.state.value, style=STATE_STYLE[verdict.state]) if verdict else Text("?")
+    if snap is None or not snap.reachable:
+        return (node, str(rank), state, "-", "-", "-", "-")
+    if snap.gpu is not None and snap.gpu.gpus:
+        utils = [g.util for g in snap.gpu.gpus if g.util is not None]
+        util = f"{len(snap.gpu.gpus)}x {sum(utils) / len(utils):.0f}%" if utils else "?"
+        mem = f"{sum(g.mem_used or 0 for g in snap.gpu.gpus) / 1024:.0f}/" \
+              f"{sum(g.mem_total or 0 for g in snap.gpu.gpus) / 1024:.0f}G"
+    elif snap.gpu is not None:
+        util, mem = "GPU ERROR", "-"
+    else:
+        util, mem = "no GPU", f"load {snap.load[0]:.1f}" if snap.load else "-"
+    age = "-" if snap.output_age is None else f"{snap.output_age:.0f}s"
+    rtt = "-" if snap.rtt is None else f"{snap.rtt * 1000:.0f}ms"
+    return (node, str(rank), state, util, mem, age, rtt)
