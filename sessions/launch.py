@@ -203,20 +203,22 @@ def _launch(cfg: JobConfig, cluster: Cluster, on_event: EventSink, restart: bool
     record = RunRecord.from_plan(plan, cfg.path)
     record.save()
     started: dict[str, float] = {}
+    attempted: list[str] = []  # an interrupted start may have started the node: abort kills it too
     try:
         main = plan.main
         on_event(Event(main.node, main.rank, Phase.STARTING, f"tmux session {main.session}"))
+        attempted.append(main.node)
         started[main.node] = _start(cluster.nodes[main.node], main)
         on_event(Event(main.node, main.rank, Phase.STARTED, f"tmux session {main.session}"))
         ready_at = wait_ready(cfg, cluster.nodes[main.node], main, on_event)
         record.ready_at = ready_at
-        _start_workers(cfg, cluster, plan, started, on_event)
+        _start_workers(cfg, cluster, plan, started, attempted, on_event)
     except (LaunchError, NodeError, KeyboardInterrupt) as exc:
         reason = (exc.message if isinstance(exc, (LaunchError, NodeError)) else "interrupted")
         details = exc.details if isinstance(exc, LaunchError) else ""
-        on_event(Event(None, None, Phase.ABORTED, f"{reason}; stopping {', '.join(started) or 'nothing'}"))
-        if started:
-            kill_job(cfg, cluster, names=list(started), on_event=on_event)
+        on_event(Event(None, None, Phase.ABORTED, f"{reason}; stopping {', '.join(attempted) or 'nothing'}"))
+        if attempted:
+            kill_job(cfg, cluster, names=list(dict.fromkeys(attempted)), on_event=on_event)
         record.status, record.error = "aborted", reason
         record.save()
         if isinstance(exc, KeyboardInterrupt):
@@ -230,9 +232,10 @@ def _launch(cfg: JobConfig, cluster: Cluster, on_event: EventSink, restart: bool
 
 
 def _start_workers(cfg: JobConfig, cluster: Cluster, plan: Plan, started: dict[str, float],
-                   on_event: EventSink) -> None:
+                   attempted: list[str], on_event: EventSink) -> None:
     def one(np: NodePlan) -> None:
         on_event(Event(np.node, np.rank, Phase.STARTING, f"tmux session {np.session}"))
+        attempted.append(np.node)
         started[np.node] = _start(cluster.nodes[np.node], np)
         on_event(Event(np.node, np.rank, Phase.STARTED, f"tmux session {np.session}"))
 

@@ -125,8 +125,12 @@ class FakeCluster:
     """N sshd nodes named `prefix0..N-1`, and an ssh_config that reaches them."""
 
     def __init__(self, root: Path, n: int, prefix: str = "node",
-                 node_env: dict[str, dict[str, str]] | None = None) -> None:
+                 node_env: dict[str, dict[str, str]] | None = None,
+                 node_hosts: dict[str, str] | None = None) -> None:
+        """`node_hosts`: extra /etc/hosts lines for a node, seen by it alone (its sshd runs in
+        a mount namespace of its own): a node whose resolver disagrees with the others."""
         self.root = root
+        self.node_hosts = node_hosts or {}
         self.nodes: list[FakeNode] = []
         root.mkdir(parents=True, exist_ok=True)
         os.chmod(root, 0o700)
@@ -215,8 +219,13 @@ Host *
         for node in self.nodes:
             if node.proc is None or node.proc.poll() is not None:
                 log = open(node.dir / "sshd.log", "ab")
-                node.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(node.dir / "sshd_config")],
-                                             stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+                argv = [SSHD, "-D", "-e", "-f", str(node.dir / "sshd_config")]
+                if node.name in self.node_hosts:
+                    hosts = node.dir / "hosts"
+                    hosts.write_text(Path("/etc/hosts").read_text() + self.node_hosts[node.name] + "\n")
+                    argv = ["unshare", "-m", "sh", "-c",
+                            f'mount --bind "$0" /etc/hosts && exec "$@"', str(hosts), *argv]
+                node.proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         for node in self.nodes:
             wait_for(lambda: self._banner(node.port), timeout, what=f"sshd of {node.name}")
         return self

@@ -109,3 +109,11 @@ def step_count(log: str) -> int:
 
 
 __all__ = ["Cfg", "torch_job", "listener_job", "step_count", "free_port", "time", "os"]
+
+
+def tagged_anywhere(job: str) -> list[int]:
+    """Live processes of any run of `job`, on any node of any fake cluster."""
+    import re as _re
+
+    from fakecluster import alive, pids_with_env
+    return alive(pids_with_env(f"MNTUI_RUN={_re.escape(job)}/.*"))

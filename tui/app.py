@@ -32,7 +32,7 @@ from mntui.sessions.states import NodeState, Verdict
 from mntui.sessions.watch import Judge, LockHeld, Trigger, Watchdog, acquire_lock
 
 from .render import table_row
-from .widgets import ConfirmScreen, HelpScreen, LogScreen, NodePane, NodeView
+from .widgets import ConfirmScreen, HelpScreen, LogScreen, NodePane, NodeView, ReportScreen
 
 LOG_KEEP = 5000        # lines of log kept per node in the app
 TABLE_ABOVE = 16       # nodes above which the app opens in the compact table view
@@ -75,6 +75,12 @@ class HoldersFound(Message):
         self.holders, self.errors = holders, errors
 
 
+class DoctorDone(Message):
+    def __init__(self, text: str, code: int) -> None:
+        super().__init__()
+        self.text, self.code = text, code
+
+
 class Notice(Message):
     def __init__(self, text: str, severity: str = "information") -> None:
         super().__init__()
@@ -94,7 +100,8 @@ class MntuiApp(App[None]):
         Binding("l", "launch", "launch"), Binding("K", "kill_all", "kill all"),
         Binding("c", "cleanup", "cleanup ports"), Binding("r", "restart", "restart"),
         Binding("a,enter", "attach", "attach"), Binding("v", "view_log", "log"),
-        Binding("t", "toggle_view", "grid/table"), Binding("question_mark", "help", "help"),
+        Binding("t", "toggle_view", "grid/table"), Binding("d", "doctor", "doctor"),
+        Binding("question_mark", "help", "help"),
         Binding("q", "quit_app", "quit"),
     ]
 
@@ -183,11 +190,14 @@ class MntuiApp(App[None]):
         if poller is None:
             return
         try:
-            snaps = poller.poll(on_node=lambda s: self.post_message(NodeSnap(s)))
+            snaps = poller.poll(on_node=self._post_snapshot)
         except Exception as exc:  # never let one bad poll kill the polling
             self.post_message(Notice(f"poll failed: {exc}", "error"))
             snaps = {}
         self.post_message(PollDone(snaps))
+
+    def _post_snapshot(self, snap: NodeSnapshot) -> None:
+        self.post_message(NodeSnap(snap))  # called from the poll worker's threads
 
     def on_node_snap(self, message: NodeSnap) -> None:
         self.apply_snapshot(message.snap)
@@ -401,6 +411,27 @@ class MntuiApp(App[None]):
 
     def on_notice(self, message: Notice) -> None:
         self.notify(message.text, severity=message.severity)  # type: ignore[arg-type]
+
+    def action_doctor(self) -> None:
+        if self.busy:
+            self.notify(f"{self.busy} in progress", severity="warning")
+            return
+        self.busy = "doctor"
+        self.notify("running preflight checks on every node...", timeout=3)
+        self.run_doctor()
+
+    @work(thread=True, exclusive=True, group="ops", exit_on_error=False)
+    def run_doctor(self) -> None:
+        from mntui.sessions import doctor
+
+        assert self.cluster is not None
+        rows = doctor.run_checks(self.cfg, self.cluster)
+        self.post_message(DoctorDone(doctor.format_rows(rows), doctor.exit_code(rows)))
+
+    def on_doctor_done(self, message: DoctorDone) -> None:
+        self.busy = None
+        verdict = {0: "all checks pass", 1: "warnings", 2: "FAILURES"}[message.code]
+        self.push_screen(ReportScreen(f"doctor: {verdict}", message.text))
 
     # -- attach, views, quit ---------------------------------------------------------
     def focused_node(self) -> str:

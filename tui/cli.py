@@ -98,6 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("watch", help="the watchdog, in the foreground")
     p.add_argument("--run", help="a run id (default: the latest)")
 
+    p = sub.add_parser("doctor", help="preflight checks on every node (and an all-reduce smoke test)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--allreduce", action="store_true", help="also launch a torch all-reduce smoke test")
+    p.add_argument("--timeout", type=float, default=60.0, help="smoke test timeout, seconds")
+
     p = sub.add_parser("demo", help="run the bundled 2-node CPU demo: launch, show training, kill")
     p.add_argument("--seconds", type=float, default=8.0, help="seconds of training to show")
     return ap
@@ -116,7 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_demo(args)
         cfg = load_config(find_config(args.config))
         handler = {"launch": cmd_launch, "kill": cmd_kill, "cleanup": cmd_cleanup,
-                   "attach": cmd_attach, "status": cmd_status, "logs": cmd_logs, "watch": cmd_watch}[args.cmd]
+                   "attach": cmd_attach, "status": cmd_status, "logs": cmd_logs, "watch": cmd_watch,
+                   "doctor": cmd_doctor}[args.cmd]
         return handler(cfg, args)
     except ConfigError as exc:
         say(f"mntui: {exc}", err=True)
@@ -290,6 +296,30 @@ def cmd_attach(cfg: JobConfig, args: argparse.Namespace) -> NoReturn | int:
         return EXIT_OK
     sys.stdout.flush()
     os.execvp(argv[0], argv)
+
+
+def cmd_doctor(cfg: JobConfig, args: argparse.Namespace) -> int:
+    """Exit 0: all pass; 1: warnings; 2: failures."""
+    import json
+    from dataclasses import asdict
+
+    from mntui.sessions import doctor
+    from mntui.sessions.remote import Cluster
+
+    t0 = time.time()
+    with Cluster(cfg.nodes, cfg.ssh) as cluster:
+        rows = doctor.run_checks(cfg, cluster)
+        if args.allreduce:
+            if any(r.status is doctor.Status.FAIL and r.check in ("ssh", "ports", "leftovers") for r in rows):
+                rows.append(doctor.Check(cfg.main, "allreduce", doctor.Status.FAIL, "skipped: fix the failures above"))
+            else:
+                rows += doctor.allreduce(cfg, cluster, args.timeout)
+    if args.json:
+        say(json.dumps([asdict(r) for r in rows], indent=2))
+    else:
+        say(doctor.format_rows(rows))
+        say(f"{len(cfg.nodes)} node(s), {len(rows)} checks in {time.time() - t0:.1f}s")
+    return doctor.exit_code(rows)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

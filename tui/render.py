@@ -100,9 +100,9 @@ def pane_text(node: str, rank: int, snap: NodeSnapshot | None, verdict: Verdict 
         for line in body:
             out.append("\n")
             out.append_text(line)
-    for line in log[-log_lines:] if log_lines > 0 else []:
+    for entry in log[-log_lines:] if log_lines > 0 else []:
         out.append("\n")
-        out.append(line[:200], style="grey85")
+        out.append(entry[:200], style="grey85")
     return out
 
 

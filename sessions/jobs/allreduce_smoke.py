@@ -1,0 +1,66 @@
+"""The `mntui doctor --allreduce` smoke job: one checked all_reduce, then latency and bandwidth.
+
+Runs under torchrun on every node; nccl where CUDA works, gloo otherwise. Each rank
+prints one `MNTUI_SMOKE {json}` line that the doctor collects.
+"""
+
+import datetime
+import json
+import os
+import sys
+import time
+
+
+def main() -> int:
+    import torch
+    import torch.distributed as dist
+
+    timeout = float(sys.argv[1]) if len(sys.argv) > 1 else 60.0
+    cuda = torch.cuda.is_available()
+    backend = "nccl" if cuda else "gloo"
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    out = {"rank": int(os.environ.get("RANK", "-1")), "node_rank": os.environ.get("NODE_RANK"),
+           "host": os.uname().nodename, "backend": backend, "ok": False}
+    try:
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout))
+        rank, world = dist.get_rank(), dist.get_world_size()
+        out.update(rank=rank, world=world)
+        t = torch.tensor([float(rank)], device=device)
+        dist.all_reduce(t)
+        expected = world * (world - 1) / 2
+        out["sum"], out["expected"] = t.item(), expected
+        small = torch.zeros(1, device=device)
+        for _ in range(5):
+            dist.all_reduce(small)
+        if cuda:
+            torch.cuda.synchronize()
+        n = 20
+        t0 = time.perf_counter()
+        for _ in range(n):
+            dist.all_reduce(small)
+        if cuda:
+            torch.cuda.synchronize()
+        out["latency_us"] = (time.perf_counter() - t0) / n * 1e6
+        big = torch.ones(1 << 20, device=device)  # 4 MiB of float32
+        dist.all_reduce(big)
+        n = 5
+        t0 = time.perf_counter()
+        for _ in range(n):
+            dist.all_reduce(big)
+        if cuda:
+            torch.cuda.synchronize()
+        secs = (time.perf_counter() - t0) / n
+        out["algbw_gbps"] = big.numel() * 4 / secs / 1e9
+        out["ok"] = abs(out["sum"] - expected) < 1e-6
+        dist.destroy_process_group()
+    except Exception as exc:  # reported, not raised: the doctor reads every rank's line
+        out["error"] = f"{type(exc).__name__}: {exc}"[:300]
+    print("MNTUI_SMOKE " + json.dumps(out), flush=True)
+    return 0 if out["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
