@@ -13,6 +13,7 @@ import shlex
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 from enum import StrEnum
 
 from . import tmux
@@ -158,7 +159,8 @@ def run_checks(cfg: JobConfig, cluster: Cluster, *, tcp: bool = True) -> list[Ch
             rows.append(Check(n, "ssh", Status.FAIL, err, "check `ssh " + specs[n].host + "` by hand"))
         elif value is not None:
             probes[n] = value
-            rtt = clocks[n].value[0] if clocks[n].value else None
+            measured = clocks[n].value
+            rtt = measured[0] if measured is not None else None
             rows.append(Check(n, "ssh", Status.PASS, "connected, host key verified"
                               + (f", round trip {rtt * 1000:.1f} ms" if rtt is not None else "")
                               + f" (all nodes connected in {connect_s:.2f}s)"))
@@ -241,8 +243,9 @@ def run_checks(cfg: JobConfig, cluster: Cluster, *, tcp: bool = True) -> list[Ch
                               + (", tmux session exists" if p.fields.get("SESSION") else ""), "mntui kill"))
         else:
             rows.append(Check(n, "leftovers", Status.PASS, "none"))
-        if clocks[n].value is not None:
-            skew = clocks[n].value[1]
+        measured = clocks[n].value
+        if measured is not None:
+            skew = measured[1]
             rows.append(Check(n, "clock", Status.WARN if abs(skew) > 2 else Status.PASS, f"skew {skew:+.3f}s",
                               "enable NTP/chrony" if abs(skew) > 2 else ""))
 
@@ -355,7 +358,7 @@ def allreduce(cfg: JobConfig, cluster: Cluster, timeout: float = 60.0) -> list[C
                           "see the checks above"))
         kill_job(smoke, cluster)
         return rows
-    lines: dict[str, list[dict[str, object]]] = {n.node: [] for n in result.plan.nodes}
+    lines: dict[str, list[dict[str, Any]]] = {n.node: [] for n in result.plan.nodes}
     offsets = {n.node: 0 for n in result.plan.nodes}
     exited: dict[str, int | None] = {n.node: None for n in result.plan.nodes}
     deadline = time.time() + timeout + 15

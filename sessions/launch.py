@@ -107,10 +107,13 @@ def ready_script(cfg: JobConfig, np: NodePlan) -> str:
         test = f"grep -qE -- {q(cfg.launch.ready_pattern or '')} \"$d/output.log\""
     else:
         test = "false"
+    # The pane's state is read before the exit-code file: a pane already dead has written
+    # its code, so a main that exits between the two reads is never "dead without a code".
     return f"""d="$HOME"/{q(np.run_dir)}
+_pane=$({tmux.pane_status(np.session)})
 if [ -f "$d/exit_code" ]; then echo "EXITED $(cat "$d/exit_code")"
-elif ! {tmux.has_session(np.session)}; then echo GONE
-elif [ "$({tmux.pane_status(np.session)} | cut -d' ' -f1)" = 1 ]; then echo DEAD
+elif [ -z "$_pane" ]; then echo GONE
+elif [ "${{_pane%% *}}" = 1 ]; then echo DEAD
 elif {test}; then echo READY
 else echo WAIT; fi
 """

@@ -9,6 +9,7 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 
 def main() -> int:
@@ -22,7 +23,7 @@ def main() -> int:
     device = torch.device("cuda", local) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
-    out = {"rank": int(os.environ.get("RANK", "-1")), "node_rank": os.environ.get("NODE_RANK"),
+    out: dict[str, Any] = {"rank": int(os.environ.get("RANK", "-1")), "node_rank": os.environ.get("NODE_RANK"),
            "host": os.uname().nodename, "backend": backend, "ok": False}
     try:
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout))

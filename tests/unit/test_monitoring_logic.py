@@ -126,3 +126,30 @@ def test_parse_poll_sections_and_cpu() -> None:
     s2 = parse_poll(rec, out2.replace("@C 10 bash ./launch.sh\n", "").replace("@LOG\naGVsbG8=\n", ""), st, 0.01)
     assert s2.procs[0].cpu_percent == pytest.approx(50.0) and s2.procs[0].cmdline == "bash ./launch.sh"
     assert s2.output_age is not None and s2.output_age < 0.5 and s2.ports == (29500,)
+
+
+def test_two_watchdogs_never_both_hold_a_run(tmp_path: Path) -> None:
+    """The lock is per run and dies with its holder; a second taker is told who holds it."""
+    import subprocess
+    import sys
+
+    from mntui.sessions.runs import RunRecord
+    from mntui.sessions.watch import LockHeld, acquire_lock
+
+    rec = RunRecord("j", "r1", "cfg.yaml", "m", 1, [NodeRecord("n", "h", 0, "j-n", "j/r1/n", "d")])
+    lock = acquire_lock(rec)
+    code = ("import sys; from mntui.sessions.runs import RunRecord, NodeRecord\n"
+            "from mntui.sessions.watch import acquire_lock, LockHeld\n"
+            "rec = RunRecord('j', 'r1', 'cfg.yaml', 'm', 1, [])\n"
+            "try:\n    acquire_lock(rec)\nexcept LockHeld as e:\n    print('HELD', e.holder); sys.exit(3)\n")
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert other.returncode == 3 and other.stdout.split() == ["HELD", str(__import__("os").getpid())]
+    lock.close()
+    again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert again.returncode == 0, again.stdout + again.stderr
+    with pytest.raises(LockHeld):
+        held = acquire_lock(rec)
+        try:
+            acquire_lock(rec)
+        finally:
+            held.close()
