@@ -27,7 +27,7 @@ from typing import Callable
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from fakecluster import FakeCluster, free_port, wait_for  # noqa: E402
+from fakecluster import FakeCluster, free_port  # noqa: E402
 
 from mntui.sessions.config import parse_config  # noqa: E402
 from mntui.sessions.kill import kill_job  # noqa: E402
@@ -114,7 +114,7 @@ def bench_n(root: Path, n: int, reps: int, slow_baselines: bool) -> dict[str, ob
         with Cluster(cfg.nodes, cfg.ssh) as cluster:
             cluster.connect()
             gaps: list[float] = []
-            for rep in range(reps):
+            for _ in range(reps):
                 # launch: from the call to every node started; and the main-ready -> first worker gap
                 t0 = time.perf_counter()
                 res = launch(cfg, cluster=cluster)

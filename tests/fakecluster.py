@@ -224,7 +224,7 @@ Host *
                     hosts = node.dir / "hosts"
                     hosts.write_text(Path("/etc/hosts").read_text() + self.node_hosts[node.name] + "\n")
                     argv = ["unshare", "-m", "sh", "-c",
-                            f'mount --bind "$0" /etc/hosts && exec "$@"', str(hosts), *argv]
+                            'mount --bind "$0" /etc/hosts && exec "$@"', str(hosts), *argv]
                 node.proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         for node in self.nodes:
             wait_for(lambda: self._banner(node.port), timeout, what=f"sshd of {node.name}")

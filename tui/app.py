@@ -81,6 +81,10 @@ class DoctorDone(Message):
         self.text, self.code = text, code
 
 
+class OpDone(Message):
+    """An operation that changes nothing about the run (cleanup) has finished."""
+
+
 class Notice(Message):
     def __init__(self, text: str, severity: str = "information") -> None:
         super().__init__()
@@ -395,7 +399,10 @@ class MntuiApp(App[None]):
                          + (f", still held: {len(o.value[1])}" if o.value[1] else "")
                          if o.value else f"{n}: {o.error}" for n, o in out.items())
         self.post_message(Notice(text))
-        self.post_message(KillDone(True, f"cleanup: {text}"))
+        self.post_message(OpDone())
+
+    def on_op_done(self, message: OpDone) -> None:
+        self.busy = None
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """A failed worker is a notification and an unlocked UI, never a crash."""
@@ -537,8 +544,8 @@ class MntuiApp(App[None]):
         self.query_one("#header", Static).update(text)
 
 
-def run_app(cfg: JobConfig, *, launch_now: bool = False, restart: bool = False) -> int:
-    app = MntuiApp(cfg, launch_now=launch_now, restart=restart)
+def run_app(cfg: JobConfig, *, launch_now: bool = False, restart: bool = False, watchdog: bool = True) -> int:
+    app = MntuiApp(cfg, launch_now=launch_now, restart=restart, watchdog=watchdog)
     app.run()
     if app.return_code:
         return app.return_code

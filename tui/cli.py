@@ -132,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def cmd_app(args: argparse.Namespace, launch_now: bool = False) -> int:
+def cmd_app(args: argparse.Namespace) -> int:
     """The full-screen app; with no config it opens the bundled demo, ready to launch."""
     try:
         path = find_config(args.config)
@@ -150,7 +150,7 @@ def cmd_app(args: argparse.Namespace, launch_now: bool = False) -> int:
     from mntui.tui.app import run_app
     if demo:
         say(f"mntui: no ./mntui.yaml; opening the bundled demo ({path}); press l to launch it")
-    return run_app(cfg, launch_now=launch_now)
+    return run_app(cfg)
 
 
 def cmd_launch(cfg: JobConfig, args: argparse.Namespace) -> int:
@@ -162,7 +162,7 @@ def cmd_launch(cfg: JobConfig, args: argparse.Namespace) -> int:
         if not sys.stdout.isatty():
             say("mntui: no terminal for the app; use --no-ui", err=True)
             return EXIT_USAGE
-        return run_app(cfg, launch_now=True, restart=args.restart)
+        return run_app(cfg, launch_now=True, restart=args.restart, watchdog=not args.no_watch)
     if args.dry_run:
         try:
             say(plan.describe(launch.make_plan(cfg)))

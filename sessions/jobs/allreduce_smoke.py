@@ -33,28 +33,21 @@ def main() -> int:
         dist.all_reduce(t)
         expected = world * (world - 1) / 2
         out["sum"], out["expected"] = t.item(), expected
-        small = torch.zeros(1, device=device)
-        for _ in range(5):
-            dist.all_reduce(small)
-        if cuda:
-            torch.cuda.synchronize()
-        n = 20
-        t0 = time.perf_counter()
-        for _ in range(n):
-            dist.all_reduce(small)
-        if cuda:
-            torch.cuda.synchronize()
-        out["latency_us"] = (time.perf_counter() - t0) / n * 1e6
+
+        def seconds_per_all_reduce(tensor: Any, warmup: int, n: int) -> float:
+            for i in range(warmup + n):
+                if i == warmup:
+                    if cuda:
+                        torch.cuda.synchronize()
+                    t0 = time.perf_counter()
+                dist.all_reduce(tensor)
+            if cuda:
+                torch.cuda.synchronize()
+            return (time.perf_counter() - t0) / n
+
+        out["latency_us"] = seconds_per_all_reduce(torch.zeros(1, device=device), 5, 20) * 1e6
         big = torch.ones(1 << 20, device=device)  # 4 MiB of float32
-        dist.all_reduce(big)
-        n = 5
-        t0 = time.perf_counter()
-        for _ in range(n):
-            dist.all_reduce(big)
-        if cuda:
-            torch.cuda.synchronize()
-        secs = (time.perf_counter() - t0) / n
-        out["algbw_gbps"] = big.numel() * 4 / secs / 1e9
+        out["algbw_gbps"] = big.numel() * 4 / seconds_per_all_reduce(big, 1, 5) / 1e9
         out["ok"] = abs(out["sum"] - expected) < 1e-6
         dist.destroy_process_group()
     except Exception as exc:  # reported, not raised: the doctor reads every rank's line

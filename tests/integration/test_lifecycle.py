@@ -15,7 +15,7 @@ from pathlib import Path
 import libtmux
 
 from helpers import Cfg, free_port, listener_job
-from fakecluster import FakeCluster, alive, pids_with_env, port_listening, proc_state, wait_for
+from fakecluster import FakeCluster, alive, pids_with_env, port_listening, wait_for
 from mntui.sessions.config import load_config
 from mntui.sessions.kill import kill_job
 from mntui.sessions.remote import Cluster

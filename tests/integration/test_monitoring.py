@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from helpers import Cfg, free_port, listener_job, step_count, torch_job
-from fakecluster import FakeCluster, alive, cmdline, pids_with_env, port_listening, proc_state, wait_for
+from fakecluster import FakeCluster, alive, cmdline, pids_with_env, port_listening, wait_for
 from mntui.sessions.config import load_config
 from mntui.sessions.poll import Poller
 from mntui.sessions.remote import Cluster
@@ -92,7 +92,7 @@ def test_status_logs_and_fetch(fake: FakeCluster, cfg: Cfg) -> None:
     assert isinstance(n0["rtt"], float) and n0["mem_total_mib"] > 0
 
     res = cfg.mntui(path, "status")
-    assert re.search(rf"node0\s+0\s+(running|stalled)\s+no GPU", res.stdout), res.stdout
+    assert re.search(r"node0\s+0\s+(running|stalled)\s+no GPU", res.stdout), res.stdout
 
     # Stalled after stall_after with no output; exit code 1 says so.
     wait_for(lambda: cfg.mntui(path, "status").returncode == 1, 15, interval=0.5, what="stalled")

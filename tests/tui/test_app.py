@@ -10,7 +10,7 @@ import time
 from typing import Any, Awaitable, Callable
 
 from helpers import Cfg, listener_job
-from fakecluster import FakeCluster, alive, pids_with_env, port_listening, wait_for
+from fakecluster import FakeCluster, alive, pids_with_env, port_listening
 from mntui.sessions.config import load_config
 from mntui.sessions.states import NodeState
 from mntui.tui.app import MntuiApp
