@@ -40,15 +40,18 @@ START_BACK = 16 * 1024  # bytes of existing log shown when the app opens on a ru
 
 
 class NodeSnap(Message):
-    def __init__(self, snap: NodeSnapshot) -> None:
+    def __init__(self, snap: NodeSnapshot, generation: int | None = None) -> None:
         super().__init__()
-        self.snap = snap
+        self.snap, self.generation = snap, generation
 
 
 class PollDone(Message):
-    def __init__(self, snaps: dict[str, NodeSnapshot]) -> None:
+    """`generation` names the poller that produced it: a reply from a poller that was
+    replaced (a new run was attached) is dropped. None: the current one."""
+
+    def __init__(self, snaps: dict[str, NodeSnapshot], generation: int | None = None) -> None:
         super().__init__()
-        self.snaps = snaps
+        self.snaps, self.generation = snaps, generation
 
 
 class EngineEvent(Message):
@@ -125,6 +128,9 @@ class MntuiApp(App[None]):
         self.lock: IO[str] | None = None
         self.watcher = "none"  # who watches the run: "here", "headless (pid N)" or "none"
         self.busy: str | None = None  # launch / kill / cleanup in progress
+        self.generation = 0           # bumped when a new poller replaces the old one
+        self.poll_timer_pending = False
+        self.poll_inflight = False
         self.started = time.time()
         self.table_mode = len(cfg.nodes) > TABLE_ABOVE
         self.table_columns: list[Any] = []
@@ -185,26 +191,38 @@ class MntuiApp(App[None]):
             except LockHeld as exc:
                 self.watcher = f"headless (pid {exc.holder})"
                 self.log_event(f"watchdog: {exc}")
-        if self.polling_enabled:
-            self.poll()
+        self.generation += 1
+        self.schedule_poll(0)
 
-    @work(thread=True, exclusive=True, group="poll", exit_on_error=False)
-    def poll(self) -> None:
-        poller = self.poller
-        if poller is None:
+    def schedule_poll(self, delay: float) -> None:
+        """One poll chain only: a poll starts when none is running or already scheduled."""
+        if not self.polling_enabled or self.poll_timer_pending or self.poll_inflight:
             return
+        self.poll_timer_pending = True
+        if delay > 0:
+            self.set_timer(delay, self._start_poll)
+        else:
+            self.call_later(self._start_poll)  # Textual's timers divide by their interval
+
+    def _start_poll(self) -> None:
+        self.poll_timer_pending = False
+        if self.poll_inflight or self.poller is None:
+            return
+        self.poll_inflight = True
+        self.poll(self.poller, self.generation)
+
+    @work(thread=True, group="poll", exit_on_error=False)
+    def poll(self, poller: Poller, generation: int) -> None:
         try:
-            snaps = poller.poll(on_node=self._post_snapshot)
+            snaps = poller.poll(on_node=lambda s: self.post_message(NodeSnap(s, generation)))
         except Exception as exc:  # never let one bad poll kill the polling
             self.post_message(Notice(f"poll failed: {exc}", "error"))
             snaps = {}
-        self.post_message(PollDone(snaps))
-
-    def _post_snapshot(self, snap: NodeSnapshot) -> None:
-        self.post_message(NodeSnap(snap))  # called from the poll worker's threads
+        self.post_message(PollDone(snaps, generation))
 
     def on_node_snap(self, message: NodeSnap) -> None:
-        self.apply_snapshot(message.snap)
+        if message.generation in (None, self.generation):
+            self.apply_snapshot(message.snap)
 
     def apply_snapshot(self, snap: NodeSnapshot, verdict: Verdict | None = None) -> None:
         view = self.views[snap.node]
@@ -220,6 +238,11 @@ class MntuiApp(App[None]):
             self.query_one(f"#pane-{snap.node}", NodePane).refresh_view()
 
     def on_poll_done(self, message: PollDone) -> None:
+        if message.generation is not None:
+            self.poll_inflight = False
+            if message.generation != self.generation:  # from a replaced poller
+                self.schedule_poll(0)
+                return
         if message.snaps:
             verdicts, triggers = self.judge.judge(message.snaps, time.monotonic())
             for name, v in verdicts.items():
@@ -229,8 +252,8 @@ class MntuiApp(App[None]):
         if self.table_mode:
             self.refresh_table()
         self.refresh_header()
-        if self.polling_enabled:
-            self.set_timer(self.cfg.watch.interval, self.poll)  # re-armed only when this one is done
+        if message.generation is not None:
+            self.schedule_poll(self.cfg.watch.interval)  # re-armed only when this one is done
 
     def act_on(self, triggers: list[Trigger]) -> None:
         for t in triggers:
@@ -349,8 +372,8 @@ class MntuiApp(App[None]):
         self.log_event(message.summary)
         if message.then_launch and message.clean:
             self.action_launch()
-        elif self.polling_enabled:
-            self.poll()
+        else:
+            self.schedule_poll(0)
 
     def action_restart(self) -> None:
         self.action_kill_all(then_launch=True)
@@ -413,8 +436,9 @@ class MntuiApp(App[None]):
             self.log_event(f"error in {event.worker.name}: {error!r}")
             if event.worker.group == "ops":
                 self.busy = None
-            elif self.polling_enabled:
-                self.set_timer(self.cfg.watch.interval, self.poll)
+            else:
+                self.poll_inflight = False
+                self.schedule_poll(self.cfg.watch.interval)
 
     def on_notice(self, message: Notice) -> None:
         self.notify(message.text, severity=message.severity)  # type: ignore[arg-type]

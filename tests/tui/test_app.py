@@ -123,3 +123,34 @@ def test_engine_never_imports_textual() -> None:
             "assert 'textual' not in sys.modules, [k for k in sys.modules if k.startswith('textual')][:3]\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
+
+
+def test_relaunch_over_a_recorded_run_shows_each_line_once(fake: FakeCluster, cfg: Cfg) -> None:
+    """The app opens on the previous run, then launches anew: one poll chain, no line twice."""
+    path = cfg.write("""
+    job: tonce
+    nodes: [node0, node1]
+    command: 'for i in $(seq 1 500); do echo "tick $i on {node}"; sleep 0.1; done'
+    launch: {ready: log, ready_pattern: tick}
+    """)
+    assert cfg.mntui(path, "launch", "--no-ui").returncode == 0
+    config = load_config(path)
+
+    async def go() -> None:
+        app = MntuiApp(config, launch_now=True, restart=True, watchdog=False)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await until(pilot, lambda: app.record is not None and app.busy is None
+                        and all(len(v.log or []) > 30 for v in app.views.values()), 40, "ticks of the new run")
+            # One poll chain: at a 1 s interval, about 3 polls in 3 s (two chains would make ~6).
+            assert app.poller is not None
+            before = app.poller._state["node0"].polls
+            t0 = time.monotonic()
+            await until(pilot, lambda: time.monotonic() - t0 >= 3.0, 5, "3 s of polling")
+            assert app.poller._state["node0"].polls - before <= 4
+            for v in app.views.values():
+                ticks = [line for line in v.log or [] if line.startswith("tick ")]
+                assert len(ticks) == len(set(ticks)), f"{v.node}: a line shown twice"
+                numbers = [int(line.split()[1]) for line in ticks]
+                assert numbers == sorted(numbers)
+    run(go())
+    assert cfg.mntui(path, "kill").returncode == 0
