@@ -245,7 +245,7 @@ class Poller:
             st.offset = max(0, (snap.log_size or 0) - st.keep)
         return snap
 
-    def poll(self, on_node: Callable[[NodeSnapshot], None] | None = None) -> dict[str, NodeSnapshot]:
+    def poll(self, on_node: Callable[[NodeSnapshot], object] | None = None) -> dict[str, NodeSnapshot]:
         """Poll every node at once; `on_node` gets each snapshot the moment it arrives."""
         def snapshot(o: Outcome[NodeSnapshot]) -> NodeSnapshot:
             if o.value is not None:

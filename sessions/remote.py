@@ -435,7 +435,7 @@ class Cluster:
         return self.map(op, names)
 
     def map(self, fn: Callable[[Node], T], names: Iterable[str] | None = None,
-            on_result: Callable[[Outcome[T]], None] | None = None) -> dict[str, Outcome[T]]:
+            on_result: Callable[[Outcome[T]], object] | None = None) -> dict[str, Outcome[T]]:
         """Run `fn` on every node at once; `on_result` sees each node as soon as it is done,
         so a slow node never holds back the others' results."""
         selected = list(names) if names is not None else list(self.nodes)

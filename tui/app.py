@@ -18,7 +18,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid
 from textual.message import Message
-from textual.widgets import DataTable, Footer, RichLog, Static
+from textual.widgets import DataTable, Footer, RichLog
 from textual.worker import Worker, WorkerState
 
 from mntui.sessions.config import JobConfig
@@ -32,7 +32,7 @@ from mntui.sessions.states import NodeState, Verdict
 from mntui.sessions.watch import Judge, LockHeld, Trigger, Watchdog, acquire_lock
 
 from .render import table_row
-from .widgets import ConfirmScreen, HelpScreen, LogScreen, NodePane, NodeView, ReportScreen
+from .widgets import ConfirmScreen, HeaderBar, HelpScreen, LogScreen, NodePane, NodeView, ReportScreen
 
 LOG_KEEP = 5000        # lines of log kept per node in the app
 TABLE_ABOVE = 16       # nodes above which the app opens in the compact table view
@@ -97,8 +97,7 @@ class Notice(Message):
 class MntuiApp(App[None]):
     TITLE = "mntui"
     CSS = """
-    #header { dock: top; height: 1; background: $primary-darken-3; color: $text; padding: 0 1; }
-    #grid { layout: grid; grid-size: 2; grid-gutter: 0 1; grid-rows: 16; }
+    #grid { layout: grid; grid-size: 2; grid-gutter: 0 1; grid-rows: 16; overflow-y: auto; }
     #table { height: 1fr; }
     #events { dock: bottom; height: 6; border-top: solid $primary-darken-2; }
     .hidden { display: none; }
@@ -135,10 +134,11 @@ class MntuiApp(App[None]):
         self.table_mode = len(cfg.nodes) > TABLE_ABOVE
         self.table_columns: list[Any] = []
         self.table_cells: dict[str, tuple[object, ...]] = {}
+        self.panes: dict[str, NodePane] = {}
 
     # -- layout ---------------------------------------------------------------------
     def compose(self) -> ComposeResult:
-        yield Static(id="header", markup=False)
+        yield HeaderBar(id="header")
         with Grid(id="grid", classes="hidden" if self.table_mode else ""):
             for v in self.views.values():
                 yield NodePane(v)
@@ -148,6 +148,7 @@ class MntuiApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        self.panes = {p.view.node: p for p in self.query(NodePane)}  # no DOM query per snapshot
         table = self.query_one(DataTable)
         self.table_columns = table.add_columns("node", "rank", "state", "GPUs", "memory", "output", "rtt")
         self.cluster = Cluster(self.cfg.nodes, self.cfg.ssh)
@@ -235,7 +236,7 @@ class MntuiApp(App[None]):
                 if isinstance(screen, LogScreen) and screen.view is view:
                     screen.append_new()
         if not self.table_mode:
-            self.query_one(f"#pane-{snap.node}", NodePane).refresh_view()
+            self.panes[snap.node].refresh_view()
 
     def on_poll_done(self, message: PollDone) -> None:
         if message.generation is not None:
@@ -565,7 +566,7 @@ class MntuiApp(App[None]):
         text = (f"{self.cfg.job}  run {rec.run_id if rec else '-'}{elapsed}  {self.overall()}  "
                 f"[{who}: on failure {w.on_failure.value}, on stall {w.on_stall.value}]"
                 + (f"  {self.busy}..." if self.busy else ""))
-        self.query_one("#header", Static).update(text)
+        self.query_one("#header", HeaderBar).set_text(text)
 
 
 def run_app(cfg: JobConfig, *, launch_now: bool = False, restart: bool = False, watchdog: bool = True) -> int:

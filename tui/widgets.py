@@ -74,6 +74,24 @@ class NodePane(Widget, can_focus=True):
             self.set_class(classes[1], "problem")
 
 
+class HeaderBar(Widget):
+    """One line of text, repainted without a layout pass (it changes every second)."""
+
+    DEFAULT_CSS = "HeaderBar { dock: top; height: 1; background: $primary-darken-3; color: $text; padding: 0 1; }"
+
+    def __init__(self, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.text = ""
+
+    def set_text(self, text: str) -> None:
+        if text != self.text:
+            self.text = text
+            self.refresh()
+
+    def render(self) -> str:
+        return self.text
+
+
 class ConfirmScreen(ModalScreen[bool]):
     """Yes/no, with the details of what will happen: a kill lists what it will kill."""
 
