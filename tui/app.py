@@ -13,88 +13,46 @@ import time
 from typing import IO, Any
 
 import libtmux  # noqa: F401  imported before Textual swaps stdout: its import reads stdout.encoding
-from textual import work
-from textual.app import App, ComposeResult
-from textual.binding import Binding
-from textual.containers import Grid
-from textual.message import Message
-from textual.widgets import DataTable, Footer, RichLog
-from textual.worker import Worker, WorkerState
-
 from mntui.sessions.config import JobConfig
 from mntui.sessions.events import Event
 from mntui.sessions.logs import LineSplitter
 from mntui.sessions.poll import NodeSnapshot, Poller
-from mntui.sessions.procs import PortHolder
 from mntui.sessions.remote import Cluster
 from mntui.sessions.runs import RunRecord, latest
-from mntui.sessions.states import NodeState, Verdict
+from mntui.sessions.states import Verdict
 from mntui.sessions.watch import Judge, LockHeld, Trigger, Watchdog, acquire_lock
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid
+from textual.widgets import DataTable, Footer, RichLog
+from textual.worker import Worker, WorkerState
 
-from .render import table_row
-from .widgets import ConfirmScreen, HeaderBar, HelpScreen, LogScreen, NodePane, NodeView, ReportScreen
+from .messages import (
+    EngineEvent,
+    KillDone,
+    LaunchDone,
+    NodeSnap,
+    Notice,
+    PollDone,
+)
+from .ops import Operations
+from .render import kill_preview, overall_state, table_row
+from .widgets import (
+    ConfirmScreen,
+    HeaderBar,
+    HelpScreen,
+    LogScreen,
+    NodePane,
+    NodeView,
+)
 
 LOG_KEEP = 5000        # lines of log kept per node in the app
 TABLE_ABOVE = 16       # nodes above which the app opens in the compact table view
 START_BACK = 16 * 1024  # bytes of existing log shown when the app opens on a running job
 
 
-class NodeSnap(Message):
-    def __init__(self, snap: NodeSnapshot, generation: int | None = None) -> None:
-        super().__init__()
-        self.snap, self.generation = snap, generation
-
-
-class PollDone(Message):
-    """`generation` names the poller that produced it: a reply from a poller that was
-    replaced (a new run was attached) is dropped. None: the current one."""
-
-    def __init__(self, snaps: dict[str, NodeSnapshot], generation: int | None = None) -> None:
-        super().__init__()
-        self.snaps, self.generation = snaps, generation
-
-
-class EngineEvent(Message):
-    def __init__(self, event: Event) -> None:
-        super().__init__()
-        self.event = event
-
-
-class LaunchDone(Message):
-    def __init__(self, record: RunRecord | None, error: str | None) -> None:
-        super().__init__()
-        self.record, self.error = record, error
-
-
-class KillDone(Message):
-    def __init__(self, clean: bool, summary: str, then_launch: bool = False) -> None:
-        super().__init__()
-        self.clean, self.summary, self.then_launch = clean, summary, then_launch
-
-
-class HoldersFound(Message):
-    def __init__(self, holders: dict[str, tuple[PortHolder, ...]], errors: dict[str, str]) -> None:
-        super().__init__()
-        self.holders, self.errors = holders, errors
-
-
-class DoctorDone(Message):
-    def __init__(self, text: str, code: int) -> None:
-        super().__init__()
-        self.text, self.code = text, code
-
-
-class OpDone(Message):
-    """An operation that changes nothing about the run (cleanup) has finished."""
-
-
-class Notice(Message):
-    def __init__(self, text: str, severity: str = "information") -> None:
-        super().__init__()
-        self.text, self.severity = text, severity
-
-
-class MntuiApp(App[None]):
+class MntuiApp(Operations):
     TITLE = "mntui"
     CSS = """
     #grid { layout: grid; grid-size: 2; grid-gutter: 0 1; grid-rows: 16; overflow-y: auto; }
@@ -325,19 +283,6 @@ class MntuiApp(App[None]):
         self.splitters = {n: LineSplitter() for n in self.views}
         self.attach_run(message.record, watch_here=False)
 
-    def kill_preview(self) -> str:
-        lines = []
-        for v in self.views.values():
-            if v.snap is None or not v.snap.reachable:
-                lines.append(f"{v.node}: {'unreachable now; will be tried' if v.snap else 'not polled yet'}")
-                continue
-            procs = v.snap.live_procs
-            pids = " ".join(str(p.pid) for p in procs[:8]) + (" ..." if len(procs) > 8 else "")
-            lines.append(f"{v.node}: {len(procs)} process(es) {pids}".rstrip()
-                         + (f", tmux session {self.cfg.job}-{v.node}" if v.snap.session else ""))
-        return "\n".join(lines) + ("\n\nEvery process tagged with this job, on every node; nothing else. "
-                                   f"SIGTERM, SIGKILL after {self.cfg.grace:g}s.")
-
     def action_kill_all(self, then_launch: bool = False) -> None:
         if self.busy:
             self.notify(f"{self.busy} in progress", severity="warning")
@@ -349,7 +294,7 @@ class MntuiApp(App[None]):
                 self.release_lock()
                 self.do_kill(then_launch)
         title = f"{'Restart' if then_launch else 'Kill'} {self.cfg.job} on all {len(self.views)} node(s)?"
-        self.push_screen(ConfirmScreen(title, self.kill_preview(), "Kill" if not then_launch else "Restart"),
+        self.push_screen(ConfirmScreen(title, kill_preview(list(self.views.values()), self.cfg.job, self.cfg.grace), "Kill" if not then_launch else "Restart"),
                          answered)
 
     @work(thread=True, exclusive=True, group="ops", exit_on_error=False)
@@ -379,55 +324,6 @@ class MntuiApp(App[None]):
     def action_restart(self) -> None:
         self.action_kill_all(then_launch=True)
 
-    def action_cleanup(self) -> None:
-        if self.busy:
-            self.notify(f"{self.busy} in progress", severity="warning")
-            return
-        self.busy = "cleanup"
-        self.find_holders()
-
-    @work(thread=True, exclusive=True, group="ops", exit_on_error=False)
-    def find_holders(self) -> None:
-        from mntui.sessions.kill import port_holders
-
-        assert self.cluster is not None
-        found = port_holders(self.cfg, self.cluster)
-        self.post_message(HoldersFound({n: o.value for n, o in found.items() if o.value},
-                                       {n: o.error or "" for n, o in found.items() if not o.ok}))
-
-    def on_holders_found(self, message: HoldersFound) -> None:
-        for node, err in message.errors.items():
-            self.notify(f"{node}: {err}", severity="error")
-        if not message.holders:
-            self.busy = None
-            self.notify(f"ports {', '.join(map(str, self.cfg.all_ports))} are free on every reachable node",
-                        title="cleanup")
-            return
-        details = "\n".join(f"{n}: {h.describe()}" for n, hs in message.holders.items() for h in hs)
-
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self.free(message.holders)
-            else:
-                self.busy = None
-        self.push_screen(ConfirmScreen("Free these ports? (only your own processes are killed)", details,
-                                       "Free"), answered)
-
-    @work(thread=True, exclusive=True, group="ops", exit_on_error=False)
-    def free(self, holders: dict[str, tuple[PortHolder, ...]]) -> None:
-        from mntui.sessions.kill import free_ports
-
-        assert self.cluster is not None
-        out = free_ports(self.cluster, holders, self.cfg.grace)
-        text = "; ".join(f"{n}: killed {' '.join(map(str, o.value[0])) or 'nothing'}"
-                         + (f", still held: {len(o.value[1])}" if o.value[1] else "")
-                         if o.value else f"{n}: {o.error}" for n, o in out.items())
-        self.post_message(Notice(text))
-        self.post_message(OpDone())
-
-    def on_op_done(self, message: OpDone) -> None:
-        self.busy = None
-
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """A failed worker is a notification and an unlocked UI, never a crash."""
         if event.state is WorkerState.ERROR:
@@ -440,30 +336,6 @@ class MntuiApp(App[None]):
             else:
                 self.poll_inflight = False
                 self.schedule_poll(self.cfg.watch.interval)
-
-    def on_notice(self, message: Notice) -> None:
-        self.notify(message.text, severity=message.severity)  # type: ignore[arg-type]
-
-    def action_doctor(self) -> None:
-        if self.busy:
-            self.notify(f"{self.busy} in progress", severity="warning")
-            return
-        self.busy = "doctor"
-        self.notify("running preflight checks on every node...", timeout=3)
-        self.run_doctor()
-
-    @work(thread=True, exclusive=True, group="ops", exit_on_error=False)
-    def run_doctor(self) -> None:
-        from mntui.sessions import doctor
-
-        assert self.cluster is not None
-        rows = doctor.run_checks(self.cfg, self.cluster)
-        self.post_message(DoctorDone(doctor.format_rows(rows), doctor.exit_code(rows)))
-
-    def on_doctor_done(self, message: DoctorDone) -> None:
-        self.busy = None
-        verdict = {0: "all checks pass", 1: "warnings", 2: "FAILURES"}[message.code]
-        self.push_screen(ReportScreen(f"doctor: {verdict}", message.text))
 
     # -- attach, views, quit ---------------------------------------------------------
     def focused_node(self) -> str:
@@ -541,20 +413,6 @@ class MntuiApp(App[None]):
                     table.update_cell(v.node, col, value)
             self.table_cells[v.node] = row
 
-    def overall(self) -> str:
-        states = [v.verdict.state for v in self.views.values() if v.verdict is not None]
-        if not states:
-            return "not launched" if self.record is None else "polling..."
-        bad = [(v.node, v.verdict.state) for v in self.views.values()
-               if v.verdict is not None and v.verdict.state.is_problem]
-        if bad:
-            node, state = bad[0]
-            return f"{state.value.upper()} on {node}" + (f" (+{len(bad) - 1})" if len(bad) > 1 else "")
-        running = sum(1 for s in states if s in (NodeState.RUNNING, NodeState.STARTING))
-        if running:
-            return f"running {running}/{len(self.views)}"
-        return ", ".join(sorted({s.value for s in states}))
-
     def refresh_header(self) -> None:
         rec = self.record
         elapsed = ""
@@ -563,7 +421,7 @@ class MntuiApp(App[None]):
             elapsed = f"  {secs // 3600}:{secs // 60 % 60:02d}:{secs % 60:02d}"
         who = f"watchdog {self.watcher}"
         w = self.cfg.watch
-        text = (f"{self.cfg.job}  run {rec.run_id if rec else '-'}{elapsed}  {self.overall()}  "
+        text = (f"{self.cfg.job}  run {rec.run_id if rec else '-'}{elapsed}  {overall_state(list(self.views.values()), self.record is not None)}  "
                 f"[{who}: on failure {w.on_failure.value}, on stall {w.on_stall.value}]"
                 + (f"  {self.busy}..." if self.busy else ""))
         self.query_one("#header", HeaderBar).set_text(text)

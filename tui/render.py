@@ -6,11 +6,12 @@ without an app, and so one place decides what a node looks like in every view.
 
 from __future__ import annotations
 
-from rich.text import Text
+from typing import Any
 
 from mntui.sessions.gpu import Gpu, GpuReading
 from mntui.sessions.poll import NodeSnapshot
 from mntui.sessions.states import NodeState, Verdict
+from rich.text import Text
 
 STATE_STYLE = {
     NodeState.STARTING: "bold cyan", NodeState.RUNNING: "bold green", NodeState.FINISHED: "bold blue",
@@ -122,3 +123,33 @@ def table_row(node: str, rank: int, snap: NodeSnapshot | None, verdict: Verdict 
     age = "-" if snap.output_age is None else f"{snap.output_age:.0f}s"
     rtt = "-" if snap.rtt is None else f"{snap.rtt * 1000:.0f}ms"
     return (node, str(rank), state, util, mem, age, rtt)
+
+
+def overall_state(views: list[Any], launched: bool) -> str:
+    """The header's one-word health: `running 2/2`, `FROZEN on g380 (+1)`, `not launched`."""
+    verdicts = [(v.node, v.verdict.state) for v in views if v.verdict is not None]
+    if not verdicts:
+        return "polling..." if launched else "not launched"
+    bad = [(node, state) for node, state in verdicts if state.is_problem]
+    if bad:
+        node, state = bad[0]
+        return f"{state.value.upper()} on {node}" + (f" (+{len(bad) - 1})" if len(bad) > 1 else "")
+    running = sum(1 for _, s in verdicts if s in (NodeState.RUNNING, NodeState.STARTING))
+    if running:
+        return f"running {running}/{len(views)}"
+    return ", ".join(sorted({s.value for _, s in verdicts}))
+
+
+def kill_preview(views: list[Any], job: str, grace: float) -> str:
+    """What a kill-all will kill, per node, from the last snapshots (no IO: it is a dialog)."""
+    lines = []
+    for v in views:
+        if v.snap is None or not v.snap.reachable:
+            lines.append(f"{v.node}: {'unreachable now; will be tried' if v.snap else 'not polled yet'}")
+            continue
+        procs = v.snap.live_procs
+        pids = " ".join(str(p.pid) for p in procs[:8]) + (" ..." if len(procs) > 8 else "")
+        lines.append(f"{v.node}: {len(procs)} process(es) {pids}".rstrip()
+                     + (f", tmux session {job}-{v.node}" if v.snap.session else ""))
+    return "\n".join(lines) + ("\n\nEvery process tagged with this job, on every node; nothing else. "
+                               f"SIGTERM, SIGKILL after {grace:g}s.")

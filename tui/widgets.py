@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mntui.sessions.poll import NodeSnapshot
+from mntui.sessions.states import NodeState, Verdict
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
-from rich.text import Text
 from textual.widget import Widget
 from textual.widgets import Button, Footer, Input, Label, RichLog, Static
-
-from mntui.sessions.poll import NodeSnapshot
-from mntui.sessions.states import NodeState, Verdict
 
 from .render import pane_text
 

@@ -1,0 +1,64 @@
+"""Typed messages from the app's workers to its UI thread: the only way IO results arrive."""
+
+from __future__ import annotations
+
+from mntui.sessions.events import Event
+from mntui.sessions.poll import NodeSnapshot
+from mntui.sessions.procs import PortHolder
+from mntui.sessions.runs import RunRecord
+from textual.message import Message
+
+
+class NodeSnap(Message):
+    def __init__(self, snap: NodeSnapshot, generation: int | None = None) -> None:
+        super().__init__()
+        self.snap, self.generation = snap, generation
+
+
+class PollDone(Message):
+    """`generation` names the poller that produced it: a reply from a poller that was
+    replaced (a new run was attached) is dropped. None: the current one."""
+
+    def __init__(self, snaps: dict[str, NodeSnapshot], generation: int | None = None) -> None:
+        super().__init__()
+        self.snaps, self.generation = snaps, generation
+
+
+class EngineEvent(Message):
+    def __init__(self, event: Event) -> None:
+        super().__init__()
+        self.event = event
+
+
+class LaunchDone(Message):
+    def __init__(self, record: RunRecord | None, error: str | None) -> None:
+        super().__init__()
+        self.record, self.error = record, error
+
+
+class KillDone(Message):
+    def __init__(self, clean: bool, summary: str, then_launch: bool = False) -> None:
+        super().__init__()
+        self.clean, self.summary, self.then_launch = clean, summary, then_launch
+
+
+class HoldersFound(Message):
+    def __init__(self, holders: dict[str, tuple[PortHolder, ...]], errors: dict[str, str]) -> None:
+        super().__init__()
+        self.holders, self.errors = holders, errors
+
+
+class DoctorDone(Message):
+    def __init__(self, text: str, code: int) -> None:
+        super().__init__()
+        self.text, self.code = text, code
+
+
+class OpDone(Message):
+    """An operation that changes nothing about the run (cleanup) has finished."""
+
+
+class Notice(Message):
+    def __init__(self, text: str, severity: str = "information") -> None:
+        super().__init__()
+        self.text, self.severity = text, severity
