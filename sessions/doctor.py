@@ -342,6 +342,14 @@ def smoke_config(cfg: JobConfig, timeout: float) -> JobConfig:
                    launch=replace(cfg.launch, ready=cfg.launch.ready.__class__("port"), ready_timeout=timeout))
 
 
+def _smoke_line(line: str) -> dict[str, Any]:
+    try:
+        value = json.loads(line[len(SMOKE_MARK):])
+        return value if isinstance(value, dict) else {"error": f"unreadable result: {line[:200]}"}
+    except ValueError:
+        return {"error": f"unreadable result: {line[:200]}"}
+
+
 def allreduce(cfg: JobConfig, cluster: Cluster, timeout: float = 60.0) -> list[Check]:
     """Launch the smoke job through the normal path; collect every rank's line; always kill."""
     from .kill import kill_job
@@ -371,8 +379,8 @@ def allreduce(cfg: JobConfig, cluster: Cluster, timeout: float = 60.0) -> list[C
                     continue
                 offsets[np.node] = chunk.offset
                 exited[np.node] = chunk.exit_code
-                lines[np.node] = [json.loads(x[len(SMOKE_MARK):]) for x in chunk.data.decode(errors="replace")
-                                  .splitlines() if x.startswith(SMOKE_MARK)]
+                lines[np.node] = [_smoke_line(x) for x in chunk.data.decode(errors="replace").splitlines()
+                                  if x.startswith(SMOKE_MARK)]
             if all(len(v) >= want for v in lines.values()) or all(c is not None for c in exited.values()):
                 break
             time.sleep(0.5)

@@ -52,7 +52,9 @@ def main() -> int:
         dist.destroy_process_group()
     except Exception as exc:  # reported, not raised: the doctor reads every rank's line
         out["error"] = f"{type(exc).__name__}: {exc}"[:300]
-    print("MNTUI_SMOKE " + json.dumps(out), flush=True)
+    # One write(2) per line: ranks of a node share the pipe, and with PYTHONUNBUFFERED
+    # print() writes text and newline separately, so two ranks' lines could interleave.
+    os.write(1, ("MNTUI_SMOKE " + json.dumps(out) + "\n").encode())
     return 0 if out["ok"] else 1
 
 

@@ -17,6 +17,7 @@ from helpers import Cfg
 
 
 def rows(res: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
+    assert res.stdout.strip(), f"doctor printed nothing (exit {res.returncode}): {res.stderr[-2000:]}"
     return json.loads(res.stdout)
 
 
