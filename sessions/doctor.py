@@ -92,22 +92,20 @@ class Probe:
     fields: dict[str, list[str]]
     procs: int
     holders: list[str]
-    rtt: float
-    sent_at: float
 
     def one(self, key: str) -> str | None:
         vals = self.fields.get(key)
         return vals[0] if vals else None
 
 
-def parse_probe(out: str, rtt: float, sent_at: float) -> Probe:
+def parse_probe(out: str) -> Probe:
     fields: dict[str, list[str]] = {}
     for line in out.splitlines():
         if line.startswith("@"):
             key, _, val = line[1:].partition(" ")
             fields.setdefault(key, []).append(val.strip())
     lines = out.splitlines()
-    return Probe(fields, len(parse_procs(lines)), [h.describe() for h in parse_listeners(lines)], rtt, sent_at)
+    return Probe(fields, len(parse_procs(lines)), [h.describe() for h in parse_listeners(lines)])
 
 
 def _ifname_ok(want: str, have: dict[str, str]) -> tuple[bool, str]:
@@ -133,9 +131,8 @@ def run_checks(cfg: JobConfig, cluster: Cluster, *, tcp: bool = True) -> list[Ch
     specs = {n.name: n for n in cfg.nodes}
 
     def probe(node: Node) -> Probe:
-        t0 = time.time()
-        res = node.run(probe_script(cfg, specs[node.name], addr, node.name == cfg.main), timeout=120)
-        return parse_probe(res.stdout, time.time() - t0, t0)
+        return parse_probe(node.run(probe_script(cfg, specs[node.name], addr, node.name == cfg.main),
+                                    timeout=120).stdout)
 
     t_connect = time.time()
     connected = cluster.connect()

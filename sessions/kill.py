@@ -108,6 +108,17 @@ def parse_kill(node: str, stdout: str) -> KillReport:
                       "SESSION_KILLED" in lines, parse_listeners(lines), ms / 1000)
 
 
+def summarize(job: str, results: dict[str, Outcome[KillReport]]) -> tuple[bool, str]:
+    """(clean on every node, one line for a person): the CLI and the app say the same."""
+    dirty = [n for n, o in results.items() if not o.ok or (o.value is not None and not o.value.clean)]
+    if dirty:
+        return False, f"NOT CLEAN on {', '.join(dirty)}"
+    total = sum(len(o.value.found) for o in results.values() if o.value)
+    if not total:
+        return True, "nothing to kill: the job is not running"
+    return True, f"clean: {total} process(es) of {job} stopped on {len(results)} node(s)"
+
+
 def kill_job(cfg: JobConfig, cluster: Cluster, *, names: Iterable[str] | None = None,
              grace: float | None = None, on_event: Callable[[Event], None] = lambda e: None,
              ) -> dict[str, Outcome[KillReport]]:

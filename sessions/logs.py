@@ -51,6 +51,14 @@ def parse_read(stdout: str, offset: int) -> LogChunk:
     return LogChunk(raw, offset + len(raw), size, code)
 
 
+def last_lines(node: Node, run_dir: str, n: int) -> tuple[list[str], int]:
+    """The last `n` lines of the log and its size (to follow from), in one round trip."""
+    f = f'"$HOME"/{shlex.quote(run_dir)}/output.log'
+    out = node.run(f'stat -c %s {f} 2>/dev/null || echo 0; tail -n {int(n)} {f} 2>/dev/null').stdout
+    size, _, text = out.partition("\n")
+    return text.splitlines(), int(size.strip() or 0)
+
+
 def read_new(node: Node, run_dir: str, offset: int) -> LogChunk:
     return parse_read(node.run(read_script(run_dir, offset)).stdout, offset)
 

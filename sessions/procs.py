@@ -11,7 +11,6 @@ user's own processes.
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass
 
 TAG_VAR = "MNTUI_RUN"
@@ -154,6 +153,3 @@ def parse_listeners(lines: list[str]) -> tuple[PortHolder, ...]:
         out.append(PortHolder(int(parts[1]), pid, user, parts[4].strip() if len(parts) > 4 else ""))
     return tuple(out)
 
-
-def scan_script(pattern: str) -> str:
-    return f"{SHELL_LIB}\nmntui_procinfo $(mntui_scan {shlex.quote(pattern)})\n"

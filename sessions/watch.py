@@ -127,23 +127,7 @@ class Watchdog:
         return verdicts, fatal
 
     def teardown(self, t: Trigger) -> bool:
-        rank = self.record.node(t.node).rank
-        self.on_event(Event(t.node, rank, Phase.KILLING,
-                            f"watchdog: {t.state.value} ({t.why}); tearing the job down"))
-        run_dir = self.record.node(t.node).run_dir
-        last = log_tail(self.cluster.nodes[t.node], run_dir) if t.state is not NodeState.UNREACHABLE else ""
-        started = time.time()
-        results = kill_job(self.cfg, self.cluster, on_event=self.on_event)
-        clean = all(o.ok and o.value is not None and o.value.clean for n, o in results.items()
-                    if n != t.node or t.state is not NodeState.UNREACHABLE)
-        self.record.status = "torn-down"
-        self.record.error = f"{t.node} {t.state.value}: {t.why}"
-        self.record.note("watchdog-teardown", node=t.node, state=t.state.value, why=t.why,
-                         last_lines=last.splitlines()[-20:], kill_seconds=round(time.time() - started, 3),
-                         clean=clean, results={n: (o.value.summary() if o.value else o.error)
-                                               for n, o in results.items()})
-        self.record.save()
-        return clean
+        return teardown(self.cfg, self.record, self.cluster, t, self.on_event)
 
     def run(self, stop: Callable[[], bool] = lambda: False) -> Trigger | None:
         """Watch until the job ends or is torn down; returns what tore it down, if anything."""
@@ -162,6 +146,25 @@ class Watchdog:
                 return None
             time.sleep(max(0.0, self.cfg.watch.interval - (time.monotonic() - t0)))
         return None
+
+
+def teardown(cfg: JobConfig, record: RunRecord, cluster: Cluster, t: Trigger,
+             on_event: Callable[[Event], None] = lambda e: None) -> bool:
+    """Kill the whole job because of `t`, and write why into the run record."""
+    rank = record.node(t.node).rank
+    on_event(Event(t.node, rank, Phase.KILLING, f"watchdog: {t.state.value} ({t.why}); tearing the job down"))
+    last = log_tail(cluster.nodes[t.node], record.node(t.node).run_dir) if t.state is not NodeState.UNREACHABLE else ""
+    started = time.time()
+    results = kill_job(cfg, cluster, on_event=on_event)
+    clean = all(o.ok and o.value is not None and o.value.clean for n, o in results.items()
+                if n != t.node or t.state is not NodeState.UNREACHABLE)
+    record.status = "torn-down"
+    record.error = f"{t.node} {t.state.value}: {t.why}"
+    record.note("watchdog-teardown", node=t.node, state=t.state.value, why=t.why,
+                last_lines=last.splitlines()[-20:], kill_seconds=round(time.time() - started, 3),
+                clean=clean, results={n: (o.value.summary() if o.value else o.error) for n, o in results.items()})
+    record.save()
+    return clean
 
 
 def watch_session_name(job: str) -> str:

@@ -20,7 +20,7 @@ from mntui.sessions.poll import NodeSnapshot, Poller
 from mntui.sessions.remote import Cluster
 from mntui.sessions.runs import RunRecord, latest
 from mntui.sessions.states import Verdict
-from mntui.sessions.watch import Judge, LockHeld, Trigger, Watchdog, acquire_lock
+from mntui.sessions.watch import Judge, LockHeld, Trigger, acquire_lock, teardown
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -81,7 +81,6 @@ class MntuiApp(Operations):
         self.cluster: Cluster | None = None
         self.poller: Poller | None = None
         self.judge = Judge(cfg.watch)
-        self.watchdog: Watchdog | None = None
         self.lock: IO[str] | None = None
         self.watcher = "none"  # who watches the run: "here", "headless (pid N)" or "none"
         self.busy: str | None = None  # launch / kill / cleanup in progress
@@ -145,7 +144,6 @@ class MntuiApp(Operations):
         if watch_here and record.status in ("running", "launching"):
             try:
                 self.lock = acquire_lock(record)
-                self.watchdog = Watchdog(self.cfg, record, self.cluster, on_event=self.post_event)
                 self.watcher = "here"
             except LockHeld as exc:
                 self.watcher = f"headless (pid {exc.holder})"
@@ -216,7 +214,7 @@ class MntuiApp(Operations):
 
     def act_on(self, triggers: list[Trigger]) -> None:
         for t in triggers:
-            if self.watchdog is None:
+            if self.lock is None:  # someone else (or no one) acts on it
                 if t.state.is_problem:
                     self.notify(f"{t.node}: {t.state.value} ({t.why})", severity="warning")
                 continue
@@ -231,8 +229,8 @@ class MntuiApp(Operations):
 
     @work(thread=True, exclusive=True, group="ops", exit_on_error=False)
     def teardown(self, trigger: Trigger) -> None:
-        assert self.watchdog is not None
-        clean = self.watchdog.teardown(trigger)
+        assert self.cluster is not None and self.record is not None
+        clean = teardown(self.cfg, self.record, self.cluster, trigger, self.post_event)
         self.post_message(KillDone(clean, f"watchdog tore the job down: {trigger.node} {trigger.state.value}"))
 
     # -- launch / kill / cleanup -----------------------------------------------------
@@ -299,19 +297,15 @@ class MntuiApp(Operations):
 
     @work(thread=True, exclusive=True, group="ops", exit_on_error=False)
     def do_kill(self, then_launch: bool) -> None:
-        from mntui.sessions.kill import stop_job
+        from mntui.sessions.kill import stop_job, summarize
 
         assert self.cluster is not None
-        results = stop_job(self.cfg, self.cluster, on_event=self.post_event)
-        dirty = [n for n, o in results.items() if not o.ok or (o.value is not None and not o.value.clean)]
-        total = sum(len(o.value.found) for o in results.values() if o.value)
-        summary = (f"NOT CLEAN on {', '.join(dirty)}" if dirty
-                   else f"clean: {total} process(es) stopped on {len(results)} node(s)")
-        self.post_message(KillDone(not dirty, summary, then_launch))
+        clean, summary = summarize(self.cfg.job, stop_job(self.cfg, self.cluster, on_event=self.post_event))
+        self.post_message(KillDone(clean, summary, then_launch))
 
     def on_kill_done(self, message: KillDone) -> None:
         self.busy = None
-        self.watchdog = None
+        self.release_lock()
         self.watcher = "none"
         self.notify(message.summary, title="kill", severity="information" if message.clean else "error",
                     timeout=10)

@@ -220,19 +220,14 @@ def cmd_watch(cfg: JobConfig, args: argparse.Namespace) -> int:
 
 
 def run_kill(cfg: JobConfig, names: list[str] | None, grace: float | None, t0: float) -> bool:
-    from mntui.sessions.kill import stop_job
+    from mntui.sessions.kill import stop_job, summarize
     from mntui.sessions.remote import Cluster
 
     with Cluster(cfg.nodes, cfg.ssh) as cluster:
         results = stop_job(cfg, cluster, names=names, grace=grace, on_event=printer(t0))
-    dirty = [n for n, o in results.items() if not o.ok or (o.value is not None and not o.value.clean)]
-    total = sum(len(o.value.found) for o in results.values() if o.value)
-    if dirty:
-        say(f"NOT CLEAN on {', '.join(dirty)} ({time.time() - t0:.1f}s)", err=True)
-        return False
-    say(f"clean: {total} process(es) of {cfg.job} stopped on {len(results)} node(s) "
-          f"in {time.time() - t0:.1f}s" if total else "nothing to kill: the job is not running")
-    return True
+    clean, text = summarize(cfg.job, results)
+    say(f"{text} ({time.time() - t0:.1f}s)", err=not clean)
+    return clean
 
 
 def cmd_kill(cfg: JobConfig, args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ import time
 from typing import Callable, Sequence
 
 from mntui.sessions.config import JobConfig
-from mntui.sessions.logs import LineSplitter, read_new
+from mntui.sessions.logs import LineSplitter, last_lines, read_new
 from mntui.sessions.poll import NodeSnapshot, Poller, snapshot_dict
 from mntui.sessions.remote import Cluster, NodeError
 from mntui.sessions.runs import NodeRecord, RunRecord
@@ -110,12 +110,9 @@ def cmd_logs(cfg: JobConfig, record: RunRecord, nodes: Sequence[str], follow: bo
         for n in selected:
             try:
                 if lines is not None:
-                    size = read_new(cluster.nodes[n.node], n.run_dir, 1 << 62).size
-                    tail = cluster.nodes[n.node].run(
-                        f'tail -n {int(lines)} "$HOME"/{_q(n.run_dir)}/output.log 2>/dev/null').stdout
-                    for line in tail.splitlines():
+                    tail, offsets[n.node] = last_lines(cluster.nodes[n.node], n.run_dir, lines)
+                    for line in tail:
                         say(f"[{n.node}:{n.rank}] {line}" if prefix else line)
-                    offsets[n.node] = size
                 else:
                     offsets[n.node] = 0
             except NodeError as exc:
@@ -167,11 +164,6 @@ def _fetch(record: RunRecord, selected: Sequence[NodeRecord], cluster: Cluster, 
             say(f"{name}: {exc.message}", err=True)
             ok = False
     return 0 if ok else 1
-
-
-def _q(s: str) -> str:
-    import shlex
-    return shlex.quote(s)
 
 
 def cmd_watch(cfg: JobConfig, record: RunRecord, say: Say) -> int:
