@@ -21,8 +21,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
@@ -58,13 +58,18 @@ ssh: {{config: {fc.ssh_config}, connect_timeout: 10}}
 
 def raw_true(cluster: Cluster) -> None:
     """The floor: `true` on every node at once, one exec channel each, on open connections."""
+
     def one(node: RemoteNode) -> None:
         chan = node._transport().open_session()
         chan.exec_command("true")
         chan.recv_exit_status()
         chan.close()
-    threads = [threading.Thread(target=one, args=(n,)) for n in cluster.nodes.values()
-               if isinstance(n, RemoteNode)]
+
+    threads = [
+        threading.Thread(target=one, args=(n,))
+        for n in cluster.nodes.values()
+        if isinstance(n, RemoteNode)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -74,14 +79,24 @@ def raw_true(cluster: Cluster) -> None:
 def pdsh(fc: FakeCluster, n: int, command: str) -> None:
     env = {**os.environ, "PDSH_SSH_ARGS_APPEND": f"-F {fc.ssh_config}"}
     hosts = ",".join(f"node{i}" for i in range(n))
-    subprocess.run(["pdsh", "-R", "ssh", "-f", "128", "-w", hosts, command], env=env,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    subprocess.run(
+        ["pdsh", "-R", "ssh", "-f", "128", "-w", hosts, command],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=True,
+    )
 
 
 def ssh_loop(fc: FakeCluster, n: int, command: str) -> None:
     for i in range(n):
-        subprocess.run(["ssh", "-F", str(fc.ssh_config), f"node{i}", command],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, check=True)
+        subprocess.run(
+            ["ssh", "-F", str(fc.ssh_config), f"node{i}", command],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            check=True,
+        )
 
 
 def timed(fn: Callable[[], object]) -> float:
@@ -93,12 +108,17 @@ def timed(fn: Callable[[], object]) -> float:
 def cold_start(reps: int) -> dict[str, list[float]]:
     """Import cost of the headless CLI vs a bare interpreter, and Textual must stay out."""
     out: dict[str, list[float]] = {"python -c pass": [], "import mntui CLI (headless)": []}
-    check = ("import sys, mntui.tui.cli, mntui.tui.views, mntui.sessions.poll, mntui.sessions.watch; "
-             "assert 'textual' not in sys.modules, 'textual imported on a headless path'")
+    check = (
+        "import sys, mntui.tui.cli, mntui.tui.views, mntui.sessions.poll, mntui.sessions.watch; "
+        "assert 'textual' not in sys.modules, 'textual imported on a headless path'"
+    )
     for _ in range(reps):
-        out["python -c pass"].append(timed(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True)))
-        out["import mntui CLI (headless)"].append(timed(lambda: subprocess.run([sys.executable, "-c", check],
-                                                                                check=True)))
+        out["python -c pass"].append(
+            timed(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True))
+        )
+        out["import mntui CLI (headless)"].append(
+            timed(lambda: subprocess.run([sys.executable, "-c", check], check=True))
+        )
     return out
 
 
@@ -120,16 +140,27 @@ def bench_n(root: Path, n: int, reps: int, slow_baselines: bool) -> dict[str, ob
                 res = launch(cfg, cluster=cluster)
                 add("launch: until all nodes started", time.perf_counter() - t0)
                 if n > 1:
-                    gaps.append(min(v for k, v in res.started_at.items() if k != cfg.main) - res.ready_at)
+                    gaps.append(
+                        min(v for k, v in res.started_at.items() if k != cfg.main) - res.ready_at
+                    )
                 poller = Poller(res.record, cluster, gpus=False)
                 poller.poll()  # first poll learns command lines and sysconf; steady state after
                 for _ in range(3):
-                    add("floor: raw paramiko `true`, open connections", timed(lambda: raw_true(cluster)))
-                    add("mntui: `true` on its persistent shells", timed(lambda: cluster.run({x: "true" for x in cluster.nodes})))
+                    add(
+                        "floor: raw paramiko `true`, open connections",
+                        timed(lambda: raw_true(cluster)),
+                    )
+                    add(
+                        "mntui: `true` on its persistent shells",
+                        timed(lambda: cluster.run(dict.fromkeys(cluster.nodes, "true"))),
+                    )
                     add("mntui: full status poll", timed(poller.poll))
                 add("pdsh -R ssh: status command", timed(lambda: pdsh(fc, n, STATUS_CMD)))
                 if slow_baselines:
-                    add("sequential ssh loop: status command", timed(lambda: ssh_loop(fc, n, STATUS_CMD)))
+                    add(
+                        "sequential ssh loop: status command",
+                        timed(lambda: ssh_loop(fc, n, STATUS_CMD)),
+                    )
                 t0 = time.perf_counter()
                 out = kill_job(cfg, cluster)
                 add("kill-all until verified clean", time.perf_counter() - t0)
@@ -151,12 +182,19 @@ def app_scale(ticks: int, nodes: int = 64, table: bool = False) -> dict[str, flo
     from mntui.tui.app import MntuiApp, PollDone
 
     names = ", ".join(f"g{i}" for i in range(nodes))
-    cfg = parse_config(f"job: scale\nnodes: [{names}]\nnproc_per_node: 8\ncommand: x\n", "scale.yaml")
+    cfg = parse_config(
+        f"job: scale\nnodes: [{names}]\nnproc_per_node: 8\ncommand: x\n", "scale.yaml"
+    )
     frames: list[float] = []
     cpu = 0.0
     # Snapshots are parsed in the poll worker in the real app, not on the UI thread: build them first.
-    feeds = [{f"g{i}": h100_node(f"g{i}", i, step=1000 + tick * 12, frozen=(i == 7 and tick > 2))[0]
-              for i in range(nodes)} for tick in range(ticks)]
+    feeds = [
+        {
+            f"g{i}": h100_node(f"g{i}", i, step=1000 + tick * 12, frozen=(i == 7 and tick > 2))[0]
+            for i in range(nodes)
+        }
+        for tick in range(ticks)
+    ]
 
     async def go() -> None:
         nonlocal cpu
@@ -165,6 +203,7 @@ def app_scale(ticks: int, nodes: int = 64, table: bool = False) -> dict[str, flo
             if app.table_mode != table:
                 await pilot.press("t")
             await pilot.pause()
+
             def used() -> float:
                 r = resource.getrusage(resource.RUSAGE_SELF)
                 return r.ru_utime + r.ru_stime
@@ -184,40 +223,59 @@ def app_scale(ticks: int, nodes: int = 64, table: bool = False) -> dict[str, flo
 
     asyncio.run(go())
     steady = frames[1:] or frames  # the first tick also draws every widget for the first time
-    return {"first_tick_ms": frames[0] * 1000,
-            "tick_median_ms": statistics.median(steady) * 1000, "tick_max_ms": max(steady) * 1000,
-            "cpu_percent_of_one_core": cpu * 100}  # tick_*: CPU seconds spent per 1 Hz tick
+    return {
+        "first_tick_ms": frames[0] * 1000,
+        "tick_median_ms": statistics.median(steady) * 1000,
+        "tick_max_ms": max(steady) * 1000,
+        "cpu_percent_of_one_core": cpu * 100,
+    }  # tick_*: CPU seconds spent per 1 Hz tick
 
 
-def summarize(runs: list[dict[str, object]], cold: dict[str, list[float]],
-              app: dict[str, dict[str, float]] | None = None) -> str:
-    lines = ["| N | measurement | median ms | min-max ms | ratio to floor |", "|---|---|---:|---:|---:|"]
+def summarize(
+    runs: list[dict[str, object]],
+    cold: dict[str, list[float]],
+    app: dict[str, dict[str, float]] | None = None,
+) -> str:
+    lines = [
+        "| N | measurement | median ms | min-max ms | ratio to floor |",
+        "|---|---|---:|---:|---:|",
+    ]
     for run in runs:
         res: dict[str, list[float]] = run["results"]  # type: ignore[assignment]
         floor = statistics.median(res["floor: raw paramiko `true`, open connections"])
         for name, vals in res.items():
             med = statistics.median(vals)
             ratio = "" if name.startswith(("worker", "launch")) else f"{med / floor:.2f}x"
-            lines.append(f"| {run['n']} | {name} | {med * 1000:.1f} | {min(vals) * 1000:.1f}-{max(vals) * 1000:.1f} "
-                         f"| {ratio} |")
+            lines.append(
+                f"| {run['n']} | {name} | {med * 1000:.1f} | {min(vals) * 1000:.1f}-{max(vals) * 1000:.1f} "
+                f"| {ratio} |"
+            )
     base = statistics.median(cold["python -c pass"])
     for name, vals in cold.items():
         med = statistics.median(vals)
-        lines.append(f"| - | cold start: {name} | {med * 1000:.1f} | {min(vals) * 1000:.1f}-{max(vals) * 1000:.1f} "
-                     f"| {med / base:.2f}x of `python -c pass` |")
+        lines.append(
+            f"| - | cold start: {name} | {med * 1000:.1f} | {min(vals) * 1000:.1f}-{max(vals) * 1000:.1f} "
+            f"| {med / base:.2f}x of `python -c pass` |"
+        )
     for view, m in (app or {}).items():
-        lines.append(f"| 64x8 GPUs | app at 1 Hz, {view}: CPU per tick (update+draw) | {m['tick_median_ms']:.1f} | "
-                     f"max {m['tick_max_ms']:.1f} (first {m['first_tick_ms']:.0f}) | {m['cpu_percent_of_one_core']:.1f}% of one core |")
+        lines.append(
+            f"| 64x8 GPUs | app at 1 Hz, {view}: CPU per tick (update+draw) | {m['tick_median_ms']:.1f} | "
+            f"max {m['tick_max_ms']:.1f} (first {m['first_tick_ms']:.0f}) | {m['cpu_percent_of_one_core']:.1f}% of one core |"
+        )
     return "\n".join(lines)
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--nodes", default="1,8,32,64", help="comma-separated node counts")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--no-slow", action="store_true", help="skip the sequential ssh loop")
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
-    ap.add_argument("--app-ticks", type=int, default=20, help="1 Hz ticks of the 64x8 app run (0: skip)")
+    ap.add_argument(
+        "--app-ticks", type=int, default=20, help="1 Hz ticks of the 64x8 app run (0: skip)"
+    )
     args = ap.parse_args()
     counts = [int(x) for x in args.nodes.split(",")]
     root = Path(tempfile.mkdtemp(prefix="mntui-bench-", dir=os.path.expanduser("~")))
@@ -230,14 +288,22 @@ def main() -> int:
     app = {}
     if args.app_ticks:
         print("== app, 64 nodes x 8 GPUs", file=sys.stderr, flush=True)
-        app = {"grid": app_scale(args.app_ticks, table=False), "table": app_scale(args.app_ticks, table=True)}
+        app = {
+            "grid": app_scale(args.app_ticks, table=False),
+            "table": app_scale(args.app_ticks, table=True),
+        }
     table = summarize(runs, cold, app)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    meta = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
-            f"{platform.platform()}", "python": platform.python_version(), "reps": args.reps}
+    meta = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
+        "python": platform.python_version(),
+        "reps": args.reps,
+    }
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / f"{stamp}.json").write_text(json.dumps({**meta, "runs": runs, "cold_start": cold,
-                                                              "app": app}, indent=2))
+    (Path(args.out) / f"{stamp}.json").write_text(
+        json.dumps({**meta, "runs": runs, "cold_start": cold, "app": app}, indent=2)
+    )
     print(f"mntui benchmark, {meta['date']}, {meta['machine']}, {args.reps} repetitions\n")
     print(table)
     return 0

@@ -10,13 +10,16 @@ from . import remote, tmux
 from .config import JobConfig
 
 
-def attach_argv(cfg: JobConfig, node: str | None = None, *, inside_tmux: bool | None = None) -> list[str]:
+def attach_argv(
+    cfg: JobConfig, node: str | None = None, *, inside_tmux: bool | None = None
+) -> list[str]:
     spec = cfg.node(node) if node else cfg.main_node
     session = tmux.session_name(cfg.job, spec.name)
     inside = tmux.inside_tmux() if inside_tmux is None else inside_tmux
     if spec.is_local:
         return tmux.attach_argv(session, inside_tmux=inside)
-    return remote.ssh_base_argv(cfg.ssh.config) + ["-t", "--", spec.host, tmux.remote_attach_command(session)]
+    remote_cmd = tmux.remote_attach_command(session)
+    return [*remote.ssh_base_argv(cfg.ssh.config), "-t", "--", spec.host, remote_cmd]
 
 
 def attach_all_argv(cfg: JobConfig, *, inside_tmux: bool | None = None) -> list[str]:

@@ -8,17 +8,29 @@ from __future__ import annotations
 
 import re
 import string
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, TypeVar
 
 from ClusterShell.NodeSet import NodeSet, NodeSetException
 
 from .yamlmarks import ConfigError, Document, Path_, load, loads
 
-__all__ = ["Action", "ConfigError", "JobConfig", "NodeSpec", "ReadyMode", "HostKeyPolicy", "WatchPolicy",
-           "load_config", "parse_config", "TEMPLATE_FIELDS", "LOCAL_HOSTS"]
+__all__ = [
+    "LOCAL_HOSTS",
+    "TEMPLATE_FIELDS",
+    "Action",
+    "ConfigError",
+    "HostKeyPolicy",
+    "JobConfig",
+    "NodeSpec",
+    "ReadyMode",
+    "WatchPolicy",
+    "load_config",
+    "parse_config",
+]
 
 TEMPLATE_FIELDS = ("node_rank", "nnodes", "master_addr", "master_port", "nproc_per_node", "node")
 # Hosts that run through a local runner, without SSH.
@@ -28,18 +40,27 @@ JOB_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
 NODE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # Names mntui sets itself; letting the config override them would break the job.
-RESERVED_ENV = frozenset({"NODE_RANK", "NNODES", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE",
-                          "MNTUI_RUN", "MNTUI_RUN_DIR"})
+RESERVED_ENV = frozenset(
+    {
+        "NODE_RANK",
+        "NNODES",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "WORLD_SIZE",
+        "MNTUI_RUN",
+        "MNTUI_RUN_DIR",
+    }
+)
 
 
 class ReadyMode(StrEnum):
-    PORT = "port"    # the master port listens on the main node
-    LOG = "log"      # a regex matches the main's output
+    PORT = "port"  # the master port listens on the main node
+    LOG = "log"  # a regex matches the main's output
     DELAY = "delay"  # a fixed wait: the last resort of the seed scripts
 
 
 class HostKeyPolicy(StrEnum):
-    STRICT = "strict"          # unknown or changed key: refuse
+    STRICT = "strict"  # unknown or changed key: refuse
     ACCEPT_NEW = "accept-new"  # unknown key: record it; changed key: refuse
 
 
@@ -77,17 +98,17 @@ class SshPolicy:
 
 class Action(StrEnum):
     KILL_ALL = "kill_all"  # tear the whole job down
-    NOTIFY = "notify"      # report, touch nothing
+    NOTIFY = "notify"  # report, touch nothing
 
 
 @dataclass(frozen=True)
 class WatchPolicy:
-    on_failure: Action = Action.KILL_ALL   # a node failed, orphaned, froze or stayed unreachable
+    on_failure: Action = Action.KILL_ALL  # a node failed, orphaned, froze or stayed unreachable
     on_stall: Action = Action.NOTIFY
-    stall_after: float = 300.0             # seconds without output
-    frozen_after: float = 3.0              # a stop this short is a debugger (py-spy), not a hang
-    unreachable_after: float = 30.0        # a node can miss polls while its sshd is busy
-    interval: float = 1.0                  # seconds between polls
+    stall_after: float = 300.0  # seconds without output
+    frozen_after: float = 3.0  # a stop this short is a debugger (py-spy), not a hang
+    unreachable_after: float = 30.0  # a node can miss polls while its sshd is busy
+    interval: float = 1.0  # seconds between polls
 
 
 @dataclass(frozen=True)
@@ -127,13 +148,36 @@ class JobConfig:
 T = TypeVar("T")
 D = TypeVar("D")
 
-TOP_KEYS = {"job", "nodes", "overrides", "main", "workdir", "setup", "env", "master_port",
-            "master_addr", "ports", "nproc_per_node", "command", "launch", "kill", "ssh", "watch"}
+TOP_KEYS = {
+    "job",
+    "nodes",
+    "overrides",
+    "main",
+    "workdir",
+    "setup",
+    "env",
+    "master_port",
+    "master_addr",
+    "ports",
+    "nproc_per_node",
+    "command",
+    "launch",
+    "kill",
+    "ssh",
+    "watch",
+}
 NODE_KEYS = {"name", "host", "command", "env", "setup", "workdir"}
 LAUNCH_KEYS = {"ready", "ready_pattern", "ready_delay", "ready_timeout", "stagger"}
 KILL_KEYS = {"grace"}
 SSH_KEYS = {"config", "connect_timeout", "host_key", "command_timeout"}
-WATCH_KEYS = {"on_failure", "on_stall", "stall_after", "frozen_after", "unreachable_after", "interval"}
+WATCH_KEYS = {
+    "on_failure",
+    "on_stall",
+    "stall_after",
+    "frozen_after",
+    "unreachable_after",
+    "interval",
+}
 
 
 def load_config(path: str | Path) -> JobConfig:
@@ -156,14 +200,22 @@ class _V:
         for key in value:
             if key not in allowed:
                 hint = _suggest(key, allowed)
-                raise self.doc.error(path + (key,), "unknown key" + (f" (did you mean {hint!r}?)" if hint else ""))
+                raise self.doc.error(
+                    (*path, key), "unknown key" + (f" (did you mean {hint!r}?)" if hint else "")
+                )
         return value
 
-    def get(self, m: Mapping[str, Any], path: Path_, key: str, check: Callable[[Any, Path_], T],
-            default: D) -> T | D:
+    def get(
+        self,
+        m: Mapping[str, Any],
+        path: Path_,
+        key: str,
+        check: Callable[[Any, Path_], T],
+        default: D,
+    ) -> T | D:
         if key not in m or m[key] is None:
             return default
-        return check(m[key], path + (key,))
+        return check(m[key], (*path, key))
 
     def string(self, value: Any, path: Path_) -> str:
         if not isinstance(value, str) or not value.strip():
@@ -180,7 +232,7 @@ class _V:
     def list_of(self, value: Any, path: Path_, check: Callable[[Any, Path_], T]) -> tuple[T, ...]:
         if not isinstance(value, list):
             raise self.doc.error(path, f"expected a list, got {_kind(value)}")
-        return tuple(check(x, path + (i,)) for i, x in enumerate(value))
+        return tuple(check(x, (*path, i)) for i, x in enumerate(value))
 
     def number(self, value: Any, path: Path_) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
@@ -201,8 +253,10 @@ class _V:
         if isinstance(value, str):
             return (value,)
         if not isinstance(value, list):
-            raise self.doc.error(path, f"expected a string or a list of strings, got {_kind(value)}")
-        return tuple(self.string(v, path + (i,)) for i, v in enumerate(value))
+            raise self.doc.error(
+                path, f"expected a string or a list of strings, got {_kind(value)}"
+            )
+        return tuple(self.string(v, (*path, i)) for i, v in enumerate(value))
 
     def env(self, value: Any, path: Path_) -> dict[str, str]:
         if not isinstance(value, dict):
@@ -210,13 +264,15 @@ class _V:
         out: dict[str, str] = {}
         for key, v in value.items():
             if not ENV_RE.match(key):
-                raise self.doc.error(path + (key,), "not a valid environment variable name")
+                raise self.doc.error((*path, key), "not a valid environment variable name")
             if key in RESERVED_ENV:
-                raise self.doc.error(path + (key,), "set by mntui itself; use the matching top-level key")
+                raise self.doc.error(
+                    (*path, key), "set by mntui itself; use the matching top-level key"
+                )
             if isinstance(v, bool) or not isinstance(v, (str, int, float)):
-                raise self.doc.error(path + (key,), f"expected a string or number, got {_kind(v)}")
+                raise self.doc.error((*path, key), f"expected a string or number, got {_kind(v)}")
             if "\0" in str(v):
-                raise self.doc.error(path + (key,), "contains a NUL byte")
+                raise self.doc.error((*path, key), "contains a NUL byte")
             out[key] = str(v)
         return out
 
@@ -225,15 +281,22 @@ class _V:
         try:
             parsed = list(string.Formatter().parse(text))
         except ValueError as exc:
-            raise self.doc.error(path, f"bad template: {exc} (write {{{{ and }}}} for literal braces)") from None
+            raise self.doc.error(
+                path, f"bad template: {exc} (write {{{{ and }}}} for literal braces)"
+            ) from None
         for _, fname, spec, conv in parsed:
             if fname is None:
                 continue
             if fname not in TEMPLATE_FIELDS:
-                raise self.doc.error(path, f"unknown placeholder {{{fname}}}; known: "
-                                           + ", ".join("{%s}" % f for f in TEMPLATE_FIELDS))
+                raise self.doc.error(
+                    path,
+                    f"unknown placeholder {{{fname}}}; known: "
+                    + ", ".join(f"{{{f}}}" for f in TEMPLATE_FIELDS),
+                )
             if spec or conv:
-                raise self.doc.error(path, f"placeholder {{{fname}}} takes no format spec or conversion")
+                raise self.doc.error(
+                    path, f"placeholder {{{fname}}} takes no format spec or conversion"
+                )
         return text
 
     def choice(self, enum: type[StrEnumT]) -> Callable[[Any, Path_], StrEnumT]:
@@ -241,8 +304,10 @@ class _V:
             try:
                 return enum(value)
             except ValueError:
-                raise self.doc.error(path, f"expected one of {', '.join(e.value for e in enum)}, "
-                                           f"got {value!r}") from None
+                raise self.doc.error(
+                    path, f"expected one of {', '.join(e.value for e in enum)}, got {value!r}"
+                ) from None
+
         return check
 
 
@@ -259,6 +324,7 @@ def _kind(value: Any) -> str:
 
 def _suggest(key: str, allowed: set[str]) -> str | None:
     import difflib
+
     close = difflib.get_close_matches(key, sorted(allowed), n=1)
     return close[0] if close else None
 
@@ -271,7 +337,9 @@ def _build(doc: Document) -> JobConfig:
             raise doc.error((), f"missing required key {required!r}")
     job = v.string(top["job"], ("job",))
     if not JOB_RE.match(job):
-        raise doc.error(("job",), "use letters, digits, '-' and '_' (it names tmux sessions and directories)")
+        raise doc.error(
+            ("job",), "use letters, digits, '-' and '_' (it names tmux sessions and directories)"
+        )
 
     command = v.template(top["command"], ("command",))
     setup: tuple[str, ...] = v.get(top, (), "setup", v.lines, ())
@@ -283,37 +351,56 @@ def _build(doc: Document) -> JobConfig:
     overrides_raw: dict[str, Any] = v.get(top, (), "overrides", v.any_mapping, {})
     for name in overrides_raw:
         if name not in names:
-            raise doc.error(("overrides", name), f"unknown node {name!r}; nodes are {NodeSet.fromlist(names)}")
+            raise doc.error(
+                ("overrides", name), f"unknown node {name!r}; nodes are {NodeSet.fromlist(names)}"
+            )
 
     nodes: list[NodeSpec] = []
     for rank_hint, (name, raw, path) in enumerate(raw_nodes):
         merged: dict[str, Any] = dict(raw)
-        opath: dict[str, Path_] = {k: path + (k,) for k in raw}
+        opath: dict[str, Path_] = {k: (*path, k) for k in raw}
         if name in overrides_raw:
             o = v.mapping(overrides_raw[name], ("overrides", name), NODE_KEYS - {"name"})
             merged.update(o)
             opath.update({k: ("overrides", name, k) for k in o})
 
-        def val(key: str, check: Callable[[Any, Path_], T], default: D) -> T | D:
+        def val(
+            key: str,
+            check: Callable[[Any, Path_], T],
+            default: D,
+            merged: dict[str, Any] = merged,
+            opath: dict[str, Path_] = opath,
+        ) -> T | D:
             return check(merged[key], opath[key]) if merged.get(key) is not None else default
 
         host = val("host", v.string, name)
         own_env: dict[str, str] | None = val("env", v.env, None)
         node_env = {**env, **(own_env or {})}
-        nodes.append(NodeSpec(name=name, host=host, rank=rank_hint,
-                              command=val("command", v.template, command),
-                              env=node_env, setup=val("setup", v.lines, setup),
-                              workdir=val("workdir", v.string, workdir)))
+        nodes.append(
+            NodeSpec(
+                name=name,
+                host=host,
+                rank=rank_hint,
+                command=val("command", v.template, command),
+                env=node_env,
+                setup=val("setup", v.lines, setup),
+                workdir=val("workdir", v.string, workdir),
+            )
+        )
 
     main = v.get(top, (), "main", v.string, nodes[0].name)
     if main not in names:
         raise doc.error(("main",), f"unknown node {main!r}; nodes are {NodeSet.fromlist(names)}")
     # The main is rank 0; the others keep their listed order.
     ordered = [n for n in nodes if n.name == main] + [n for n in nodes if n.name != main]
-    nodes = [NodeSpec(n.name, n.host, i, n.command, n.env, n.setup, n.workdir)
-             for i, n in enumerate(ordered)]
+    nodes = [
+        NodeSpec(n.name, n.host, i, n.command, n.env, n.setup, n.workdir)
+        for i, n in enumerate(ordered)
+    ]
 
-    launch_raw: dict[str, Any] = v.get(top, (), "launch", lambda x, p: v.mapping(x, p, LAUNCH_KEYS), {})
+    launch_raw: dict[str, Any] = v.get(
+        top, (), "launch", lambda x, p: v.mapping(x, p, LAUNCH_KEYS), {}
+    )
     lp = ("launch",)
     launch = LaunchPolicy(
         ready=v.get(launch_raw, lp, "ready", v.choice(ReadyMode), ReadyMode.PORT),
@@ -324,11 +411,11 @@ def _build(doc: Document) -> JobConfig:
     )
     if launch.ready is ReadyMode.LOG:
         if launch.ready_pattern is None:
-            raise doc.error(lp + ("ready_pattern",), "required when ready is 'log'")
+            raise doc.error((*lp, "ready_pattern"), "required when ready is 'log'")
         try:
             re.compile(launch.ready_pattern)
         except re.error as exc:
-            raise doc.error(lp + ("ready_pattern",), f"bad regular expression: {exc}") from None
+            raise doc.error((*lp, "ready_pattern"), f"bad regular expression: {exc}") from None
 
     kill_raw: dict[str, Any] = v.get(top, (), "kill", lambda x, p: v.mapping(x, p, KILL_KEYS), {})
     ssh_raw: dict[str, Any] = v.get(top, (), "ssh", lambda x, p: v.mapping(x, p, SSH_KEYS), {})
@@ -339,12 +426,22 @@ def _build(doc: Document) -> JobConfig:
         host_key=v.get(ssh_raw, sp, "host_key", v.choice(HostKeyPolicy), None),
         command_timeout=v.get(ssh_raw, sp, "command_timeout", v.number, 60.0),
     )
-    if ssh.config is not None and not Path(ssh.config).is_absolute() and not ssh.config.startswith("~"):
+    if (
+        ssh.config is not None
+        and not Path(ssh.config).is_absolute()
+        and not ssh.config.startswith("~")
+    ):
         # Relative to the config file, so a config and its ssh_config travel together.
-        ssh = SshPolicy(str(Path(doc.file).parent / ssh.config), ssh.connect_timeout,
-                        ssh.host_key, ssh.command_timeout)
+        ssh = SshPolicy(
+            str(Path(doc.file).parent / ssh.config),
+            ssh.connect_timeout,
+            ssh.host_key,
+            ssh.command_timeout,
+        )
 
-    watch_raw: dict[str, Any] = v.get(top, (), "watch", lambda x, p: v.mapping(x, p, WATCH_KEYS), {})
+    watch_raw: dict[str, Any] = v.get(
+        top, (), "watch", lambda x, p: v.mapping(x, p, WATCH_KEYS), {}
+    )
     wp = ("watch",)
     d = WatchPolicy()
     watch = WatchPolicy(
@@ -357,7 +454,10 @@ def _build(doc: Document) -> JobConfig:
     )
     ports: tuple[int, ...] = v.get(top, (), "ports", lambda x, p: v.list_of(x, p, v.port), ())
     return JobConfig(
-        path=doc.file, job=job, nodes=tuple(nodes), main=main,
+        path=doc.file,
+        job=job,
+        nodes=tuple(nodes),
+        main=main,
         master_port=v.get(top, (), "master_port", v.port, 29500),
         master_addr=v.get(top, (), "master_addr", v.string, None),
         ports=ports,
@@ -378,7 +478,10 @@ def _expand_nodes(v: _V, value: Any) -> list[tuple[str, dict[str, Any], Path_]]:
     elif isinstance(value, list) and value:
         items = [(x, ("nodes", i)) for i, x in enumerate(value)]
     else:
-        raise doc.error(("nodes",), f"expected a node set like 'g[369-376]' or a non-empty list, got {_kind(value)}")
+        raise doc.error(
+            ("nodes",),
+            f"expected a node set like 'g[369-376]' or a non-empty list, got {_kind(value)}",
+        )
     out: list[tuple[str, dict[str, Any], Path_]] = []
     seen: dict[str, Path_] = {}
 
@@ -402,7 +505,11 @@ def _expand_nodes(v: _V, value: Any) -> list[tuple[str, dict[str, Any], Path_]]:
             raw = v.mapping(item, path, NODE_KEYS)
             if "name" not in raw:
                 raise doc.error(path, "a node mapping needs a 'name'")
-            add(v.string(raw["name"], path + ("name",)), {k: x for k, x in raw.items() if k != "name"}, path)
+            add(
+                v.string(raw["name"], (*path, "name")),
+                {k: x for k, x in raw.items() if k != "name"},
+                path,
+            )
         else:
             raise doc.error(path, f"expected a node name or a mapping, got {_kind(item)}")
     return out

@@ -13,8 +13,8 @@ import shlex
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
 from enum import StrEnum
+from typing import Any
 
 from . import tmux
 from .config import JobConfig, NodeSpec
@@ -61,9 +61,15 @@ print("@PY " + json.dumps(d))
 
 
 def probe_script(cfg: JobConfig, spec: NodeSpec, addr: str, is_main: bool) -> str:
-    ifnames = " ".join(q(v) for k, v in spec.env.items() if k in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"))
+    ifnames = " ".join(
+        q(v) for k, v in spec.env.items() if k in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+    )
     setup = "\n".join(spec.setup)
-    cd = f"cd -- {home_path(spec.workdir)} 2>/dev/null || {{ echo '@WORKDIR missing'; exit 0; }}" if spec.workdir else ":"
+    cd = (
+        f"cd -- {home_path(spec.workdir)} 2>/dev/null || {{ echo '@WORKDIR missing'; exit 0; }}"
+        if spec.workdir
+        else ":"
+    )
     ports = " ".join(str(p) for p in cfg.all_ports) if is_main else ""
     return f"""{SHELL_LIB}
 echo "@TMUX $(tmux -V 2>&1 || echo missing)"
@@ -71,9 +77,11 @@ mntui_procinfo $(mntui_scan {q(job_node_pattern(cfg.job, spec.name))})
 {tmux.has_session(tmux.session_name(cfg.job, spec.name))} && echo "@SESSION"
 echo "@RESOLVE $(getent ahostsv4 {q(addr)} 2>/dev/null | awk 'NR==1 {{print $1}}')"
 echo "@ADDRS $(ip -o -4 addr show 2>/dev/null | awk '{{print $4}}' | cut -d/ -f1 | tr '\\n' ' ')"
-for _i in /sys/class/net/*; do read -r _st <"$_i/operstate" 2>/dev/null; echo "@IF ${{_i##*/}} $_st"; done
+for _i in /sys/class/net/*; do
+  read -r _st <"$_i/operstate" 2>/dev/null; echo "@IF ${{_i##*/}} $_st"
+done
 echo "@WANT_IF {ifnames}"
-{f'mntui_listeners {ports}' if ports else ''}
+{f"mntui_listeners {ports}" if ports else ""}
 (
 {setup}
 {cd}
@@ -114,8 +122,10 @@ def _ifname_ok(want: str, have: dict[str, str]) -> tuple[bool, str]:
     exclude = spec.startswith("^")
     exact = spec.lstrip("^").startswith("=")
     names = [n for n in spec.lstrip("^").lstrip("=").split(",") if n]
+
     def match(i: str) -> bool:
         return any(i == n if exact else i.startswith(n) for n in names)
+
     hits = [i for i in have if (not match(i)) == exclude]
     up = [i for i in hits if have[i] in ("up", "unknown")]
     if not hits:
@@ -131,8 +141,11 @@ def run_checks(cfg: JobConfig, cluster: Cluster, *, tcp: bool = True) -> list[Ch
     specs = {n.name: n for n in cfg.nodes}
 
     def probe(node: Node) -> Probe:
-        return parse_probe(node.run(probe_script(cfg, specs[node.name], addr, node.name == cfg.main),
-                                    timeout=120).stdout)
+        return parse_probe(
+            node.run(
+                probe_script(cfg, specs[node.name], addr, node.name == cfg.main), timeout=120
+            ).stdout
+        )
 
     t_connect = time.time()
     connected = cluster.connect()
@@ -149,32 +162,60 @@ def run_checks(cfg: JobConfig, cluster: Cluster, *, tcp: bool = True) -> list[Ch
     clocks = cluster.map(clock, ok_nodes)
     results = cluster.map(probe, ok_nodes)
     probes: dict[str, Probe] = {}
-    for n in specs:
+    for n, spec in specs.items():
         err = connected[n].error or (results[n].error if n in results else None)
         value = results[n].value if n in results else None
         if err:
-            rows.append(Check(n, "ssh", Status.FAIL, err, "check `ssh " + specs[n].host + "` by hand"))
+            rows.append(Check(n, "ssh", Status.FAIL, err, f"check `ssh {spec.host}` by hand"))
         elif value is not None:
             probes[n] = value
             measured = clocks[n].value
             rtt = measured[0] if measured is not None else None
-            rows.append(Check(n, "ssh", Status.PASS, "connected, host key verified"
-                              + (f", round trip {rtt * 1000:.1f} ms" if rtt is not None else "")
-                              + f" (all nodes connected in {connect_s:.2f}s)"))
+            rows.append(
+                Check(
+                    n,
+                    "ssh",
+                    Status.PASS,
+                    "connected, host key verified"
+                    + (f", round trip {rtt * 1000:.1f} ms" if rtt is not None else "")
+                    + f" (all nodes connected in {connect_s:.2f}s)",
+                )
+            )
 
     pys: dict[str, dict[str, object]] = {}
     for n, p in probes.items():
         tmux_v = p.one("TMUX") or "missing"
-        rows.append(Check(n, "tmux", Status.PASS if tmux_v.startswith("tmux") else Status.FAIL, tmux_v,
-                          "" if tmux_v.startswith("tmux") else "install tmux on the node"))
+        rows.append(
+            Check(
+                n,
+                "tmux",
+                Status.PASS if tmux_v.startswith("tmux") else Status.FAIL,
+                tmux_v,
+                "" if tmux_v.startswith("tmux") else "install tmux on the node",
+            )
+        )
         wd = p.one("WORKDIR") or "missing"
         if wd == "missing":
-            rows.append(Check(n, "workdir", Status.FAIL, f"{specs[n].workdir} does not exist",
-                              "create it or fix `workdir`"))
+            rows.append(
+                Check(
+                    n,
+                    "workdir",
+                    Status.FAIL,
+                    f"{specs[n].workdir} does not exist",
+                    "create it or fix `workdir`",
+                )
+            )
             continue
         disk = int(p.one("DISK") or 0) / 2**20
-        rows.append(Check(n, "workdir", Status.PASS if disk > 5 else Status.WARN,
-                          f"{wd.split(' ', 1)[-1]}, {disk:.1f} GiB free", "" if disk > 5 else "free disk space"))
+        rows.append(
+            Check(
+                n,
+                "workdir",
+                Status.PASS if disk > 5 else Status.WARN,
+                f"{wd.split(' ', 1)[-1]}, {disk:.1f} GiB free",
+                "" if disk > 5 else "free disk space",
+            )
+        )
         raw = p.one("PY")
         try:
             py = json.loads(raw) if raw else {}
@@ -182,77 +223,158 @@ def run_checks(cfg: JobConfig, cluster: Cluster, *, tcp: bool = True) -> list[Ch
             py = {}
         pys[n] = py
         if not py:
-            rows.append(Check(n, "python", Status.FAIL, "python3 not found after `setup`", "fix `setup`"))
+            rows.append(
+                Check(n, "python", Status.FAIL, "python3 not found after `setup`", "fix `setup`")
+            )
         elif "torch_error" in py:
-            rows.append(Check(n, "torch", Status.FAIL, f"python {py['python']}: {py['torch_error']}",
-                              "install torch in the job's environment, or fix `setup`"))
+            rows.append(
+                Check(
+                    n,
+                    "torch",
+                    Status.FAIL,
+                    f"python {py['python']}: {py['torch_error']}",
+                    "install torch in the job's environment, or fix `setup`",
+                )
+            )
         else:
             gpus = int(str(py.get("gpus") or 0))
             enough = not py.get("cuda") or gpus >= cfg.nproc_per_node
-            rows.append(Check(n, "torch", Status.PASS if enough else Status.FAIL,
-                              f"python {py['python']}, torch {py['torch']}, cuda {py.get('cuda_version')}"
-                              f" ({gpus} GPUs), nccl {py.get('nccl')}",
-                              "" if enough else f"nproc_per_node is {cfg.nproc_per_node}"))
+            rows.append(
+                Check(
+                    n,
+                    "torch",
+                    Status.PASS if enough else Status.FAIL,
+                    f"python {py['python']}, torch {py['torch']}, cuda {py.get('cuda_version')}"
+                    f" ({gpus} GPUs), nccl {py.get('nccl')}",
+                    "" if enough else f"nproc_per_node is {cfg.nproc_per_node}",
+                )
+            )
         if p.fields.get("GIT"):
             commit, dirty = (p.one("GIT") or " 0").split()
-            rows.append(Check(n, "git", Status.WARN if int(dirty) else Status.PASS,
-                              f"{commit[:12]}" + (f", {dirty} uncommitted change(s)" if int(dirty) else ""),
-                              "commit or stash" if int(dirty) else ""))
+            rows.append(
+                Check(
+                    n,
+                    "git",
+                    Status.WARN if int(dirty) else Status.PASS,
+                    f"{commit[:12]}" + (f", {dirty} uncommitted change(s)" if int(dirty) else ""),
+                    "commit or stash" if int(dirty) else "",
+                )
+            )
 
     # Consistency across nodes.
     torch_versions = {n: str(py.get("torch")) for n, py in pys.items() if py.get("torch")}
     if len(set(torch_versions.values())) > 1:
         for n, v in torch_versions.items():
-            rows.append(Check(n, "versions", Status.FAIL, f"torch {v}; nodes differ: "
-                              + ", ".join(f"{k}={x}" for k, x in torch_versions.items()), "use one environment"))
+            rows.append(
+                Check(
+                    n,
+                    "versions",
+                    Status.FAIL,
+                    f"torch {v}; nodes differ: "
+                    + ", ".join(f"{k}={x}" for k, x in torch_versions.items()),
+                    "use one environment",
+                )
+            )
     commits = {n: (p.one("GIT") or "").split()[0] for n, p in probes.items() if p.fields.get("GIT")}
     if len(set(commits.values())) > 1:
         for n, c in commits.items():
-            rows.append(Check(n, "code", Status.FAIL, f"commit {c[:12]}; nodes differ", "sync the code"))
+            rows.append(
+                Check(n, "code", Status.FAIL, f"commit {c[:12]}; nodes differ", "sync the code")
+            )
 
     resolved = {n: (p.one("RESOLVE") or "") for n, p in probes.items()}
     main_probe = probes.get(cfg.main)
     main_view = resolved.get(cfg.main, "")
     for n, ip in resolved.items():
         if not ip:
-            rows.append(Check(n, "master_addr", Status.FAIL, f"{addr} does not resolve here",
-                              "fix DNS / /etc/hosts, or set master_addr to an IP"))
+            rows.append(
+                Check(
+                    n,
+                    "master_addr",
+                    Status.FAIL,
+                    f"{addr} does not resolve here",
+                    "fix DNS / /etc/hosts, or set master_addr to an IP",
+                )
+            )
         elif n != cfg.main and main_view and ip != main_view:
-            rows.append(Check(n, "master_addr", Status.FAIL, f"{addr} -> {ip} here, but {main_view} on the main",
-                              "fix DNS / /etc/hosts on this node, or set master_addr to an IP"))
+            rows.append(
+                Check(
+                    n,
+                    "master_addr",
+                    Status.FAIL,
+                    f"{addr} -> {ip} here, but {main_view} on the main",
+                    "fix DNS / /etc/hosts on this node, or set master_addr to an IP",
+                )
+            )
         else:
             rows.append(Check(n, "master_addr", Status.PASS, f"{addr} -> {ip}"))
     if main_probe is not None and main_view:
         addrs = (main_probe.one("ADDRS") or "").split()
         if main_view not in addrs and not main_view.startswith("127."):
-            rows.append(Check(cfg.main, "master_addr", Status.FAIL,
-                              f"{addr} -> {main_view}, not an address of the main ({' '.join(addrs)})",
-                              "master_addr must name the main itself"))
+            rows.append(
+                Check(
+                    cfg.main,
+                    "master_addr",
+                    Status.FAIL,
+                    f"{addr} -> {main_view}, not an address of the main ({' '.join(addrs)})",
+                    "master_addr must name the main itself",
+                )
+            )
 
     for n, p in probes.items():
         have = {x.partition(" ")[0]: x.partition(" ")[2] for x in p.fields.get("IF", [])}
         for want in (p.one("WANT_IF") or "").split():
             ok, detail = _ifname_ok(want.strip("'"), have)
-            rows.append(Check(n, "ifname", Status.PASS if ok else Status.FAIL, detail,
-                              "" if ok else "fix NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME"))
+            rows.append(
+                Check(
+                    n,
+                    "ifname",
+                    Status.PASS if ok else Status.FAIL,
+                    detail,
+                    "" if ok else "fix NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME",
+                )
+            )
         if p.procs or p.fields.get("SESSION"):
-            rows.append(Check(n, "leftovers", Status.FAIL, f"{p.procs} process(es) of an earlier run"
-                              + (", tmux session exists" if p.fields.get("SESSION") else ""), "mntui kill"))
+            rows.append(
+                Check(
+                    n,
+                    "leftovers",
+                    Status.FAIL,
+                    f"{p.procs} process(es) of an earlier run"
+                    + (", tmux session exists" if p.fields.get("SESSION") else ""),
+                    "mntui kill",
+                )
+            )
         else:
             rows.append(Check(n, "leftovers", Status.PASS, "none"))
         measured = clocks[n].value
         if measured is not None:
             skew = measured[1]
-            rows.append(Check(n, "clock", Status.WARN if abs(skew) > 2 else Status.PASS, f"skew {skew:+.3f}s",
-                              "enable NTP/chrony" if abs(skew) > 2 else ""))
+            rows.append(
+                Check(
+                    n,
+                    "clock",
+                    Status.WARN if abs(skew) > 2 else Status.PASS,
+                    f"skew {skew:+.3f}s",
+                    "enable NTP/chrony" if abs(skew) > 2 else "",
+                )
+            )
 
     if main_probe is not None:
         if main_probe.holders:
-            rows.append(Check(cfg.main, "ports", Status.FAIL, "; ".join(main_probe.holders), "mntui cleanup"))
+            rows.append(
+                Check(
+                    cfg.main, "ports", Status.FAIL, "; ".join(main_probe.holders), "mntui cleanup"
+                )
+            )
         else:
-            rows.append(Check(cfg.main, "ports", Status.PASS, f"{', '.join(map(str, cfg.all_ports))} free"))
+            rows.append(
+                Check(cfg.main, "ports", Status.PASS, f"{', '.join(map(str, cfg.all_ports))} free")
+            )
             if tcp and len(probes) > 1:
-                rows += tcp_check(cfg, cluster, addr, [n for n in probes if n != cfg.main], main_view or "0.0.0.0")
+                rows += tcp_check(
+                    cfg, cluster, addr, [n for n in probes if n != cfg.main], main_view or "0.0.0.0"
+                )
     return rows
 
 
@@ -270,7 +392,9 @@ socket.create_connection((sys.argv[1], int(sys.argv[2])), 2).close()
 """
 
 
-def tcp_check(cfg: JobConfig, cluster: Cluster, addr: str, workers: list[str], bind: str = "0.0.0.0") -> list[Check]:
+def tcp_check(
+    cfg: JobConfig, cluster: Cluster, addr: str, workers: list[str], bind: str = "0.0.0.0"
+) -> list[Check]:
     """A real connection from every worker to the main's master port, through a listener
     that exists only for this check and ends when every worker has connected (or in 15 s).
     It listens on the address the main itself resolves MASTER_ADDR to: a worker that
@@ -281,7 +405,9 @@ def tcp_check(cfg: JobConfig, cluster: Cluster, addr: str, workers: list[str], b
 
     def serve() -> None:
         try:
-            main.run(f"timeout 20 python3 -c {q(LISTENER)} {port} {len(workers)} {q(bind)}", timeout=30)
+            main.run(
+                f"timeout 20 python3 -c {q(LISTENER)} {port} {len(workers)} {q(bind)}", timeout=30
+            )
         except NodeError:
             pass
         done.set()
@@ -290,24 +416,40 @@ def tcp_check(cfg: JobConfig, cluster: Cluster, addr: str, workers: list[str], b
     deadline = time.time() + 10
     while time.time() < deadline and not done.is_set():
         try:
-            if main.run(f"ss -Hltn 'sport = :{port}' | grep -q . && echo UP", timeout=5).stdout.strip() == "UP":
+            if (
+                main.run(
+                    f"ss -Hltn 'sport = :{port}' | grep -q . && echo UP", timeout=5
+                ).stdout.strip()
+                == "UP"
+            ):
                 break
         except NodeError:
             pass
         time.sleep(0.05)
     connect = f"timeout 3 python3 -c {q(CONNECT)} {{host}} {port} && echo OK"
-    res = cluster.map(lambda node: node.run(connect.format(host=q(addr)), timeout=10).stdout.strip() == "OK",
-                      workers)
+    res = cluster.map(
+        lambda node: node.run(connect.format(host=q(addr)), timeout=10).stdout.strip() == "OK",
+        workers,
+    )
     rows = []
     for n in workers:
         ok = bool(res[n].value)
-        rows.append(Check(n, "tcp", Status.PASS if ok else Status.FAIL,
-                          f"{'connected to' if ok else 'cannot connect to'} {addr}:{port}"
-                          + (f" ({res[n].error})" if res[n].error else ""),
-                          "" if ok else "open the port in the firewall / check routes"))
+        rows.append(
+            Check(
+                n,
+                "tcp",
+                Status.PASS if ok else Status.FAIL,
+                f"{'connected to' if ok else 'cannot connect to'} {addr}:{port}"
+                + (f" ({res[n].error})" if res[n].error else ""),
+                "" if ok else "open the port in the firewall / check routes",
+            )
+        )
     for _ in range(sum(1 for n in workers if not res[n].value)):  # release the listener's waits
         try:
-            main.run(connect.format(host=q(bind if bind != "0.0.0.0" else "127.0.0.1")) + "; true", timeout=10)
+            main.run(
+                connect.format(host=q(bind if bind != "0.0.0.0" else "127.0.0.1")) + "; true",
+                timeout=10,
+            )
         except NodeError:
             break
     done.wait(25)
@@ -331,17 +473,24 @@ def smoke_config(cfg: JobConfig, timeout: float) -> JobConfig:
 
     source = resources.files("mntui.sessions.jobs").joinpath("allreduce_smoke.py").read_text()
     escaped = source.replace("{", "{{").replace("}", "}}")
-    command = (f"cat >\"$MNTUI_RUN_DIR/smoke.py\" <<'MNTUI_SMOKE_EOF'\n{escaped}MNTUI_SMOKE_EOF\n"
-               "exec python3 -m torch.distributed.run --nnodes={nnodes} --node_rank={node_rank} "
-               "--nproc_per_node={nproc_per_node} --master_addr=\"$MASTER_ADDR\" --master_port=\"$MASTER_PORT\" "
-               f"\"$MNTUI_RUN_DIR/smoke.py\" {int(timeout)}")
-    return replace(cfg, job=f"{cfg.job}-smoke"[:64], nodes=tuple(replace(n, command=command) for n in cfg.nodes),
-                   launch=replace(cfg.launch, ready=cfg.launch.ready.__class__("port"), ready_timeout=timeout))
+    command = (
+        f"cat >\"$MNTUI_RUN_DIR/smoke.py\" <<'MNTUI_SMOKE_EOF'\n{escaped}MNTUI_SMOKE_EOF\n"
+        "exec python3 -m torch.distributed.run --nnodes={nnodes} --node_rank={node_rank} "
+        "--nproc_per_node={nproc_per_node} "
+        '--master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT" '
+        f'"$MNTUI_RUN_DIR/smoke.py" {int(timeout)}'
+    )
+    return replace(
+        cfg,
+        job=f"{cfg.job}-smoke"[:64],
+        nodes=tuple(replace(n, command=command) for n in cfg.nodes),
+        launch=replace(cfg.launch, ready=cfg.launch.ready.__class__("port"), ready_timeout=timeout),
+    )
 
 
 def _smoke_line(line: str) -> dict[str, Any]:
     try:
-        value = json.loads(line[len(SMOKE_MARK):])
+        value = json.loads(line[len(SMOKE_MARK) :])
         return value if isinstance(value, dict) else {"error": f"unreadable result: {line[:200]}"}
     except ValueError:
         return {"error": f"unreadable result: {line[:200]}"}
@@ -359,8 +508,15 @@ def allreduce(cfg: JobConfig, cluster: Cluster, timeout: float = 60.0) -> list[C
     try:
         result = launch(smoke, cluster=cluster)
     except (LaunchError, NodeError) as exc:
-        rows.append(Check(cfg.main, "allreduce", Status.FAIL, f"smoke job did not start: {exc}".splitlines()[0],
-                          "see the checks above"))
+        rows.append(
+            Check(
+                cfg.main,
+                "allreduce",
+                Status.FAIL,
+                f"smoke job did not start: {exc}".splitlines()[0],
+                "see the checks above",
+            )
+        )
         kill_job(smoke, cluster)
         return rows
     lines: dict[str, list[dict[str, Any]]] = {n.node: [] for n in result.plan.nodes}
@@ -376,9 +532,14 @@ def allreduce(cfg: JobConfig, cluster: Cluster, timeout: float = 60.0) -> list[C
                     continue
                 offsets[np.node] = chunk.offset
                 exited[np.node] = chunk.exit_code
-                lines[np.node] = [_smoke_line(x) for x in chunk.data.decode(errors="replace").splitlines()
-                                  if x.startswith(SMOKE_MARK)]
-            if all(len(v) >= want for v in lines.values()) or all(c is not None for c in exited.values()):
+                lines[np.node] = [
+                    _smoke_line(x)
+                    for x in chunk.data.decode(errors="replace").splitlines()
+                    if x.startswith(SMOKE_MARK)
+                ]
+            if all(len(v) >= want for v in lines.values()) or all(
+                c is not None for c in exited.values()
+            ):
                 break
             time.sleep(0.5)
     finally:
@@ -387,22 +548,44 @@ def allreduce(cfg: JobConfig, cluster: Cluster, timeout: float = 60.0) -> list[C
         got = lines[np.node]
         for entry in got:
             ok = bool(entry.get("ok"))
-            detail = (f"rank {entry.get('rank')}/{entry.get('world')} {entry.get('backend')}: sum "
-                      f"{entry.get('sum')} (expected {entry.get('expected')}), latency "
-                      f"{float(entry.get('latency_us', 0)):.0f} us, algbw {float(entry.get('algbw_gbps', 0)):.3f} GB/s"
-                      if ok else f"rank {entry.get('rank')}: {entry.get('error') or 'wrong sum'}")
-            rows.append(Check(np.node, "allreduce", Status.PASS if ok else Status.FAIL, detail,
-                              "" if ok else "see the tcp / ifname / versions checks"))
+            detail = (
+                f"rank {entry.get('rank')}/{entry.get('world')} {entry.get('backend')}: sum "
+                f"{entry.get('sum')} (expected {entry.get('expected')}), latency "
+                f"{float(entry.get('latency_us', 0)):.0f} us, "
+                f"algbw {float(entry.get('algbw_gbps', 0)):.3f} GB/s"
+                if ok
+                else f"rank {entry.get('rank')}: {entry.get('error') or 'wrong sum'}"
+            )
+            rows.append(
+                Check(
+                    np.node,
+                    "allreduce",
+                    Status.PASS if ok else Status.FAIL,
+                    detail,
+                    "" if ok else "see the tcp / ifname / versions checks",
+                )
+            )
         if len(got) < want:
-            rows.append(Check(np.node, "allreduce", Status.FAIL,
-                              f"{want - len(got)} of {want} rank(s) gave no result within {timeout:g}s"
-                              + (f" (exit code {exited[np.node]})" if exited[np.node] is not None else ""),
-                              "the job was killed; see the tcp / master_addr checks"))
+            rows.append(
+                Check(
+                    np.node,
+                    "allreduce",
+                    Status.FAIL,
+                    f"{want - len(got)} of {want} rank(s) gave no result within {timeout:g}s"
+                    + (f" (exit code {exited[np.node]})" if exited[np.node] is not None else ""),
+                    "the job was killed; see the tcp / master_addr checks",
+                )
+            )
     return rows
 
 
 def format_rows(rows: list[Check]) -> str:
     head = ("NODE", "CHECK", "STATUS", "DETAIL")
-    table = [head] + [(r.node, r.check, r.status.value, r.detail + (f"  -> {r.fix}" if r.fix else "")) for r in rows]
+    table = [head] + [
+        (r.node, r.check, r.status.value, r.detail + (f"  -> {r.fix}" if r.fix else ""))
+        for r in rows
+    ]
     w = [max(len(t[i]) for t in table) for i in range(3)]
-    return "\n".join("  ".join(c.ljust(x) for c, x in zip(t[:3], w)) + "  " + t[3] for t in table)
+    return "\n".join(
+        "  ".join(c.ljust(x) for c, x in zip(t[:3], w, strict=False)) + "  " + t[3] for t in table
+    )

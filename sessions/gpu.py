@@ -15,13 +15,30 @@ import io
 import re
 from dataclasses import dataclass
 
-GPU_FIELDS = ("index", "uuid", "name", "utilization.gpu", "memory.used", "memory.total",
-              "temperature.gpu", "power.draw", "power.limit")
+GPU_FIELDS = (
+    "index",
+    "uuid",
+    "name",
+    "utilization.gpu",
+    "memory.used",
+    "memory.total",
+    "temperature.gpu",
+    "power.draw",
+    "power.limit",
+)
 APP_FIELDS = ("pid", "gpu_uuid", "used_memory", "process_name")
 GPU_QUERY = f"nvidia-smi --query-gpu={','.join(GPU_FIELDS)} --format=csv"
 APP_QUERY = f"nvidia-smi --query-compute-apps={','.join(APP_FIELDS)} --format=csv"
 
-_MISSING = {"", "n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]", "[gpu is lost]"}
+_MISSING = {
+    "",
+    "n/a",
+    "[n/a]",
+    "[not supported]",
+    "not supported",
+    "[unknown error]",
+    "[gpu is lost]",
+}
 _UNIT = re.compile(r"\s*(%|MiB|MB|W|C|MHz)$")
 _FIELD = re.compile(r"[a-z_][a-z0-9_.]*( \[[^\]]*\])?", re.IGNORECASE)
 
@@ -31,12 +48,12 @@ class Gpu:
     index: int | None
     uuid: str | None
     name: str | None
-    util: float | None          # percent
-    mem_used: float | None      # MiB
-    mem_total: float | None     # MiB
-    temperature: float | None   # °C
-    power: float | None         # W
-    power_limit: float | None   # W
+    util: float | None  # percent
+    mem_used: float | None  # MiB
+    mem_total: float | None  # MiB
+    temperature: float | None  # °C
+    power: float | None  # W
+    power_limit: float | None  # W
 
     @property
     def mem_fraction(self) -> float | None:
@@ -49,16 +66,16 @@ class Gpu:
 class GpuApp:
     pid: int
     gpu_uuid: str | None
-    used_memory: float | None   # MiB
+    used_memory: float | None  # MiB
     process_name: str
-    own: bool = False           # started by this job (its PID carries the job's tag)
+    own: bool = False  # started by this job (its PID carries the job's tag)
 
 
 @dataclass(frozen=True)
 class GpuReading:
     gpus: tuple[Gpu, ...]
     apps: tuple[GpuApp, ...]
-    errors: tuple[str, ...]     # lines nvidia-smi printed instead of data
+    errors: tuple[str, ...]  # lines nvidia-smi printed instead of data
 
     def apps_on(self, gpu: Gpu) -> tuple[GpuApp, ...]:
         return tuple(a for a in self.apps if gpu.uuid is not None and a.gpu_uuid == gpu.uuid)
@@ -106,26 +123,48 @@ def parse_table(text: str) -> tuple[list[dict[str, str | None]], list[str]]:
         if header is None or len(cells) != len(header):
             errors.append(line.strip())
             continue
-        rows.append({h: _value(c) for h, c in zip(header, cells)})
+        rows.append({h: _value(c) for h, c in zip(header, cells, strict=False)})
     return rows, errors
 
 
 def parse_gpus(text: str) -> tuple[tuple[Gpu, ...], tuple[str, ...]]:
     rows, errors = parse_table(text)
-    gpus = tuple(Gpu(
-        index=_int(r.get("index")), uuid=r.get("uuid"), name=r.get("name"),
-        util=_number(r.get("utilization.gpu")), mem_used=_number(r.get("memory.used")),
-        mem_total=_number(r.get("memory.total")), temperature=_number(r.get("temperature.gpu")),
-        power=_number(r.get("power.draw")), power_limit=_number(r.get("power.limit")),
-    ) for r in rows)
+    gpus = tuple(
+        Gpu(
+            index=_int(r.get("index")),
+            uuid=r.get("uuid"),
+            name=r.get("name"),
+            util=_number(r.get("utilization.gpu")),
+            mem_used=_number(r.get("memory.used")),
+            mem_total=_number(r.get("memory.total")),
+            temperature=_number(r.get("temperature.gpu")),
+            power=_number(r.get("power.draw")),
+            power_limit=_number(r.get("power.limit")),
+        )
+        for r in rows
+    )
     # No index column (some recordings): number the GPUs in the order printed.
     if gpus and all(g.index is None for g in gpus):
-        gpus = tuple(Gpu(i, g.uuid, g.name, g.util, g.mem_used, g.mem_total, g.temperature, g.power,
-                         g.power_limit) for i, g in enumerate(gpus))
+        gpus = tuple(
+            Gpu(
+                i,
+                g.uuid,
+                g.name,
+                g.util,
+                g.mem_used,
+                g.mem_total,
+                g.temperature,
+                g.power,
+                g.power_limit,
+            )
+            for i, g in enumerate(gpus)
+        )
     return gpus, tuple(errors)
 
 
-def parse_apps(text: str, own_pids: frozenset[int] = frozenset()) -> tuple[tuple[GpuApp, ...], tuple[str, ...]]:
+def parse_apps(
+    text: str, own_pids: frozenset[int] = frozenset()
+) -> tuple[tuple[GpuApp, ...], tuple[str, ...]]:
     rows, errors = parse_table(text)
     apps = []
     for r in rows:
@@ -133,12 +172,21 @@ def parse_apps(text: str, own_pids: frozenset[int] = frozenset()) -> tuple[tuple
         if pid is None:
             continue
         used = r.get("used_memory") or r.get("used_gpu_memory")
-        apps.append(GpuApp(pid, r.get("gpu_uuid"), _number(used), r.get("process_name") or "?",
-                           own=pid in own_pids))
+        apps.append(
+            GpuApp(
+                pid,
+                r.get("gpu_uuid"),
+                _number(used),
+                r.get("process_name") or "?",
+                own=pid in own_pids,
+            )
+        )
     return tuple(apps), tuple(errors)
 
 
-def parse_reading(gpu_text: str, apps_text: str, own_pids: frozenset[int] = frozenset()) -> GpuReading:
+def parse_reading(
+    gpu_text: str, apps_text: str, own_pids: frozenset[int] = frozenset()
+) -> GpuReading:
     gpus, errors = parse_gpus(gpu_text)
     apps, app_errors = parse_apps(apps_text, own_pids)
     return GpuReading(gpus, apps, tuple(dict.fromkeys(errors + app_errors)))

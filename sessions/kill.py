@@ -10,8 +10,8 @@ reported and never stops the others.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 from . import tmux
 from .config import JobConfig
@@ -104,13 +104,22 @@ def parse_kill(node: str, stdout: str) -> KillReport:
         elif word == "ELAPSED_MS" and rest.strip().isdigit():
             ms = int(rest)
     found = {p.pid: p for p in parse_procs(lines)}  # a sweep may list a PID twice
-    return KillReport(node, tuple(found.values()), tuple(dict.fromkeys(sigkilled)), left,
-                      "SESSION_KILLED" in lines, parse_listeners(lines), ms / 1000)
+    return KillReport(
+        node,
+        tuple(found.values()),
+        tuple(dict.fromkeys(sigkilled)),
+        left,
+        "SESSION_KILLED" in lines,
+        parse_listeners(lines),
+        ms / 1000,
+    )
 
 
 def summarize(job: str, results: dict[str, Outcome[KillReport]]) -> tuple[bool, str]:
     """(clean on every node, one line for a person): the CLI and the app say the same."""
-    dirty = [n for n, o in results.items() if not o.ok or (o.value is not None and not o.value.clean)]
+    dirty = [
+        n for n, o in results.items() if not o.ok or (o.value is not None and not o.value.clean)
+    ]
     if dirty:
         return False, f"NOT CLEAN on {', '.join(dirty)}"
     total = sum(len(o.value.found) for o in results.values() if o.value)
@@ -119,21 +128,36 @@ def summarize(job: str, results: dict[str, Outcome[KillReport]]) -> tuple[bool, 
     return True, f"clean: {total} process(es) of {job} stopped on {len(results)} node(s)"
 
 
-def kill_job(cfg: JobConfig, cluster: Cluster, *, names: Iterable[str] | None = None,
-             grace: float | None = None, on_event: Callable[[Event], None] = lambda e: None,
-             ) -> dict[str, Outcome[KillReport]]:
+def kill_job(
+    cfg: JobConfig,
+    cluster: Cluster,
+    *,
+    names: Iterable[str] | None = None,
+    grace: float | None = None,
+    on_event: Callable[[Event], None] = lambda e: None,
+) -> dict[str, Outcome[KillReport]]:
     """Kill the job on the given nodes (all by default), in parallel; one report per node."""
     grace = cfg.grace if grace is None else grace
     ranks = {n.name: n.rank for n in cfg.nodes}
 
     def one(node) -> KillReport:  # type: ignore[no-untyped-def]
         on_event(Event(node.name, ranks[node.name], Phase.KILLING, ""))
-        script = kill_script(job_node_pattern(cfg.job, node.name), tmux.session_name(cfg.job, node.name),
-                             cfg.all_ports, grace)
+        script = kill_script(
+            job_node_pattern(cfg.job, node.name),
+            tmux.session_name(cfg.job, node.name),
+            cfg.all_ports,
+            grace,
+        )
         res = node.run(script, timeout=grace + 30)
         report = parse_kill(node.name, res.stdout)
-        on_event(Event(node.name, ranks[node.name], Phase.KILLED if report.clean else Phase.FAILED,
-                       report.summary()))
+        on_event(
+            Event(
+                node.name,
+                ranks[node.name],
+                Phase.KILLED if report.clean else Phase.FAILED,
+                report.summary(),
+            )
+        )
         return report
 
     results = cluster.map(one, names)
@@ -144,6 +168,7 @@ def kill_job(cfg: JobConfig, cluster: Cluster, *, names: Iterable[str] | None = 
 
 
 # -- cleanup: free the job's ports, whoever holds them ------------------------------
+
 
 def holders_script(ports: Iterable[int]) -> str:
     return f"{SHELL_LIB}\nmntui_listeners {' '.join(str(p) for p in ports)}\n"
@@ -162,7 +187,9 @@ def free_script(holders: Iterable[PortHolder], grace: float) -> str:
     ports = " ".join(sorted({str(h.port) for h in holders}))
     checks = "\n".join(
         f"[ -O /proc/{h.pid} ] && mntui_listeners {h.port} | grep -q '^LISTEN {h.port} {h.pid} ' "
-        f"&& pids=\"$pids {h.pid}\"" for h in holders)
+        f'&& pids="$pids {h.pid}"'
+        for h in holders
+    )
     return f"""{SHELL_LIB}
 pids=""
 {checks}
@@ -179,22 +206,30 @@ mntui_listeners {ports}
 """
 
 
-def free_ports(cluster: Cluster, holders: dict[str, tuple[PortHolder, ...]], grace: float
-               ) -> dict[str, Outcome[tuple[tuple[int, ...], tuple[PortHolder, ...]]]]:
+def free_ports(
+    cluster: Cluster, holders: dict[str, tuple[PortHolder, ...]], grace: float
+) -> dict[str, Outcome[tuple[tuple[int, ...], tuple[PortHolder, ...]]]]:
     """Per node: (PIDs killed, holders still there). One round trip per node."""
 
     def one(node) -> tuple[tuple[int, ...], tuple[PortHolder, ...]]:  # type: ignore[no-untyped-def]
         res = node.run(free_script(holders[node.name], grace), timeout=grace + 30)
         lines = res.stdout.splitlines()
-        freeing: list[str] = next((line.split()[1:] for line in lines if line.startswith("FREEING")), [])
+        freeing: list[str] = next(
+            (line.split()[1:] for line in lines if line.startswith("FREEING")), []
+        )
         return tuple(int(p) for p in freeing), parse_listeners(lines)
 
     return cluster.map(one, [n for n, h in holders.items() if any(x.pid is not None for x in h)])
 
 
-def stop_job(cfg: JobConfig, cluster: Cluster, *, names: Iterable[str] | None = None,
-             grace: float | None = None, on_event: Callable[[Event], None] = lambda e: None,
-             ) -> dict[str, Outcome[KillReport]]:
+def stop_job(
+    cfg: JobConfig,
+    cluster: Cluster,
+    *,
+    names: Iterable[str] | None = None,
+    grace: float | None = None,
+    on_event: Callable[[Event], None] = lambda e: None,
+) -> dict[str, Outcome[KillReport]]:
     """A user's kill (CLI `kill`, the app's K): mark the run first, so its watchdog stands
     down instead of reporting the kill as a failure, then kill."""
     from .runs import latest

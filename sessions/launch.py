@@ -12,8 +12,8 @@ import os
 import shlex
 import sys
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 from . import remote, tmux
 from .config import JobConfig, ReadyMode
@@ -38,7 +38,7 @@ class LaunchError(Exception):
 @dataclass(frozen=True)
 class Preflight:
     node: str
-    procs: tuple[ProcInfo, ...]       # processes of an earlier run of this job on this node
+    procs: tuple[ProcInfo, ...]  # processes of an earlier run of this job on this node
     session_exists: bool
     port_holders: tuple[PortHolder, ...]
     missing_tools: tuple[str, ...]
@@ -48,8 +48,8 @@ class Preflight:
 class LaunchResult:
     plan: Plan
     record: RunRecord
-    started_at: Mapping[str, float]   # node -> wall time its tmux session started
-    ready_at: float                   # wall time the main was seen ready
+    started_at: Mapping[str, float]  # node -> wall time its tmux session started
+    ready_at: float  # wall time the main was seen ready
 
 
 def master_addr(cfg: JobConfig) -> str:
@@ -80,23 +80,32 @@ def preflight_script(cfg: JobConfig, node: str, check_ports: bool) -> str:
 mntui_procinfo $(mntui_scan {q(job_node_pattern(cfg.job, node))})
 {tmux.has_session(tmux.session_name(cfg.job, node))} && echo SESSION
 for t in tmux bash ss grep; do command -v "$t" >/dev/null 2>&1 || echo "MISSING $t"; done
-{f'mntui_listeners {ports}' if ports else ''}
+{f"mntui_listeners {ports}" if ports else ""}
 """
 
 
 def preflight(cfg: JobConfig, cluster: Cluster) -> dict[str, remote.Outcome[Preflight]]:
     def one(node: Node) -> Preflight:
         out = node.run(preflight_script(cfg, node.name, node.name == cfg.main)).stdout.splitlines()
-        return Preflight(node.name, parse_procs(out), "SESSION" in out, parse_listeners(out),
-                         tuple(line.split()[1] for line in out if line.startswith("MISSING ")))
+        return Preflight(
+            node.name,
+            parse_procs(out),
+            "SESSION" in out,
+            parse_listeners(out),
+            tuple(line.split()[1] for line in out if line.startswith("MISSING ")),
+        )
+
     return cluster.map(one)
 
 
 def _start(node: Node, np: NodePlan) -> float:
     res = node.run(np.start_script)
     if not res.ok:
-        raise NodeError(node.name, f"could not start tmux session {np.session}: "
-                                   f"{(res.stderr or res.stdout).strip()[-400:]}")
+        raise NodeError(
+            node.name,
+            f"could not start tmux session {np.session}: "
+            f"{(res.stderr or res.stdout).strip()[-400:]}",
+        )
     return time.time()
 
 
@@ -104,7 +113,7 @@ def ready_script(cfg: JobConfig, np: NodePlan) -> str:
     if cfg.launch.ready is ReadyMode.PORT:
         test = f"ss -Hltn 'sport = :{cfg.master_port}' | grep -q ."
     elif cfg.launch.ready is ReadyMode.LOG:
-        test = f"grep -qE -- {q(cfg.launch.ready_pattern or '')} \"$d/output.log\""
+        test = f'grep -qE -- {q(cfg.launch.ready_pattern or "")} "$d/output.log"'
     else:
         test = "false"
     # The pane's state is read before the exit-code file: a pane already dead has written
@@ -121,7 +130,9 @@ else echo WAIT; fi
 
 def log_tail(node: Node, run_dir: str, lines: int = 20) -> str:
     try:
-        return node.run(f'tail -n {lines} "$HOME"/{q(run_dir)}/output.log 2>/dev/null', timeout=10).stdout
+        return node.run(
+            f'tail -n {lines} "$HOME"/{q(run_dir)}/output.log 2>/dev/null', timeout=10
+        ).stdout
     except NodeError as exc:
         return f"(could not read the log: {exc.message})"
 
@@ -130,9 +141,11 @@ def wait_ready(cfg: JobConfig, node: Node, np: NodePlan, on_event: EventSink) ->
     policy = cfg.launch
     t0 = time.monotonic()
     deadline = t0 + policy.ready_timeout
-    what = {ReadyMode.PORT: f"port {cfg.master_port} to listen",
-            ReadyMode.LOG: f"output matching {policy.ready_pattern!r}",
-            ReadyMode.DELAY: f"{policy.ready_delay:g}s"}[policy.ready]
+    what = {
+        ReadyMode.PORT: f"port {cfg.master_port} to listen",
+        ReadyMode.LOG: f"output matching {policy.ready_pattern!r}",
+        ReadyMode.DELAY: f"{policy.ready_delay:g}s",
+    }[policy.ready]
     on_event(Event(np.node, np.rank, Phase.WAITING, f"waiting for {what}"))
     script = ready_script(cfg, np)
     while True:
@@ -140,21 +153,30 @@ def wait_ready(cfg: JobConfig, node: Node, np: NodePlan, on_event: EventSink) ->
         now = time.monotonic()
         if state.startswith(("EXITED", "GONE", "DEAD")):
             code = state.split()[1] if state.startswith("EXITED") else None
-            raise LaunchError(f"main {np.node} exited before it was ready"
-                              + (f" (exit code {code})" if code else ""),
-                              f"last lines of {np.node}'s output:\n{log_tail(node, np.run_dir)}")
+            raise LaunchError(
+                f"main {np.node} exited before it was ready"
+                + (f" (exit code {code})" if code else ""),
+                f"last lines of {np.node}'s output:\n{log_tail(node, np.run_dir)}",
+            )
         if state == "READY" or (policy.ready is ReadyMode.DELAY and now - t0 >= policy.ready_delay):
             on_event(Event(np.node, np.rank, Phase.READY, f"ready after {now - t0:.1f}s"))
             return time.time()
         if now >= deadline:
-            raise LaunchError(f"main {np.node} not ready within {policy.ready_timeout:g}s "
-                              f"(waited for {what})",
-                              f"last lines of {np.node}'s output:\n{log_tail(node, np.run_dir)}")
+            raise LaunchError(
+                f"main {np.node} not ready within {policy.ready_timeout:g}s (waited for {what})",
+                f"last lines of {np.node}'s output:\n{log_tail(node, np.run_dir)}",
+            )
         time.sleep(min(READY_POLL, max(0.0, deadline - now)))
 
 
-def launch(cfg: JobConfig, *, on_event: EventSink = lambda e: None, restart: bool = False,
-           cluster: Cluster | None = None, plan: Plan | None = None) -> LaunchResult:
+def launch(
+    cfg: JobConfig,
+    *,
+    on_event: EventSink = lambda e: None,
+    restart: bool = False,
+    cluster: Cluster | None = None,
+    plan: Plan | None = None,
+) -> LaunchResult:
     """Launch the job; raises LaunchError with nothing of this run left running."""
     own = cluster is None
     cluster = cluster or Cluster(cfg.nodes, cfg.ssh)
@@ -165,7 +187,9 @@ def launch(cfg: JobConfig, *, on_event: EventSink = lambda e: None, restart: boo
             cluster.close()
 
 
-def _launch(cfg: JobConfig, cluster: Cluster, on_event: EventSink, restart: bool, plan: Plan) -> LaunchResult:
+def _launch(
+    cfg: JobConfig, cluster: Cluster, on_event: EventSink, restart: bool, plan: Plan
+) -> LaunchResult:
     for np in plan.nodes:
         on_event(Event(np.node, np.rank, Phase.CONNECTING, np.host))
     errors = {n: o.error for n, o in cluster.connect().items() if not o.ok}
@@ -173,8 +197,10 @@ def _launch(cfg: JobConfig, cluster: Cluster, on_event: EventSink, restart: bool
         if np.node not in errors:
             on_event(Event(np.node, np.rank, Phase.CONNECTED, ""))
     if errors:
-        raise LaunchError(f"{len(errors)} of {plan.nnodes} node(s) unreachable; nothing was started",
-                          "\n".join(f"  {n}: {e}" for n, e in errors.items()))
+        raise LaunchError(
+            f"{len(errors)} of {plan.nnodes} node(s) unreachable; nothing was started",
+            "\n".join(f"  {n}: {e}" for n, e in errors.items()),
+        )
 
     checks = preflight(cfg, cluster)
     problems = [f"  {n}: {o.error}" for n, o in checks.items() if not o.ok]
@@ -183,25 +209,46 @@ def _launch(cfg: JobConfig, cluster: Cluster, on_event: EventSink, restart: bool
         if o.value and o.value.missing_tools:
             problems.append(f"  {n}: missing {', '.join(o.value.missing_tools)} on the node")
     if running and not restart:
-        problems.append(f"job {cfg.job} is already running (use `mntui launch --restart` or `mntui kill`):")
-        problems += [f"  {n}: pids {' '.join(str(p.pid) for p in procs)}" for n, procs in running.items()]
+        problems.append(
+            f"job {cfg.job} is already running (use `mntui launch --restart` or `mntui kill`):"
+        )
+        problems += [
+            f"  {n}: pids {' '.join(str(p.pid) for p in procs)}" for n, procs in running.items()
+        ]
     if problems:
         raise LaunchError("preflight failed; nothing was started", "\n".join(problems))
     if running:
-        on_event(Event(None, None, Phase.KILLING, f"--restart: stopping the running job on {', '.join(running)}"))
-        dirty = [f"  {n}: {o.error or (o.value.summary() if o.value else '')}"
-                 for n, o in kill_job(cfg, cluster, on_event=on_event).items()
-                 if not o.ok or (o.value is not None and not o.value.clean)]
+        on_event(
+            Event(
+                None,
+                None,
+                Phase.KILLING,
+                f"--restart: stopping the running job on {', '.join(running)}",
+            )
+        )
+        dirty = [
+            f"  {n}: {o.error or (o.value.summary() if o.value else '')}"
+            for n, o in kill_job(cfg, cluster, on_event=on_event).items()
+            if not o.ok or (o.value is not None and not o.value.clean)
+        ]
         if dirty:
-            raise LaunchError("could not stop the running job; nothing new was started", "\n".join(dirty))
+            raise LaunchError(
+                "could not stop the running job; nothing new was started", "\n".join(dirty)
+            )
         checks = preflight(cfg, cluster)
     main_check = checks[cfg.main].value
     if main_check is not None and main_check.port_holders:
-        raise LaunchError(f"a port of the job is busy on the main {cfg.main}; nothing was started "
-                          "(`mntui cleanup` frees it)",
-                          "\n".join(f"  {h.describe()}" for h in main_check.port_holders))
+        raise LaunchError(
+            f"a port of the job is busy on the main {cfg.main}; nothing was started "
+            "(`mntui cleanup` frees it)",
+            "\n".join(f"  {h.describe()}" for h in main_check.port_holders),
+        )
     for np in plan.nodes:
-        on_event(Event(np.node, np.rank, Phase.CHECKED, "no earlier run, ports free" if np.is_main else ""))
+        on_event(
+            Event(
+                np.node, np.rank, Phase.CHECKED, "no earlier run, ports free" if np.is_main else ""
+            )
+        )
 
     record = RunRecord.from_plan(plan, cfg.path)
     record.save()
@@ -217,9 +264,13 @@ def _launch(cfg: JobConfig, cluster: Cluster, on_event: EventSink, restart: bool
         record.ready_at = ready_at
         _start_workers(cfg, cluster, plan, started, attempted, on_event)
     except (LaunchError, NodeError, KeyboardInterrupt) as exc:
-        reason = (exc.message if isinstance(exc, (LaunchError, NodeError)) else "interrupted")
+        reason = exc.message if isinstance(exc, (LaunchError, NodeError)) else "interrupted"
         details = exc.details if isinstance(exc, LaunchError) else ""
-        on_event(Event(None, None, Phase.ABORTED, f"{reason}; stopping {', '.join(attempted) or 'nothing'}"))
+        on_event(
+            Event(
+                None, None, Phase.ABORTED, f"{reason}; stopping {', '.join(attempted) or 'nothing'}"
+            )
+        )
         if attempted:
             kill_job(cfg, cluster, names=list(dict.fromkeys(attempted)), on_event=on_event)
         record.status, record.error = "aborted", reason
@@ -227,15 +278,25 @@ def _launch(cfg: JobConfig, cluster: Cluster, on_event: EventSink, restart: bool
         if isinstance(exc, KeyboardInterrupt):
             raise
         raise LaunchError(reason if isinstance(exc, LaunchError) else f"{exc}", details) from None
-    record.nodes = [type(n)(**{**n.__dict__, "started_at": started.get(n.node)}) for n in record.nodes]
+    record.nodes = [
+        type(n)(**{**n.__dict__, "started_at": started.get(n.node)}) for n in record.nodes
+    ]
     record.status, record.finished_launch_at = "running", time.time()
     record.save()
-    on_event(Event(None, None, Phase.RUNNING, f"all {plan.nnodes} node(s) started, run {plan.run_id}"))
+    on_event(
+        Event(None, None, Phase.RUNNING, f"all {plan.nnodes} node(s) started, run {plan.run_id}")
+    )
     return LaunchResult(plan, record, started, ready_at)
 
 
-def _start_workers(cfg: JobConfig, cluster: Cluster, plan: Plan, started: dict[str, float],
-                   attempted: list[str], on_event: EventSink) -> None:
+def _start_workers(
+    cfg: JobConfig,
+    cluster: Cluster,
+    plan: Plan,
+    started: dict[str, float],
+    attempted: list[str],
+    on_event: EventSink,
+) -> None:
     def one(np: NodePlan) -> None:
         on_event(Event(np.node, np.rank, Phase.STARTING, f"tmux session {np.session}"))
         attempted.append(np.node)
@@ -244,11 +305,15 @@ def _start_workers(cfg: JobConfig, cluster: Cluster, plan: Plan, started: dict[s
 
     stagger = cfg.launch.stagger
     if stagger <= 0:
-        results = cluster.map(lambda node: one(plan.node(node.name)), [w.node for w in plan.workers])
+        results = cluster.map(
+            lambda node: one(plan.node(node.name)), [w.node for w in plan.workers]
+        )
         failed = {n: o.error for n, o in results.items() if not o.ok}
         if failed:
-            raise LaunchError(f"{len(failed)} worker(s) failed to start",
-                              "\n".join(f"  {n}: {e}" for n, e in failed.items()))
+            raise LaunchError(
+                f"{len(failed)} worker(s) failed to start",
+                "\n".join(f"  {n}: {e}" for n, e in failed.items()),
+            )
         return
     for i, np in enumerate(plan.workers):
         if i:

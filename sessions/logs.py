@@ -18,8 +18,8 @@ CHUNK = 256 * 1024
 @dataclass(frozen=True)
 class LogChunk:
     data: bytes
-    offset: int     # offset after this chunk
-    size: int       # file size on the node; > offset means more is waiting
+    offset: int  # offset after this chunk
+    size: int  # file size on the node; > offset means more is waiting
     exit_code: int | None
 
 
@@ -54,7 +54,7 @@ def parse_read(stdout: str, offset: int) -> LogChunk:
 def last_lines(node: Node, run_dir: str, n: int) -> tuple[list[str], int]:
     """The last `n` lines of the log and its size (to follow from), in one round trip."""
     f = f'"$HOME"/{shlex.quote(run_dir)}/output.log'
-    out = node.run(f'stat -c %s {f} 2>/dev/null || echo 0; tail -n {int(n)} {f} 2>/dev/null').stdout
+    out = node.run(f"stat -c %s {f} 2>/dev/null || echo 0; tail -n {int(n)} {f} 2>/dev/null").stdout
     size, _, text = out.partition("\n")
     return text.splitlines(), int(size.strip() or 0)
 

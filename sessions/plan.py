@@ -11,8 +11,8 @@ from __future__ import annotations
 import secrets
 import shlex
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from . import tmux
 from .config import JobConfig, NodeSpec
@@ -44,11 +44,11 @@ class NodePlan:
     is_main: bool
     session: str
     tag: str
-    run_dir: str            # relative to the node's $HOME
+    run_dir: str  # relative to the node's $HOME
     env: Mapping[str, str]  # what the command sees, besides the node's own environment
-    command: str            # rendered, shell code
-    launch_script: str      # contents of launch.sh
-    start_script: str       # what runs over SSH to write the run dir and start tmux
+    command: str  # rendered, shell code
+    launch_script: str  # contents of launch.sh
+    start_script: str  # what runs over SSH to write the run dir and start tmux
 
 
 @dataclass(frozen=True)
@@ -77,35 +77,62 @@ def render_command(template: str, values: Mapping[str, str | int]) -> str:
     return template.format(**{k: (v if isinstance(v, int) else q(v)) for k, v in values.items()})
 
 
-def build_plan(cfg: JobConfig, run_id: str, master_addr: str,
-               extra_env: Mapping[str, Mapping[str, str]] | None = None) -> Plan:
+def build_plan(
+    cfg: JobConfig,
+    run_id: str,
+    master_addr: str,
+    extra_env: Mapping[str, Mapping[str, str]] | None = None,
+) -> Plan:
     """`extra_env` adds per-node variables mntui decides at launch (e.g. PATH of a local node)."""
     nnodes = len(cfg.nodes)
     world = nnodes * cfg.nproc_per_node
     plans = []
     for spec in cfg.nodes:  # the config keeps the main first, at rank 0
         values: dict[str, str | int] = {
-            "node_rank": spec.rank, "nnodes": nnodes, "master_addr": master_addr,
-            "master_port": cfg.master_port, "nproc_per_node": cfg.nproc_per_node, "node": spec.name,
+            "node_rank": spec.rank,
+            "nnodes": nnodes,
+            "master_addr": master_addr,
+            "master_port": cfg.master_port,
+            "nproc_per_node": cfg.nproc_per_node,
+            "node": spec.name,
         }
         env = {**(extra_env or {}).get(spec.name, {}), **spec.env}
-        env.update({"NODE_RANK": str(spec.rank), "NNODES": str(nnodes), "MASTER_ADDR": master_addr,
-                    "MASTER_PORT": str(cfg.master_port), "WORLD_SIZE": str(world)})
+        env.update(
+            {
+                "NODE_RANK": str(spec.rank),
+                "NNODES": str(nnodes),
+                "MASTER_ADDR": master_addr,
+                "MASTER_PORT": str(cfg.master_port),
+                "WORLD_SIZE": str(world),
+            }
+        )
         env.setdefault("PYTHONUNBUFFERED", "1")  # output goes through a pipe to the log
         command = render_command(spec.command, values)
         session = tmux.session_name(cfg.job, spec.name)
         tag = run_tag(cfg.job, run_id, spec.name)
         run_dir = f"{RUNS_DIR}/{cfg.job}/{run_id}/{spec.name}"
         script = launch_script(spec, run_id, cfg.job, env, command)
-        plans.append(NodePlan(
-            node=spec.name, host=spec.host, rank=spec.rank, is_main=spec.name == cfg.main,
-            session=session, tag=tag, run_dir=run_dir, env=env, command=command,
-            launch_script=script, start_script=start_script(session, tag, run_dir, script),
-        ))
+        plans.append(
+            NodePlan(
+                node=spec.name,
+                host=spec.host,
+                rank=spec.rank,
+                is_main=spec.name == cfg.main,
+                session=session,
+                tag=tag,
+                run_dir=run_dir,
+                env=env,
+                command=command,
+                launch_script=script,
+                start_script=start_script(session, tag, run_dir, script),
+            )
+        )
     return Plan(cfg.job, run_id, master_addr, cfg.master_port, nnodes, world, tuple(plans))
 
 
-def launch_script(spec: NodeSpec, run_id: str, job: str, env: Mapping[str, str], command: str) -> str:
+def launch_script(
+    spec: NodeSpec, run_id: str, job: str, env: Mapping[str, str], command: str
+) -> str:
     exports = "\n".join(f"export {k}={q(v)}" for k, v in env.items())
     setup = "\n".join(f"  {line}" for line in spec.setup) or "  :"
     cd = f"  cd -- {home_path(spec.workdir)} || exit 97" if spec.workdir else "  :"
@@ -146,12 +173,19 @@ echo STARTED "$(date +%s.%N)"
 
 def describe(plan: Plan) -> str:
     """The human-readable dry run: every node's env, command and script."""
-    lines = [f"job {plan.job}  run {plan.run_id}  nodes {plan.nnodes}  world size {plan.world_size}",
-             f"master {plan.master_addr}:{plan.master_port}", ""]
+    lines = [
+        f"job {plan.job}  run {plan.run_id}  nodes {plan.nnodes}  world size {plan.world_size}",
+        f"master {plan.master_addr}:{plan.master_port}",
+        "",
+    ]
     for n in plan.nodes:
         role = "main" if n.is_main else "worker"
-        lines += [f"== {n.node} (host {n.host}, rank {n.rank}, {role}) tmux session {n.session}",
-                  f"   run dir ~/{n.run_dir}", f"   tag {TAG_VAR}={n.tag}", "   launch.sh:"]
+        lines += [
+            f"== {n.node} (host {n.host}, rank {n.rank}, {role}) tmux session {n.session}",
+            f"   run dir ~/{n.run_dir}",
+            f"   tag {TAG_VAR}={n.tag}",
+            "   launch.sh:",
+        ]
         lines += [f"   | {line}" for line in n.launch_script.rstrip("\n").splitlines()]
         lines.append("")
     return "\n".join(lines)

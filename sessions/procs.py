@@ -124,7 +124,9 @@ class PortHolder:
     cmdline: str
 
     def describe(self) -> str:
-        who = f"pid {self.pid} ({self.user})" if self.pid is not None else "a process of another user"
+        who = (
+            f"pid {self.pid} ({self.user})" if self.pid is not None else "a process of another user"
+        )
         return f"port {self.port} held by {who}: {self.cmdline or '?'}"
 
 
@@ -133,7 +135,9 @@ def parse_procs(lines: list[str]) -> tuple[ProcInfo, ...]:
     for line in lines:
         parts = line.split(" ", 3)
         if len(parts) >= 3 and parts[0] == "PROC" and parts[1].isdigit():
-            out.append(ProcInfo(int(parts[1]), parts[2], parts[3].strip() if len(parts) > 3 else ""))
+            out.append(
+                ProcInfo(int(parts[1]), parts[2], parts[3].strip() if len(parts) > 3 else "")
+            )
     return tuple(out)
 
 
@@ -152,4 +156,3 @@ def parse_listeners(lines: list[str]) -> tuple[PortHolder, ...]:
         user = None if parts[3] == "?" else parts[3]
         out.append(PortHolder(int(parts[1]), pid, user, parts[4].strip() if len(parts) > 4 else ""))
     return tuple(out)
-

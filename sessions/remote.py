@@ -22,10 +22,11 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Generic, Iterable, Mapping, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from .config import HostKeyPolicy, NodeSpec, SshPolicy
 
@@ -86,8 +87,10 @@ def frame(script: str, seq: int = 0) -> str:
     exec channels, so a small END marker sent after the output would wait for a delayed
     ACK, 40 ms a command.
     """
-    return (f"__mntui_o=$( (\n{script}\n) </dev/null; printf '\\n%s %s' {END}{seq} \"$?\")\n"
-            f"printf '%s\\n%s\\n' {BEGIN}{seq} \"$__mntui_o\"\n")
+    return (
+        f"__mntui_o=$( (\n{script}\n) </dev/null; printf '\\n%s %s' {END}{seq} \"$?\")\n"
+        f"printf '%s\\n%s\\n' {BEGIN}{seq} \"$__mntui_o\"\n"
+    )
 
 
 def find_end(raw: str, seq: int = 0) -> int:
@@ -106,14 +109,16 @@ def unwrap(node: str, raw: str, stderr: str, seconds: float, seq: int = 0) -> Re
     stop = raw.rfind(end)
     if start < 0 or stop < 0 or stop < start:
         tail = (stderr or raw).strip().splitlines()[-3:]
-        raise NodeError(node, "no answer from the node's shell"
-                              + (f": {' | '.join(tail)}" if tail else ""))
-    body = raw[start + len(begin):stop]
-    code = raw[stop + len(end):].split()[0]
+        raise NodeError(
+            node, "no answer from the node's shell" + (f": {' | '.join(tail)}" if tail else "")
+        )
+    body = raw[start + len(begin) : stop]
+    code = raw[stop + len(end) :].split(maxsplit=1)[0]
     return Result(int(code), body, stderr, seconds)
 
 
 # -- resolving hosts the way OpenSSH does -------------------------------------------
+
 
 @dataclass(frozen=True)
 class SshSettings:
@@ -140,7 +145,9 @@ def ssh_base_argv(ssh_config: str | None) -> list[str]:
 def resolve(alias: str, ssh_config: str | None, *, port: int | None = None) -> SshSettings:
     argv = ssh_base_argv(ssh_config) + (["-p", str(port)] if port else []) + ["-G", "--", alias]
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise NodeError(alias, f"cannot run `ssh -G`: {exc}") from None
     if proc.returncode != 0:
@@ -159,7 +166,9 @@ def resolve(alias: str, ssh_config: str | None, *, port: int | None = None) -> S
     jump = one("proxyjump", "none")
     pcmd = one("proxycommand", "none")
     return SshSettings(
-        alias=alias, hostname=one("hostname", alias), port=int(one("port", "22")),
+        alias=alias,
+        hostname=one("hostname", alias),
+        port=int(one("port", "22")),
         user=one("user") or os.environ.get("USER", "root"),
         identity_files=files("identityfile"),
         identities_only=one("identitiesonly", "no") == "yes",
@@ -172,6 +181,7 @@ def resolve(alias: str, ssh_config: str | None, *, port: int | None = None) -> S
 
 
 # -- nodes ------------------------------------------------------------------------
+
 
 def _untagged_env() -> dict[str, str]:
     """mntui run from inside a job's pane inherits its tag; our helpers must not."""
@@ -189,11 +199,20 @@ class LocalNode:
     def run(self, script: str, timeout: float | None = None) -> Result:
         t0 = time.monotonic()
         try:
-            proc = subprocess.run(["sh", "-s"], input=frame(script), capture_output=True, text=True,
-                                  errors="replace", timeout=timeout or self.command_timeout,
-                                  start_new_session=True, env=_untagged_env())
+            proc = subprocess.run(
+                ["sh", "-s"],
+                input=frame(script),
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=timeout or self.command_timeout,
+                start_new_session=True,
+                env=_untagged_env(),
+            )
         except subprocess.TimeoutExpired:
-            raise NodeError(self.name, f"command timed out after {timeout or self.command_timeout:.0f}s") from None
+            raise NodeError(
+                self.name, f"command timed out after {timeout or self.command_timeout:.0f}s"
+            ) from None
         return unwrap(self.name, proc.stdout, proc.stderr, time.monotonic() - t0)
 
     def close(self) -> None:
@@ -281,7 +300,9 @@ class RemoteNode:
             chan.close()
         return unwrap(self.name, out, err, time.monotonic() - t0)
 
-    def _read(self, chan: Any, deadline: float, done: Callable[[str], bool] | None) -> tuple[str, str]:
+    def _read(
+        self, chan: Any, deadline: float, done: Callable[[str], bool] | None
+    ) -> tuple[str, str]:
         """Read both streams until `done(tail of stdout)` (shell mode) or EOF (exec mode)."""
         import paramiko
 
@@ -298,8 +319,11 @@ class RemoteNode:
                     break
                 if chan.eof_received and not chan.recv_ready() and not chan.recv_stderr_ready():
                     if done is not None:
-                        raise NodeError(self.name, "the node's shell exited"
-                                        + (f": {err.decode(errors='replace').strip()[-300:]}" if err else ""))
+                        raise NodeError(
+                            self.name,
+                            "the node's shell exited"
+                            + (f": {err.decode(errors='replace').strip()[-300:]}" if err else ""),
+                        )
                     break
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -349,12 +373,20 @@ def _connection(name: str, s: SshSettings, policy: SshPolicy, gateway: object | 
     keys = [f for f in s.identity_files if os.path.exists(f)]
     timeout = policy.connect_timeout
     conn = fabric.Connection(
-        host=s.hostname, user=s.user, port=s.port, connect_timeout=timeout,
+        host=s.hostname,
+        user=s.user,
+        port=s.port,
+        connect_timeout=timeout,
         config=fabric.Config(ssh_config=paramiko.SSHConfig()),
         gateway=gateway if gateway is not None else False,
-        connect_kwargs={"key_filename": keys, "look_for_keys": not s.identities_only,
-                        "allow_agent": not s.identities_only, "banner_timeout": timeout,
-                        "auth_timeout": timeout, "channel_timeout": timeout},
+        connect_kwargs={
+            "key_filename": keys,
+            "look_for_keys": not s.identities_only,
+            "allow_agent": not s.identities_only,
+            "banner_timeout": timeout,
+            "auth_timeout": timeout,
+            "channel_timeout": timeout,
+        },
     )
     client = conn.client
     for f in s.global_known_hosts:
@@ -380,28 +412,40 @@ def _open(name: str, s: SshSettings, policy: SshPolicy):  # type: ignore[no-unty
             hs = resolve(host, policy.config, port=int(port) if port else None)
             gateway = _connection(name, hs, policy, gateway)
     elif s.proxy_command:
-        gateway = (s.proxy_command.replace("%h", shlex.quote(s.hostname))
-                   .replace("%p", str(s.port)).replace("%r", shlex.quote(s.user)))
+        gateway = (
+            s.proxy_command.replace("%h", shlex.quote(s.hostname))
+            .replace("%p", str(s.port))
+            .replace("%r", shlex.quote(s.user))
+        )
     conn = _connection(name, s, policy, gateway)
     where = f"{s.user}@{s.hostname}:{s.port}" + (f" via {s.proxy_jump}" if s.proxy_jump else "")
     try:
         conn.open()
     except paramiko.BadHostKeyException as exc:
-        raise NodeError(name, f"HOST KEY CHANGED for {where} (got {exc.key.get_name()} "
-                              f"{exc.key.get_fingerprint().hex()}); refusing to connect. If the node "
-                              f"was reinstalled, remove the old key with `ssh-keygen -R`") from None
+        raise NodeError(
+            name,
+            f"HOST KEY CHANGED for {where} (got {exc.key.get_name()} "
+            f"{exc.key.get_fingerprint().hex()}); refusing to connect. If the node "
+            f"was reinstalled, remove the old key with `ssh-keygen -R`",
+        ) from None
     except paramiko.SSHException as exc:
         text = str(exc)
         if "not found in known_hosts" in text:
-            raise NodeError(name, f"host key of {where} is not in known_hosts "
-                                  f"({', '.join(s.known_hosts)}); connect once with `ssh {s.alias}` "
-                                  f"or set `ssh: {{host_key: accept-new}}`") from None
+            raise NodeError(
+                name,
+                f"host key of {where} is not in known_hosts "
+                f"({', '.join(s.known_hosts)}); connect once with `ssh {s.alias}` "
+                f"or set `ssh: {{host_key: accept-new}}`",
+            ) from None
         if isinstance(exc, paramiko.AuthenticationException):
             raise NodeError(name, f"authentication failed for {where}: {text}") from None
         raise NodeError(name, f"cannot connect to {where}: {text}") from None
     except (OSError, EOFError) as exc:
-        reason = ("timed out" if isinstance(exc, TimeoutError)
-                  else getattr(exc, "strerror", None) or str(exc) or type(exc).__name__)
+        reason = (
+            "timed out"
+            if isinstance(exc, TimeoutError)
+            else getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        )
         raise NodeError(name, f"cannot connect to {where}: {reason}") from None
     # Small requests must not wait for the ACK of paramiko's window adjustments (Nagle):
     # without this, every command on an open connection costs a 40 ms delayed ACK.
@@ -413,6 +457,7 @@ def _open(name: str, s: SshSettings, policy: SshPolicy):  # type: ignore[no-unty
 
 # -- the cluster --------------------------------------------------------------------
 
+
 class Cluster:
     """The job's nodes, each behind its own persistent connection."""
 
@@ -420,10 +465,14 @@ class Cluster:
         self.policy = policy
         self.nodes: dict[str, Node] = {}
         for spec in specs:
-            self.nodes[spec.name] = (LocalNode(spec.name, spec.host, policy.command_timeout)
-                                     if spec.is_local else RemoteNode(spec.name, spec.host, policy))
-        self._pool = ThreadPoolExecutor(max_workers=max(4, min(128, len(self.nodes))),
-                                        thread_name_prefix="mntui-node")
+            self.nodes[spec.name] = (
+                LocalNode(spec.name, spec.host, policy.command_timeout)
+                if spec.is_local
+                else RemoteNode(spec.name, spec.host, policy)
+            )
+        self._pool = ThreadPoolExecutor(
+            max_workers=max(4, min(128, len(self.nodes))), thread_name_prefix="mntui-node"
+        )
 
     def connect(self, names: Iterable[str] | None = None) -> dict[str, Outcome[None]]:
         def op(node: Node) -> None:
@@ -432,10 +481,15 @@ class Cluster:
             res = node.run(":", timeout=self.policy.connect_timeout + 30)
             if not res.ok:
                 raise NodeError(node.name, f"the node's shell failed: {res.stderr.strip()[-300:]}")
+
         return self.map(op, names)
 
-    def map(self, fn: Callable[[Node], T], names: Iterable[str] | None = None,
-            on_result: Callable[[Outcome[T]], object] | None = None) -> dict[str, Outcome[T]]:
+    def map(
+        self,
+        fn: Callable[[Node], T],
+        names: Iterable[str] | None = None,
+        on_result: Callable[[Outcome[T]], object] | None = None,
+    ) -> dict[str, Outcome[T]]:
         """Run `fn` on every node at once; `on_result` sees each node as soon as it is done,
         so a slow node never holds back the others' results."""
         selected = list(names) if names is not None else list(self.nodes)
@@ -454,7 +508,9 @@ class Cluster:
                 on_result(result)
         return {n: out[n] for n in selected}
 
-    def run(self, scripts: Mapping[str, str], timeout: float | None = None) -> dict[str, Outcome[Result]]:
+    def run(
+        self, scripts: Mapping[str, str], timeout: float | None = None
+    ) -> dict[str, Outcome[Result]]:
         return self.map(lambda node: node.run(scripts[node.name], timeout), scripts)
 
     def close(self) -> None:

@@ -49,8 +49,14 @@ class RunRecord:
 
     @classmethod
     def from_plan(cls, plan: Plan, config: str) -> RunRecord:
-        return cls(plan.job, plan.run_id, os.path.abspath(config), plan.master_addr, plan.master_port,
-                   [NodeRecord(n.node, n.host, n.rank, n.session, n.tag, n.run_dir) for n in plan.nodes])
+        return cls(
+            plan.job,
+            plan.run_id,
+            os.path.abspath(config),
+            plan.master_addr,
+            plan.master_port,
+            [NodeRecord(n.node, n.host, n.rank, n.session, n.tag, n.run_dir) for n in plan.nodes],
+        )
 
     @property
     def dir(self) -> Path:

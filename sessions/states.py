@@ -13,13 +13,13 @@ from .poll import NodeSnapshot
 
 
 class NodeState(StrEnum):
-    STARTING = "starting"        # running, nothing printed yet
+    STARTING = "starting"  # running, nothing printed yet
     RUNNING = "running"
-    FINISHED = "finished"        # exit 0
-    FAILED = "failed"            # exit != 0, or the launcher died without an exit code
-    ORPHANED = "orphaned"        # tagged processes alive whose parent is gone
-    STALLED = "stalled"          # alive, no output for stall_after seconds
-    FROZEN = "frozen"            # job processes stopped (state T)
+    FINISHED = "finished"  # exit 0
+    FAILED = "failed"  # exit != 0, or the launcher died without an exit code
+    ORPHANED = "orphaned"  # tagged processes alive whose parent is gone
+    STALLED = "stalled"  # alive, no output for stall_after seconds
+    FROZEN = "frozen"  # job processes stopped (state T)
     UNREACHABLE = "unreachable"
     NOT_RUNNING = "not-running"  # no session, no processes
 
@@ -29,12 +29,24 @@ class NodeState(StrEnum):
 
     @property
     def is_active(self) -> bool:
-        return self in (NodeState.STARTING, NodeState.RUNNING, NodeState.STALLED, NodeState.FROZEN,
-                        NodeState.ORPHANED)
+        return self in (
+            NodeState.STARTING,
+            NodeState.RUNNING,
+            NodeState.STALLED,
+            NodeState.FROZEN,
+            NodeState.ORPHANED,
+        )
 
 
-PROBLEMS = frozenset({NodeState.FAILED, NodeState.ORPHANED, NodeState.STALLED, NodeState.FROZEN,
-                      NodeState.UNREACHABLE})
+PROBLEMS = frozenset(
+    {
+        NodeState.FAILED,
+        NodeState.ORPHANED,
+        NodeState.STALLED,
+        NodeState.FROZEN,
+        NodeState.UNREACHABLE,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -49,15 +61,19 @@ def derive(s: NodeSnapshot, stall_after: float) -> Verdict:
     live = s.live_procs
     stopped = [p for p in live if p.state in ("T", "t")]
     if stopped:
-        return Verdict(NodeState.FROZEN, "stopped: " + ", ".join(f"pid {p.pid}" for p in stopped[:4]))
+        return Verdict(
+            NodeState.FROZEN, "stopped: " + ", ".join(f"pid {p.pid}" for p in stopped[:4])
+        )
     # Every tagged process descends from the pane's process; one whose parent is not
     # tagged was reparented (torchrun died under it). A job that deliberately
     # daemonizes a helper shows here too, which is worth a look anyway.
     pids = {p.pid for p in live}
     orphans = [p for p in live if p.ppid not in pids and p.pid != s.pane_pid]
     if orphans:
-        return Verdict(NodeState.ORPHANED, "launcher gone, still alive: "
-                       + ", ".join(f"pid {p.pid}" for p in orphans[:4]))
+        return Verdict(
+            NodeState.ORPHANED,
+            "launcher gone, still alive: " + ", ".join(f"pid {p.pid}" for p in orphans[:4]),
+        )
     if s.exit_code is not None and not live:
         if s.exit_code == 0:
             return Verdict(NodeState.FINISHED, "exit 0")

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 q = shlex.quote
 
@@ -35,8 +35,10 @@ def new_session(session: str, cwd: str, command: str, width: int = 200, height: 
     `remain-on-exit` is set in the same tmux invocation so a command that dies at once
     still leaves its pane behind. `cwd` is a shell expression (it may start with $HOME).
     """
-    return (f"tmux new-session -d -s {q(session)} -x {width} -y {height} -c {cwd} {q(command)}"
-            f" \\; set-option -t {q(pane(session))} remain-on-exit on")
+    return (
+        f"tmux new-session -d -s {q(session)} -x {width} -y {height} -c {cwd} {q(command)}"
+        f" \\; set-option -t {q(pane(session))} remain-on-exit on"
+    )
 
 
 def kill_session(session: str) -> str:
@@ -49,8 +51,10 @@ def has_session(session: str) -> str:
 
 def pane_status(session: str) -> str:
     """Prints `<pane_dead> <pane_pid> <exit status>` or nothing if there is no session."""
-    return (f"tmux display-message -p -t {q(pane(session))} "
-            f"'#{{pane_dead}} #{{pane_pid}} #{{pane_dead_status}}' 2>/dev/null")
+    return (
+        f"tmux display-message -p -t {q(pane(session))} "
+        f"'#{{pane_dead}} #{{pane_pid}} #{{pane_dead_status}}' 2>/dev/null"
+    )
 
 
 def attach_argv(session: str, *, inside_tmux: bool) -> list[str]:
@@ -78,15 +82,16 @@ def tiled_session(name: str, panes: Sequence[TiledPane]) -> str:
     for old in server.sessions.filter(session_name=name):
         old.kill()
     first, *rest = panes
-    session = server.new_session(session_name=name, window_name=name, attach=False,
-                                 window_command=shlex.join(first.argv))
+    session = server.new_session(
+        session_name=name, window_name=name, attach=False, window_command=shlex.join(first.argv)
+    )
     window = session.active_window
     window.set_option("remain-on-exit", "on")
     for p in rest:
         window.split(shell=shlex.join(p.argv))
         window.select_layout("tiled")
     window.set_option("pane-border-status", "top")
-    for pane_, tp in zip(window.panes, panes):
+    for pane_, tp in zip(window.panes, panes, strict=False):
         pane_.cmd("select-pane", "-T", tp.title)
     window.select_layout("tiled")
     return name

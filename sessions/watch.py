@@ -13,9 +13,10 @@ from __future__ import annotations
 import fcntl
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO
 
 from .config import Action, JobConfig, WatchPolicy
 from .events import Event, Phase
@@ -46,7 +47,9 @@ class Judge:
     def verdicts(self, snaps: dict[str, NodeSnapshot]) -> dict[str, Verdict]:
         return {n: derive(s, self.policy.stall_after) for n, s in snaps.items()}
 
-    def judge(self, snaps: dict[str, NodeSnapshot], now: float) -> tuple[dict[str, Verdict], list[Trigger]]:
+    def judge(
+        self, snaps: dict[str, NodeSnapshot], now: float
+    ) -> tuple[dict[str, Verdict], list[Trigger]]:
         verdicts = self.verdicts(snaps)
         triggers: list[Trigger] = []
         for node, v in verdicts.items():
@@ -55,11 +58,12 @@ class Judge:
             self.since[node] = (v.state, start)
             held = now - start
             p = self.policy
-            if v.state in (NodeState.FAILED, NodeState.ORPHANED):
-                action = p.on_failure
-            elif v.state is NodeState.FROZEN and held >= p.frozen_after:
-                action = p.on_failure
-            elif v.state is NodeState.UNREACHABLE and held >= p.unreachable_after:
+            failing = (
+                v.state in (NodeState.FAILED, NodeState.ORPHANED)
+                or (v.state is NodeState.FROZEN and held >= p.frozen_after)
+                or (v.state is NodeState.UNREACHABLE and held >= p.unreachable_after)
+            )
+            if failing:
                 action = p.on_failure
             elif v.state is NodeState.STALLED:
                 action = p.on_stall
@@ -73,6 +77,10 @@ class Judge:
         if not any(v.state.is_active for v in verdicts.values()):
             triggers = [t for t in triggers if t.action is Action.NOTIFY]
         return verdicts, triggers
+
+
+def _trigger_kind(t: Trigger) -> str:
+    return "stall" if t.state is NodeState.STALLED else "failure"
 
 
 class LockHeld(Exception):
@@ -91,7 +99,9 @@ def acquire_lock(record: RunRecord) -> IO[str]:
         fh.seek(0)
         holder = fh.read().strip() or "?"
         fh.close()
-        raise LockHeld(f"another watchdog already watches run {record.run_id} (pid {holder})", holder) from None
+        raise LockHeld(
+            f"another watchdog already watches run {record.run_id} (pid {holder})", holder
+        ) from None
     fh.seek(0)
     fh.truncate()
     fh.write(str(os.getpid()))
@@ -100,9 +110,14 @@ def acquire_lock(record: RunRecord) -> IO[str]:
 
 
 class Watchdog:
-    def __init__(self, cfg: JobConfig, record: RunRecord, cluster: Cluster,
-                 on_event: Callable[[Event], None] = lambda e: None,
-                 on_snapshots: Callable[[dict[str, NodeSnapshot], dict[str, Verdict]], None] | None = None) -> None:
+    def __init__(
+        self,
+        cfg: JobConfig,
+        record: RunRecord,
+        cluster: Cluster,
+        on_event: Callable[[Event], None] = lambda e: None,
+        on_snapshots: Callable[[dict[str, NodeSnapshot], dict[str, Verdict]], None] | None = None,
+    ) -> None:
         self.cfg, self.record, self.cluster, self.on_event = cfg, record, cluster, on_event
         self.on_snapshots = on_snapshots
         self.judge = Judge(cfg.watch)
@@ -121,8 +136,14 @@ class Watchdog:
             self.on_snapshots(snaps, verdicts)
         for t in triggers:
             if t.action is Action.NOTIFY:
-                self.on_event(Event(t.node, self.record.node(t.node).rank, Phase.NOTICE,
-                                    f"{t.state.value}: {t.why} (on_{'stall' if t.state is NodeState.STALLED else 'failure'}: notify)"))
+                self.on_event(
+                    Event(
+                        t.node,
+                        self.record.node(t.node).rank,
+                        Phase.NOTICE,
+                        f"{t.state.value}: {t.why} (on_{_trigger_kind(t)}: notify)",
+                    )
+                )
         fatal = next((t for t in triggers if t.action is Action.KILL_ALL), None)
         return verdicts, fatal
 
@@ -142,27 +163,55 @@ class Watchdog:
                 return fatal
             idle = idle + 1 if not any(v.state.is_active for v in verdicts.values()) else 0
             if idle >= 2:
-                self.on_event(Event(None, None, Phase.KILLED, "job is no longer running; watchdog exits"))
+                self.on_event(
+                    Event(None, None, Phase.KILLED, "job is no longer running; watchdog exits")
+                )
                 return None
             time.sleep(max(0.0, self.cfg.watch.interval - (time.monotonic() - t0)))
         return None
 
 
-def teardown(cfg: JobConfig, record: RunRecord, cluster: Cluster, t: Trigger,
-             on_event: Callable[[Event], None] = lambda e: None) -> bool:
+def teardown(
+    cfg: JobConfig,
+    record: RunRecord,
+    cluster: Cluster,
+    t: Trigger,
+    on_event: Callable[[Event], None] = lambda e: None,
+) -> bool:
     """Kill the whole job because of `t`, and write why into the run record."""
     rank = record.node(t.node).rank
-    on_event(Event(t.node, rank, Phase.KILLING, f"watchdog: {t.state.value} ({t.why}); tearing the job down"))
-    last = log_tail(cluster.nodes[t.node], record.node(t.node).run_dir) if t.state is not NodeState.UNREACHABLE else ""
+    on_event(
+        Event(
+            t.node,
+            rank,
+            Phase.KILLING,
+            f"watchdog: {t.state.value} ({t.why}); tearing the job down",
+        )
+    )
+    last = (
+        log_tail(cluster.nodes[t.node], record.node(t.node).run_dir)
+        if t.state is not NodeState.UNREACHABLE
+        else ""
+    )
     started = time.time()
     results = kill_job(cfg, cluster, on_event=on_event)
-    clean = all(o.ok and o.value is not None and o.value.clean for n, o in results.items()
-                if n != t.node or t.state is not NodeState.UNREACHABLE)
+    clean = all(
+        o.ok and o.value is not None and o.value.clean
+        for n, o in results.items()
+        if n != t.node or t.state is not NodeState.UNREACHABLE
+    )
     record.status = "torn-down"
     record.error = f"{t.node} {t.state.value}: {t.why}"
-    record.note("watchdog-teardown", node=t.node, state=t.state.value, why=t.why,
-                last_lines=last.splitlines()[-20:], kill_seconds=round(time.time() - started, 3),
-                clean=clean, results={n: (o.value.summary() if o.value else o.error) for n, o in results.items()})
+    record.note(
+        "watchdog-teardown",
+        node=t.node,
+        state=t.state.value,
+        why=t.why,
+        last_lines=last.splitlines()[-20:],
+        kill_seconds=round(time.time() - started, 3),
+        clean=clean,
+        results={n: (o.value.summary() if o.value else o.error) for n, o in results.items()},
+    )
     record.save()
     return clean
 
@@ -182,8 +231,16 @@ def start_detached(cfg: JobConfig, record: RunRecord) -> str:
     server = libtmux.Server()
     for old in server.sessions.filter(session_name=name):
         old.kill()
-    argv = [sys.executable, "-m", "mntui.tui.cli", "-c", os.path.abspath(cfg.path), "watch",
-            "--run", record.run_id]
+    argv = [
+        sys.executable,
+        "-m",
+        "mntui.tui.cli",
+        "-c",
+        os.path.abspath(cfg.path),
+        "watch",
+        "--run",
+        record.run_id,
+    ]
     env = {k: os.environ[k] for k in ("XDG_STATE_HOME", "PATH") if k in os.environ}
     log = Path(record.dir) / "watch.log"
     command = f"{shlex.join(argv)} 2>&1 | tee -a {shlex.quote(str(log))}"

@@ -75,8 +75,9 @@ def loads(text: str, name: str = "<config>") -> Document:
     return Document(name, data, lines)
 
 
-def _walk(node: yaml.Node, path: Path_, lines: dict[Path_, int],
-          ctor: yaml.SafeLoader, name: str) -> Any:
+def _walk(
+    node: yaml.Node, path: Path_, lines: dict[Path_, int], ctor: yaml.SafeLoader, name: str
+) -> Any:
     lines[path] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
         ctor.flatten_mapping(node)  # resolves `<<:` merge keys
@@ -84,14 +85,19 @@ def _walk(node: yaml.Node, path: Path_, lines: dict[Path_, int],
         for key_node, value_node in node.value:
             key = ctor.construct_object(key_node, deep=True)
             if not isinstance(key, (str, int)):
-                raise ConfigError(name, key_node.start_mark.line + 1, format_path(path),
-                                  f"keys must be strings, got {type(key).__name__}")
+                raise ConfigError(
+                    name,
+                    key_node.start_mark.line + 1,
+                    format_path(path),
+                    f"keys must be strings, got {type(key).__name__}",
+                )
             key = str(key)
             if key in out:
-                raise ConfigError(name, key_node.start_mark.line + 1, format_path(path + (key,)),
-                                  "duplicate key")
-            out[key] = _walk(value_node, path + (key,), lines, ctor, name)
+                raise ConfigError(
+                    name, key_node.start_mark.line + 1, format_path((*path, key)), "duplicate key"
+                )
+            out[key] = _walk(value_node, (*path, key), lines, ctor, name)
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [_walk(item, path + (i,), lines, ctor, name) for i, item in enumerate(node.value)]
+        return [_walk(item, (*path, i), lines, ctor, name) for i, item in enumerate(node.value)]
     return ctor.construct_object(node, deep=True)

@@ -3,8 +3,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -12,7 +12,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 
 @pytest.fixture(autouse=True)
-def _private_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _private_state(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
     """Run records and local tmux servers of tests never touch the user's own."""
     base = tmp_path_factory.mktemp("state")
     monkeypatch.setenv("XDG_STATE_HOME", str(base / "xdg"))
@@ -23,3 +25,13 @@ def _private_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     yield
     # The test's own local tmux server (watchdogs, local nodes, tiled views) goes with it.
     subprocess.run(["tmux", "kill-server"], capture_output=True, env={**os.environ})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """`integration` = needs real sshd nodes, tmux or torch: every test under
+    tests/integration and every test that asks for the fake cluster, so that
+    `pytest -m "not integration"` is the fast inner loop."""
+    for item in items:
+        uses_nodes = "fake" in getattr(item, "fixturenames", ())
+        if uses_nodes or "integration" in item.path.parts:
+            item.add_marker(pytest.mark.integration)

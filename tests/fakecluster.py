@@ -16,14 +16,16 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
 
-def wait_for(cond: Callable[[], object], timeout: float, interval: float = 0.05, what: str = "condition") -> object:
+def wait_for(
+    cond: Callable[[], object], timeout: float, interval: float = 0.05, what: str = "condition"
+) -> object:
     """Poll `cond` until it returns something truthy; fail loudly at the deadline."""
     deadline = time.monotonic() + timeout
     while True:
@@ -53,9 +55,12 @@ def pids_with_env(pattern: str) -> list[int]:
     rx = re.compile(pattern.encode())
     out = []
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != os.getpid():
-            if any(rx.fullmatch(e) for e in environ_of(int(entry))):
-                out.append(int(entry))
+        if (
+            entry.isdigit()
+            and int(entry) != os.getpid()
+            and any(rx.fullmatch(e) for e in environ_of(int(entry)))
+        ):
+            out.append(int(entry))
     return out
 
 
@@ -73,7 +78,9 @@ def alive(pids: Iterable[int]) -> list[int]:
 
 def cmdline(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        return (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
     except OSError:
         return ""
 
@@ -111,7 +118,9 @@ class FakeNode:
         return self.dir / "tmux" / f"tmux-{os.getuid()}" / "default"
 
     def tmux(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["tmux", "-S", str(self.tmux_socket), *args], capture_output=True, text=True)
+        return subprocess.run(
+            ["tmux", "-S", str(self.tmux_socket), *args], capture_output=True, text=True
+        )
 
     def sessions(self) -> list[str]:
         res = self.tmux("list-sessions", "-F", "#{session_name}")
@@ -124,9 +133,14 @@ class FakeNode:
 class FakeCluster:
     """N sshd nodes named `prefix0..N-1`, and an ssh_config that reaches them."""
 
-    def __init__(self, root: Path, n: int, prefix: str = "node",
-                 node_env: dict[str, dict[str, str]] | None = None,
-                 node_hosts: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        n: int,
+        prefix: str = "node",
+        node_env: dict[str, dict[str, str]] | None = None,
+        node_hosts: dict[str, str] | None = None,
+    ) -> None:
         """`node_hosts`: extra /etc/hosts lines for a node, seen by it alone (its sshd runs in
         a mount namespace of its own): a node whose resolver disagrees with the others."""
         self.root = root
@@ -136,12 +150,16 @@ class FakeCluster:
         os.chmod(root, 0o700)
         self.key = root / "client_key"
         if not self.key.exists():
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.key)], check=True)
+            subprocess.run(
+                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.key)], check=True
+            )
         (root / "authorized_keys").write_text((root / "client_key.pub").read_text())
         self.known_hosts = root / "known_hosts"
         self.ssh_config = root / "ssh_config"
-        self.user = os.environ.get("USER") or subprocess.run(["id", "-un"], capture_output=True,
-                                                             text=True).stdout.strip()
+        self.user = (
+            os.environ.get("USER")
+            or subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
+        )
         uid_tag = f"{root.name}-{os.getpid()}"
         for i in range(n):
             name = f"{prefix}{i}"
@@ -151,23 +169,48 @@ class FakeCluster:
             home = d / "home"
             home.mkdir(exist_ok=True)
             # Like a node with conda/pyenv init: the login shell prints before our output.
-            (home / ".bashrc").write_text('echo "Welcome to $MNTUI_FAKE_NODE (noise from .bashrc)"\n'
-                                          'echo "conda: base environment activated" >&2\n')
-            self.nodes.append(FakeNode(name, free_port(), d, f"{uid_tag}/{name}",
-                                       extra_env=(node_env or {}).get(name, {})))
+            (home / ".bashrc").write_text(
+                'echo "Welcome to $MNTUI_FAKE_NODE (noise from .bashrc)"\n'
+                'echo "conda: base environment activated" >&2\n'
+            )
+            self.nodes.append(
+                FakeNode(
+                    name,
+                    free_port(),
+                    d,
+                    f"{uid_tag}/{name}",
+                    extra_env=(node_env or {}).get(name, {}),
+                )
+            )
         self._write_configs()
 
     # -- configs --------------------------------------------------------------------
     def _write_configs(self) -> None:
-        path = os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/sbin", "/usr/local/bin",
-                                "/usr/sbin", "/usr/bin", "/sbin", "/bin"])
+        path = os.pathsep.join(
+            [
+                str(Path(sys.executable).parent),
+                "/usr/local/sbin",
+                "/usr/local/bin",
+                "/usr/sbin",
+                "/usr/bin",
+                "/sbin",
+                "/bin",
+            ]
+        )
         known = []
         for node in self.nodes:
             hostkey = node.dir / "ssh_host_ed25519_key"
             if not hostkey.exists():
-                subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(hostkey)], check=True)
-            env = {"TMUX_TMPDIR": str(node.dir / "tmux"), "PATH": path, "HOME": str(node.home),
-                   "MNTUI_FAKE_NODE": node.tag, **node.extra_env}
+                subprocess.run(
+                    ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(hostkey)], check=True
+                )
+            env = {
+                "TMUX_TMPDIR": str(node.dir / "tmux"),
+                "PATH": path,
+                "HOME": str(node.home),
+                "MNTUI_FAKE_NODE": node.tag,
+                **node.extra_env,
+            }
             setenv = " ".join(f'"{k}={v}"' for k, v in env.items())
             (node.dir / "sshd_config").write_text(f"""\
 Port {node.port}
@@ -179,7 +222,7 @@ PermitRootLogin prohibit-password
 PasswordAuthentication no
 KbdInteractiveAuthentication no
 PubkeyAuthentication yes
-AuthorizedKeysFile {self.root / 'authorized_keys'}
+AuthorizedKeysFile {self.root / "authorized_keys"}
 StrictModes no
 X11Forwarding no
 PrintMotd no
@@ -196,10 +239,13 @@ SetEnv {setenv}
         # The per-host blocks sit in an Included file: fabric alone would not see them.
         inc = self.root / "ssh_config.d"
         inc.mkdir(exist_ok=True)
-        blocks = [f"""Host {n.name}
+        blocks = [
+            f"""Host {n.name}
     HostName 127.0.0.1
     Port {n.port}
-""" for n in self.nodes]
+"""
+            for n in self.nodes
+        ]
         (inc / "nodes.conf").write_text("\n".join(blocks))
         self.ssh_config.write_text(f"""Include {inc}/*.conf
 
@@ -218,16 +264,26 @@ Host *
         Path("/run/sshd").mkdir(exist_ok=True) if os.geteuid() == 0 else None
         for node in self.nodes:
             if node.proc is None or node.proc.poll() is not None:
-                log = open(node.dir / "sshd.log", "ab")
+                log = open(node.dir / "sshd.log", "ab")  # noqa: SIM115 - sshd's, for its life
                 argv = [SSHD, "-D", "-e", "-f", str(node.dir / "sshd_config")]
                 if node.name in self.node_hosts:
                     hosts = node.dir / "hosts"
-                    hosts.write_text(Path("/etc/hosts").read_text() + self.node_hosts[node.name] + "\n")
-                    argv = ["unshare", "-m", "sh", "-c",
-                            'mount --bind "$0" /etc/hosts && exec "$@"', str(hosts), *argv]
+                    hosts.write_text(
+                        Path("/etc/hosts").read_text() + self.node_hosts[node.name] + "\n"
+                    )
+                    argv = [
+                        "unshare",
+                        "-m",
+                        "sh",
+                        "-c",
+                        'mount --bind "$0" /etc/hosts && exec "$@"',
+                        str(hosts),
+                        *argv,
+                    ]
                 node.proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         for node in self.nodes:
-            wait_for(lambda: self._banner(node.port), timeout, what=f"sshd of {node.name}")
+            port = node.port
+            wait_for(lambda port=port: self._banner(port), timeout, what=f"sshd of {node.name}")
         return self
 
     @staticmethod
@@ -242,8 +298,13 @@ Host *
         return next(n for n in self.nodes if n.name == name)
 
     def ssh(self, node: str, command: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["ssh", "-F", str(self.ssh_config), node, command], capture_output=True,
-                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            ["ssh", "-F", str(self.ssh_config), node, command],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
 
     def stop_jobs(self) -> None:
         """Kill what tests started on the nodes (by tag), and their tmux servers."""
@@ -267,7 +328,9 @@ Host *
                     node.proc.kill()
                     node.proc.wait()
         # sshd children of a killed sshd serve open connections until they close
-        for pid in pids_with_env(f"MNTUI_FAKE_NODE={re.escape(self.nodes[0].tag.rsplit('/', 1)[0])}/.*"):
+        for pid in pids_with_env(
+            f"MNTUI_FAKE_NODE={re.escape(self.nodes[0].tag.rsplit('/', 1)[0])}/.*"
+        ):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:

@@ -8,11 +8,10 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
-
 from fakecluster import FakeCluster, free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,14 +44,20 @@ class Cfg:
         path.write_text(textwrap.dedent(body).strip() + "\n" + ssh_block + "\n")
         return path
 
-    def mntui(self, cfg: Path, *args: str, timeout: float = 120, watch: bool = False,
-              **kw: object) -> subprocess.CompletedProcess[str]:
+    def mntui(
+        self, cfg: Path, *args: str, timeout: float = 120, watch: bool = False, **kw: object
+    ) -> subprocess.CompletedProcess[str]:
         """Runs the CLI; `launch` goes without the watchdog unless the test asks for it."""
         if args and args[0] == "launch" and not watch and "--dry-run" not in args:
             args = (*args, "--no-watch")
-        return subprocess.run([sys.executable, "-m", "mntui.tui.cli", "-c", str(cfg), *args],
-                              capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL, **kw)  # type: ignore[call-overload]
+        return subprocess.run(
+            [sys.executable, "-m", "mntui.tui.cli", "-c", str(cfg), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            **kw,
+        )  # type: ignore[call-overload]
 
     def workdir_with_train(self) -> Path:
         work = self.tmp / "work"
@@ -66,7 +71,9 @@ def cfg(fake: FakeCluster, tmp_path: Path) -> Cfg:
     return Cfg(fake, tmp_path)
 
 
-def torch_job(job: str, work: Path, port: int, nodes: str = "[node0, node1]", extra: str = "") -> str:
+def torch_job(
+    job: str, work: Path, port: int, nodes: str = "[node0, node1]", extra: str = ""
+) -> str:
     """A real 2-node torchrun job (gloo, CPU) that prints its env, then trains."""
     return f"""
     job: {job}
@@ -108,7 +115,7 @@ def step_count(log: str) -> int:
     return sum(1 for line in log.splitlines() if line.startswith("step "))
 
 
-__all__ = ["Cfg", "torch_job", "listener_job", "step_count", "free_port", "time", "os"]
+__all__ = ["Cfg", "free_port", "listener_job", "os", "step_count", "time", "torch_job"]
 
 
 def tagged_anywhere(job: str) -> list[int]:
@@ -116,4 +123,5 @@ def tagged_anywhere(job: str) -> list[int]:
     import re as _re
 
     from fakecluster import alive, pids_with_env
+
     return alive(pids_with_env(f"MNTUI_RUN={_re.escape(job)}/.*"))

@@ -13,6 +13,13 @@ import time
 from typing import IO, Any
 
 import libtmux  # noqa: F401  imported before Textual swaps stdout: its import reads stdout.encoding
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid
+from textual.widgets import DataTable, Footer, RichLog
+from textual.worker import Worker, WorkerState
+
 from mntui.sessions.config import JobConfig
 from mntui.sessions.events import Event
 from mntui.sessions.logs import LineSplitter
@@ -21,12 +28,6 @@ from mntui.sessions.remote import Cluster
 from mntui.sessions.runs import RunRecord, latest
 from mntui.sessions.states import Verdict
 from mntui.sessions.watch import Judge, LockHeld, Trigger, acquire_lock, teardown
-from textual import work
-from textual.app import ComposeResult
-from textual.binding import Binding
-from textual.containers import Grid
-from textual.widgets import DataTable, Footer, RichLog
-from textual.worker import Worker, WorkerState
 
 from .messages import (
     EngineEvent,
@@ -47,8 +48,8 @@ from .widgets import (
     NodeView,
 )
 
-LOG_KEEP = 5000        # lines of log kept per node in the app
-TABLE_ABOVE = 16       # nodes above which the app opens in the compact table view
+LOG_KEEP = 5000  # lines of log kept per node in the app
+TABLE_ABOVE = 16  # nodes above which the app opens in the compact table view
 START_BACK = 16 * 1024  # bytes of existing log shown when the app opens on a running job
 
 
@@ -61,16 +62,28 @@ class MntuiApp(Operations):
     .hidden { display: none; }
     """
     BINDINGS = [
-        Binding("l", "launch", "launch"), Binding("K", "kill_all", "kill all"),
-        Binding("c", "cleanup", "cleanup ports"), Binding("r", "restart", "restart"),
-        Binding("a,enter", "attach", "attach"), Binding("v", "view_log", "log"),
-        Binding("t", "toggle_view", "grid/table"), Binding("d", "doctor", "doctor"),
+        Binding("l", "launch", "launch"),
+        Binding("K", "kill_all", "kill all"),
+        Binding("c", "cleanup", "cleanup ports"),
+        Binding("r", "restart", "restart"),
+        Binding("a,enter", "attach", "attach"),
+        Binding("v", "view_log", "log"),
+        Binding("t", "toggle_view", "grid/table"),
+        Binding("d", "doctor", "doctor"),
         Binding("question_mark", "help", "help"),
         Binding("q", "quit_app", "quit"),
     ]
 
-    def __init__(self, cfg: JobConfig, *, record: RunRecord | None = None, launch_now: bool = False,
-                 restart: bool = False, poll: bool = True, watchdog: bool = True) -> None:
+    def __init__(
+        self,
+        cfg: JobConfig,
+        *,
+        record: RunRecord | None = None,
+        launch_now: bool = False,
+        restart: bool = False,
+        poll: bool = True,
+        watchdog: bool = True,
+    ) -> None:
         super().__init__()
         self.cfg = cfg
         self.record = record if record is not None else latest(cfg.job)
@@ -84,7 +97,7 @@ class MntuiApp(Operations):
         self.lock: IO[str] | None = None
         self.watcher = "none"  # who watches the run: "here", "headless (pid N)" or "none"
         self.busy: str | None = None  # launch / kill / cleanup in progress
-        self.generation = 0           # bumped when a new poller replaces the old one
+        self.generation = 0  # bumped when a new poller replaces the old one
         self.poll_timer_pending = False
         self.poll_inflight = False
         self.started = time.time()
@@ -99,15 +112,21 @@ class MntuiApp(Operations):
         with Grid(id="grid", classes="hidden" if self.table_mode else ""):
             for v in self.views.values():
                 yield NodePane(v)
-        yield DataTable(id="table", cursor_type="row", zebra_stripes=True,
-                        classes="" if self.table_mode else "hidden")
+        yield DataTable(
+            id="table",
+            cursor_type="row",
+            zebra_stripes=True,
+            classes="" if self.table_mode else "hidden",
+        )
         yield RichLog(id="events", markup=False, max_lines=500)
         yield Footer()
 
     def on_mount(self) -> None:
         self.panes = {p.view.node: p for p in self.query(NodePane)}  # no DOM query per snapshot
         table = self.query_one(DataTable)
-        self.table_columns = table.add_columns("node", "rank", "state", "GPUs", "memory", "output", "rtt")
+        self.table_columns = table.add_columns(
+            "node", "rank", "state", "GPUs", "memory", "output", "rtt"
+        )
         self.cluster = Cluster(self.cfg.nodes, self.cfg.ssh)
         self.refresh_header()
         self.refresh_views()
@@ -222,8 +241,11 @@ class MntuiApp(Operations):
                 self.notify(f"{t.node}: {t.state.value} ({t.why})", severity="warning")
             elif self.busy is None:
                 self.busy = "kill"
-                self.notify(f"watchdog: {t.node} {t.state.value}; tearing the job down", severity="error",
-                            timeout=10)
+                self.notify(
+                    f"watchdog: {t.node} {t.state.value}; tearing the job down",
+                    severity="error",
+                    timeout=10,
+                )
                 self.teardown(t)
                 break
 
@@ -231,7 +253,9 @@ class MntuiApp(Operations):
     def teardown(self, trigger: Trigger) -> None:
         assert self.cluster is not None and self.record is not None
         clean = teardown(self.cfg, self.record, self.cluster, trigger, self.post_event)
-        self.post_message(KillDone(clean, f"watchdog tore the job down: {trigger.node} {trigger.state.value}"))
+        self.post_message(
+            KillDone(clean, f"watchdog tore the job down: {trigger.node} {trigger.state.value}")
+        )
 
     # -- launch / kill / cleanup -----------------------------------------------------
     def post_event(self, event: Event) -> None:
@@ -259,7 +283,9 @@ class MntuiApp(Operations):
 
         assert self.cluster is not None
         try:
-            result = launch.launch(self.cfg, on_event=self.post_event, restart=restart, cluster=self.cluster)
+            result = launch.launch(
+                self.cfg, on_event=self.post_event, restart=restart, cluster=self.cluster
+            )
         except (launch.LaunchError, NodeError) as exc:
             self.post_message(LaunchDone(None, str(exc)))
             return
@@ -271,7 +297,9 @@ class MntuiApp(Operations):
     def on_launch_done(self, message: LaunchDone) -> None:
         self.busy = None
         if message.error:
-            self.notify(message.error.splitlines()[0], title="launch failed", severity="error", timeout=15)
+            self.notify(
+                message.error.splitlines()[0], title="launch failed", severity="error", timeout=15
+            )
             self.log_event(message.error)
             return
         assert message.record is not None
@@ -291,24 +319,38 @@ class MntuiApp(Operations):
                 self.busy = "kill"
                 self.release_lock()
                 self.do_kill(then_launch)
-        title = f"{'Restart' if then_launch else 'Kill'} {self.cfg.job} on all {len(self.views)} node(s)?"
-        self.push_screen(ConfirmScreen(title, kill_preview(list(self.views.values()), self.cfg.job, self.cfg.grace), "Kill" if not then_launch else "Restart"),
-                         answered)
+
+        verb = "Restart" if then_launch else "Kill"
+        title = f"{verb} {self.cfg.job} on all {len(self.views)} node(s)?"
+        self.push_screen(
+            ConfirmScreen(
+                title,
+                kill_preview(list(self.views.values()), self.cfg.job, self.cfg.grace),
+                "Kill" if not then_launch else "Restart",
+            ),
+            answered,
+        )
 
     @work(thread=True, exclusive=True, group="ops", exit_on_error=False)
     def do_kill(self, then_launch: bool) -> None:
         from mntui.sessions.kill import stop_job, summarize
 
         assert self.cluster is not None
-        clean, summary = summarize(self.cfg.job, stop_job(self.cfg, self.cluster, on_event=self.post_event))
+        clean, summary = summarize(
+            self.cfg.job, stop_job(self.cfg, self.cluster, on_event=self.post_event)
+        )
         self.post_message(KillDone(clean, summary, then_launch))
 
     def on_kill_done(self, message: KillDone) -> None:
         self.busy = None
         self.release_lock()
         self.watcher = "none"
-        self.notify(message.summary, title="kill", severity="information" if message.clean else "error",
-                    timeout=10)
+        self.notify(
+            message.summary,
+            title="kill",
+            severity="information" if message.clean else "error",
+            timeout=10,
+        )
         self.log_event(message.summary)
         if message.then_launch and message.clean:
             self.action_launch()
@@ -322,8 +364,12 @@ class MntuiApp(Operations):
         """A failed worker is a notification and an unlocked UI, never a crash."""
         if event.state is WorkerState.ERROR:
             error = event.worker.error
-            self.notify(f"{event.worker.name}: {type(error).__name__}: {error}", title="error",
-                        severity="error", timeout=15)
+            self.notify(
+                f"{event.worker.name}: {type(error).__name__}: {error}",
+                title="error",
+                severity="error",
+                timeout=15,
+            )
             self.log_event(f"error in {event.worker.name}: {error!r}")
             if event.worker.group == "ops":
                 self.busy = None
@@ -380,9 +426,12 @@ class MntuiApp(Operations):
         if self.lock is None or self.record is None:
             return
         self.release_lock()
-        active = any(v.verdict is not None and v.verdict.state.is_active for v in self.views.values())
+        active = any(
+            v.verdict is not None and v.verdict.state.is_active for v in self.views.values()
+        )
         if active:
             from mntui.sessions.watch import start_detached
+
             start_detached(self.cfg, self.record)
 
     # -- drawing ---------------------------------------------------------------------
@@ -402,8 +451,12 @@ class MntuiApp(Operations):
                 table.add_row(*row, key=v.node)
                 continue
             old = self.table_cells.get(v.node)
-            for i, (col, value) in enumerate(zip(self.table_columns, row)):
-                if old is None or str(old[i]) != str(value) or getattr(old[i], "style", None) != getattr(value, "style", None):
+            for i, (col, value) in enumerate(zip(self.table_columns, row, strict=False)):
+                if (
+                    old is None
+                    or str(old[i]) != str(value)
+                    or getattr(old[i], "style", None) != getattr(value, "style", None)
+                ):
                     table.update_cell(v.node, col, value)
             self.table_cells[v.node] = row
 
@@ -415,16 +468,20 @@ class MntuiApp(Operations):
             elapsed = f"  {secs // 3600}:{secs // 60 % 60:02d}:{secs % 60:02d}"
         who = f"watchdog {self.watcher}"
         w = self.cfg.watch
-        text = (f"{self.cfg.job}  run {rec.run_id if rec else '-'}{elapsed}  {overall_state(list(self.views.values()), self.record is not None)}  "
-                f"[{who}: on failure {w.on_failure.value}, on stall {w.on_stall.value}]"
-                + (f"  {self.busy}..." if self.busy else ""))
+        text = (
+            f"{self.cfg.job}  run {rec.run_id if rec else '-'}{elapsed}  "
+            f"{overall_state(list(self.views.values()), self.record is not None)}  "
+            f"[{who}: on failure {w.on_failure.value}, on stall {w.on_stall.value}]"
+            + (f"  {self.busy}..." if self.busy else "")
+        )
         self.query_one("#header", HeaderBar).set_text(text)
 
 
-def run_app(cfg: JobConfig, *, launch_now: bool = False, restart: bool = False, watchdog: bool = True) -> int:
+def run_app(
+    cfg: JobConfig, *, launch_now: bool = False, restart: bool = False, watchdog: bool = True
+) -> int:
     app = MntuiApp(cfg, launch_now=launch_now, restart=restart, watchdog=watchdog)
     app.run()
     if app.return_code:
         return app.return_code
     return 0
-

@@ -11,9 +11,10 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, NoReturn, Sequence
+from typing import TYPE_CHECKING
 
 from mntui.sessions.config import ConfigError, JobConfig, load_config
 from mntui.sessions.events import Event
@@ -34,8 +35,13 @@ def find_config(arg: str | None) -> Path:
         return Path(arg)
     if Path(DEFAULT_CONFIG).exists():
         return Path(DEFAULT_CONFIG)
-    raise ConfigError(DEFAULT_CONFIG, None, "", "no config: pass -c FILE or create ./mntui.yaml "
-                      "(see configs/example.yaml); `mntui demo` runs the bundled demo")
+    raise ConfigError(
+        DEFAULT_CONFIG,
+        None,
+        "",
+        "no config: pass -c FILE or create ./mntui.yaml "
+        "(see configs/example.yaml); `mntui demo` runs the bundled demo",
+    )
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -59,20 +65,32 @@ def printer(t0: float) -> Callable[[Event], None]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="mntui", description="Launch, watch and cleanly kill multi-node "
-                                 "PyTorch jobs on SSH-reachable nodes.")
+    ap = argparse.ArgumentParser(
+        prog="mntui",
+        description="Launch, watch and cleanly kill multi-node "
+        "PyTorch jobs on SSH-reachable nodes.",
+    )
     ap.add_argument("-c", "--config", help=f"job config (default ./{DEFAULT_CONFIG})")
     sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
 
     p = sub.add_parser("launch", help="start the job: main first, workers once it is ready")
     p.add_argument("--no-ui", action="store_true", help="headless: print progress and return")
-    p.add_argument("--dry-run", action="store_true", help="print the per-node plan and scripts; touch nothing")
-    p.add_argument("--restart", action="store_true", help="kill a running instance of the job first")
-    p.add_argument("--no-watch", action="store_true",
-                   help="do not start the watchdog that tears the job down when a node fails")
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the per-node plan and scripts; touch nothing"
+    )
+    p.add_argument(
+        "--restart", action="store_true", help="kill a running instance of the job first"
+    )
+    p.add_argument(
+        "--no-watch",
+        action="store_true",
+        help="do not start the watchdog that tears the job down when a node fails",
+    )
 
     p = sub.add_parser("kill", help="kill every process of the job on every node")
-    p.add_argument("--grace", type=float, help="seconds between SIGTERM and SIGKILL (default: config)")
+    p.add_argument(
+        "--grace", type=float, help="seconds between SIGTERM and SIGKILL (default: config)"
+    )
     p.add_argument("nodes", nargs="*", help="only these nodes (default: all)")
 
     p = sub.add_parser("cleanup", help="free the job's ports: name who holds them, kill if ours")
@@ -80,7 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("attach", help="attach to a node's tmux session (default: the main)")
     p.add_argument("node", nargs="?")
-    p.add_argument("--all", action="store_true", help="one local tiled view of every node's session")
+    p.add_argument(
+        "--all", action="store_true", help="one local tiled view of every node's session"
+    )
     p.add_argument("--print", action="store_true", help="print the command instead of running it")
 
     p = sub.add_parser("status", help="every node's state, GPUs, processes, ports, output age")
@@ -90,17 +110,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("logs", help="the job's output: all nodes interleaved, or some")
     p.add_argument("nodes", nargs="*")
-    p.add_argument("-f", "--follow", action="store_true", help="keep printing new output until Ctrl+C")
+    p.add_argument(
+        "-f", "--follow", action="store_true", help="keep printing new output until Ctrl+C"
+    )
     p.add_argument("-n", "--lines", type=int, help="start with the last N lines of each node")
-    p.add_argument("--fetch", action="store_true", help="copy every node's output.log into the local run record")
+    p.add_argument(
+        "--fetch",
+        action="store_true",
+        help="copy every node's output.log into the local run record",
+    )
     p.add_argument("--run", help="a run id (default: the latest)")
 
     p = sub.add_parser("watch", help="the watchdog, in the foreground")
     p.add_argument("--run", help="a run id (default: the latest)")
 
-    p = sub.add_parser("doctor", help="preflight checks on every node (and an all-reduce smoke test)")
+    p = sub.add_parser(
+        "doctor", help="preflight checks on every node (and an all-reduce smoke test)"
+    )
     p.add_argument("--json", action="store_true")
-    p.add_argument("--allreduce", action="store_true", help="also launch a torch all-reduce smoke test")
+    p.add_argument(
+        "--allreduce", action="store_true", help="also launch a torch all-reduce smoke test"
+    )
     p.add_argument("--timeout", type=float, default=60.0, help="smoke test timeout, seconds")
 
     p = sub.add_parser("demo", help="run the bundled 2-node CPU demo: launch, show training, kill")
@@ -120,9 +150,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.cmd == "demo":
             return cmd_demo(args)
         cfg = load_config(find_config(args.config))
-        handler = {"launch": cmd_launch, "kill": cmd_kill, "cleanup": cmd_cleanup,
-                   "attach": cmd_attach, "status": cmd_status, "logs": cmd_logs, "watch": cmd_watch,
-                   "doctor": cmd_doctor}[args.cmd]
+        handler = {
+            "launch": cmd_launch,
+            "kill": cmd_kill,
+            "cleanup": cmd_cleanup,
+            "attach": cmd_attach,
+            "status": cmd_status,
+            "logs": cmd_logs,
+            "watch": cmd_watch,
+            "doctor": cmd_doctor,
+        }[args.cmd]
         return handler(cfg, args)
     except ConfigError as exc:
         say(f"mntui: {exc}", err=True)
@@ -145,9 +182,13 @@ def cmd_app(args: argparse.Namespace) -> int:
         say(f"mntui: {exc}", err=True)
         return EXIT_USAGE
     if not sys.stdout.isatty():
-        say("mntui: the app needs a terminal; headless: mntui launch --no-ui, status, logs, kill", err=True)
+        say(
+            "mntui: the app needs a terminal; headless: mntui launch --no-ui, status, logs, kill",
+            err=True,
+        )
         return EXIT_USAGE
     from mntui.tui.app import run_app
+
     if demo:
         say(f"mntui: no ./mntui.yaml; opening the bundled demo ({path}); press l to launch it")
     return run_app(cfg)
@@ -159,6 +200,7 @@ def cmd_launch(cfg: JobConfig, args: argparse.Namespace) -> int:
 
     if not args.no_ui and not args.dry_run:
         from mntui.tui.app import run_app
+
         if not sys.stdout.isatty():
             say("mntui: no terminal for the app; use --no-ui", err=True)
             return EXIT_USAGE
@@ -181,33 +223,46 @@ def cmd_launch(cfg: JobConfig, args: argparse.Namespace) -> int:
     except NodeError as exc:
         say(f"mntui: launch failed: {exc}", err=True)
         return EXIT_FAIL
-    say(f"launched {cfg.job} run {result.plan.run_id} on {result.plan.nnodes} node(s) "
-        f"in {time.time() - t0:.1f}s; `mntui status`, `mntui logs -f`, `mntui kill`")
+    say(
+        f"launched {cfg.job} run {result.plan.run_id} on {result.plan.nnodes} node(s) "
+        f"in {time.time() - t0:.1f}s; `mntui status`, `mntui logs -f`, `mntui kill`"
+    )
     if not args.no_watch:
         from mntui.sessions.watch import start_detached
+
         name = start_detached(cfg, result.record)
-        say(f"watchdog running in local tmux session {name} (on failure: {cfg.watch.on_failure.value}); "
-            f"--no-watch to go without")
+        say(
+            f"watchdog running in local tmux session {name} "
+            f"(on failure: {cfg.watch.on_failure.value}); "
+            f"--no-watch to go without"
+        )
     return EXIT_OK
 
 
-def find_run(cfg: JobConfig, run_id: str | None) -> "RunRecord":
+def find_run(cfg: JobConfig, run_id: str | None) -> RunRecord:
     from mntui.sessions.runs import latest, load_run
 
     record = load_run(cfg.job, run_id) if run_id else latest(cfg.job)
     if record is None:
-        raise ConfigError(cfg.path, None, "", f"no recorded run{' ' + run_id if run_id else ''} of job "
-                          f"{cfg.job!r} on this machine (mntui launch records one)")
+        raise ConfigError(
+            cfg.path,
+            None,
+            "",
+            f"no recorded run{' ' + run_id if run_id else ''} of job "
+            f"{cfg.job!r} on this machine (mntui launch records one)",
+        )
     return record
 
 
 def cmd_status(cfg: JobConfig, args: argparse.Namespace) -> int:
     from mntui.tui.views import cmd_status as view
+
     return view(cfg, find_run(cfg, args.run), args.json, args.watch, say)
 
 
 def cmd_logs(cfg: JobConfig, args: argparse.Namespace) -> int:
     from mntui.tui.views import cmd_logs as view
+
     for n in args.nodes:
         if not any(x.name == n for x in cfg.nodes):
             _unknown_node(cfg, n)
@@ -216,6 +271,7 @@ def cmd_logs(cfg: JobConfig, args: argparse.Namespace) -> int:
 
 def cmd_watch(cfg: JobConfig, args: argparse.Namespace) -> int:
     from mntui.tui.views import cmd_watch as view
+
     return view(cfg, find_run(cfg, args.run), say)
 
 
@@ -238,8 +294,12 @@ def cmd_kill(cfg: JobConfig, args: argparse.Namespace) -> int:
 
 
 def _unknown_node(cfg: JobConfig, name: str) -> None:
-    raise ConfigError(cfg.path, None, "", f"unknown node {name!r}; nodes are "
-                      + ", ".join(n.name for n in cfg.nodes))
+    raise ConfigError(
+        cfg.path,
+        None,
+        "",
+        f"unknown node {name!r}; nodes are " + ", ".join(n.name for n in cfg.nodes),
+    )
 
 
 def cmd_cleanup(cfg: JobConfig, args: argparse.Namespace) -> int:
@@ -263,7 +323,10 @@ def cmd_cleanup(cfg: JobConfig, args: argparse.Namespace) -> int:
             if not sys.stdin.isatty():
                 say("mntui: not a terminal; pass --yes to kill these holders", err=True)
                 return EXIT_FAIL
-            if input("kill these processes (only your own)? [y/N] ").strip().lower() not in ("y", "yes"):
+            if input("kill these processes (only your own)? [y/N] ").strip().lower() not in (
+                "y",
+                "yes",
+            ):
                 return EXIT_FAIL
         freed = free_ports(cluster, holders, cfg.grace)
     ok = True
@@ -273,13 +336,15 @@ def cmd_cleanup(cfg: JobConfig, args: argparse.Namespace) -> int:
             ok = False
             continue
         pids, left = result.value
-        say(f"{name}: killed {' '.join(map(str, pids)) or 'nothing'}"
-              + ("".join(f"\n{name}: still busy: {h.describe()}" for h in left)))
+        say(
+            f"{name}: killed {' '.join(map(str, pids)) or 'nothing'}"
+            + ("".join(f"\n{name}: still busy: {h.describe()}" for h in left))
+        )
         ok = ok and not left
     return EXIT_OK if ok else EXIT_FAIL
 
 
-def cmd_attach(cfg: JobConfig, args: argparse.Namespace) -> NoReturn | int:
+def cmd_attach(cfg: JobConfig, args: argparse.Namespace) -> int:
     from mntui.sessions.attach import attach_all_argv, attach_argv
 
     if args.node and not any(n.name == args.node for n in cfg.nodes):
@@ -287,10 +352,12 @@ def cmd_attach(cfg: JobConfig, args: argparse.Namespace) -> NoReturn | int:
     argv = attach_all_argv(cfg) if args.all else attach_argv(cfg, args.node)
     if args.print:
         import shlex
+
         say(shlex.join(argv))
         return EXIT_OK
     sys.stdout.flush()
     os.execvp(argv[0], argv)
+    return EXIT_FAIL  # not reached: execvp replaces the process or raises
 
 
 def cmd_doctor(cfg: JobConfig, args: argparse.Namespace) -> int:
@@ -305,8 +372,15 @@ def cmd_doctor(cfg: JobConfig, args: argparse.Namespace) -> int:
     with Cluster(cfg.nodes, cfg.ssh) as cluster:
         rows = doctor.run_checks(cfg, cluster)
         if args.allreduce:
-            if any(r.status is doctor.Status.FAIL and r.check in ("ssh", "ports", "leftovers") for r in rows):
-                rows.append(doctor.Check(cfg.main, "allreduce", doctor.Status.FAIL, "skipped: fix the failures above"))
+            if any(
+                r.status is doctor.Status.FAIL and r.check in ("ssh", "ports", "leftovers")
+                for r in rows
+            ):
+                rows.append(
+                    doctor.Check(
+                        cfg.main, "allreduce", doctor.Status.FAIL, "skipped: fix the failures above"
+                    )
+                )
             else:
                 rows += doctor.allreduce(cfg, cluster, args.timeout)
     if args.json:
@@ -338,7 +412,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         first_step: float | None = None
         deadline = time.time() + 120
         try:
-            while time.time() < deadline and (first_step is None or time.time() - first_step < args.seconds):
+            while time.time() < deadline and (
+                first_step is None or time.time() - first_step < args.seconds
+            ):
                 for np in result.plan.nodes:
                     chunk = read_new(cluster.nodes[np.node], np.run_dir, offsets[np.node])
                     offsets[np.node] = chunk.offset

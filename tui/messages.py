@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from textual.message import Message
+
 from mntui.sessions.events import Event
 from mntui.sessions.poll import NodeSnapshot
 from mntui.sessions.procs import PortHolder
 from mntui.sessions.runs import RunRecord
-from textual.message import Message
 
 
 class NodeSnap(Message):

@@ -6,11 +6,12 @@ operation, each runs its IO in a thread worker and reports through a typed messa
 
 from __future__ import annotations
 
+from textual import work
+from textual.app import App
+
 from mntui.sessions.config import JobConfig
 from mntui.sessions.procs import PortHolder
 from mntui.sessions.remote import Cluster
-from textual import work
-from textual.app import App
 
 from .messages import DoctorDone, HoldersFound, Notice, OpDone
 from .widgets import ConfirmScreen, ReportScreen
@@ -34,16 +35,22 @@ class Operations(App[None]):
 
         assert self.cluster is not None
         found = port_holders(self.cfg, self.cluster)
-        self.post_message(HoldersFound({n: o.value for n, o in found.items() if o.value},
-                                       {n: o.error or "" for n, o in found.items() if not o.ok}))
+        self.post_message(
+            HoldersFound(
+                {n: o.value for n, o in found.items() if o.value},
+                {n: o.error or "" for n, o in found.items() if not o.ok},
+            )
+        )
 
     def on_holders_found(self, message: HoldersFound) -> None:
         for node, err in message.errors.items():
             self.notify(f"{node}: {err}", severity="error")
         if not message.holders:
             self.busy = None
-            self.notify(f"ports {', '.join(map(str, self.cfg.all_ports))} are free on every reachable node",
-                        title="cleanup")
+            self.notify(
+                f"ports {', '.join(map(str, self.cfg.all_ports))} are free on every reachable node",
+                title="cleanup",
+            )
             return
         details = "\n".join(f"{n}: {h.describe()}" for n, hs in message.holders.items() for h in hs)
 
@@ -52,8 +59,13 @@ class Operations(App[None]):
                 self.free(message.holders)
             else:
                 self.busy = None
-        self.push_screen(ConfirmScreen("Free these ports? (only your own processes are killed)", details,
-                                       "Free"), answered)
+
+        self.push_screen(
+            ConfirmScreen(
+                "Free these ports? (only your own processes are killed)", details, "Free"
+            ),
+            answered,
+        )
 
     @work(thread=True, exclusive=True, group="ops", exit_on_error=False)
     def free(self, holders: dict[str, tuple[PortHolder, ...]]) -> None:
@@ -61,9 +73,13 @@ class Operations(App[None]):
 
         assert self.cluster is not None
         out = free_ports(self.cluster, holders, self.cfg.grace)
-        text = "; ".join(f"{n}: killed {' '.join(map(str, o.value[0])) or 'nothing'}"
-                         + (f", still held: {len(o.value[1])}" if o.value[1] else "")
-                         if o.value else f"{n}: {o.error}" for n, o in out.items())
+        text = "; ".join(
+            f"{n}: killed {' '.join(map(str, o.value[0])) or 'nothing'}"
+            + (f", still held: {len(o.value[1])}" if o.value[1] else "")
+            if o.value
+            else f"{n}: {o.error}"
+            for n, o in out.items()
+        )
         self.post_message(Notice(text))
         self.post_message(OpDone())
 

@@ -8,15 +8,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.text import Text
+
 from mntui.sessions.gpu import Gpu, GpuReading
 from mntui.sessions.poll import NodeSnapshot
 from mntui.sessions.states import NodeState, Verdict
-from rich.text import Text
 
 STATE_STYLE = {
-    NodeState.STARTING: "bold cyan", NodeState.RUNNING: "bold green", NodeState.FINISHED: "bold blue",
-    NodeState.FAILED: "bold white on red", NodeState.ORPHANED: "bold magenta", NodeState.STALLED: "bold yellow",
-    NodeState.FROZEN: "bold white on dark_orange3", NodeState.UNREACHABLE: "bold grey50",
+    NodeState.STARTING: "bold cyan",
+    NodeState.RUNNING: "bold green",
+    NodeState.FINISHED: "bold blue",
+    NodeState.FAILED: "bold white on red",
+    NodeState.ORPHANED: "bold magenta",
+    NodeState.STALLED: "bold yellow",
+    NodeState.FROZEN: "bold white on dark_orange3",
+    NodeState.UNREACHABLE: "bold grey50",
     NodeState.NOT_RUNNING: "grey50",
 }
 BARS = " ▏▎▍▌▋▊▉█"
@@ -42,8 +48,10 @@ def gpu_line(g: Gpu, foreign: int = 0) -> Text:
     t.append(f" {_num(g.util, '3.0f', '%')}")
     if g.mem_used is not None and g.mem_total:
         frac = g.mem_used / g.mem_total
-        t.append(f" {g.mem_used / 1024:5.1f}/{g.mem_total / 1024:.0f}G",
-                 style="bold red" if frac > 0.97 else "")
+        t.append(
+            f" {g.mem_used / 1024:5.1f}/{g.mem_total / 1024:.0f}G",
+            style="bold red" if frac > 0.97 else "",
+        )
     else:
         t.append(" mem ?")
     if g.temperature is not None:  # fields a card does not report are left out, not shown as 0
@@ -62,8 +70,13 @@ def gpu_lines(reading: GpuReading) -> list[Text]:
         lines.append(gpu_line(g, foreign))
     unplaced = [a for a in reading.foreign_apps if a.gpu_uuid is None]
     if unplaced:
-        lines.append(Text(f"foreign GPU processes: {', '.join(f'{a.pid} {a.process_name}' for a in unplaced[:3])}",
-                          style="bold yellow"))
+        lines.append(
+            Text(
+                "foreign GPU processes: "
+                + ", ".join(f"{a.pid} {a.process_name}" for a in unplaced[:3]),
+                style="bold yellow",
+            )
+        )
     return lines
 
 
@@ -90,8 +103,14 @@ def title_line(node: str, rank: int, snap: NodeSnapshot | None, verdict: Verdict
     return t
 
 
-def pane_text(node: str, rank: int, snap: NodeSnapshot | None, verdict: Verdict | None,
-              log: list[str], log_lines: int) -> Text:
+def pane_text(
+    node: str,
+    rank: int,
+    snap: NodeSnapshot | None,
+    verdict: Verdict | None,
+    log: list[str],
+    log_lines: int,
+) -> Text:
     out = Text()
     out.append_text(title_line(node, rank, snap, verdict))
     if verdict is not None and verdict.state is not NodeState.RUNNING:
@@ -107,15 +126,19 @@ def pane_text(node: str, rank: int, snap: NodeSnapshot | None, verdict: Verdict 
     return out
 
 
-def table_row(node: str, rank: int, snap: NodeSnapshot | None, verdict: Verdict | None) -> tuple[Text | str, ...]:
+def table_row(
+    node: str, rank: int, snap: NodeSnapshot | None, verdict: Verdict | None
+) -> tuple[Text | str, ...]:
     state = Text(verdict.state.value, style=STATE_STYLE[verdict.state]) if verdict else Text("?")
     if snap is None or not snap.reachable:
         return (node, str(rank), state, "-", "-", "-", "-")
     if snap.gpu is not None and snap.gpu.gpus:
         utils = [g.util for g in snap.gpu.gpus if g.util is not None]
         util = f"{len(snap.gpu.gpus)}x {sum(utils) / len(utils):.0f}%" if utils else "?"
-        mem = f"{sum(g.mem_used or 0 for g in snap.gpu.gpus) / 1024:.0f}/" \
-              f"{sum(g.mem_total or 0 for g in snap.gpu.gpus) / 1024:.0f}G"
+        mem = (
+            f"{sum(g.mem_used or 0 for g in snap.gpu.gpus) / 1024:.0f}/"
+            f"{sum(g.mem_total or 0 for g in snap.gpu.gpus) / 1024:.0f}G"
+        )
     elif snap.gpu is not None:
         util, mem = "GPU ERROR", "-"
     else:
@@ -145,11 +168,17 @@ def kill_preview(views: list[Any], job: str, grace: float) -> str:
     lines = []
     for v in views:
         if v.snap is None or not v.snap.reachable:
-            lines.append(f"{v.node}: {'unreachable now; will be tried' if v.snap else 'not polled yet'}")
+            lines.append(
+                f"{v.node}: {'unreachable now; will be tried' if v.snap else 'not polled yet'}"
+            )
             continue
         procs = v.snap.live_procs
         pids = " ".join(str(p.pid) for p in procs[:8]) + (" ..." if len(procs) > 8 else "")
-        lines.append(f"{v.node}: {len(procs)} process(es) {pids}".rstrip()
-                     + (f", tmux session {job}-{v.node}" if v.snap.session else ""))
-    return "\n".join(lines) + ("\n\nEvery process tagged with this job, on every node; nothing else. "
-                               f"SIGTERM, SIGKILL after {grace:g}s.")
+        lines.append(
+            f"{v.node}: {len(procs)} process(es) {pids}".rstrip()
+            + (f", tmux session {job}-{v.node}" if v.snap.session else "")
+        )
+    return "\n".join(lines) + (
+        "\n\nEvery process tagged with this job, on every node; nothing else. "
+        f"SIGTERM, SIGKILL after {grace:g}s."
+    )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from mntui.sessions.config import JobConfig
 from mntui.sessions.logs import LineSplitter, last_lines, read_new
@@ -35,15 +35,21 @@ def gpu_cell(s: NodeSnapshot) -> str:
         return "-"
     if s.gpu is None:
         load = f"load {s.load[0]:.1f}/{s.ncpu}" if s.load and s.ncpu else "load ?"
-        mem = (f" mem {(s.mem_total_mib - s.mem_available_mib) / 1024:.1f}/{s.mem_total_mib / 1024:.0f}G"
-               if s.mem_total_mib and s.mem_available_mib is not None else "")
+        mem = (
+            f" mem {(s.mem_total_mib - s.mem_available_mib) / 1024:.1f}"
+            f"/{s.mem_total_mib / 1024:.0f}G"
+            if s.mem_total_mib and s.mem_available_mib is not None
+            else ""
+        )
         return f"no GPU: {load}{mem}"
     if not s.gpu.gpus:
         return "GPU ERROR: " + "; ".join(s.gpu.errors)[:60]
     utils = [g.util for g in s.gpu.gpus if g.util is not None]
     used = sum(g.mem_used or 0 for g in s.gpu.gpus) / 1024
     total = sum(g.mem_total or 0 for g in s.gpu.gpus) / 1024
-    cell = (f"{len(s.gpu.gpus)}x {sum(utils) / len(utils):.0f}%" if utils else f"{len(s.gpu.gpus)}x ?%")
+    cell = (
+        f"{len(s.gpu.gpus)}x {sum(utils) / len(utils):.0f}%" if utils else f"{len(s.gpu.gpus)}x ?%"
+    )
     cell += f" {used:.0f}/{total:.0f}G"
     if s.gpu.errors:
         cell += " +ERR"
@@ -52,16 +58,31 @@ def gpu_cell(s: NodeSnapshot) -> str:
     return cell
 
 
-def status_table(record: RunRecord, snaps: dict[str, NodeSnapshot], verdicts: dict[str, Verdict]) -> str:
+def status_table(
+    record: RunRecord, snaps: dict[str, NodeSnapshot], verdicts: dict[str, Verdict]
+) -> str:
     head = ("NODE", "RANK", "STATE", "GPUS", "PROCS", "PORTS", "OUTPUT", "RTT", "DETAIL")
     rows = [head]
     for n in record.nodes:
         s, v = snaps[n.node], verdicts[n.node]
-        rows.append((n.node, str(n.rank), v.state.value, gpu_cell(s), str(len(s.live_procs)) if s.reachable else "-",
-                     ",".join(map(str, s.ports)) or "-", _age(s.output_age),
-                     f"{s.rtt * 1000:.0f}ms" if s.rtt is not None else "-", v.why))
+        rows.append(
+            (
+                n.node,
+                str(n.rank),
+                v.state.value,
+                gpu_cell(s),
+                str(len(s.live_procs)) if s.reachable else "-",
+                ",".join(map(str, s.ports)) or "-",
+                _age(s.output_age),
+                f"{s.rtt * 1000:.0f}ms" if s.rtt is not None else "-",
+                v.why,
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(head) - 1)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1] for r in rows]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=False)) + "  " + r[-1]
+        for r in rows
+    ]
     return f"job {record.job}  run {record.run_id}  ({record.status})\n" + "\n".join(lines)
 
 
@@ -85,10 +106,25 @@ def cmd_status(cfg: JobConfig, record: RunRecord, as_json: bool, watch: bool, sa
             verdicts = {n: derive(s, cfg.watch.stall_after) for n, s in snaps.items()}
             code = overall_exit(verdicts)
             if as_json:
-                say(json.dumps({"job": record.job, "run_id": record.run_id, "status": record.status,
-                                "exit_code": code, "nodes": [snapshot_dict(snaps[n.node], verdicts[n.node].state.value,
-                                                                          verdicts[n.node].why)
-                                                            for n in record.nodes]}, indent=None if watch else 2))
+                say(
+                    json.dumps(
+                        {
+                            "job": record.job,
+                            "run_id": record.run_id,
+                            "status": record.status,
+                            "exit_code": code,
+                            "nodes": [
+                                snapshot_dict(
+                                    snaps[n.node],
+                                    verdicts[n.node].state.value,
+                                    verdicts[n.node].why,
+                                )
+                                for n in record.nodes
+                            ],
+                        },
+                        indent=None if watch else 2,
+                    )
+                )
             else:
                 if watch and sys.stdout.isatty():
                     say("\033[H\033[2J", end="")
@@ -98,8 +134,15 @@ def cmd_status(cfg: JobConfig, record: RunRecord, as_json: bool, watch: bool, sa
             time.sleep(cfg.watch.interval)
 
 
-def cmd_logs(cfg: JobConfig, record: RunRecord, nodes: Sequence[str], follow: bool, lines: int | None,
-             fetch: bool, say: Say) -> int:
+def cmd_logs(
+    cfg: JobConfig,
+    record: RunRecord,
+    nodes: Sequence[str],
+    follow: bool,
+    lines: int | None,
+    fetch: bool,
+    say: Say,
+) -> int:
     selected = [n for n in record.nodes if not nodes or n.node in nodes]
     with Cluster([cfg.node(n.node) for n in selected], cfg.ssh) as cluster:
         if fetch:
@@ -175,8 +218,10 @@ def cmd_watch(cfg: JobConfig, record: RunRecord, say: Say) -> int:
         say(f"mntui: {exc}", err=True)
         return 1
     t0 = time.time()
-    say(f"watching {record.job} run {record.run_id}: on failure {cfg.watch.on_failure.value}, "
-        f"on stall {cfg.watch.on_stall.value} after {cfg.watch.stall_after:g}s")
+    say(
+        f"watching {record.job} run {record.run_id}: on failure {cfg.watch.on_failure.value}, "
+        f"on stall {cfg.watch.on_stall.value} after {cfg.watch.stall_after:g}s"
+    )
     try:
         with Cluster(cfg.nodes, cfg.ssh) as cluster:
             trigger = Watchdog(cfg, record, cluster, on_event=lambda e: say(e.format(t0))).run()

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mntui.sessions.poll import NodeSnapshot
-from mntui.sessions.states import NodeState, Verdict
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -13,6 +11,9 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widget import Widget
 from textual.widgets import Button, Footer, Input, Label, RichLog, Static
+
+from mntui.sessions.poll import NodeSnapshot
+from mntui.sessions.states import NodeState, Verdict
 
 from .render import pane_text
 
@@ -66,9 +67,14 @@ class NodePane(Widget, can_focus=True):
         self._text = None
         self.refresh()
         state = v.verdict.state if v.verdict else None
-        classes = (state is NodeState.UNREACHABLE,
-                   state is not None and state.is_problem and state is not NodeState.UNREACHABLE)
-        if classes != (self.has_class("unreachable"), self.has_class("problem")):  # CSS re-applies are dear
+        classes = (
+            state is NodeState.UNREACHABLE,
+            state is not None and state.is_problem and state is not NodeState.UNREACHABLE,
+        )
+        if classes != (
+            self.has_class("unreachable"),
+            self.has_class("problem"),
+        ):  # CSS re-applies are dear
             self.set_class(classes[0], "unreachable")
             self.set_class(classes[1], "problem")
 
@@ -76,7 +82,10 @@ class NodePane(Widget, can_focus=True):
 class HeaderBar(Widget):
     """One line of text, repainted without a layout pass (it changes every second)."""
 
-    DEFAULT_CSS = "HeaderBar { dock: top; height: 1; background: $primary-darken-3; color: $text; padding: 0 1; }"
+    DEFAULT_CSS = (
+        "HeaderBar { dock: top; height: 1; background: $primary-darken-3; color: $text;"
+        " padding: 0 1; }"
+    )
 
     def __init__(self, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -96,7 +105,8 @@ class ConfirmScreen(ModalScreen[bool]):
 
     DEFAULT_CSS = """
     ConfirmScreen { align: center middle; }
-    #dialog { width: 90; max-width: 95%; height: auto; max-height: 80%; border: thick $error; background: $surface; padding: 1 2; }
+    #dialog { width: 90; max-width: 95%; height: auto; max-height: 80%;
+              border: thick $error; background: $surface; padding: 1 2; }
     #details { height: auto; max-height: 20; margin: 1 0; }
     #buttons { height: 3; align: center middle; }
     """
@@ -177,8 +187,11 @@ class ReportScreen(ModalScreen[None]):
 class LogScreen(Screen[None]):
     """One node's log, large: follow on/off and a filter. Lines come from the app's view."""
 
-    BINDINGS = [Binding("escape,q", "app.pop_screen", "back"), Binding("f", "follow", "follow on/off"),
-                Binding("slash", "filter", "filter")]
+    BINDINGS = [
+        Binding("escape,q", "app.pop_screen", "back"),
+        Binding("f", "follow", "follow on/off"),
+        Binding("slash", "filter", "filter"),
+    ]
     DEFAULT_CSS = """
     #filter { dock: top; display: none; }
     #filter.shown { display: block; }
@@ -207,7 +220,7 @@ class LogScreen(Screen[None]):
     def append_new(self) -> None:
         lines = self.view.log or []
         log = self.query_one(RichLog)
-        for line in lines[self.shown:]:
+        for line in lines[self.shown :]:
             if not self.pattern or self.pattern in line:
                 log.write(line, scroll_end=self.follow)
         self.shown = len(lines)

@@ -23,8 +23,13 @@ def main() -> int:
     device = torch.device("cuda", local) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
-    out: dict[str, Any] = {"rank": int(os.environ.get("RANK", "-1")), "node_rank": os.environ.get("NODE_RANK"),
-           "host": os.uname().nodename, "backend": backend, "ok": False}
+    out: dict[str, Any] = {
+        "rank": int(os.environ.get("RANK", "-1")),
+        "node_rank": os.environ.get("NODE_RANK"),
+        "host": os.uname().nodename,
+        "backend": backend,
+        "ok": False,
+    }
     try:
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout))
         rank, world = dist.get_rank(), dist.get_world_size()

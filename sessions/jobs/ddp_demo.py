@@ -13,7 +13,9 @@ import time
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seconds", type=float, default=0, help="stop after this long (0: run until killed)")
+    ap.add_argument(
+        "--seconds", type=float, default=0, help="stop after this long (0: run until killed)"
+    )
     ap.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: no limit)")
     ap.add_argument("--interval", type=float, default=0.5, help="seconds between steps")
     ap.add_argument("--timeout", type=float, default=60, help="collective timeout, seconds")
@@ -28,11 +30,16 @@ def main() -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
-    print(f"rank {rank}/{world} up on {os.uname().nodename} "
-          f"NODE_RANK={os.environ.get('NODE_RANK')} MASTER={os.environ.get('MASTER_ADDR')}:"
-          f"{os.environ.get('MASTER_PORT')}", flush=True)
+    print(
+        f"rank {rank}/{world} up on {os.uname().nodename} "
+        f"NODE_RANK={os.environ.get('NODE_RANK')} MASTER={os.environ.get('MASTER_ADDR')}:"
+        f"{os.environ.get('MASTER_PORT')}",
+        flush=True,
+    )
     torch.manual_seed(0)
-    model = DDP(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)))
+    model = DDP(
+        torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     gen = torch.Generator().manual_seed(rank)
     t0, step = time.monotonic(), 0
@@ -45,7 +52,9 @@ def main() -> None:
         opt.step()
         step += 1
         print(f"step {step} loss {loss.item():.4f} rank {rank}", flush=True)
-        if (args.steps and step >= args.steps) or (args.seconds and time.monotonic() - t0 >= args.seconds):
+        if (args.steps and step >= args.steps) or (
+            args.seconds and time.monotonic() - t0 >= args.seconds
+        ):
             break
         time.sleep(args.interval)
     dist.destroy_process_group()

@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from fakecluster import FakeCluster, free_port
 from helpers import Cfg
 
 
 def rows(res: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
-    assert res.stdout.strip(), f"doctor printed nothing (exit {res.returncode}): {res.stderr[-2000:]}"
+    assert res.stdout.strip(), (
+        f"doctor printed nothing (exit {res.returncode}): {res.stderr[-2000:]}"
+    )
     return json.loads(res.stdout)
 
 
@@ -38,8 +39,19 @@ def test_healthy_cluster_passes_with_allreduce(fake: FakeCluster, cfg: Cfg) -> N
     rs = rows(res)
     assert res.returncode == 0, [r for r in rs if r["status"] != "PASS"]
     checks = {r["check"] for r in rs}
-    assert {"ssh", "tmux", "workdir", "torch", "master_addr", "ifname", "leftovers", "clock", "ports", "tcp",
-            "allreduce"} <= checks
+    assert {
+        "ssh",
+        "tmux",
+        "workdir",
+        "torch",
+        "master_addr",
+        "ifname",
+        "leftovers",
+        "clock",
+        "ports",
+        "tcp",
+        "allreduce",
+    } <= checks
     smoke = [r for r in rs if r["check"] == "allreduce"]
     assert len(smoke) == 4 and all("sum 6.0 (expected 6.0)" in r["detail"] for r in smoke)
     assert all(re.search(r"latency \d+ us, algbw [\d.]+ GB/s", r["detail"]) for r in smoke)
@@ -48,18 +60,27 @@ def test_healthy_cluster_passes_with_allreduce(fake: FakeCluster, cfg: Cfg) -> N
 
 def test_each_check_fails_for_real(fake: FakeCluster, cfg: Cfg, tmp_path: Path) -> None:
     port = free_port()
-    holder = subprocess.Popen([sys.executable, "-c", f"import socket, time; s = socket.socket(); "
-                               f"s.bind(('0.0.0.0', {port})); s.listen(); time.sleep(120)", "last-nights-run"])
-    leftover = subprocess.Popen(["sleep", "120"], env={"MNTUI_RUN": "dbroken/old-run/node1", "PATH": "/usr/bin:/bin"})
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import socket, time; s = socket.socket(); "
+            f"s.bind(('0.0.0.0', {port})); s.listen(); time.sleep(120)",
+            "last-nights-run",
+        ]
+    )
+    leftover = subprocess.Popen(
+        ["sleep", "120"], env={"MNTUI_RUN": "dbroken/old-run/node1", "PATH": "/usr/bin:/bin"}
+    )
     repos = []
     for i in range(2):  # per-node checkouts at different commits, one of them dirty
         repo = tmp_path / f"repo{i}"
         repo.mkdir()
         git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
-        subprocess.run(git[:3] + ["init", "-q"], check=True)
+        subprocess.run([*git[:3], "init", "-q"], check=True)
         (repo / "train.py").write_text(f"print({i})\n")
-        subprocess.run(git + ["add", "."], check=True)
-        subprocess.run(git + ["commit", "-qm", f"v{i}"], check=True)
+        subprocess.run([*git, "add", "."], check=True)
+        subprocess.run([*git, "commit", "-qm", f"v{i}"], check=True)
         repos.append(repo)
     (repos[1] / "train.py").write_text("print('edited')\n")
     notorch = tmp_path / "notorch"
@@ -81,16 +102,29 @@ def test_each_check_fails_for_real(fake: FakeCluster, cfg: Cfg, tmp_path: Path) 
         assert res.returncode == 2
         rs = rows(res)
         ports = next(r for r in rs if r["check"] == "ports")
-        assert ports["status"] == "FAIL" and f"pid {holder.pid}" in ports["detail"] and "last-nights-run" in ports["detail"]
-        assert status(rs, "node1", "leftovers") == ["FAIL"] and status(rs, "node0", "leftovers") == ["PASS"]
+        assert (
+            ports["status"] == "FAIL"
+            and f"pid {holder.pid}" in ports["detail"]
+            and "last-nights-run" in ports["detail"]
+        )
+        assert status(rs, "node1", "leftovers") == ["FAIL"] and status(
+            rs, "node0", "leftovers"
+        ) == ["PASS"]
         assert status(rs, "node0", "ifname") == ["FAIL"]
-        assert "no interface matches 'nope0'" in next(r["detail"] for r in rs if r["check"] == "ifname")
+        assert "no interface matches 'nope0'" in next(
+            r["detail"] for r in rs if r["check"] == "ifname"
+        )
         assert status(rs, "node1", "torch") == ["FAIL"] and status(rs, "node0", "torch") == ["PASS"]
-        assert "ModuleNotFoundError" in next(r["detail"] for r in rs if r["node"] == "node1" and r["check"] == "torch")
+        assert "ModuleNotFoundError" in next(
+            r["detail"] for r in rs if r["node"] == "node1" and r["check"] == "torch"
+        )
         assert status(rs, "node0", "code") == ["FAIL"] and status(rs, "node1", "code") == ["FAIL"]
         assert status(rs, "node1", "git") == ["WARN"]
         text = cfg.mntui(path, "doctor", timeout=120).stdout
-        assert re.search(r"node0\s+ports\s+FAIL\s+port \d+ held by pid", text) and "-> mntui cleanup" in text
+        assert (
+            re.search(r"node0\s+ports\s+FAIL\s+port \d+ held by pid", text)
+            and "-> mntui cleanup" in text
+        )
     finally:
         holder.kill()
         leftover.kill()
@@ -98,12 +132,19 @@ def test_each_check_fails_for_real(fake: FakeCluster, cfg: Cfg, tmp_path: Path) 
         leftover.wait()
 
 
-def test_master_addr_resolving_differently_and_unreachable_port(tmp_path_factory: pytest.TempPathFactory,
-                                                                 cfg: Cfg) -> None:
+def test_master_addr_resolving_differently_and_unreachable_port(
+    tmp_path_factory: pytest.TempPathFactory, cfg: Cfg
+) -> None:
     """node2 resolves the main's name elsewhere (its own /etc/hosts); the tcp check and the
     all-reduce fail for a worker that cannot reach the master port, and nothing is left."""
-    hosts = {"hnode0": "127.0.0.1 mnmaster", "hnode1": "127.0.0.1 mnmaster", "hnode2": "127.0.0.7 mnmaster"}
-    with FakeCluster(tmp_path_factory.mktemp("hostsfake"), 3, prefix="hnode", node_hosts=hosts) as hf:
+    hosts = {
+        "hnode0": "127.0.0.1 mnmaster",
+        "hnode1": "127.0.0.1 mnmaster",
+        "hnode2": "127.0.0.7 mnmaster",
+    }
+    with FakeCluster(
+        tmp_path_factory.mktemp("hostsfake"), 3, prefix="hnode", node_hosts=hosts
+    ) as hf:
         hcfg = Cfg(hf, cfg.tmp)
         path = hcfg.write(f"""
         job: dresolve
@@ -116,12 +157,15 @@ def test_master_addr_resolving_differently_and_unreachable_port(tmp_path_factory
         rs = rows(res)
         assert res.returncode == 2
         bad = next(r for r in rs if r["node"] == "hnode2" and r["check"] == "master_addr")
-        assert bad["status"] == "FAIL" and "127.0.0.7 here, but 127.0.0.1 on the main" in bad["detail"]
+        assert (
+            bad["status"] == "FAIL" and "127.0.0.7 here, but 127.0.0.1 on the main" in bad["detail"]
+        )
         assert status(rs, "hnode1", "master_addr") == ["PASS"]
         assert status(rs, "hnode2", "tcp") == ["FAIL"] and status(rs, "hnode1", "tcp") == ["PASS"]
 
         # The smoke test with hnode2 unable to reach the master port: fails, leaves nothing.
-        smoke = hcfg.write(f"""
+        smoke = hcfg.write(
+            f"""
         job: dsmoke
         nodes: [hnode0, hnode1, hnode2]
         master_addr: 127.0.0.1
@@ -130,12 +174,15 @@ def test_master_addr_resolving_differently_and_unreachable_port(tmp_path_factory
         command: sleep 1
         overrides:
           hnode2: {{setup: "export MASTER_PORT={free_port()}"}}
-        """, name="smoke.yaml")
+        """,
+            name="smoke.yaml",
+        )
         res = hcfg.mntui(smoke, "doctor", "--allreduce", "--json", "--timeout", "15", timeout=180)
         rs = rows(res)
         assert res.returncode == 2
         assert status(rs, "hnode2", "allreduce") == ["FAIL"]
-        from helpers import tagged_anywhere  # noqa: PLC0415
+        from helpers import tagged_anywhere
+
         assert tagged_anywhere("dsmoke-smoke") == []
         assert not [s for n in hf.nodes for s in n.sessions()]
         hf.stop_jobs()

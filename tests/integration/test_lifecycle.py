@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import libtmux
-
-from helpers import Cfg, free_port, listener_job
 from fakecluster import FakeCluster, alive, pids_with_env, port_listening, wait_for
+from helpers import Cfg, free_port, listener_job
+
 from mntui.sessions.config import load_config
 from mntui.sessions.kill import kill_job
 from mntui.sessions.remote import Cluster
@@ -25,7 +25,9 @@ def tagged(job: str, node: str) -> list[int]:
     return alive(pids_with_env(f"MNTUI_RUN={re.escape(job)}/[^/]+/{node}"))
 
 
-def test_hostile_values_reach_the_job_literally(fake: FakeCluster, cfg: Cfg, tmp_path: Path) -> None:
+def test_hostile_values_reach_the_job_literally(
+    fake: FakeCluster, cfg: Cfg, tmp_path: Path
+) -> None:
     pwned = tmp_path / "pwned"
     hostile = f"$(touch {pwned}); `touch {pwned}`; '\"; touch {pwned}"
     work = tmp_path / """work dir "double" 'single' $(x)"""
@@ -46,8 +48,14 @@ def test_hostile_values_reach_the_job_literally(fake: FakeCluster, cfg: Cfg, tmp
     assert not fake.node("node0").run_dirs("thostile"), "--dry-run must not touch the nodes"
     res = cfg.mntui(path, "launch", "--no-ui")
     assert res.returncode == 0, res.stdout + res.stderr
-    log = wait_for(lambda: (lambda t: t if "node=node1" in t else "")(fake.node("node1").log("thostile")), 10,
-                   what="node1 output")
+    log = wait_for(
+        lambda: (
+            "node=node1" in fake.node("node1").log("thostile")
+            and fake.node("node1").log("thostile")
+        ),
+        10,
+        what="node1 output",
+    )
     assert f"HOSTILE={hostile}\n" in str(log)
     assert f"PWD={work}\n" in str(log)
     assert not pwned.exists(), "a config value was executed"
@@ -63,7 +71,9 @@ def test_refuses_when_running_and_restart_replaces_the_run(fake: FakeCluster, cf
     res = cfg.mntui(path, "launch", "--no-ui")
     assert res.returncode == 1
     assert "already running" in res.stderr and "node0: pids" in res.stderr
-    assert sorted(tagged("trestart", "node0")) == sorted(first), "a refused launch must change nothing"
+    assert sorted(tagged("trestart", "node0")) == sorted(first), (
+        "a refused launch must change nothing"
+    )
     res = cfg.mntui(path, "launch", "--no-ui", "--restart")
     assert res.returncode == 0, res.stdout + res.stderr
     assert not set(first) & set(tagged("trestart", "node0"))
@@ -102,13 +112,19 @@ def test_ready_timeout_stops_the_main(fake: FakeCluster, cfg: Cfg) -> None:
     assert tagged("tslow", "node0") == [] and tagged("tslow", "node1") == []
 
 
-def test_unreachable_node_fails_fast_and_starts_nothing(fake: FakeCluster, cfg: Cfg, tmp_path: Path) -> None:
+def test_unreachable_node_fails_fast_and_starts_nothing(
+    fake: FakeCluster, cfg: Cfg, tmp_path: Path
+) -> None:
     closed = free_port()
     extra = tmp_path / "extra_ssh_config"
-    extra.write_text(f"Host deadnode\n    HostName 127.0.0.1\n    Port {closed}\n\nHost *\nInclude {fake.ssh_config}\n")
+    extra.write_text(
+        f"Host deadnode\n    HostName 127.0.0.1\n    Port {closed}\n\nHost *\nInclude {fake.ssh_config}\n"
+    )
     port = free_port()
-    path = cfg.write(listener_job("tunreach", port, nodes="[node0, node1, deadnode]"),
-                     ssh=f"ssh: {{config: {extra}, connect_timeout: 3}}")
+    path = cfg.write(
+        listener_job("tunreach", port, nodes="[node0, node1, deadnode]"),
+        ssh=f"ssh: {{config: {extra}, connect_timeout: 3}}",
+    )
     t0 = time.time()
     res = cfg.mntui(path, "launch", "--no-ui")
     took = time.time() - t0
@@ -131,6 +147,7 @@ def test_kill_continues_past_a_dead_node(fake: FakeCluster, cfg: Cfg, tmp_path: 
     broken = tmp_path / "broken_ssh_config"
     broken.write_text(f"Host node1\n    Port {free_port()}\n\nHost *\nInclude {fake.ssh_config}\n")
     from dataclasses import replace
+
     config = replace(config, ssh=replace(config.ssh, config=str(broken), connect_timeout=2))
     with Cluster(config.nodes, config.ssh) as cluster:
         results = kill_job(config, cluster)
@@ -142,8 +159,15 @@ def test_kill_continues_past_a_dead_node(fake: FakeCluster, cfg: Cfg, tmp_path: 
 
 def test_cleanup_names_a_foreign_holder_and_frees_the_port(fake: FakeCluster, cfg: Cfg) -> None:
     port = free_port()
-    holder = subprocess.Popen([sys.executable, "-c", f"import socket, time; s = socket.socket(); "
-                               f"s.bind(('127.0.0.1', {port})); s.listen(); time.sleep(300)", "old-run"])
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import socket, time; s = socket.socket(); "
+            f"s.bind(('127.0.0.1', {port})); s.listen(); time.sleep(300)",
+            "old-run",
+        ]
+    )
     try:
         wait_for(lambda: port_listening(port), 10, what="holder listening")
         path = cfg.write(listener_job("tcleanup", port))
@@ -168,7 +192,9 @@ def test_host_keys_are_checked(fake: FakeCluster, cfg: Cfg, tmp_path: Path) -> N
     node = fake.node("node0")
     known = tmp_path / "known_hosts"
     conf = tmp_path / "ssh_config"
-    conf.write_text(f"Host node0\n    UserKnownHostsFile {known}\n\nHost *\nInclude {fake.ssh_config}\n")
+    conf.write_text(
+        f"Host node0\n    UserKnownHostsFile {known}\n\nHost *\nInclude {fake.ssh_config}\n"
+    )
     body = """
     job: thostkey
     nodes: [node0]
@@ -186,9 +212,13 @@ def test_host_keys_are_checked(fake: FakeCluster, cfg: Cfg, tmp_path: Path) -> N
     assert f"[127.0.0.1]:{node.port}" in known.read_text()
     assert cfg.mntui(path, "kill").returncode == 0
     # Changed key: refused even with accept-new.
-    other = (tmp_path / "other_key")
+    other = tmp_path / "other_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
-    known.write_text(f"[127.0.0.1]:{node.port} " + " ".join(other.with_suffix(".pub").read_text().split()[:2]) + "\n")
+    known.write_text(
+        f"[127.0.0.1]:{node.port} "
+        + " ".join(other.with_suffix(".pub").read_text().split()[:2])
+        + "\n"
+    )
     res = cfg.mntui(path, "launch", "--no-ui")
     assert res.returncode == 1 and "HOST KEY CHANGED" in res.stderr
 
@@ -201,11 +231,24 @@ def test_attach_argv_and_a_real_attach(fake: FakeCluster, cfg: Cfg, tmp_path: Pa
     launch: {ready: log, ready_pattern: hello}
     """)
     res = cfg.mntui(path, "attach", "node1", "--print")
-    assert res.stdout.strip() == f"ssh -F {fake.ssh_config} -t -- node1 'exec tmux attach-session -t =tattach-node1'"
-    assert cfg.mntui(path, "attach", "--print").stdout.strip().endswith("-- node0 'exec tmux attach-session -t =tattach-node0'")
-    assert cfg.mntui(path, "attach", "here", "--print").stdout.strip() == "tmux attach-session -t =tattach-here"
+    assert (
+        res.stdout.strip()
+        == f"ssh -F {fake.ssh_config} -t -- node1 'exec tmux attach-session -t =tattach-node1'"
+    )
+    assert (
+        cfg.mntui(path, "attach", "--print")
+        .stdout.strip()
+        .endswith("-- node0 'exec tmux attach-session -t =tattach-node0'")
+    )
+    assert (
+        cfg.mntui(path, "attach", "here", "--print").stdout.strip()
+        == "tmux attach-session -t =tattach-here"
+    )
     env = {**os.environ, "TMUX": "/tmp/x,1,0"}
-    assert cfg.mntui(path, "attach", "here", "--print", env=env).stdout.strip() == "tmux switch-client -t =tattach-here"
+    assert (
+        cfg.mntui(path, "attach", "here", "--print", env=env).stdout.strip()
+        == "tmux switch-client -t =tattach-here"
+    )
     assert cfg.mntui(path, "attach", "nope").returncode == 2
 
     assert cfg.mntui(path, "launch", "--no-ui").returncode == 0
@@ -213,18 +256,25 @@ def test_attach_argv_and_a_real_attach(fake: FakeCluster, cfg: Cfg, tmp_path: Pa
     sock = tmp_path / "outer.sock"
     server = libtmux.Server(socket_path=str(sock))
     try:
-        cmd = shlex.join([sys.executable, "-m", "mntui.tui.cli", "-c", str(path), "attach", "node1"])
+        cmd = shlex.join(
+            [sys.executable, "-m", "mntui.tui.cli", "-c", str(path), "attach", "node1"]
+        )
         session = server.new_session("outer", window_command=f"env -u TMUX {cmd}", x=120, y=30)
         pane = session.active_pane
         assert pane is not None
-        wait_for(lambda: "hello from node1 rank 1" in "\n".join(pane.capture_pane()), 15,
-                 what="node1's pane shown through ssh + tmux attach")
+        wait_for(
+            lambda: "hello from node1 rank 1" in "\n".join(pane.capture_pane()),
+            15,
+            what="node1's pane shown through ssh + tmux attach",
+        )
         # The node's tmux server sees the client.
         clients = fake.node("node1").tmux("list-clients", "-F", "#{client_session}").stdout
         assert "tattach-node1" in clients
         pane.send_keys("C-b", enter=False, literal=False)
         pane.send_keys("d", enter=False)
-        wait_for(lambda: not fake.node("node1").tmux("list-clients").stdout.strip(), 10, what="detached")
+        wait_for(
+            lambda: not fake.node("node1").tmux("list-clients").stdout.strip(), 10, what="detached"
+        )
     finally:
         server.kill()
     assert cfg.mntui(path, "kill").returncode == 0
@@ -245,8 +295,12 @@ def test_attach_all_builds_a_tiled_view(fake: FakeCluster, cfg: Cfg) -> None:
     assert session is not None
     panes = session.active_window.panes
     assert len(panes) == 2
-    for p, node in zip(panes, ("node0", "node1")):
-        wait_for(lambda: f"tiled {node}" in "\n".join(p.capture_pane()), 15, what=f"{node} in its tile")
+    for p, node in zip(panes, ("node0", "node1"), strict=False):
+        wait_for(
+            lambda p=p, node=node: f"tiled {node}" in "\n".join(p.capture_pane()),
+            15,
+            what=f"{node} in its tile",
+        )
     session.kill()
     assert cfg.mntui(path, "kill").returncode == 0
 
@@ -259,8 +313,12 @@ def test_launch_survives_interrupt_without_leftovers(fake: FakeCluster, cfg: Cfg
     command: echo waiting forever; sleep 300
     launch: {ready_timeout: 60}
     """)
-    proc = subprocess.Popen([sys.executable, "-m", "mntui.tui.cli", "-c", str(path), "launch", "--no-ui"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mntui.tui.cli", "-c", str(path), "launch", "--no-ui"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     wait_for(lambda: tagged("tinterrupt", "node0"), 20, what="main started")
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=30)
@@ -269,17 +327,24 @@ def test_launch_survives_interrupt_without_leftovers(fake: FakeCluster, cfg: Cfg
     assert "aborted" in out
 
 
-def test_proxyjump_reaches_a_node_through_another(fake: FakeCluster, cfg: Cfg, tmp_path: Path) -> None:
+def test_proxyjump_reaches_a_node_through_another(
+    fake: FakeCluster, cfg: Cfg, tmp_path: Path
+) -> None:
     """`ProxyJump` from the user's ssh_config is honoured: behind -> via node0 -> node1's sshd."""
     conf = tmp_path / "jump_config"
-    conf.write_text(f"Host behind\n    HostName 127.0.0.1\n    Port {fake.node('node1').port}\n"
-                    f"    ProxyJump node0\n\nHost *\nInclude {fake.ssh_config}\n")
-    path = cfg.write("""
+    conf.write_text(
+        f"Host behind\n    HostName 127.0.0.1\n    Port {fake.node('node1').port}\n"
+        f"    ProxyJump node0\n\nHost *\nInclude {fake.ssh_config}\n"
+    )
+    path = cfg.write(
+        """
     job: tjump
     nodes: [{name: behind, host: behind}]
     command: echo "reached $MNTUI_FAKE_NODE"; sleep 300
     launch: {ready: log, ready_pattern: reached}
-    """, ssh=f"ssh: {{config: {conf}, connect_timeout: 5}}")
+    """,
+        ssh=f"ssh: {{config: {conf}, connect_timeout: 5}}",
+    )
     res = cfg.mntui(path, "launch", "--no-ui")
     assert res.returncode == 0, res.stdout + res.stderr
     # It ran on node1 (node1's tmux server holds the session), reached through node0.

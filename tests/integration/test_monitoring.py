@@ -11,8 +11,9 @@ import threading
 import time
 from pathlib import Path
 
-from helpers import Cfg, free_port, listener_job, step_count, torch_job
 from fakecluster import FakeCluster, alive, cmdline, pids_with_env, port_listening, wait_for
+from helpers import Cfg, free_port, listener_job, step_count, torch_job
+
 from mntui.sessions.config import load_config
 from mntui.sessions.poll import Poller
 from mntui.sessions.remote import Cluster
@@ -35,16 +36,26 @@ def wait_torn_down(job: str, timeout: float) -> None:
 
 def test_watchdog_tears_down_a_frozen_job(fake: FakeCluster, cfg: Cfg) -> None:
     job, port = "wfrozen", free_port()
-    path = cfg.write(torch_job(job, cfg.workdir_with_train(), port, extra="watch: {frozen_after: 1}"))
+    path = cfg.write(
+        torch_job(job, cfg.workdir_with_train(), port, extra="watch: {frozen_after: 1}")
+    )
     res = cfg.mntui(path, "launch", "--no-ui", watch=True)
     assert res.returncode == 0 and "watchdog running" in res.stdout, res.stdout + res.stderr
-    wait_for(lambda: all(step_count(fake.node(n).log(job)) >= 2 for n in ("node0", "node1")), 60,
-             what="both nodes training")
-    worker = next(p for p in tagged(job, "node1")
-                  if "train.py" in cmdline(p) and "torch.distributed.run" not in cmdline(p))
+    wait_for(
+        lambda: all(step_count(fake.node(n).log(job)) >= 2 for n in ("node0", "node1")),
+        60,
+        what="both nodes training",
+    )
+    worker = next(
+        p
+        for p in tagged(job, "node1")
+        if "train.py" in cmdline(p) and "torch.distributed.run" not in cmdline(p)
+    )
     os.kill(worker, signal.SIGSTOP)
     frozen_at = time.time()
-    wait_for(lambda: not tagged(job, "node0") and not tagged(job, "node1"), 30, what="whole job down")
+    wait_for(
+        lambda: not tagged(job, "node0") and not tagged(job, "node1"), 30, what="whole job down"
+    )
     down = time.time() - frozen_at
     wait_torn_down(job, 10)
     rec = record_of(job)
@@ -53,8 +64,10 @@ def test_watchdog_tears_down_a_frozen_job(fake: FakeCluster, cfg: Cfg) -> None:
     assert "step" in "\n".join(note["last_lines"])
     assert not port_listening(port)
     assert not [s for n in fake.nodes for s in n.sessions() if s.startswith(job)]
-    print(f"\nMEASURED freeze -> whole job down {down:.2f}s (frozen_after 1s, interval 1s), "
-          f"kill {note['kill_seconds']}s")
+    print(
+        f"\nMEASURED freeze -> whole job down {down:.2f}s (frozen_after 1s, interval 1s), "
+        f"kill {note['kill_seconds']}s"
+    )
 
 
 def test_watchdog_tears_down_when_a_launcher_crashes(fake: FakeCluster, cfg: Cfg) -> None:
@@ -65,7 +78,9 @@ def test_watchdog_tears_down_when_a_launcher_crashes(fake: FakeCluster, cfg: Cfg
     launcher = next(p for p in tagged(job, "node1") if "torch.distributed.run" in cmdline(p))
     os.kill(launcher, signal.SIGKILL)
     crashed_at = time.time()
-    wait_for(lambda: not tagged(job, "node0") and not tagged(job, "node1"), 30, what="whole job down")
+    wait_for(
+        lambda: not tagged(job, "node0") and not tagged(job, "node1"), 30, what="whole job down"
+    )
     down = time.time() - crashed_at
     wait_torn_down(job, 10)
     note = next(h for h in record_of(job).history if h["what"] == "watchdog-teardown")
@@ -75,9 +90,11 @@ def test_watchdog_tears_down_when_a_launcher_crashes(fake: FakeCluster, cfg: Cfg
 
 def test_status_logs_and_fetch(fake: FakeCluster, cfg: Cfg) -> None:
     job, port = "wstatus", free_port()
-    body = listener_job(job, port, extra="watch: {stall_after: 2}").replace("print('serving', flush=True); time.sleep(600)",
-                                            "[print(f'line {{i}} ' + 'x' * 50, flush=True) for i in range(3000)]; "
-                                            "print('serving', flush=True); time.sleep(600)")
+    body = listener_job(job, port, extra="watch: {stall_after: 2}").replace(
+        "print('serving', flush=True); time.sleep(600)",
+        "[print(f'line {{i}} ' + 'x' * 50, flush=True) for i in range(3000)]; "
+        "print('serving', flush=True); time.sleep(600)",
+    )
     path = cfg.write(body)
     assert cfg.mntui(path, "launch", "--no-ui").returncode == 0
     wait_for(lambda: "serving" in fake.node("node1").log(job), 20, what="output")
@@ -124,22 +141,33 @@ def test_logs_follow_prints_new_lines(fake: FakeCluster, cfg: Cfg) -> None:
     assert cfg.mntui(path, "launch", "--no-ui").returncode == 0
     import subprocess
     import sys
-    proc = subprocess.Popen([sys.executable, "-m", "mntui.tui.cli", "-c", str(path), "logs", "-f"],
-                            stdout=subprocess.PIPE, text=True)
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mntui.tui.cli", "-c", str(path), "logs", "-f"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     seen: list[str] = []
-    reader = threading.Thread(target=lambda: seen.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
+    reader = threading.Thread(
+        target=lambda: seen.extend(iter(proc.stdout.readline, "")), daemon=True
+    )  # type: ignore[union-attr]
     reader.start()
     try:
-        wait_for(lambda: any(re.match(r"\[node1:1\] tick (1[0-9]) on node1", l) for l in seen), 20,
-                 what="followed output from node1")
-        assert any(l.startswith("[node0:0] tick ") for l in seen)
+        wait_for(
+            lambda: any(re.match(r"\[node1:1\] tick (1[0-9]) on node1", ln) for ln in seen),
+            20,
+            what="followed output from node1",
+        )
+        assert any(ln.startswith("[node0:0] tick ") for ln in seen)
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(10)
     assert cfg.mntui(path, "kill").returncode == 0
 
 
-def test_unreachable_node_does_not_delay_the_others(fake: FakeCluster, cfg: Cfg, tmp_path: Path) -> None:
+def test_unreachable_node_does_not_delay_the_others(
+    fake: FakeCluster, cfg: Cfg, tmp_path: Path
+) -> None:
     port = free_port()
     path = cfg.write(listener_job("wunreach", port))
     assert cfg.mntui(path, "launch", "--no-ui").returncode == 0
@@ -148,8 +176,11 @@ def test_unreachable_node_does_not_delay_the_others(fake: FakeCluster, cfg: Cfg,
     black.bind(("127.0.0.1", 0))
     black.listen(8)
     broken = tmp_path / "broken"
-    broken.write_text(f"Host node1\n    Port {black.getsockname()[1]}\n\nHost *\nInclude {fake.ssh_config}\n")
+    broken.write_text(
+        f"Host node1\n    Port {black.getsockname()[1]}\n\nHost *\nInclude {fake.ssh_config}\n"
+    )
     from dataclasses import replace
+
     config = load_config(path)
     config = replace(config, ssh=replace(config.ssh, config=str(broken), connect_timeout=2))
     arrived: dict[str, float] = {}
@@ -159,7 +190,9 @@ def test_unreachable_node_does_not_delay_the_others(fake: FakeCluster, cfg: Cfg,
             t0 = time.monotonic()
             snaps = poller.poll(on_node=lambda s: arrived.setdefault(s.node, time.monotonic() - t0))
         assert snaps["node0"].reachable and not snaps["node1"].reachable
-        assert "timed out" in (snaps["node1"].error or "") or "cannot connect" in (snaps["node1"].error or "")
+        assert "timed out" in (snaps["node1"].error or "") or "cannot connect" in (
+            snaps["node1"].error or ""
+        )
         assert arrived["node0"] < 1.5 <= arrived["node1"], arrived
     finally:
         black.close()
@@ -172,14 +205,22 @@ def test_gpu_view_from_recorded_nvidia_smi(tmp_path_factory, cfg: Cfg) -> None: 
     smi = data / "nvidia-smi"
     fakebin = str(data / "fakebin")
     import sys
-    path = os.pathsep.join([fakebin, str(Path(sys.executable).parent), "/usr/bin", "/bin", "/usr/sbin"])
+
+    path = os.pathsep.join(
+        [fakebin, str(Path(sys.executable).parent), "/usr/bin", "/bin", "/usr/sbin"]
+    )
     gpu_env = {
         "gnode0": {"PATH": path, "FAKE_NVIDIA_SMI_GPU": str(smi / "h100x8.gpu.csv")},
-        "gnode1": {"PATH": path, "FAKE_NVIDIA_SMI_GPU": str(smi / "small6g.gpu.csv"),
-                   "FAKE_NVIDIA_SMI_APPS": str(smi / "small6g.apps.csv"),
-                   "FAKE_NVIDIA_SMI_ERR": str(smi / "fell-off-bus.txt")},
+        "gnode1": {
+            "PATH": path,
+            "FAKE_NVIDIA_SMI_GPU": str(smi / "small6g.gpu.csv"),
+            "FAKE_NVIDIA_SMI_APPS": str(smi / "small6g.apps.csv"),
+            "FAKE_NVIDIA_SMI_ERR": str(smi / "fell-off-bus.txt"),
+        },
     }
-    with FakeCluster(tmp_path_factory.mktemp("gpufake"), 2, prefix="gnode", node_env=gpu_env) as gfake:
+    with FakeCluster(
+        tmp_path_factory.mktemp("gpufake"), 2, prefix="gnode", node_env=gpu_env
+    ) as gfake:
         gcfg = Cfg(gfake, cfg.tmp)
         path_ = gcfg.write(listener_job("wgpu", free_port(), nodes="[gnode0, gnode1]"))
         try:
@@ -189,8 +230,12 @@ def test_gpu_view_from_recorded_nvidia_smi(tmp_path_factory, cfg: Cfg) -> None: 
             assert [g["index"] for g in g0["gpus"]] == list(range(8))
             assert g0["gpus"][4]["mem_used"] == 21340 and g0["gpus"][1]["util"] == 98
             assert g0["gpus"][0]["temperature"] is None and g0["errors"] == []
-            assert g1["errors"] == ["Unable to determine the device handle for GPU1: 0000:34:00.0: Unknown Error"]
-            assert [a["pid"] for a in g1["apps"]] == [1580, 1597] and not any(a["own"] for a in g1["apps"])
+            assert g1["errors"] == [
+                "Unable to determine the device handle for GPU1: 0000:34:00.0: Unknown Error"
+            ]
+            assert [a["pid"] for a in g1["apps"]] == [1580, 1597] and not any(
+                a["own"] for a in g1["apps"]
+            )
             table = gcfg.mntui(path_, "status").stdout
             assert re.search(r"gnode0 .* 8x 99% 387/637G", table), table
             assert re.search(r"gnode1 .* 1x 95% 1/6G \+ERR 2 foreign", table), table

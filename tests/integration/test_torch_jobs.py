@@ -10,8 +10,16 @@ import sys
 import threading
 import time
 
+from fakecluster import (
+    FakeCluster,
+    alive,
+    cmdline,
+    pids_with_env,
+    port_listening,
+    proc_state,
+    wait_for,
+)
 from helpers import Cfg, free_port, step_count, torch_job
-from fakecluster import FakeCluster, alive, cmdline, pids_with_env, port_listening, proc_state, wait_for
 
 TAG = "MNTUI_RUN={job}/[^/]+/{node}"
 
@@ -44,7 +52,9 @@ class Watcher(threading.Thread):
 def assert_gone(fake: FakeCluster, job: str, port: int) -> None:
     for node in ("node0", "node1"):
         assert job_pids(job, node) == [], f"tagged processes left on {node}"
-        assert not [s for s in fake.node(node).sessions() if s.startswith(job)], f"session left on {node}"
+        assert not [s for s in fake.node(node).sessions() if s.startswith(job)], (
+            f"session left on {node}"
+        )
     assert not port_listening(port)
 
 
@@ -60,21 +70,34 @@ def test_launch_orders_main_first_and_kill_is_clean(fake: FakeCluster, cfg: Cfg)
         res = cfg.mntui(path, "launch", "--no-ui")
         assert res.returncode == 0, res.stdout + res.stderr
         launched = time.time() - t0
-        wait_for(lambda: all(step_count(fake.node(n).log(job)) >= 2 for n in ("node0", "node1")), 60,
-                 what="both nodes training")
+        wait_for(
+            lambda: all(step_count(fake.node(n).log(job)) >= 2 for n in ("node0", "node1")),
+            60,
+            what="both nodes training",
+        )
         training = time.time() - t0
         watcher.stop.set()
         # Order, observed from outside: main's session, then the port, then the worker.
-        assert watcher.first["node0"] <= watcher.first["port"] <= watcher.first["node1"], watcher.first
+        assert watcher.first["node0"] <= watcher.first["port"] <= watcher.first["node1"], (
+            watcher.first
+        )
         # ...and in mntui's own progress output.
         lines = res.stdout.splitlines()
-        idx = {k: next(i for i, l in enumerate(lines) if re.search(k, l))
-               for k in (r"node0\[0\]\s+started", r"node0\[0\]\s+ready", r"node1\[1\]\s+started")}
-        assert idx[r"node0\[0\]\s+started"] < idx[r"node0\[0\]\s+ready"] < idx[r"node1\[1\]\s+started"]
+        idx = {
+            k: next(i for i, ln in enumerate(lines) if re.search(k, ln))
+            for k in (r"node0\[0\]\s+started", r"node0\[0\]\s+ready", r"node1\[1\]\s+started")
+        }
+        assert (
+            idx[r"node0\[0\]\s+started"] < idx[r"node0\[0\]\s+ready"] < idx[r"node1\[1\]\s+started"]
+        )
         for node, rank in (("node0", 0), ("node1", 1)):
-            env_line = next(l for l in fake.node(node).log(job).splitlines() if l.startswith("ENV "))
-            assert env_line == (f"ENV node={node} NODE_RANK={rank} NNODES=2 MASTER_ADDR=127.0.0.1 "
-                                f"MASTER_PORT={port} WORLD_SIZE=2 MYVAR=hello world")
+            env_line = next(
+                ln for ln in fake.node(node).log(job).splitlines() if ln.startswith("ENV ")
+            )
+            assert env_line == (
+                f"ENV node={node} NODE_RANK={rank} NNODES=2 MASTER_ADDR=127.0.0.1 "
+                f"MASTER_PORT={port} WORLD_SIZE=2 MYVAR=hello world"
+            )
             assert job_pids(job, node), f"no tagged processes on {node}"
 
         t1 = time.time()
@@ -84,9 +107,11 @@ def test_launch_orders_main_first_and_kill_is_clean(fake: FakeCluster, cfg: Cfg)
         assert "clean:" in res.stdout
         assert_gone(fake, job, port)
         assert proc_state(bystander.pid) not in (None, "Z"), "the unrelated train.py was killed"
-        print(f"\nMEASURED launch->returned {launched:.1f}s, launch->both training {training:.1f}s, "
-              f"worker start {watcher.first['node1'] - watcher.first['port']:.2f}s after port, "
-              f"kill (healthy) {kill_s:.2f}s")
+        print(
+            f"\nMEASURED launch->returned {launched:.1f}s, launch->both training {training:.1f}s, "
+            f"worker start {watcher.first['node1'] - watcher.first['port']:.2f}s after port, "
+            f"kill (healthy) {kill_s:.2f}s"
+        )
 
         again = cfg.mntui(path, "kill")
         assert again.returncode == 0 and "nothing to kill" in again.stdout
@@ -100,16 +125,23 @@ def test_frozen_node_hangs_the_job_and_kill_clears_it(fake: FakeCluster, cfg: Cf
     job, port = "tfrozen", free_port()
     path = cfg.write(torch_job(job, cfg.workdir_with_train(), port))
     assert cfg.mntui(path, "launch", "--no-ui").returncode == 0
-    wait_for(lambda: all(step_count(fake.node(n).log(job)) >= 2 for n in ("node0", "node1")), 60,
-             what="both nodes training")
+    wait_for(
+        lambda: all(step_count(fake.node(n).log(job)) >= 2 for n in ("node0", "node1")),
+        60,
+        what="both nodes training",
+    )
     frozen = job_pids(job, "node1")
     for pid in frozen:
         os.kill(pid, signal.SIGSTOP)
     # tmux SIGCONTs the pane's process group (launch.sh, torchrun, tee); the workers, in
     # their own sessions, stay stopped, and a stopped worker is what hangs the others.
-    workers = [p for p in frozen if "train.py" in cmdline(p) and "torch.distributed.run" not in cmdline(p)]
+    workers = [
+        p for p in frozen if "train.py" in cmdline(p) and "torch.distributed.run" not in cmdline(p)
+    ]
     assert workers
-    wait_for(lambda: all(proc_state(p) in ("T", None) for p in workers), 10, what="node1's worker frozen")
+    wait_for(
+        lambda: all(proc_state(p) in ("T", None) for p in workers), 10, what="node1's worker frozen"
+    )
     # The real hang: node0 stays alive but its steps stop (at most the one in flight).
     before = step_count(fake.node("node0").log(job))
     deadline = time.monotonic() + 3
@@ -133,7 +165,9 @@ def test_orphaned_workers_are_found_and_killed(fake: FakeCluster, cfg: Cfg) -> N
     wait_for(lambda: step_count(fake.node("node1").log(job)) >= 1, 60, what="node1 training")
     pids = job_pids(job, "node1")
     launcher = next(p for p in pids if "torch.distributed.run" in cmdline(p))
-    worker = next(p for p in pids if "train.py" in cmdline(p) and "torch.distributed.run" not in cmdline(p))
+    worker = next(
+        p for p in pids if "train.py" in cmdline(p) and "torch.distributed.run" not in cmdline(p)
+    )
     os.kill(launcher, signal.SIGKILL)
     wait_for(lambda: proc_state(launcher) in (None, "Z"), 10, what="launcher dead")
     assert proc_state(worker) not in (None, "Z"), "the worker should be orphaned, not dead"

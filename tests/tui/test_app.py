@@ -7,16 +7,16 @@ import re
 import subprocess
 import sys
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
-from helpers import Cfg, listener_job
 from fakecluster import FakeCluster, alive, pids_with_env, port_listening
+from helpers import Cfg, listener_job
+
 from mntui.sessions.config import load_config
 from mntui.sessions.states import NodeState
 from mntui.tui.app import MntuiApp
 from mntui.tui.widgets import ConfirmScreen, NodePane
-
-
 
 
 def tagged(job: str, node: str) -> list[int]:
@@ -37,18 +37,35 @@ def run(coro: Awaitable[None]) -> None:
 
 def test_app_launches_shows_nodes_and_kills_all(fake: FakeCluster, cfg: Cfg) -> None:
     from fakecluster import free_port
+
     port = free_port()
-    path = cfg.write(listener_job("tapp", port).replace("print('serving', flush=True)",
-                                                         "print('serving on', r, flush=True)"))
+    path = cfg.write(
+        listener_job("tapp", port).replace(
+            "print('serving', flush=True)", "print('serving on', r, flush=True)"
+        )
+    )
     config = load_config(path)
 
     async def go() -> None:
         app = MntuiApp(config, launch_now=True, watchdog=False)
         async with app.run_test(size=(160, 48)) as pilot:
-            await until(pilot, lambda: all(v.verdict is not None and v.verdict.state is NodeState.RUNNING
-                                           for v in app.views.values()), 30, "both nodes running")
-            await until(pilot, lambda: all(any("serving on" in l for l in (v.log or [])) for v in app.views.values()),
-                        15, "log lines in both panes")
+            await until(
+                pilot,
+                lambda: all(
+                    v.verdict is not None and v.verdict.state is NodeState.RUNNING
+                    for v in app.views.values()
+                ),
+                30,
+                "both nodes running",
+            )
+            await until(
+                pilot,
+                lambda: all(
+                    any("serving on" in ln for ln in (v.log or [])) for v in app.views.values()
+                ),
+                15,
+                "log lines in both panes",
+            )
             pane = app.query_one("#pane-node1", NodePane)
             text = str(pane.render())
             assert "node1" in text and "running" in text and "serving on 1" in text
@@ -60,16 +77,22 @@ def test_app_launches_shows_nodes_and_kills_all(fake: FakeCluster, cfg: Cfg) -> 
             details = str(app.screen.query_one("#details").query_one("Static").render())
             assert re.search(r"node0: \d+ process\(es\)", details) and "node1" in details
             await pilot.press("y")
-            await until(pilot, lambda: not tagged("tapp", "node0") and not tagged("tapp", "node1"), 20,
-                        "job killed on the nodes")
+            await until(
+                pilot,
+                lambda: not tagged("tapp", "node0") and not tagged("tapp", "node1"),
+                20,
+                "job killed on the nodes",
+            )
             await until(pilot, lambda: app.busy is None, 10, "kill finished")
             assert not port_listening(port)
             assert not [s for n in fake.nodes for s in n.sessions() if s.startswith("tapp")]
+
     run(go())
 
 
 def test_cleanup_names_holder_and_quit_leaves_job_running(fake: FakeCluster, cfg: Cfg) -> None:
     from fakecluster import free_port
+
     port = free_port()
     path = cfg.write(listener_job("tquit", port))
     assert cfg.mntui(path, "launch", "--no-ui").returncode == 0
@@ -78,7 +101,12 @@ def test_cleanup_names_holder_and_quit_leaves_job_running(fake: FakeCluster, cfg
     async def go() -> None:
         app = MntuiApp(config, watchdog=False)
         async with app.run_test(size=(160, 48)) as pilot:
-            await until(pilot, lambda: all(v.verdict is not None for v in app.views.values()), 20, "first poll")
+            await until(
+                pilot,
+                lambda: all(v.verdict is not None for v in app.views.values()),
+                20,
+                "first poll",
+            )
             await pilot.press("c")
             await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 10, "cleanup dialog")
             details = str(app.screen.query_one("#details").query_one("Static").render())
@@ -87,14 +115,20 @@ def test_cleanup_names_holder_and_quit_leaves_job_running(fake: FakeCluster, cfg
             await until(pilot, lambda: app.busy is None, 5, "cleanup cancelled")
             await pilot.press("d")
             from mntui.tui.widgets import ReportScreen
+
             await until(pilot, lambda: isinstance(app.screen, ReportScreen), 60, "doctor report")
             report = str(app.screen.query_one("#report-text").render())
-            assert re.search(r"node0\s+leftovers\s+FAIL", report)  # the job is running: doctor says so
+            assert re.search(
+                r"node0\s+leftovers\s+FAIL", report
+            )  # the job is running: doctor says so
             await pilot.press("escape")
             await pilot.press("q")
         assert app.return_value is None
+
     run(go())
-    assert tagged("tquit", "node0") and tagged("tquit", "node1"), "quitting the app must not stop the job"
+    assert tagged("tquit", "node0") and tagged("tquit", "node1"), (
+        "quitting the app must not stop the job"
+    )
     assert port_listening(port)
     assert cfg.mntui(path, "kill").returncode == 0
 
@@ -112,15 +146,18 @@ def test_help_screen_and_table_toggle(fake: FakeCluster, cfg: Cfg) -> None:
             await pilot.press("t")
             assert app.table_mode and app.query_one("#table").display
             assert app.attach_command("node1")[-1] == "exec tmux attach-session -t =thelp-node1"
+
     run(go())
 
 
 def test_engine_never_imports_textual() -> None:
-    code = ("import sys, pkgutil, importlib, mntui.sessions as s\n"
-            "for m in pkgutil.walk_packages(s.__path__, 'mntui.sessions.'):\n"
-            "    importlib.import_module(m.name)\n"
-            "import mntui.tui.cli, mntui.tui.views\n"
-            "assert 'textual' not in sys.modules, [k for k in sys.modules if k.startswith('textual')][:3]\n")
+    code = (
+        "import sys, pkgutil, importlib, mntui.sessions as s\n"
+        "for m in pkgutil.walk_packages(s.__path__, 'mntui.sessions.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "import mntui.tui.cli, mntui.tui.views\n"
+        "assert 'textual' not in sys.modules, [k for k in sys.modules if k.startswith('textual')][:3]\n"
+    )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
 
@@ -139,8 +176,16 @@ def test_relaunch_over_a_recorded_run_shows_each_line_once(fake: FakeCluster, cf
     async def go() -> None:
         app = MntuiApp(config, launch_now=True, restart=True, watchdog=False)
         async with app.run_test(size=(160, 48)) as pilot:
-            await until(pilot, lambda: app.record is not None and app.busy is None
-                        and all(len(v.log or []) > 30 for v in app.views.values()), 40, "ticks of the new run")
+            await until(
+                pilot,
+                lambda: (
+                    app.record is not None
+                    and app.busy is None
+                    and all(len(v.log or []) > 30 for v in app.views.values())
+                ),
+                40,
+                "ticks of the new run",
+            )
             # One poll chain: at a 1 s interval, about 3 polls in 3 s (two chains would make ~6).
             assert app.poller is not None
             before = app.poller._state["node0"].polls
@@ -152,5 +197,6 @@ def test_relaunch_over_a_recorded_run_shows_each_line_once(fake: FakeCluster, cf
                 assert len(ticks) == len(set(ticks)), f"{v.node}: a line shown twice"
                 numbers = [int(line.split()[1]) for line in ticks]
                 assert numbers == sorted(numbers)
+
     run(go())
     assert cfg.mntui(path, "kill").returncode == 0

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from recorded import h100_node
+
 from mntui.sessions.config import parse_config
 from mntui.tui.app import MntuiApp, PollDone
-from recorded import h100_node
 
 CONFIG = """\
 job: qwen-sft
@@ -23,8 +24,12 @@ def make_app() -> MntuiApp:
 async def feed(pilot: Any) -> None:
     app: MntuiApp = pilot.app
     snaps = {}
-    for name, rank, kw in (("g369", 0, {}), ("g375", 1, {"foreign": True}), ("g380", 2, {"frozen": True}),
-                           ("g381", 3, {"reachable": False})):
+    for name, rank, kw in (
+        ("g369", 0, {}),
+        ("g375", 1, {"foreign": True}),
+        ("g380", 2, {"frozen": True}),
+        ("g381", 3, {"reachable": False}),
+    ):
         snap, _ = h100_node(name, rank, **kw)
         snaps[name] = snap
         app.apply_snapshot(snap)

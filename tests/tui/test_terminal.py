@@ -7,7 +7,6 @@ import shlex
 import sys
 
 import libtmux
-
 from fakecluster import FakeCluster, alive, pids_with_env, port_listening, wait_for
 from helpers import Cfg, free_port, listener_job
 
@@ -29,10 +28,15 @@ def test_app_in_a_terminal_shows_nodes_and_kills(fake: FakeCluster, cfg: Cfg) ->
         return "\n".join(pane.capture_pane())
 
     try:
-        wait_for(lambda: "running 2/2" in screen() and screen().count("serving") >= 2, 40,
-                 what="both nodes running, with their output, on screen")
+        wait_for(
+            lambda: "running 2/2" in screen() and screen().count("serving") >= 2,
+            40,
+            what="both nodes running, with their output, on screen",
+        )
         text = screen()
-        assert re.search(r"node0 \[0\]\s+running", text) and re.search(r"node1 \[1\]\s+running", text)
+        assert re.search(r"node0 \[0\]\s+running", text) and re.search(
+            r"node1 \[1\]\s+running", text
+        )
         assert "K kill all" in text.replace("  ", " ")
         assert tagged("tterm")
         pane.send_keys("K", enter=False)

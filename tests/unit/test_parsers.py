@@ -27,24 +27,33 @@ def test_unwrap_without_markers_names_the_node() -> None:
 
 
 def test_frame_runs_in_sh_and_survives_exit() -> None:
-    out = subprocess.run(["sh", "-s"], input=frame("echo hi; exit 4", 2), capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["sh", "-s"], input=frame("echo hi; exit 4", 2), capture_output=True, text=True
+    ).stdout
     res = unwrap("n", out, "", 0, 2)
     assert (res.stdout, res.exit_code) == ("hi\n", 4)
 
 
 def test_parse_kill_report() -> None:
-    out = ("PROC 10 S bash ./launch.sh \nPROC 11 T python3 -m torch.distributed.run x\n"
-           "SIGKILL 11\nPROC 11 T python3 -m torch.distributed.run x\nSESSION_KILLED\nLEFT \n"
-           "LISTEN 29500 99 bob python3 other.py\nELAPSED_MS 1234\n")
+    out = (
+        "PROC 10 S bash ./launch.sh \nPROC 11 T python3 -m torch.distributed.run x\n"
+        "SIGKILL 11\nPROC 11 T python3 -m torch.distributed.run x\nSESSION_KILLED\nLEFT \n"
+        "LISTEN 29500 99 bob python3 other.py\nELAPSED_MS 1234\n"
+    )
     r = parse_kill("g1", out)
     assert [p.pid for p in r.found] == [10, 11] and r.sigkilled == (11,) and r.left == ()
     assert r.session_killed and r.seconds == 1.234
-    assert not r.clean and r.port_holders[0].describe() == "port 29500 held by pid 99 (bob): python3 other.py"
+    assert (
+        not r.clean
+        and r.port_holders[0].describe() == "port 29500 held by pid 99 (bob): python3 other.py"
+    )
     assert "1 needed SIGKILL" in r.summary()
 
 
 def test_parse_listeners_dedupes_v4_v6_and_foreign() -> None:
-    hs = parse_listeners(["LISTEN 1 5 me a", "LISTEN 1 5 me a", "LISTEN 2 - ? (owned by another user)", "junk"])
+    hs = parse_listeners(
+        ["LISTEN 1 5 me a", "LISTEN 1 5 me a", "LISTEN 2 - ? (owned by another user)", "junk"]
+    )
     assert [(h.port, h.pid, h.user) for h in hs] == [(1, 5, "me"), (2, None, None)]
     assert "another user" in hs[1].describe()
 
@@ -60,9 +69,13 @@ def test_parse_log_chunks() -> None:
 
 def test_scan_finds_only_exact_tags_and_never_itself() -> None:
     """The shell scan, run for real against processes this test starts."""
+
     def start(tag: str) -> subprocess.Popen[bytes]:
-        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                                env={**os.environ, "MNTUI_RUN": tag})
+        return subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(60)"],
+            env={**os.environ, "MNTUI_RUN": tag},
+        )
+
     mine, other_node, other_job = start("jb/r1/n1"), start("jb/r1/n10"), start("jbx/r1/n1")
     try:
         script = f"{SHELL_LIB}\nmntui_procinfo $(mntui_scan '{job_node_pattern('jb', 'n1')}')"

@@ -23,16 +23,28 @@ overrides:
 def test_plan_orders_main_first_with_ranks_env_and_names() -> None:
     plan = build_plan(parse_config(CFG), "20260101-000000-abcd", "10.0.0.75")
     assert [(n.node, n.rank, n.is_main) for n in plan.nodes] == [
-        ("g375", 0, True), ("g369", 1, False), ("g380", 2, False)]
+        ("g375", 0, True),
+        ("g369", 1, False),
+        ("g380", 2, False),
+    ]
     assert plan.world_size == 24 and plan.nnodes == 3
     w = plan.node("g369")
     assert w.session == "qwen-g369" and w.tag == "qwen/20260101-000000-abcd/g369"
     assert w.run_dir == ".mntui/runs/qwen/20260101-000000-abcd/g369"
-    assert {k: w.env[k] for k in ("NODE_RANK", "NNODES", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE")} == {
-        "NODE_RANK": "1", "NNODES": "3", "MASTER_ADDR": "10.0.0.75", "MASTER_PORT": "29511", "WORLD_SIZE": "24"}
+    assert {
+        k: w.env[k] for k in ("NODE_RANK", "NNODES", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE")
+    } == {
+        "NODE_RANK": "1",
+        "NNODES": "3",
+        "MASTER_ADDR": "10.0.0.75",
+        "MASTER_PORT": "29511",
+        "WORLD_SIZE": "24",
+    }
     assert w.env["NCCL_DEBUG"] == "WARN" and w.env["PYTHONUNBUFFERED"] == "1"
-    assert w.command == ("torchrun --nnodes=3 --node_rank=1 --master_addr=10.0.0.75 --master_port=29511 "
-                         "--nproc_per_node=8 train.py --tag g369")
+    assert w.command == (
+        "torchrun --nnodes=3 --node_rank=1 --master_addr=10.0.0.75 --master_port=29511 "
+        "--nproc_per_node=8 train.py --tag g369"
+    )
 
 
 def test_values_are_quoted_in_scripts() -> None:
@@ -40,7 +52,7 @@ def test_values_are_quoted_in_scripts() -> None:
     g380 = plan.node("g380")
     assert "export EVIL='$(rm -rf ~)'" in g380.launch_script
     assert "--master_addr='host with space'" in g380.command
-    assert 'cd -- "$HOME"/\'my dir\' || exit 97' in g380.launch_script
+    assert "cd -- \"$HOME\"/'my dir' || exit 97" in g380.launch_script
     # The scripts are valid shell.
     for n in plan.nodes:
         for script in (n.launch_script, n.start_script):
@@ -64,5 +76,8 @@ def test_render_and_home_paths() -> None:
 
 def test_dry_run_text_shows_every_node() -> None:
     text = describe(build_plan(parse_config(CFG), "r1", "m"))
-    assert "== g375 (host g375, rank 0, main)" in text and "== g380 (host g380, rank 2, worker)" in text
+    assert (
+        "== g375 (host g375, rank 0, main)" in text
+        and "== g380 (host g380, rank 2, worker)" in text
+    )
     assert "MNTUI_RUN=qwen/r1/g369" in text

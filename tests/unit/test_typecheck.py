@@ -18,8 +18,23 @@ def test_mypy_strict(tmp_path: Path) -> None:
     tree.mkdir()
     for pkg in ("sessions", "tui"):
         (tree / pkg).symlink_to(REPO / pkg)
-    res = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(REPO / "pyproject.toml"),
-                          "--cache-dir", str(tmp_path / "cache"), "-p", "mntui.sessions", "-p", "mntui.tui"],
-                         capture_output=True, text=True, cwd=tmp_path,
-                         env={**os.environ, "MYPYPATH": str(tmp_path)})
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file",
+            str(REPO / "pyproject.toml"),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "-p",
+            "mntui.sessions",
+            "-p",
+            "mntui.tui",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "MYPYPATH": str(tmp_path)},
+    )
     assert res.returncode == 0, res.stdout + res.stderr
