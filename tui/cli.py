@@ -344,7 +344,7 @@ def cmd_cleanup(cfg: JobConfig, args: argparse.Namespace) -> int:
     return EXIT_OK if ok else EXIT_FAIL
 
 
-def cmd_attach(cfg: JobConfig, args: argparse.Namespace) -> int:
+def cmd_attach(cfg: JobConfig, args: argparse.Namespace) -> int:  # noqa: RET503 - execvp
     from mntui.sessions.attach import attach_all_argv, attach_argv
 
     if args.node and not any(n.name == args.node for n in cfg.nodes):
@@ -357,7 +357,6 @@ def cmd_attach(cfg: JobConfig, args: argparse.Namespace) -> int:
         return EXIT_OK
     sys.stdout.flush()
     os.execvp(argv[0], argv)
-    return EXIT_FAIL  # not reached: execvp replaces the process or raises
 
 
 def cmd_doctor(cfg: JobConfig, args: argparse.Namespace) -> int:
