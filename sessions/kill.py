@@ -17,7 +17,7 @@ from . import tmux
 from .config import JobConfig
 from .events import Event, Phase
 from .procs import SHELL_LIB, PortHolder, ProcInfo, job_node_pattern, parse_listeners, parse_procs
-from .remote import Cluster, Outcome
+from .remote import Cluster, GroupResult
 
 q = shlex.quote
 
@@ -115,14 +115,18 @@ def parse_kill(node: str, stdout: str) -> KillReport:
     )
 
 
-def summarize(job: str, results: dict[str, Outcome[KillReport]]) -> tuple[bool, str]:
+def not_clean(results: GroupResult[KillReport]) -> list[str]:
+    """Nodes where the kill failed or left something behind, in node order."""
+    dirty = set(results.failed) | set(results.where(lambda r: not r.clean))
+    return [n for n in results if n in dirty]
+
+
+def summarize(job: str, results: GroupResult[KillReport]) -> tuple[bool, str]:
     """(clean on every node, one line for a person): the CLI and the app say the same."""
-    dirty = [
-        n for n, o in results.items() if not o.ok or (o.value is not None and not o.value.clean)
-    ]
+    dirty = not_clean(results)
     if dirty:
         return False, f"NOT CLEAN on {', '.join(dirty)}"
-    total = sum(len(o.value.found) for o in results.values() if o.value)
+    total = sum(len(r.found) for r in results.succeeded.values())
     if not total:
         return True, "nothing to kill: the job is not running"
     return True, f"clean: {total} process(es) of {job} stopped on {len(results)} node(s)"
@@ -135,7 +139,7 @@ def kill_job(
     names: Iterable[str] | None = None,
     grace: float | None = None,
     on_event: Callable[[Event], None] = lambda e: None,
-) -> dict[str, Outcome[KillReport]]:
+) -> GroupResult[KillReport]:
     """Kill the job on the given nodes (all by default), in parallel; one report per node."""
     grace = cfg.grace if grace is None else grace
     ranks = {n.name: n.rank for n in cfg.nodes}
@@ -161,9 +165,8 @@ def kill_job(
         return report
 
     results = cluster.map(one, names)
-    for name, out in results.items():
-        if not out.ok:
-            on_event(Event(name, ranks[name], Phase.FAILED, out.error or ""))
+    for name, error in results.errors.items():
+        on_event(Event(name, ranks[name], Phase.FAILED, error))
     return results
 
 
@@ -174,7 +177,7 @@ def holders_script(ports: Iterable[int]) -> str:
     return f"{SHELL_LIB}\nmntui_listeners {' '.join(str(p) for p in ports)}\n"
 
 
-def port_holders(cfg: JobConfig, cluster: Cluster) -> dict[str, Outcome[tuple[PortHolder, ...]]]:
+def port_holders(cfg: JobConfig, cluster: Cluster) -> GroupResult[tuple[PortHolder, ...]]:
     script = holders_script(cfg.all_ports)
     return cluster.map(lambda node: parse_listeners(node.run(script).stdout.splitlines()))
 
@@ -208,7 +211,7 @@ mntui_listeners {ports}
 
 def free_ports(
     cluster: Cluster, holders: dict[str, tuple[PortHolder, ...]], grace: float
-) -> dict[str, Outcome[tuple[tuple[int, ...], tuple[PortHolder, ...]]]]:
+) -> GroupResult[tuple[tuple[int, ...], tuple[PortHolder, ...]]]:
     """Per node: (PIDs killed, holders still there). One round trip per node."""
 
     def one(node) -> tuple[tuple[int, ...], tuple[PortHolder, ...]]:  # type: ignore[no-untyped-def]
@@ -229,19 +232,25 @@ def stop_job(
     names: Iterable[str] | None = None,
     grace: float | None = None,
     on_event: Callable[[Event], None] = lambda e: None,
-) -> dict[str, Outcome[KillReport]]:
+) -> GroupResult[KillReport]:
     """A user's kill (CLI `kill`, the app's K): mark the run first, so its watchdog stands
     down instead of reporting the kill as a failure, then kill."""
-    from .runs import latest
+    from .runs import RunRecord, RunStatus, latest
 
     record = latest(cfg.job)
-    whole = names is None
-    if record is not None and whole and record.status in ("running", "launching"):
-        record.status = "killing"
-        record.note("kill", by="user")
-        record.save()
+
+    def killing(r: RunRecord) -> None:
+        if r.status.is_live:
+            r.status = RunStatus.KILLING
+            r.note("kill", by="user")
+
+    def killed(r: RunRecord) -> None:
+        if r.status.is_stopping:
+            r.status = RunStatus.KILLED
+
+    if record is not None and names is None:
+        record.update(killing)
     results = kill_job(cfg, cluster, names=names, grace=grace, on_event=on_event)
-    if record is not None and record.status == "killing":
-        record.status = "killed"
-        record.save()
+    if record is not None and record.status.is_stopping:
+        record.update(killed)
     return results

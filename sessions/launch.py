@@ -13,23 +13,25 @@ import shlex
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import NoReturn
 
 from . import remote, tmux
 from .config import JobConfig, ReadyMode
+from .errors import MntuiError
 from .events import Event, Phase
 from .kill import kill_job
 from .plan import NodePlan, Plan, build_plan, new_run_id
 from .procs import SHELL_LIB, PortHolder, ProcInfo, job_node_pattern, parse_listeners, parse_procs
-from .remote import Cluster, Node, NodeError
-from .runs import RunRecord
+from .remote import Cluster, GroupResult, Node, NodeError
+from .runs import RunRecord, RunStatus
 
 q = shlex.quote
 EventSink = Callable[[Event], None]
 READY_POLL = 0.1  # seconds between readiness checks on the main (one round trip each)
 
 
-class LaunchError(Exception):
+class LaunchError(MntuiError):
     def __init__(self, message: str, details: str = "") -> None:
         self.message, self.details = message, details
         super().__init__(message + ("\n" + details if details else ""))
@@ -39,7 +41,6 @@ class LaunchError(Exception):
 class Preflight:
     node: str
     procs: tuple[ProcInfo, ...]  # processes of an earlier run of this job on this node
-    session_exists: bool
     port_holders: tuple[PortHolder, ...]
     missing_tools: tuple[str, ...]
 
@@ -84,13 +85,12 @@ for t in tmux bash ss grep; do command -v "$t" >/dev/null 2>&1 || echo "MISSING 
 """
 
 
-def preflight(cfg: JobConfig, cluster: Cluster) -> dict[str, remote.Outcome[Preflight]]:
+def preflight(cfg: JobConfig, cluster: Cluster) -> GroupResult[Preflight]:
     def one(node: Node) -> Preflight:
         out = node.run(preflight_script(cfg, node.name, node.name == cfg.main)).stdout.splitlines()
         return Preflight(
             node.name,
             parse_procs(out),
-            "SESSION" in out,
             parse_listeners(out),
             tuple(line.split()[1] for line in out if line.startswith("MISSING ")),
         )
@@ -190,24 +190,62 @@ def launch(
 def _launch(
     cfg: JobConfig, cluster: Cluster, on_event: EventSink, restart: bool, plan: Plan
 ) -> LaunchResult:
+    _connect(cluster, plan, on_event)
+    _check_nodes(cfg, cluster, plan, restart, on_event)
+    record = RunRecord.from_plan(plan, cfg.path)
+    record.create()
+    started: dict[str, float] = {}
+    attempted: list[str] = []  # an interrupted start may have started the node: abort kills it too
+    try:
+        main = plan.main
+        on_event(Event(main.node, main.rank, Phase.STARTING, f"tmux session {main.session}"))
+        attempted.append(main.node)
+        started[main.node] = _start(cluster.nodes[main.node], main)
+        on_event(Event(main.node, main.rank, Phase.STARTED, f"tmux session {main.session}"))
+        ready_at = wait_ready(cfg, cluster.nodes[main.node], main, on_event)
+        record.update(lambda r: setattr(r, "ready_at", ready_at))
+        _start_workers(cfg, cluster, plan, started, attempted, on_event)
+    except (LaunchError, NodeError, KeyboardInterrupt) as exc:
+        _abort(cfg, cluster, record, attempted, exc, on_event)
+
+    def running(r: RunRecord) -> None:
+        r.nodes = [replace(n, started_at=started.get(n.node)) for n in r.nodes]
+        r.finished_launch_at = time.time()
+        if r.status is RunStatus.LAUNCHING:  # a user's kill during the launch wins
+            r.status = RunStatus.RUNNING
+
+    record.update(running)
+    on_event(
+        Event(None, None, Phase.RUNNING, f"all {plan.nnodes} node(s) started, run {plan.run_id}")
+    )
+    return LaunchResult(plan, record, started, ready_at)
+
+
+def _connect(cluster: Cluster, plan: Plan, on_event: EventSink) -> None:
     for np in plan.nodes:
         on_event(Event(np.node, np.rank, Phase.CONNECTING, np.host))
-    errors = {n: o.error for n, o in cluster.connect().items() if not o.ok}
+    connected = cluster.connect()
     for np in plan.nodes:
-        if np.node not in errors:
+        if connected[np.node].ok:
             on_event(Event(np.node, np.rank, Phase.CONNECTED, ""))
-    if errors:
+    if connected.failed:
         raise LaunchError(
-            f"{len(errors)} of {plan.nnodes} node(s) unreachable; nothing was started",
-            "\n".join(f"  {n}: {e}" for n, e in errors.items()),
+            f"{len(connected.failed)} of {plan.nnodes} node(s) unreachable; nothing was started",
+            "\n".join(f"  {n}: {e}" for n, e in connected.errors.items()),
         )
 
+
+def _check_nodes(
+    cfg: JobConfig, cluster: Cluster, plan: Plan, restart: bool, on_event: EventSink
+) -> None:
+    """Refuse to start over an earlier run (unless --restart, which stops it first), on
+    a node without the tools, or with a port of the job already taken on the main."""
     checks = preflight(cfg, cluster)
-    problems = [f"  {n}: {o.error}" for n, o in checks.items() if not o.ok]
-    running = {n: o.value.procs for n, o in checks.items() if o.value and o.value.procs}
-    for n, o in checks.items():
-        if o.value and o.value.missing_tools:
-            problems.append(f"  {n}: missing {', '.join(o.value.missing_tools)} on the node")
+    problems = [f"  {n}: {e}" for n, e in checks.errors.items()]
+    running = {n: c.procs for n, c in checks.succeeded.items() if c.procs}
+    for n, c in checks.succeeded.items():
+        if c.missing_tools:
+            problems.append(f"  {n}: missing {', '.join(c.missing_tools)} on the node")
     if running and not restart:
         problems.append(
             f"job {cfg.job} is already running (use `mntui launch --restart` or `mntui kill`):"
@@ -218,25 +256,9 @@ def _launch(
     if problems:
         raise LaunchError("preflight failed; nothing was started", "\n".join(problems))
     if running:
-        on_event(
-            Event(
-                None,
-                None,
-                Phase.KILLING,
-                f"--restart: stopping the running job on {', '.join(running)}",
-            )
-        )
-        dirty = [
-            f"  {n}: {o.error or (o.value.summary() if o.value else '')}"
-            for n, o in kill_job(cfg, cluster, on_event=on_event).items()
-            if not o.ok or (o.value is not None and not o.value.clean)
-        ]
-        if dirty:
-            raise LaunchError(
-                "could not stop the running job; nothing new was started", "\n".join(dirty)
-            )
+        _stop_earlier_run(cfg, cluster, list(running), on_event)
         checks = preflight(cfg, cluster)
-    main_check = checks[cfg.main].value
+    main_check = checks.succeeded.get(cfg.main)
     if main_check is not None and main_check.port_holders:
         raise LaunchError(
             f"a port of the job is busy on the main {cfg.main}; nothing was started "
@@ -244,49 +266,48 @@ def _launch(
             "\n".join(f"  {h.describe()}" for h in main_check.port_holders),
         )
     for np in plan.nodes:
-        on_event(
-            Event(
-                np.node, np.rank, Phase.CHECKED, "no earlier run, ports free" if np.is_main else ""
-            )
+        detail = "no earlier run, ports free" if np.is_main else ""
+        on_event(Event(np.node, np.rank, Phase.CHECKED, detail))
+
+
+def _stop_earlier_run(
+    cfg: JobConfig, cluster: Cluster, nodes: list[str], on_event: EventSink
+) -> None:
+    what = f"--restart: stopping the running job on {', '.join(nodes)}"
+    on_event(Event(None, None, Phase.KILLING, what))
+    results = kill_job(cfg, cluster, on_event=on_event)
+    dirty = [f"  {n}: {e}" for n, e in results.errors.items()]
+    dirty += [f"  {n}: {r.summary()}" for n, r in results.succeeded.items() if not r.clean]
+    if dirty:
+        raise LaunchError(
+            "could not stop the running job; nothing new was started", "\n".join(dirty)
         )
 
-    record = RunRecord.from_plan(plan, cfg.path)
-    record.save()
-    started: dict[str, float] = {}
-    attempted: list[str] = []  # an interrupted start may have started the node: abort kills it too
-    try:
-        main = plan.main
-        on_event(Event(main.node, main.rank, Phase.STARTING, f"tmux session {main.session}"))
-        attempted.append(main.node)
-        started[main.node] = _start(cluster.nodes[main.node], main)
-        on_event(Event(main.node, main.rank, Phase.STARTED, f"tmux session {main.session}"))
-        ready_at = wait_ready(cfg, cluster.nodes[main.node], main, on_event)
-        record.ready_at = ready_at
-        _start_workers(cfg, cluster, plan, started, attempted, on_event)
-    except (LaunchError, NodeError, KeyboardInterrupt) as exc:
-        reason = exc.message if isinstance(exc, (LaunchError, NodeError)) else "interrupted"
-        details = exc.details if isinstance(exc, LaunchError) else ""
-        on_event(
-            Event(
-                None, None, Phase.ABORTED, f"{reason}; stopping {', '.join(attempted) or 'nothing'}"
-            )
-        )
-        if attempted:
-            kill_job(cfg, cluster, names=list(dict.fromkeys(attempted)), on_event=on_event)
-        record.status, record.error = "aborted", reason
-        record.save()
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        raise LaunchError(reason if isinstance(exc, LaunchError) else f"{exc}", details) from None
-    record.nodes = [
-        type(n)(**{**n.__dict__, "started_at": started.get(n.node)}) for n in record.nodes
-    ]
-    record.status, record.finished_launch_at = "running", time.time()
-    record.save()
-    on_event(
-        Event(None, None, Phase.RUNNING, f"all {plan.nnodes} node(s) started, run {plan.run_id}")
-    )
-    return LaunchResult(plan, record, started, ready_at)
+
+def _abort(
+    cfg: JobConfig,
+    cluster: Cluster,
+    record: RunRecord,
+    attempted: list[str],
+    exc: BaseException,
+    on_event: EventSink,
+) -> NoReturn:
+    """Stop whatever this launch started, record why, and re-raise as a LaunchError (or
+    as the KeyboardInterrupt it was, after the cleanup)."""
+    reason = exc.message if isinstance(exc, (LaunchError, NodeError)) else "interrupted"
+    details = exc.details if isinstance(exc, LaunchError) else ""
+    stopping = ", ".join(attempted) or "nothing"
+    on_event(Event(None, None, Phase.ABORTED, f"{reason}; stopping {stopping}"))
+    if attempted:
+        kill_job(cfg, cluster, names=list(dict.fromkeys(attempted)), on_event=on_event)
+
+    def aborted(r: RunRecord) -> None:
+        r.status, r.error = RunStatus.ABORTED, reason
+
+    record.update(aborted)
+    if isinstance(exc, KeyboardInterrupt):
+        raise exc
+    raise LaunchError(reason if isinstance(exc, LaunchError) else f"{exc}", details) from None
 
 
 def _start_workers(
@@ -308,11 +329,10 @@ def _start_workers(
         results = cluster.map(
             lambda node: one(plan.node(node.name)), [w.node for w in plan.workers]
         )
-        failed = {n: o.error for n, o in results.items() if not o.ok}
-        if failed:
+        if results.failed:
             raise LaunchError(
-                f"{len(failed)} worker(s) failed to start",
-                "\n".join(f"  {n}: {e}" for n, e in failed.items()),
+                f"{len(results.failed)} worker(s) failed to start",
+                "\n".join(f"  {n}: {e}" for n, e in results.errors.items()),
             )
         return
     for i, np in enumerate(plan.workers):

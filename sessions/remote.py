@@ -26,22 +26,17 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from .config import HostKeyPolicy, NodeSpec, SshPolicy
+from .results import GroupResult, NodeError, Outcome
+
+__all__ = ["Cluster", "GroupResult", "LocalNode", "Node", "NodeError", "Outcome", "RemoteNode"]
 
 T = TypeVar("T")
 _TOKEN = secrets.token_hex(6)
 BEGIN = f"__MNTUI_{_TOKEN}_BEGIN__"
 END = f"__MNTUI_{_TOKEN}_END__"
-
-
-class NodeError(Exception):
-    """A node could not be reached or did not answer; the message names the node."""
-
-    def __init__(self, node: str, message: str) -> None:
-        self.node, self.message = node, message
-        super().__init__(f"{node}: {message}")
 
 
 @dataclass(frozen=True)
@@ -54,19 +49,6 @@ class Result:
     @property
     def ok(self) -> bool:
         return self.exit_code == 0
-
-
-@dataclass(frozen=True)
-class Outcome(Generic[T]):
-    """One node's share of a cluster-wide call: a value or an error, never both."""
-
-    node: str
-    value: T | None = None
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
 
 
 class Node(Protocol):
@@ -183,9 +165,14 @@ def resolve(alias: str, ssh_config: str | None, *, port: int | None = None) -> S
 # -- nodes ------------------------------------------------------------------------
 
 
+# mntui run from inside a job's pane inherits its tag, and from inside any tmux its
+# $TMUX: a local node's scripts must neither carry the tag nor drive that other tmux
+# server (`tmux -L work`), where the job's sessions would land and never be found.
+_NOT_FOR_NODES = ("MNTUI_RUN", "MNTUI_RUN_DIR", "TMUX", "TMUX_PANE")
+
+
 def _untagged_env() -> dict[str, str]:
-    """mntui run from inside a job's pane inherits its tag; our helpers must not."""
-    return {k: v for k, v in os.environ.items() if k not in ("MNTUI_RUN", "MNTUI_RUN_DIR")}
+    return {k: v for k, v in os.environ.items() if k not in _NOT_FOR_NODES}
 
 
 class LocalNode:
@@ -474,7 +461,7 @@ class Cluster:
             max_workers=max(4, min(128, len(self.nodes))), thread_name_prefix="mntui-node"
         )
 
-    def connect(self, names: Iterable[str] | None = None) -> dict[str, Outcome[None]]:
+    def connect(self, names: Iterable[str] | None = None) -> GroupResult[None]:
         def op(node: Node) -> None:
             # A first command also starts the node's shell, so its login-shell start-up
             # (and any error it prints) happens here, in parallel, not mid-launch.
@@ -489,7 +476,7 @@ class Cluster:
         fn: Callable[[Node], T],
         names: Iterable[str] | None = None,
         on_result: Callable[[Outcome[T]], object] | None = None,
-    ) -> dict[str, Outcome[T]]:
+    ) -> GroupResult[T]:
         """Run `fn` on every node at once; `on_result` sees each node as soon as it is done,
         so a slow node never holds back the others' results."""
         selected = list(names) if names is not None else list(self.nodes)
@@ -499,18 +486,14 @@ class Cluster:
             name = futures[fut]
             try:
                 result: Outcome[T] = Outcome(name, value=fut.result())
-            except NodeError as exc:
-                result = Outcome(name, error=exc.message)
             except Exception as exc:  # a bug on one node must not hide the others' results
-                result = Outcome(name, error=f"{type(exc).__name__}: {exc}")
+                result = Outcome.failure(name, exc)
             out[name] = result
             if on_result is not None:
                 on_result(result)
-        return {n: out[n] for n in selected}
+        return GroupResult((n, out[n]) for n in selected)
 
-    def run(
-        self, scripts: Mapping[str, str], timeout: float | None = None
-    ) -> dict[str, Outcome[Result]]:
+    def run(self, scripts: Mapping[str, str], timeout: float | None = None) -> GroupResult[Result]:
         return self.map(lambda node: node.run(scripts[node.name], timeout), scripts)
 
     def close(self) -> None:

@@ -1,24 +1,71 @@
 """The local record of runs, so `kill`, `logs`, `status` and `attach` need no flags.
 
-Kept under $XDG_STATE_HOME/mntui/<job>/<run_id>/run.json, written atomically:
-a crashed mntui must never leave a half-written record that hides a live job.
+Kept under $XDG_STATE_HOME/mntui/<job>/<run_id>/run.json. Several processes write it
+(the launch, the watchdog, a user's `mntui kill`, the app), so every write goes to a
+temp file of its own, is fsynced and renamed into place, and every read-modify-write
+holds the run's lock: a half-written or lost record must never hide a live job, and
+the watchdog reads an unreadable record as "unknown", never as "stand down".
+Directories are 0700 and files 0600: records hold the job's log lines.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import re
+import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from .errors import UsageError, private_dir, state_dir
 from .plan import Plan
 
+__all__ = [
+    "NodeRecord",
+    "RunRecord",
+    "RunStatus",
+    "check_run_id",
+    "latest",
+    "load_run",
+    "read_status",
+    "state_dir",
+]
 
-def state_dir() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
-    return Path(base) / "mntui"
+RUN_ID_RE = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{4}\Z")
+
+
+class RunStatus(StrEnum):
+    LAUNCHING = "launching"
+    RUNNING = "running"
+    KILLING = "killing"  # a user's kill is under way
+    KILLED = "killed"  # by the user: nobody restarts or reports it
+    ABORTED = "aborted"  # the launch failed and stopped what it had started
+    TORN_DOWN = "torn-down"  # the watchdog took it down
+
+    @property
+    def is_live(self) -> bool:
+        """The job may hold processes that a watchdog must guard."""
+        return self in (RunStatus.LAUNCHING, RunStatus.RUNNING)
+
+    @property
+    def is_stopping(self) -> bool:
+        return self is RunStatus.KILLING
+
+
+def check_run_id(run_id: str) -> str:
+    """`--run` names a run, never a path (`../../x` would reach outside the state dir)."""
+    if not RUN_ID_RE.match(run_id):
+        raise UsageError(
+            f"--run {run_id!r}: not a run id (they look like 20261122-105313-8e89; "
+            "`mntui status` shows the latest)"
+        )
+    return run_id
 
 
 @dataclass(frozen=True)
@@ -41,7 +88,7 @@ class RunRecord:
     master_port: int
     nodes: list[NodeRecord]
     created_at: float = field(default_factory=time.time)
-    status: str = "launching"
+    status: RunStatus = RunStatus.LAUNCHING
     ready_at: float | None = None
     finished_launch_at: float | None = None
     error: str | None = None
@@ -68,30 +115,83 @@ class RunRecord:
     def note(self, what: str, **details: Any) -> None:
         self.history.append({"at": time.time(), "what": what, **details})
 
-    def save(self) -> Path:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        path = self.dir / "run.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2))
-        tmp.replace(path)
-        latest = self.dir.parent / "latest"
-        tmp_latest = latest.with_suffix(".tmp")
-        tmp_latest.write_text(self.run_id + "\n")
-        tmp_latest.replace(latest)
+    def create(self) -> Path:
+        """The first save of a new run, which also becomes the job's latest run."""
+        path = self.save()
+        _write_atomic(self.dir.parent / "latest", self.run_id + "\n")
         return path
+
+    def save(self) -> Path:
+        with _locked(self.dir):
+            return self._write()
+
+    def update(self, change: Callable[[RunRecord], object]) -> RunRecord:
+        """Read-modify-write under the run's lock: `change` is applied to what is on disk
+        now (another process may have written since this object was loaded), and this
+        object then follows what was saved."""
+        with _locked(self.dir):
+            current = _read(self.dir / "run.json") or self
+            change(current)
+            current._write()
+        for f in fields(self):
+            setattr(self, f.name, getattr(current, f.name))
+        return self
+
+    def _write(self) -> Path:
+        data = asdict(self)
+        data["status"] = self.status.value
+        return _write_atomic(self.dir / "run.json", json.dumps(data, indent=2))
 
     @classmethod
     def load(cls, path: Path) -> RunRecord:
         data = json.loads(path.read_text())
         data["nodes"] = [NodeRecord(**n) for n in data["nodes"]]
+        data["status"] = RunStatus(data["status"])
         return cls(**data)
 
 
-def load_run(job: str, run_id: str) -> RunRecord | None:
+def _write_atomic(path: Path, text: str) -> Path:
+    private_dir(path.parent)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        return RunRecord.load(state_dir() / job / run_id / "run.json")
+        with os.fdopen(fd, "w") as fh:  # mkstemp: mode 0600
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return path
+
+
+@contextmanager
+def _locked(run_dir: Path) -> Iterator[None]:
+    private_dir(run_dir)
+    fd = os.open(run_dir / "record.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _read(path: Path) -> RunRecord | None:
+    try:
+        return RunRecord.load(path)
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def load_run(job: str, run_id: str) -> RunRecord | None:
+    return _read(state_dir() / job / run_id / "run.json")
+
+
+def read_status(job: str, run_id: str) -> RunStatus | None:
+    """The run's status, or None when it cannot be read: unknown, which is not a reason
+    for a watchdog to stop guarding the job."""
+    record = load_run(job, run_id)
+    return record.status if record is not None else None
 
 
 def latest(job: str) -> RunRecord | None:
@@ -99,4 +199,4 @@ def latest(job: str) -> RunRecord | None:
         run_id = (state_dir() / job / "latest").read_text().strip()
     except OSError:
         return None
-    return load_run(job, run_id)
+    return load_run(job, run_id) if RUN_ID_RE.match(run_id) else None

@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import IO
 
 from .config import Action, JobConfig, WatchPolicy
+from .errors import MntuiError, private_dir
 from .events import Event, Phase
-from .kill import kill_job
+from .kill import kill_job, not_clean
 from .launch import log_tail
 from .poll import NodeSnapshot, Poller
 from .remote import Cluster
-from .runs import RunRecord, load_run
+from .runs import RunRecord, RunStatus, read_status
 from .states import NodeState, Verdict, derive
 
 
@@ -83,7 +84,7 @@ def _trigger_kind(t: Trigger) -> str:
     return "stall" if t.state is NodeState.STALLED else "failure"
 
 
-class LockHeld(Exception):
+class LockHeld(MntuiError):
     def __init__(self, message: str, holder: str) -> None:
         super().__init__(message)
         self.holder = holder
@@ -91,7 +92,7 @@ class LockHeld(Exception):
 
 def acquire_lock(record: RunRecord) -> IO[str]:
     """One watchdog per run; the lock dies with its process, so no stale locks."""
-    record.dir.mkdir(parents=True, exist_ok=True)
+    private_dir(record.dir)
     fh = open(record.dir / "watch.lock", "a+")  # noqa: SIM115 - held for the process' life
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -125,9 +126,10 @@ class Watchdog:
         self.poller.tail_from_end()
 
     def stood_down(self) -> bool:
-        """A user's `mntui kill` (or a newer run) makes this watchdog leave quietly."""
-        current = load_run(self.record.job, self.record.run_id)
-        return current is None or current.status in ("killed", "killing", "aborted", "torn-down")
+        """A user's `mntui kill` (or an ended run) makes this watchdog leave quietly. A
+        record it cannot read right now is "unknown": it keeps guarding the job."""
+        status = read_status(self.record.job, self.record.run_id)
+        return status is not None and not status.is_live
 
     def step(self) -> tuple[dict[str, Verdict], Trigger | None]:
         snaps = self.poller.poll()
@@ -195,25 +197,26 @@ def teardown(
     )
     started = time.time()
     results = kill_job(cfg, cluster, on_event=on_event)
-    clean = all(
-        o.ok and o.value is not None and o.value.clean
-        for n, o in results.items()
-        if n != t.node or t.state is not NodeState.UNREACHABLE
-    )
-    record.status = "torn-down"
-    record.error = f"{t.node} {t.state.value}: {t.why}"
-    record.note(
-        "watchdog-teardown",
-        node=t.node,
-        state=t.state.value,
-        why=t.why,
-        last_lines=last.splitlines()[-20:],
-        kill_seconds=round(time.time() - started, 3),
-        clean=clean,
-        results={n: (o.value.summary() if o.value else o.error) for n, o in results.items()},
-    )
-    record.save()
-    return clean
+    # An unreachable culprit cannot be killed: the others being clean is what counts.
+    dirty = [n for n in not_clean(results) if n != t.node or t.state is not NodeState.UNREACHABLE]
+
+    def torn_down(r: RunRecord) -> None:
+        if r.status.is_live:  # a user's kill that got there first keeps its word
+            r.status = RunStatus.TORN_DOWN
+        r.error = f"{t.node} {t.state.value}: {t.why}"
+        r.note(
+            "watchdog-teardown",
+            node=t.node,
+            state=t.state.value,
+            why=t.why,
+            last_lines=last.splitlines()[-20:],
+            kill_seconds=round(time.time() - started, 3),
+            clean=not dirty,
+            results={n: (o.value.summary() if o.value else o.error) for n, o in results.items()},
+        )
+
+    record.update(torn_down)
+    return not dirty
 
 
 def watch_session_name(job: str) -> str:

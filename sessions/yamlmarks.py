@@ -14,10 +14,12 @@ from typing import Any
 
 import yaml
 
+from .errors import UsageError
+
 Path_ = tuple[str | int, ...]
 
 
-class ConfigError(Exception):
+class ConfigError(UsageError):
     """A problem with user input, reported as `file:line key.path: what is wrong`."""
 
     def __init__(self, file: str, line: int | None, keypath: str, message: str) -> None:

@@ -160,7 +160,7 @@ class MntuiApp(Operations):
         self.poller.start_near_end(START_BACK)
         self.judge = Judge(self.cfg.watch)
         self.release_lock()
-        if watch_here and record.status in ("running", "launching"):
+        if watch_here and record.status.is_live:
             try:
                 self.lock = acquire_lock(record)
                 self.watcher = "here"

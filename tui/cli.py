@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mntui.sessions.config import ConfigError, JobConfig, load_config
+from mntui.sessions.errors import ExitCode, MntuiError, UsageError, log_exception
 from mntui.sessions.events import Event
 
 if TYPE_CHECKING:
     from mntui.sessions.runs import RunRecord
 
 DEFAULT_CONFIG = "mntui.yaml"
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 
 def demo_config_path() -> Path:
@@ -35,12 +35,9 @@ def find_config(arg: str | None) -> Path:
         return Path(arg)
     if Path(DEFAULT_CONFIG).exists():
         return Path(DEFAULT_CONFIG)
-    raise ConfigError(
-        DEFAULT_CONFIG,
-        None,
-        "",
+    raise UsageError(
         "no config: pass -c FILE or create ./mntui.yaml "
-        "(see configs/example.yaml); `mntui demo` runs the bundled demo",
+        "(see configs/example.yaml); `mntui demo` runs the bundled demo"
     )
 
 
@@ -161,12 +158,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             "doctor": cmd_doctor,
         }[args.cmd]
         return handler(cfg, args)
-    except ConfigError as exc:
+    except UsageError as exc:
         say(f"mntui: {exc}", err=True)
-        return EXIT_USAGE
+        return ExitCode.USAGE
+    except MntuiError as exc:
+        say(f"mntui: {exc}", err=True)
+        return ExitCode.FAILED
     except KeyboardInterrupt:
         say("mntui: interrupted", err=True)
-        return 130
+        return ExitCode.INTERRUPTED
+    except Exception as exc:  # a bug: one line here, the traceback in the error log
+        log = log_exception(f"mntui {args.cmd}", exc)
+        say(
+            f"mntui: internal error: {type(exc).__name__}: {exc}"
+            + (f" (traceback in {log})" if log else ""),
+            err=True,
+        )
+        return ExitCode.FAILED
 
 
 def cmd_app(args: argparse.Namespace) -> int:
@@ -174,19 +182,19 @@ def cmd_app(args: argparse.Namespace) -> int:
     try:
         path = find_config(args.config)
         demo = False
-    except ConfigError:
+    except UsageError:
         path, demo = demo_config_path(), True
     try:
         cfg = load_config(path)
     except ConfigError as exc:
         say(f"mntui: {exc}", err=True)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     if not sys.stdout.isatty():
         say(
             "mntui: the app needs a terminal; headless: mntui launch --no-ui, status, logs, kill",
             err=True,
         )
-        return EXIT_USAGE
+        return ExitCode.USAGE
     from mntui.tui.app import run_app
 
     if demo:
@@ -203,15 +211,15 @@ def cmd_launch(cfg: JobConfig, args: argparse.Namespace) -> int:
 
         if not sys.stdout.isatty():
             say("mntui: no terminal for the app; use --no-ui", err=True)
-            return EXIT_USAGE
+            return ExitCode.USAGE
         return run_app(cfg, launch_now=True, restart=args.restart, watchdog=not args.no_watch)
     if args.dry_run:
         try:
             say(plan.describe(launch.make_plan(cfg)))
         except NodeError as exc:
             say(f"mntui: {exc}", err=True)
-            return EXIT_FAIL
-        return EXIT_OK
+            return ExitCode.FAILED
+        return ExitCode.OK
     t0 = time.time()
     try:
         result = launch.launch(cfg, on_event=printer(t0), restart=args.restart)
@@ -219,10 +227,10 @@ def cmd_launch(cfg: JobConfig, args: argparse.Namespace) -> int:
         say(f"mntui: launch failed: {exc.message}", err=True)
         if exc.details:
             say(exc.details, err=True)
-        return EXIT_FAIL
+        return ExitCode.FAILED
     except NodeError as exc:
         say(f"mntui: launch failed: {exc}", err=True)
-        return EXIT_FAIL
+        return ExitCode.FAILED
     say(
         f"launched {cfg.job} run {result.plan.run_id} on {result.plan.nnodes} node(s) "
         f"in {time.time() - t0:.1f}s; `mntui status`, `mntui logs -f`, `mntui kill`"
@@ -236,20 +244,17 @@ def cmd_launch(cfg: JobConfig, args: argparse.Namespace) -> int:
             f"(on failure: {cfg.watch.on_failure.value}); "
             f"--no-watch to go without"
         )
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def find_run(cfg: JobConfig, run_id: str | None) -> RunRecord:
-    from mntui.sessions.runs import latest, load_run
+    from mntui.sessions.runs import check_run_id, latest, load_run
 
-    record = load_run(cfg.job, run_id) if run_id else latest(cfg.job)
+    record = load_run(cfg.job, check_run_id(run_id)) if run_id else latest(cfg.job)
     if record is None:
-        raise ConfigError(
-            cfg.path,
-            None,
-            "",
-            f"no recorded run{' ' + run_id if run_id else ''} of job "
-            f"{cfg.job!r} on this machine (mntui launch records one)",
+        raise UsageError(
+            f"{cfg.path}: no recorded run{' ' + run_id if run_id else ''} of job "
+            f"{cfg.job!r} on this machine (mntui launch records one)"
         )
     return record
 
@@ -290,16 +295,15 @@ def cmd_kill(cfg: JobConfig, args: argparse.Namespace) -> int:
     for n in args.nodes:
         if not any(x.name == n for x in cfg.nodes):
             _unknown_node(cfg, n)
-    return EXIT_OK if run_kill(cfg, args.nodes or None, args.grace, time.time()) else EXIT_FAIL
+    return (
+        ExitCode.OK
+        if run_kill(cfg, args.nodes or None, args.grace, time.time())
+        else ExitCode.FAILED
+    )
 
 
 def _unknown_node(cfg: JobConfig, name: str) -> None:
-    raise ConfigError(
-        cfg.path,
-        None,
-        "",
-        f"unknown node {name!r}; nodes are " + ", ".join(n.name for n in cfg.nodes),
-    )
+    raise UsageError(f"unknown node {name!r}; nodes are " + ", ".join(n.name for n in cfg.nodes))
 
 
 def cmd_cleanup(cfg: JobConfig, args: argparse.Namespace) -> int:
@@ -318,16 +322,16 @@ def cmd_cleanup(cfg: JobConfig, args: argparse.Namespace) -> int:
                     say(f"{name}: {h.describe()}")
         if not holders:
             say(f"ports {', '.join(map(str, cfg.all_ports))} are free on every reachable node")
-            return EXIT_OK if all(o.ok for o in found.values()) else EXIT_FAIL
+            return ExitCode.OK if all(o.ok for o in found.values()) else ExitCode.FAILED
         if not args.yes:
             if not sys.stdin.isatty():
                 say("mntui: not a terminal; pass --yes to kill these holders", err=True)
-                return EXIT_FAIL
+                return ExitCode.FAILED
             if input("kill these processes (only your own)? [y/N] ").strip().lower() not in (
                 "y",
                 "yes",
             ):
-                return EXIT_FAIL
+                return ExitCode.FAILED
         freed = free_ports(cluster, holders, cfg.grace)
     ok = True
     for name, result in freed.items():
@@ -341,7 +345,7 @@ def cmd_cleanup(cfg: JobConfig, args: argparse.Namespace) -> int:
             + ("".join(f"\n{name}: still busy: {h.describe()}" for h in left))
         )
         ok = ok and not left
-    return EXIT_OK if ok else EXIT_FAIL
+    return ExitCode.OK if ok else ExitCode.FAILED
 
 
 def cmd_attach(cfg: JobConfig, args: argparse.Namespace) -> int:  # noqa: RET503 - execvp
@@ -354,7 +358,7 @@ def cmd_attach(cfg: JobConfig, args: argparse.Namespace) -> int:  # noqa: RET503
         import shlex
 
         say(shlex.join(argv))
-        return EXIT_OK
+        return ExitCode.OK
     sys.stdout.flush()
     os.execvp(argv[0], argv)
 
@@ -404,7 +408,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             result = launch.launch(cfg, on_event=printer(t0), restart=True, cluster=cluster)
         except launch.LaunchError as exc:
             say(f"mntui: demo launch failed: {exc}", err=True)
-            return EXIT_FAIL
+            return ExitCode.FAILED
         say(f"== launched in {time.time() - t0:.1f}s; training output:")
         offsets = {n.node: 0 for n in result.plan.nodes}
         splitters = {n.node: LineSplitter() for n in result.plan.nodes}
@@ -427,7 +431,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             say("== killing the demo")
             t1 = time.time()
             ok = run_kill(cfg, None, None, t1)
-    return EXIT_OK if ok and first_step is not None else EXIT_FAIL
+    return ExitCode.OK if ok and first_step is not None else ExitCode.FAILED
 
 
 if __name__ == "__main__":
