@@ -109,6 +109,7 @@ class WatchPolicy:
     frozen_after: float = 3.0  # a stop this short is a debugger (py-spy), not a hang
     unreachable_after: float = 30.0  # a node can miss polls while its sshd is busy
     interval: float = 1.0  # seconds between polls
+    capture_budget: float = 10.0  # seconds for py-spy stacks before a teardown; 0: none
 
 
 @dataclass(frozen=True)
@@ -177,6 +178,7 @@ WATCH_KEYS = {
     "frozen_after",
     "unreachable_after",
     "interval",
+    "capture_budget",
 }
 
 
@@ -450,6 +452,7 @@ def _build(doc: Document) -> JobConfig:
         stall_after=v.get(watch_raw, wp, "stall_after", v.number, d.stall_after),
         frozen_after=v.get(watch_raw, wp, "frozen_after", v.number, d.frozen_after),
         unreachable_after=v.get(watch_raw, wp, "unreachable_after", v.number, d.unreachable_after),
+        capture_budget=v.get(watch_raw, wp, "capture_budget", v.number, d.capture_budget),
         interval=max(0.1, v.get(watch_raw, wp, "interval", v.number, d.interval)),
     )
     ports: tuple[int, ...] = v.get(top, (), "ports", lambda x, p: v.list_of(x, p, v.port), ())

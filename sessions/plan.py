@@ -107,6 +107,7 @@ def build_plan(
             }
         )
         env.setdefault("PYTHONUNBUFFERED", "1")  # output goes through a pipe to the log
+        env.setdefault("PYTHONFAULTHANDLER", "1")  # a segfault prints the Python stack
         command = render_command(spec.command, values)
         session = tmux.session_name(cfg.job, spec.name)
         tag = run_tag(cfg.job, run_id, spec.name)

@@ -47,6 +47,8 @@ class RunStatus(StrEnum):
     KILLED = "killed"  # by the user: nobody restarts or reports it
     ABORTED = "aborted"  # the launch failed and stopped what it had started
     TORN_DOWN = "torn-down"  # the watchdog took it down
+    FINISHED = "finished"  # every node exited 0
+    FAILED = "failed"  # ended by itself, a node with a non-zero exit code
 
     @property
     def is_live(self) -> bool:
@@ -92,6 +94,7 @@ class RunRecord:
     ready_at: float | None = None
     finished_launch_at: float | None = None
     error: str | None = None
+    cause: str | None = None  # the failure report's headline, once there is one
     history: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod

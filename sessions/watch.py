@@ -3,7 +3,7 @@
 Without it a dead or frozen node leaves the others blocked in a collective for
 10-30 minutes (NCCL/gloo timeouts, torchrun's 900 s rendezvous timeout) with their
 GPUs held. `Judge` decides (pure, given snapshots and a clock); `Watchdog` polls,
-asks the judge, runs the cluster-wide kill and writes why into the run record. A
+asks the judge and has `teardown` act (stacks, kill, record, report). A
 lock in the run's state directory makes sure two watchdogs (a headless one and the
 app's) never both act.
 """
@@ -14,74 +14,22 @@ import fcntl
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from .config import Action, JobConfig, WatchPolicy
-from .errors import MntuiError, private_dir
+from .config import Action, JobConfig
+from .errors import MntuiError, log_exception, private_dir
 from .events import Event, Phase
-from .kill import kill_job, not_clean
-from .launch import log_tail
+from .judge import Judge, Trigger, trigger_kind
 from .poll import NodeSnapshot, Poller
+from .postmortem import Observations, make_report, observe
 from .remote import Cluster
+from .report import Ending
 from .runs import RunRecord, RunStatus, read_status
-from .states import NodeState, Verdict, derive
+from .states import NodeState, Verdict
+from .teardown import Teardown, teardown
 
-
-@dataclass(frozen=True)
-class Trigger:
-    node: str
-    state: NodeState
-    why: str
-    action: Action
-
-
-@dataclass
-class Judge:
-    """Turns a stream of snapshots into at most one decision per problem."""
-
-    policy: WatchPolicy
-    since: dict[str, tuple[NodeState, float]] = field(default_factory=dict)
-    notified: set[tuple[str, NodeState]] = field(default_factory=set)
-
-    def verdicts(self, snaps: dict[str, NodeSnapshot]) -> dict[str, Verdict]:
-        return {n: derive(s, self.policy.stall_after) for n, s in snaps.items()}
-
-    def judge(
-        self, snaps: dict[str, NodeSnapshot], now: float
-    ) -> tuple[dict[str, Verdict], list[Trigger]]:
-        verdicts = self.verdicts(snaps)
-        triggers: list[Trigger] = []
-        for node, v in verdicts.items():
-            prev = self.since.get(node)
-            start = prev[1] if prev and prev[0] is v.state else now
-            self.since[node] = (v.state, start)
-            held = now - start
-            p = self.policy
-            failing = (
-                v.state in (NodeState.FAILED, NodeState.ORPHANED)
-                or (v.state is NodeState.FROZEN and held >= p.frozen_after)
-                or (v.state is NodeState.UNREACHABLE and held >= p.unreachable_after)
-            )
-            if failing:
-                action = p.on_failure
-            elif v.state is NodeState.STALLED:
-                action = p.on_stall
-            else:
-                continue
-            if action is Action.NOTIFY and (node, v.state) in self.notified:
-                continue
-            self.notified.add((node, v.state))
-            triggers.append(Trigger(node, v.state, v.why, action))
-        # A failure only matters while something else still runs (or holds resources).
-        if not any(v.state.is_active for v in verdicts.values()):
-            triggers = [t for t in triggers if t.action is Action.NOTIFY]
-        return verdicts, triggers
-
-
-def _trigger_kind(t: Trigger) -> str:
-    return "stall" if t.state is NodeState.STALLED else "failure"
+__all__ = ["Judge", "LockHeld", "Teardown", "Trigger", "Watchdog", "acquire_lock", "teardown"]
 
 
 class LockHeld(MntuiError):
@@ -124,6 +72,7 @@ class Watchdog:
         self.judge = Judge(cfg.watch)
         self.poller = Poller(record, cluster)
         self.poller.tail_from_end()
+        self.obs = Observations()
 
     def stood_down(self) -> bool:
         """A user's `mntui kill` (or an ended run) makes this watchdog leave quietly. A
@@ -134,6 +83,7 @@ class Watchdog:
     def step(self) -> tuple[dict[str, Verdict], Trigger | None]:
         snaps = self.poller.poll()
         verdicts, triggers = self.judge.judge(snaps, time.monotonic())
+        observe(self.obs, snaps, verdicts)
         if self.on_snapshots:
             self.on_snapshots(snaps, verdicts)
         for t in triggers:
@@ -143,14 +93,40 @@ class Watchdog:
                         t.node,
                         self.record.node(t.node).rank,
                         Phase.NOTICE,
-                        f"{t.state.value}: {t.why} (on_{_trigger_kind(t)}: notify)",
+                        f"{t.state.value}: {t.why} (on_{trigger_kind(t)}: notify)",
                     )
                 )
         fatal = next((t for t in triggers if t.action is Action.KILL_ALL), None)
         return verdicts, fatal
 
-    def teardown(self, t: Trigger) -> bool:
-        return teardown(self.cfg, self.record, self.cluster, t, self.on_event)
+    def teardown(self, t: Trigger) -> Teardown:
+        return teardown(self.cfg, self.record, self.cluster, t, self.on_event, self.obs)
+
+    def finish(self, verdicts: dict[str, Verdict]) -> None:
+        """The job ended by itself: record how, with a report when a node failed."""
+        failed = [n for n, v in verdicts.items() if v.state is NodeState.FAILED]
+        finished = any(v.state is NodeState.FINISHED for v in verdicts.values())
+        status = RunStatus.FAILED if failed else RunStatus.FINISHED if finished else None
+        if status is not None:
+
+            def ended(r: RunRecord) -> None:
+                if r.status.is_live:
+                    r.status = status
+
+            self.record.update(ended)
+        text = f"job is no longer running ({status.value if status else 'no exit code'})"
+        if failed:
+            built = None
+            try:
+                built = make_report(
+                    self.cfg, self.record, self.cluster, self.obs, trigger=None, taken=None,
+                    ended_at=time.time(), ending=Ending.ENDED,
+                )  # fmt: skip
+            except Exception as exc:
+                log_exception(f"report of {self.record.job} {self.record.run_id}", exc)
+            if built is not None:
+                text += f"; report: {built.headline}"
+        self.on_event(Event(None, None, Phase.KILLED, text + "; watchdog exits"))
 
     def run(self, stop: Callable[[], bool] = lambda: False) -> Trigger | None:
         """Watch until the job ends or is torn down; returns what tore it down, if anything."""
@@ -165,58 +141,10 @@ class Watchdog:
                 return fatal
             idle = idle + 1 if not any(v.state.is_active for v in verdicts.values()) else 0
             if idle >= 2:
-                self.on_event(
-                    Event(None, None, Phase.KILLED, "job is no longer running; watchdog exits")
-                )
+                self.finish(verdicts)
                 return None
             time.sleep(max(0.0, self.cfg.watch.interval - (time.monotonic() - t0)))
         return None
-
-
-def teardown(
-    cfg: JobConfig,
-    record: RunRecord,
-    cluster: Cluster,
-    t: Trigger,
-    on_event: Callable[[Event], None] = lambda e: None,
-) -> bool:
-    """Kill the whole job because of `t`, and write why into the run record."""
-    rank = record.node(t.node).rank
-    on_event(
-        Event(
-            t.node,
-            rank,
-            Phase.KILLING,
-            f"watchdog: {t.state.value} ({t.why}); tearing the job down",
-        )
-    )
-    last = (
-        log_tail(cluster.nodes[t.node], record.node(t.node).run_dir)
-        if t.state is not NodeState.UNREACHABLE
-        else ""
-    )
-    started = time.time()
-    results = kill_job(cfg, cluster, on_event=on_event)
-    # An unreachable culprit cannot be killed: the others being clean is what counts.
-    dirty = [n for n in not_clean(results) if n != t.node or t.state is not NodeState.UNREACHABLE]
-
-    def torn_down(r: RunRecord) -> None:
-        if r.status.is_live:  # a user's kill that got there first keeps its word
-            r.status = RunStatus.TORN_DOWN
-        r.error = f"{t.node} {t.state.value}: {t.why}"
-        r.note(
-            "watchdog-teardown",
-            node=t.node,
-            state=t.state.value,
-            why=t.why,
-            last_lines=last.splitlines()[-20:],
-            kill_seconds=round(time.time() - started, 3),
-            clean=not dirty,
-            results={n: (o.value.summary() if o.value else o.error) for n, o in results.items()},
-        )
-
-    record.update(torn_down)
-    return not dirty
 
 
 def watch_session_name(job: str) -> str:

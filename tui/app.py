@@ -24,6 +24,7 @@ from mntui.sessions.config import JobConfig
 from mntui.sessions.events import Event
 from mntui.sessions.logs import LineSplitter
 from mntui.sessions.poll import NodeSnapshot, Poller
+from mntui.sessions.postmortem import Observations, observe
 from mntui.sessions.remote import Cluster
 from mntui.sessions.runs import RunRecord, latest
 from mntui.sessions.states import Verdict
@@ -94,6 +95,7 @@ class MntuiApp(Operations):
         self.cluster: Cluster | None = None
         self.poller: Poller | None = None
         self.judge = Judge(cfg.watch)
+        self.obs = Observations()
         self.lock: IO[str] | None = None
         self.watcher = "none"  # who watches the run: "here", "headless (pid N)" or "none"
         self.busy: str | None = None  # launch / kill / cleanup in progress
@@ -159,6 +161,7 @@ class MntuiApp(Operations):
         self.poller = Poller(record, self.cluster)
         self.poller.start_near_end(START_BACK)
         self.judge = Judge(self.cfg.watch)
+        self.obs = Observations()
         self.release_lock()
         if watch_here and record.status.is_live:
             try:
@@ -221,6 +224,7 @@ class MntuiApp(Operations):
                 return
         if message.snaps:
             verdicts, triggers = self.judge.judge(message.snaps, time.monotonic())
+            observe(self.obs, message.snaps, verdicts)
             for name, v in verdicts.items():
                 self.views[name].verdict = v
             if self.busy != "kill":  # a kill in progress looks like failures; it is not one
@@ -252,10 +256,9 @@ class MntuiApp(Operations):
     @work(thread=True, exclusive=True, group="ops", exit_on_error=False)
     def teardown(self, trigger: Trigger) -> None:
         assert self.cluster is not None and self.record is not None
-        clean = teardown(self.cfg, self.record, self.cluster, trigger, self.post_event)
-        self.post_message(
-            KillDone(clean, f"watchdog tore the job down: {trigger.node} {trigger.state.value}")
-        )
+        done = teardown(self.cfg, self.record, self.cluster, trigger, self.post_event, self.obs)
+        why = done.report.headline if done.report else f"{trigger.node} {trigger.state.value}"
+        self.post_message(KillDone(done.clean, f"watchdog tore the job down: {why}"))
 
     # -- launch / kill / cleanup -----------------------------------------------------
     def post_event(self, event: Event) -> None:

@@ -1,0 +1,161 @@
+"""Failure reports on real sshd nodes with real torchrun: which rank broke first, and
+why, with the stacks of hung ranks taken before the teardown."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakecluster import FakeCluster, alive, cmdline, pids_with_env, wait_for
+from helpers import REPO, Cfg, free_port, step_count
+
+from mntui.sessions.runs import latest
+
+FAULTY = REPO / "tests" / "jobs" / "faulty_train.py"
+
+
+def line_of(text: str) -> int:
+    return next(i for i, ln in enumerate(FAULTY.read_text().splitlines(), 1) if text in ln)
+
+
+def faulty_job(job: str, work: Path, port: int, args: str, extra: str = "") -> str:
+    return f"""
+    job: {job}
+    nodes: [node0, node1]
+    workdir: {work}
+    master_port: {port}
+    env: {{OMP_NUM_THREADS: "1"}}
+    command: >-
+      exec python3 -m torch.distributed.run --nnodes={{nnodes}} --node_rank={{node_rank}}
+      --nproc_per_node={{nproc_per_node}} --master_addr={{master_addr}} --master_port={{master_port}}
+      faulty_train.py {args}
+    launch: {{ready_timeout: 90}}
+    kill: {{grace: 3}}
+    {extra}
+    """
+
+
+def launch_faulty(fake: FakeCluster, cfg: Cfg, job: str, args: str, extra: str = "") -> Path:
+    work = cfg.tmp / "work"
+    work.mkdir(exist_ok=True)
+    shutil.copy(FAULTY, work / "faulty_train.py")
+    path = cfg.write(faulty_job(job, work, free_port(), args, extra))
+    res = cfg.mntui(path, "launch", "--no-ui", watch=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return path
+
+
+def tagged(job: str, node: str | None = None) -> list[int]:
+    return alive(pids_with_env(f"MNTUI_RUN={re.escape(job)}/[^/]+/{node or '[^/]+'}"))
+
+
+def saved_report(job: str, timeout: float = 60) -> dict[str, Any]:
+    def ready() -> dict[str, Any] | None:
+        rec = latest(job)
+        path = rec.dir / "report.json" if rec else None
+        return json.loads(path.read_text()) if path and path.exists() else None
+
+    report = wait_for(ready, timeout, interval=0.2, what=f"the report of {job}")
+    assert isinstance(report, dict)
+    return report
+
+
+def node_of(report: dict[str, Any], node: str) -> dict[str, Any]:
+    return next(n for n in report["nodes"] if n["node"] == node)
+
+
+def test_oom_on_node1_is_named_first_and_node0_is_a_consequence(
+    fake: FakeCluster, cfg: Cfg
+) -> None:
+    job = "room"
+    launch_faulty(fake, cfg, job, "--fail-rank 1 --fail-step 3 --how oom")
+    report = saved_report(job)
+    node1 = node_of(report, "node1")
+    assert report["cause_node"] == "node1", report["headline"]
+    assert node1["finding"]["cause"] == "cuda-oom", node1["finding"]
+    assert node1["finding"]["location"] == f"faulty_train.py:{line_of('raise RuntimeError(')}"
+    assert report["headline"].startswith("node1 rank 1 failed first at "), report["headline"]
+    assert "CUDA out of memory" in report["headline"]
+    assert any(c.startswith("node0 ") for c in report["consequences"]), report
+    wait_for(lambda: not tagged(job), 30, what="the job gone")
+    text = (latest(job).dir / "report.txt").read_text()  # type: ignore[union-attr]
+    assert text.splitlines()[0] == report["headline"] and "consequences (not causes):" in text
+    print(f"\nREPORT (oom):\n{text[:1500]}")
+
+
+def test_frozen_worker_report_has_stacks_and_teardown_waits_at_most_the_budget(
+    fake: FakeCluster, cfg: Cfg
+) -> None:
+    job = "rfrozen"
+    launch_faulty(fake, cfg, job, "", extra="watch: {frozen_after: 1, capture_budget: 8}")
+    wait_for(
+        lambda: all(step_count(fake.node(n).log(job)) >= 2 for n in ("node0", "node1")),
+        60,
+        what="both nodes training",
+    )
+    worker = next(
+        p
+        for p in tagged(job, "node1")
+        if "faulty_train.py" in cmdline(p) and "torch" not in cmdline(p)
+    )
+    os.kill(worker, signal.SIGSTOP)
+    frozen_at = time.time()
+    wait_for(lambda: not tagged(job), 40, what="whole job down")
+    down = time.time() - frozen_at
+    report = saved_report(job, 30)
+    done = time.time() - frozen_at
+    stacks = {s["node"]: s for n in report["nodes"] for s in n["stacks"]}
+    assert stacks["node1"]["state"] == "T" and stacks["node1"]["rank"] == 1
+    live = stacks["node0"]
+    assert live["rank"] == 0 and any(f["name"] == "all_reduce" for f in live["frames"]), live
+    text = (latest(job).dir / "report.txt").read_text()  # type: ignore[union-attr]
+    all_reduce = f"faulty_train.py:{line_of('dist.all_reduce(metric)')}"
+    assert f"node0 rank 0 (pid {live['pid']}): waiting in `all_reduce` ({all_reduce})" in text
+    assert f"node1 rank 1 (pid {stacks['node1']['pid']}): stopped (state T)" in text
+    assert report["headline"].startswith("node1 (node rank 1) froze first"), report["headline"]
+    note = next(h for h in latest(job).history if h["what"] == "watchdog-teardown")  # type: ignore[union-attr]
+    assert note["stack_seconds"] is not None and note["stack_seconds"] <= 8 + 1
+    print(
+        f"\nMEASURED frozen worker -> whole job down {down:.2f}s, report complete {done:.2f}s "
+        f"(stacks {note['stack_seconds']}s, kill {note['kill_seconds']}s)\nREPORT (frozen):\n{text}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("how", "expect"),
+    [
+        ("exit3", r"exit(code)? 3|exitcode 3|exit code 3"),
+        ("segv", r"[Ss]egmentation fault|SIGSEGV"),
+    ],
+)
+def test_exit_code_and_segfault_give_the_right_cause(
+    fake: FakeCluster, cfg: Cfg, how: str, expect: str
+) -> None:
+    job = f"r{how}"
+    launch_faulty(fake, cfg, job, f"--fail-rank 1 --fail-step 2 --how {how}")
+    report = saved_report(job)
+    assert report["cause_node"] == "node1", report["headline"]
+    assert re.search(expect, report["cause"]), report["cause"]
+    if how == "segv":  # faulthandler (PYTHONFAULTHANDLER=1 by default) named the line
+        assert (
+            f"faulty_train.py:{line_of('os.kill(os.getpid(), signal.SIGSEGV)')}" in report["cause"]
+        )
+
+
+def test_launcher_sigkill_is_named(fake: FakeCluster, cfg: Cfg) -> None:
+    job = "rlauncher"
+    launch_faulty(fake, cfg, job, "")
+    wait_for(lambda: step_count(fake.node("node1").log(job)) >= 1, 60, what="node1 training")
+    launcher = next(p for p in tagged(job, "node1") if "torch.distributed.run" in cmdline(p))
+    os.kill(launcher, signal.SIGKILL)
+    report = saved_report(job)
+    assert report["cause_node"] == "node1", report["headline"]
+    assert re.match(r"node1 \(node rank 1\) (lost its launcher|failed) first", report["headline"])
+    assert "launcher" in report["cause"] or "SIGKILL" in report["cause"], report["cause"]
