@@ -15,112 +15,20 @@ import itertools
 import re
 import signal
 from collections.abc import Sequence
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import NamedTuple
+
+from .logrules import ANY_NEEDLE, RULES, Cause, Finding, Rule
 
 __all__ = ["RULES", "Cause", "Finding", "Rule", "classify", "first_error"]
 
 MAX_LINES = 20_000
 MAX_LINE_CHARS = 4_000
+# Regex scans run at ~10-50 MB/s: cap the text looked at so a hostile log can't stall a poll.
+MAX_TOTAL_CHARS = 4_000_000
 MAX_MESSAGE_CHARS = 300
 DEDUP_WINDOW = 500  # a repeat of a cause for the same rank this close is the same event
 MAX_BLOCK_LINES = 400  # a traceback or torchrun table longer than this is noise, not one block
 
-
-class Cause(StrEnum):
-    CUDA_OOM = "cuda-oom"
-    NCCL_ERROR = "nccl-error"
-    NCCL_TIMEOUT = "nccl-timeout"
-    NCCL_REMOTE = "nccl-remote-exited"
-    GLOO_CONNECTION = "gloo-connection"
-    RENDEZVOUS = "rendezvous"
-    ADDRESS_IN_USE = "address-in-use"
-    SEGFAULT = "segfault"
-    FATAL_PYTHON = "fatal-python-error"
-    KILLED_OOM = "killed-oom"
-    SIGNAL = "signal"
-    TRACEBACK = "python-exception"
-
-
-@dataclass(frozen=True)
-class Finding:
-    cause: Cause
-    summary: str
-    exception: str | None
-    message: str | None
-    location: str | None
-    line: int
-    rank: int | None
-    secondary: bool
-
-
-@dataclass(frozen=True)
-class Rule:
-    """A known failure text.
-
-    `needles` are plain substrings of which the text must hold one: `str` search is far
-    faster than a regex, and 20,000 hostile 4,000-char lines must not stall the TUI. `pattern`
-    then decides (by default: any needle); `detail` only extracts groups for `summary`, whose
-    `{group}`s are filled and whose `[parts]` are dropped when their groups did not match.
-    """
-
-    needles: tuple[str, ...]
-    pattern: re.Pattern[str]
-    cause: Cause
-    secondary: bool
-    summary: str
-    detail: re.Pattern[str] | None = None
-
-
-def _rule(
-    needles: str, cause: Cause, secondary: bool, summary: str, detail: str = "", pattern: str = ""
-) -> Rule:
-    words = tuple(needles.split("|"))
-    regex = re.compile(pattern or "|".join(map(re.escape, words)))
-    return Rule(words, regex, cause, secondary, summary, re.compile(detail) if detail else None)
-
-
-# The first rule that matches wins, so the more specific texts come first.
-RULES: tuple[Rule, ...] = (
-    _rule("CUDA out of memory|OutOfMemoryError|CUDA error: out of memory", Cause.CUDA_OOM, False,
-          "CUDA out of memory[, tried to allocate {size}]",
-          detail=r"Tried to allocate (?P<size>[\d.]+ ?[KMGTPE]?i?B)"),
-    _rule("Out of memory: Kill|Memory cgroup out of memory: Kill", Cause.KILLED_OOM, False,
-          "kernel OOM killer killed {comm} (pid {pid})",
-          detail=r"process (?P<pid>\d+) \((?P<comm>[^)]*)\)"),
-    # Not on warnings: torch warns once per address family, NCCL on harmless probes.
-    _rule("EADDRINUSE|ddress already in use|failed to listen on any local network",
-          Cause.ADDRESS_IN_USE, False, "address already in use[ (port {port})]",
-          detail=r"(?:port: |\]:)(?P<port>\d+)", pattern=r"^(?!.*(?:NCCL WARN|\[W[\d ]))"),
-    _rule("Watchdog caught collective operation timeout", Cause.NCCL_TIMEOUT, True,
-          "NCCL collective[ {op}] timed out[ after {ms} ms]",
-          detail=r"OpType=(?P<op>\w+)[^)]*\)(?: ran for (?P<ms>\d+) milliseconds)?"),
-    _rule("remote process exited|ncclRemoteError|Connection closed by remote peer",
-          Cause.NCCL_REMOTE, True, "NCCL peer exited or the network failed"),
-    _rule("NCCL error|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclInvalidUsage"
-          "|ncclInvalidArgument|DistBackendError:", Cause.NCCL_ERROR, False, "NCCL error[: {what}]",
-          detail=r"(?P<what>unhandled \w+ error|invalid usage|internal error)"),
-    _rule("Connection closed by peer|Connection reset by peer|Timed out waiting",
-          Cause.GLOO_CONNECTION, True, "gloo: connection to a peer lost[ ({how})]",
-          detail=r"(?P<how>closed|reset|Timed out)", pattern="gloo"),
-    _rule("RendezvousClosedError", Cause.RENDEZVOUS, True, "rendezvous closed by another node"),
-    _rule("RendezvousTimeoutError", Cause.RENDEZVOUS, False,
-          "rendezvous timed out: not all nodes joined"),
-    _rule("RendezvousConnectionError|DistStoreError|client socket has timed out after",
-          Cause.RENDEZVOUS, False, "cannot reach the rendezvous store"),
-    _rule("elastic.rendezvous|Rendezvous", Cause.RENDEZVOUS, False, "rendezvous failed",
-          pattern=r"elastic\.rendezvous|Rendezvous\w*Error"),
-    _rule("Segmentation fault|SIGSEGV|exitcode: -11)", Cause.SEGFAULT, False,
-          "segmentation fault"),
-    _rule("Fatal Python error: ", Cause.FATAL_PYTHON, False, "fatal Python error: {what}",
-          detail=r"Fatal Python error: (?P<what>.+)"),
-    _rule("Signal 15 (SIGTERM) received|exitcode: -15)|Signals.SIGTERM|closing signal SIGTERM",
-          Cause.SIGNAL, True, "terminated by SIGTERM (stopped by the launcher)"),
-    _rule("received by PID|failed (exitcode: -|<Signals.SIG|killed by signal|return code = -"
-          "|got signal: ", Cause.SIGNAL, False, "killed by a signal[ ({sig})]",
-          detail=r"(?P<sig>SIG[A-Z]+|(?<=exitcode: )-\d+|(?<=signal: )\w+|(?<== )-\d+)"),
-)  # fmt: skip
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _PREFIX = re.compile(r"^.{0,120}?\[(?P<kind>rank|default)(?P<num>\d+)\]: ?")
@@ -179,12 +87,16 @@ def first_error(lines: Sequence[str]) -> Finding | None:
 def _streams(lines: Sequence[object]) -> dict[str | None, list[_Line]]:
     """Split by rank prefix: interleaved ranks would otherwise splice their tracebacks."""
     streams: dict[str | None, list[_Line]] = {}
+    budget = MAX_TOTAL_CHARS
     for no, raw in enumerate(itertools.islice(lines, MAX_LINES)):
+        if budget <= 0:
+            break
         item = (
             raw[: MAX_LINE_CHARS * 4].decode("utf-8", "replace") if isinstance(raw, bytes) else raw
         )
         text = str(item)[: MAX_LINE_CHARS * 2]
         text = (_ANSI.sub("", text) if "\x1b" in text else text)[:MAX_LINE_CHARS].rstrip("\n")
+        budget -= len(text) + 1
         for segment in text.split("\r"):  # a progress bar redraws; every state may matter
             prefix = _PREFIX.match(segment)
             body = segment[prefix.end() :] if prefix else segment
@@ -208,10 +120,12 @@ def _scan(stream: list[_Line]) -> list[_Hit]:
         elif text.rstrip().endswith(("FAILED", ":")) and _BLOCK_START.match(text.strip()):
             fields, end = _parse_block(stream, i)
             hit = _block_hit(stream[i], fields, None)
-        if hit is None:  # not a block after all: judge the line alone
-            hit, end = _line_hit(stream[i]), i + 1
-        hits += [hit] if hit else []
-        i = max(end, i + 1)
+        end = max(end, i + 1)
+        if hit is None:  # not a finding as a block: judge each of its lines alone
+            hits += [h for line in stream[i:end] if (h := _line_hit(line))]
+        else:
+            hits.append(hit)
+        i = end
     return hits
 
 
@@ -327,6 +241,8 @@ def _line_hit(line: _Line) -> _Hit | None:
 
 
 def _match(text: str) -> tuple[Rule, str] | None:
+    if not ANY_NEEDLE.search(text):  # one pass over the line instead of one per needle
+        return None
     for rule in RULES:
         if any(n in text for n in rule.needles) and (m := rule.pattern.search(text)):
             extra = rule.detail.search(text) if rule.detail else None

@@ -1,0 +1,95 @@
+"""The restart policy's decisions: causes, exit codes, backoff, give-up, reset, spares."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from mntui.sessions.config import parse_config
+from mntui.sessions.restart import (
+    AttemptEnd,
+    RestartPolicy,
+    decide,
+    repeat_culprit,
+    swap_in_spare,
+)
+from mntui.sessions.states import NodeState
+
+F, FROZEN, STALLED = NodeState.FAILED, NodeState.FROZEN, NodeState.STALLED
+POLICY = RestartPolicy(max=2, backoff=5, backoff_max=12)
+
+
+def ended(n: int, state: NodeState = F, codes: tuple[int, ...] = (1,), **kw: object) -> AttemptEnd:
+    return AttemptEnd(n, f"run{n}", state, kw.pop("culprit", "g1"), codes, **kw)  # type: ignore[arg-type]
+
+
+def test_backoff_doubles_up_to_the_cap_then_gives_up_after_max() -> None:
+    h = [ended(0)]
+    assert decide(POLICY, h).restart and decide(POLICY, h).delay == 5
+    h.append(ended(1))
+    assert decide(POLICY, h).delay == 10 and decide(POLICY, h).why == "restart 2/2"
+    h.append(ended(2))
+    d = decide(POLICY, h)
+    assert not d.restart and d.gave_up and d.why == "gave up after 2 restart(s) in a row"
+    assert decide(RestartPolicy(max=9, backoff=5, backoff_max=12), [*h, ended(3)]).delay == 12
+
+
+@pytest.mark.parametrize(
+    ("end", "policy", "why"),
+    [
+        (ended(0), RestartPolicy(), "restart is off (restart.max is 0)"),
+        (ended(0, STALLED, ()), POLICY, "stalled is not in restart.on"),
+        (ended(0, F, (0,)), POLICY, "the job exited 0"),
+        (ended(0, F, (2,)), POLICY, "exit code 2 is in restart.not_on"),
+        (ended(0, F, (127,)), POLICY, "exit code 127 is in restart.not_on"),
+        (ended(0, F, (1,)), RestartPolicy(max=1, exit_codes=frozenset({3})),
+         "exit code 1 is not in restart.exit_codes"),
+        (ended(0, F, (3,)), RestartPolicy(max=1, not_on=frozenset({3})),
+         "exit code 3 is in restart.not_on"),
+    ],
+)  # fmt: skip
+def test_what_is_never_restarted(end: AttemptEnd, policy: RestartPolicy, why: str) -> None:
+    d = decide(policy, [end])
+    assert not d.restart and not d.gave_up and d.why == why
+
+
+def test_allowed_causes_and_codes_restart() -> None:
+    assert decide(POLICY, [ended(0, FROZEN, ())]).restart
+    assert decide(RestartPolicy(max=1, exit_codes=frozenset({3})), [ended(0, F, (3,))]).restart
+    on_stall = RestartPolicy(max=1, on=frozenset({STALLED}))
+    assert decide(on_stall, [ended(0, STALLED, ())]).restart
+
+
+def test_progress_for_reset_after_forgets_earlier_failures() -> None:
+    policy = RestartPolicy(max=2, backoff=5, reset_after=60)
+    h = [ended(0), ended(1), ended(2, progressed_for=61.0)]
+    d = decide(policy, h)
+    assert d.restart and d.counted == 1 and d.delay == 5
+    assert not decide(RestartPolicy(max=2, reset_after=0), h).restart
+
+
+CFG = textwrap.dedent("""
+    job: j
+    nodes: [g1, g2, g3]
+    master_addr: 10.0.0.1
+    command: run
+""")
+
+
+def test_a_node_that_broke_twice_is_swapped_for_a_spare_keeping_ranks() -> None:
+    cfg = parse_config(CFG)
+    spares = parse_config(CFG.replace("[g1, g2, g3]", "[s1, s2]")).nodes
+    assert repeat_culprit([ended(0, culprit="g2"), ended(1, culprit="g2")]) == "g2"
+    assert repeat_culprit([ended(0, culprit="g2"), ended(1, culprit="g3")]) is None
+    assert repeat_culprit([ended(0, culprit="g2")]) is None
+    swapped = swap_in_spare(cfg, spares, "g2")
+    assert swapped is not None
+    new, spare = swapped
+    assert [(n.name, n.rank) for n in new.nodes] == [("g1", 0), ("s1", 1), ("g3", 2)]
+    assert spare.name == "s1" and new.main == "g1" and new.master_addr == "10.0.0.1"
+    again = swap_in_spare(new, spares, "g1")  # the main: the spare becomes rank 0 and main
+    assert again is not None
+    assert [(n.name, n.rank) for n in again[0].nodes] == [("s2", 0), ("s1", 1), ("g3", 2)]
+    assert again[0].main == "s2" and again[0].master_addr is None  # follows the new main
+    assert swap_in_spare(again[0], spares, "g3") is None  # no spare left
