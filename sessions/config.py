@@ -32,7 +32,15 @@ __all__ = [
     "parse_config",
 ]
 
-TEMPLATE_FIELDS = ("node_rank", "nnodes", "master_addr", "master_port", "nproc_per_node", "node")
+TEMPLATE_FIELDS = (
+    "node_rank",
+    "nnodes",
+    "master_addr",
+    "master_port",
+    "nproc_per_node",
+    "node",
+    "restart_count",
+)
 # Hosts that run through a local runner, without SSH.
 LOCAL_HOSTS = frozenset({"local", "localhost"})
 
@@ -49,6 +57,7 @@ RESERVED_ENV = frozenset(
         "WORLD_SIZE",
         "MNTUI_RUN",
         "MNTUI_RUN_DIR",
+        "MNTUI_RESTART_COUNT",
     }
 )
 
@@ -112,6 +121,23 @@ class WatchPolicy:
     capture_budget: float = 10.0  # seconds for py-spy stacks before a teardown; 0: none
 
 
+RESTARTABLE = ("failed", "orphaned", "frozen", "unreachable", "stalled")
+# argparse's usage error, launch.sh's failed `cd`, "not executable", "not found":
+# relaunching the same command cannot fix them.
+USAGE_EXIT_CODES = frozenset({2, 97, 126, 127})
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    max: int = 0  # 0: never restart
+    backoff: float = 10.0  # the first delay; it doubles up to backoff_max
+    backoff_max: float = 300.0
+    on: frozenset[str] = frozenset(RESTARTABLE) - {"stalled"}
+    exit_codes: frozenset[int] | None = None  # restart only on these
+    not_on: frozenset[int] = USAGE_EXIT_CODES
+    reset_after: float = 1800.0  # progress for this long forgets earlier failures; 0: never
+
+
 @dataclass(frozen=True)
 class JobConfig:
     path: str
@@ -126,6 +152,8 @@ class JobConfig:
     grace: float = 5.0
     ssh: SshPolicy = field(default_factory=SshPolicy)
     watch: WatchPolicy = field(default_factory=WatchPolicy)
+    restart: RestartPolicy = field(default_factory=RestartPolicy)
+    spares: tuple[NodeSpec, ...] = ()  # nodes that replace one that broke twice in a row
 
     @property
     def main_node(self) -> NodeSpec:

@@ -235,9 +235,7 @@ def stop_job(
 ) -> GroupResult[KillReport]:
     """A user's kill (CLI `kill`, the app's K): mark the run first, so its watchdog stands
     down instead of reporting the kill as a failure, then kill."""
-    from .runs import RunRecord, RunStatus, latest
-
-    record = latest(cfg.job)
+    from .runs import RunRecord, RunStatus, live_runs
 
     def killing(r: RunRecord) -> None:
         if r.status.is_live:
@@ -248,9 +246,10 @@ def stop_job(
         if r.status.is_stopping:
             r.status = RunStatus.KILLED
 
-    if record is not None and names is None:
+    marked = live_runs(cfg.job) if names is None else []
+    for record in marked:  # the latest, and a restart chain waiting in its backoff
         record.update(killing)
     results = kill_job(cfg, cluster, names=names, grace=grace, on_event=on_event)
-    if record is not None and record.status.is_stopping:
+    for record in marked:
         record.update(killed)
     return results

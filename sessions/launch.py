@@ -71,8 +71,20 @@ def local_env(cfg: JobConfig) -> dict[str, dict[str, str]]:
     return {n.name: keep for n in cfg.nodes if n.is_local}
 
 
-def make_plan(cfg: JobConfig, run_id: str | None = None) -> Plan:
-    return build_plan(cfg, run_id or new_run_id(), master_addr(cfg), local_env(cfg))
+def make_plan(cfg: JobConfig, run_id: str | None = None, restart_count: int = 0) -> Plan:
+    return build_plan(
+        cfg, run_id or new_run_id(), master_addr(cfg), local_env(cfg), restart_count=restart_count
+    )
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """Which attempt of a restart chain a launch is: the supervisor's relaunches pass
+    one, so the run record links to the chain and the job learns its restart count."""
+
+    number: int
+    chain: str
+    earlier: tuple[dict[str, object], ...] = ()
 
 
 def preflight_script(cfg: JobConfig, node: str, check_ports: bool) -> str:
@@ -176,23 +188,34 @@ def launch(
     restart: bool = False,
     cluster: Cluster | None = None,
     plan: Plan | None = None,
+    attempt: Attempt | None = None,
 ) -> LaunchResult:
     """Launch the job; raises LaunchError with nothing of this run left running."""
     own = cluster is None
     cluster = cluster or Cluster(cfg.nodes, cfg.ssh)
+    count = attempt.number if attempt is not None else 0
     try:
-        return _launch(cfg, cluster, on_event, restart, plan or make_plan(cfg))
+        plan = plan or make_plan(cfg, restart_count=count)
+        return _launch(cfg, cluster, on_event, restart, plan, attempt)
     finally:
         if own:
             cluster.close()
 
 
 def _launch(
-    cfg: JobConfig, cluster: Cluster, on_event: EventSink, restart: bool, plan: Plan
+    cfg: JobConfig,
+    cluster: Cluster,
+    on_event: EventSink,
+    restart: bool,
+    plan: Plan,
+    attempt: Attempt | None,
 ) -> LaunchResult:
     _connect(cluster, plan, on_event)
     _check_nodes(cfg, cluster, plan, restart, on_event)
     record = RunRecord.from_plan(plan, cfg.path)
+    record.chain = attempt.chain if attempt is not None else plan.run_id
+    record.attempt = attempt.number if attempt is not None else 0
+    record.attempts = [dict(e) for e in attempt.earlier] if attempt is not None else []
     record.create()
     started: dict[str, float] = {}
     attempted: list[str] = []  # an interrupted start may have started the node: abort kills it too

@@ -82,6 +82,8 @@ def build_plan(
     run_id: str,
     master_addr: str,
     extra_env: Mapping[str, Mapping[str, str]] | None = None,
+    *,
+    restart_count: int = 0,
 ) -> Plan:
     """`extra_env` adds per-node variables mntui decides at launch (e.g. PATH of a local node)."""
     nnodes = len(cfg.nodes)
@@ -95,6 +97,7 @@ def build_plan(
             "master_port": cfg.master_port,
             "nproc_per_node": cfg.nproc_per_node,
             "node": spec.name,
+            "restart_count": restart_count,
         }
         env = {**(extra_env or {}).get(spec.name, {}), **spec.env}
         env.update(
@@ -104,6 +107,7 @@ def build_plan(
                 "MASTER_ADDR": master_addr,
                 "MASTER_PORT": str(cfg.master_port),
                 "WORLD_SIZE": str(world),
+                "MNTUI_RESTART_COUNT": str(restart_count),
             }
         )
         env.setdefault("PYTHONUNBUFFERED", "1")  # output goes through a pipe to the log

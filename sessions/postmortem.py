@@ -38,6 +38,7 @@ class Observations:
     offsets: dict[str, float] = field(default_factory=dict)  # node clock - local clock
     states: dict[str, NodeState] = field(default_factory=dict)
     progress: str = ""
+    last_output: float | None = None  # local time any node's log last grew
 
     def saw(self, node: str, state: NodeState, why: str, at: float) -> None:
         if self.states.get(node) is not state:
@@ -59,6 +60,8 @@ def observe(
             obs.clock(node, snap.node_time, snap.at - snap.rtt / 2)
         if node in verdicts:
             obs.saw(node, verdicts[node].state, verdicts[node].why, now)
+        if snap.new_output:
+            obs.last_output = now
 
 
 @dataclass(frozen=True)

@@ -14,30 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from .config import JobConfig, NodeSpec
+from .config import JobConfig, NodeSpec, RestartPolicy
 from .states import NodeState
-
-RESTARTABLE = (
-    NodeState.FAILED,
-    NodeState.ORPHANED,
-    NodeState.FROZEN,
-    NodeState.UNREACHABLE,
-    NodeState.STALLED,
-)
-# argparse's usage error, launch.sh's failed `cd`, "not executable", "not found":
-# relaunching the same command cannot fix them.
-USAGE_EXIT_CODES = frozenset({2, 97, 126, 127})
-
-
-@dataclass(frozen=True)
-class RestartPolicy:
-    max: int = 0  # 0: never restart
-    backoff: float = 10.0
-    backoff_max: float = 300.0
-    on: frozenset[NodeState] = frozenset(RESTARTABLE) - {NodeState.STALLED}
-    exit_codes: frozenset[int] | None = None  # restart only on these
-    not_on: frozenset[int] = USAGE_EXIT_CODES
-    reset_after: float = 1800.0  # 0: never reset
 
 
 @dataclass(frozen=True)
@@ -78,7 +56,7 @@ def decide(policy: RestartPolicy, history: Sequence[AttemptEnd]) -> Decision:
     last = history[-1]
     if policy.max <= 0:
         return Decision(False, "restart is off (restart.max is 0)")
-    if last.state not in policy.on:
+    if last.state.value not in policy.on:
         return Decision(False, f"{last.state.value} is not in restart.on")
     codes = [c for c in last.exit_codes if c != 0]
     if last.state is NodeState.FAILED and last.exit_codes and not codes:

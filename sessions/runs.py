@@ -32,6 +32,7 @@ __all__ = [
     "RunStatus",
     "check_run_id",
     "latest",
+    "live_runs",
     "load_run",
     "read_status",
     "state_dir",
@@ -49,11 +50,13 @@ class RunStatus(StrEnum):
     TORN_DOWN = "torn-down"  # the watchdog took it down
     FINISHED = "finished"  # every node exited 0
     FAILED = "failed"  # ended by itself, a node with a non-zero exit code
+    RESTARTING = "restarting"  # ended, and its supervisor will launch the next attempt
+    GAVE_UP = "gave-up"  # ended, and the restart policy's `max` is spent
 
     @property
     def is_live(self) -> bool:
         """The job may hold processes that a watchdog must guard."""
-        return self in (RunStatus.LAUNCHING, RunStatus.RUNNING)
+        return self in (RunStatus.LAUNCHING, RunStatus.RUNNING, RunStatus.RESTARTING)
 
     @property
     def is_stopping(self) -> bool:
@@ -95,6 +98,9 @@ class RunRecord:
     finished_launch_at: float | None = None
     error: str | None = None
     cause: str | None = None  # the failure report's headline, once there is one
+    chain: str | None = None  # run id of the chain's first attempt (restarts link here)
+    attempt: int = 0  # 0: the first launch; N: the Nth restart
+    attempts: list[dict[str, Any]] = field(default_factory=list)  # the chain's earlier ends
     history: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
@@ -203,3 +209,13 @@ def latest(job: str) -> RunRecord | None:
     except OSError:
         return None
     return load_run(job, run_id) if RUN_ID_RE.match(run_id) else None
+
+
+def live_runs(job: str) -> list[RunRecord]:
+    """Every run of the job that may still hold processes or be about to (a chain in
+    its backoff): a user's kill must end all of them, not only the latest."""
+    runs = []
+    for path in sorted((state_dir() / job).glob("*/run.json")):
+        if RUN_ID_RE.match(path.parent.name) and (rec := _read(path)) and rec.status.is_live:
+            runs.append(rec)
+    return runs

@@ -14,6 +14,8 @@ import fcntl
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import IO
 
@@ -29,7 +31,19 @@ from .runs import RunRecord, RunStatus, read_status
 from .states import NodeState, Verdict
 from .teardown import Teardown, teardown
 
-__all__ = ["Judge", "LockHeld", "Teardown", "Trigger", "Watchdog", "acquire_lock", "teardown"]
+__all__ = [
+    "Judge",
+    "LockHeld",
+    "Teardown",
+    "Trigger",
+    "WatchEnd",
+    "WatchOutcome",
+    "Watchdog",
+    "acquire_lock",
+    "start_detached",
+    "teardown",
+    "watch_session_name",
+]
 
 
 class LockHeld(MntuiError):
@@ -102,7 +116,7 @@ class Watchdog:
     def teardown(self, t: Trigger) -> Teardown:
         return teardown(self.cfg, self.record, self.cluster, t, self.on_event, self.obs)
 
-    def finish(self, verdicts: dict[str, Verdict]) -> None:
+    def finish(self, verdicts: dict[str, Verdict]) -> bool:
         """The job ended by itself: record how, with a report when a node failed."""
         failed = [n for n, v in verdicts.items() if v.state is NodeState.FAILED]
         finished = any(v.state is NodeState.FINISHED for v in verdicts.values())
@@ -127,24 +141,40 @@ class Watchdog:
             if built is not None:
                 text += f"; report: {built.headline}"
         self.on_event(Event(None, None, Phase.KILLED, text + "; watchdog exits"))
+        return bool(failed)
 
-    def run(self, stop: Callable[[], bool] = lambda: False) -> Trigger | None:
-        """Watch until the job ends or is torn down; returns what tore it down, if anything."""
+    def run(self, stop: Callable[[], bool] = lambda: False) -> WatchEnd:
+        """Watch until the job ends, is torn down, or a user's kill stands us down."""
         idle = 0
         while not stop():
             t0 = time.monotonic()
             if self.stood_down():
-                return None
+                return WatchEnd(WatchOutcome.STOOD_DOWN)
             verdicts, fatal = self.step()
             if fatal is not None:
-                self.teardown(fatal)
-                return fatal
+                done = self.teardown(fatal)
+                return WatchEnd(WatchOutcome.TORN_DOWN, fatal, done)
             idle = idle + 1 if not any(v.state.is_active for v in verdicts.values()) else 0
             if idle >= 2:
-                self.finish(verdicts)
-                return None
+                failed = self.finish(verdicts)
+                return WatchEnd(WatchOutcome.FAILED if failed else WatchOutcome.FINISHED)
             time.sleep(max(0.0, self.cfg.watch.interval - (time.monotonic() - t0)))
-        return None
+        return WatchEnd(WatchOutcome.STOPPED)
+
+
+class WatchOutcome(StrEnum):
+    TORN_DOWN = "torn-down"  # the watchdog killed the job
+    FAILED = "failed"  # the job ended by itself, a node with a non-zero exit code
+    FINISHED = "finished"  # the job ended by itself, cleanly (or with no exit code)
+    STOOD_DOWN = "stood-down"  # a user's kill, or the run ended under someone else
+    STOPPED = "stopped"  # our caller asked us to stop (the app quitting)
+
+
+@dataclass(frozen=True)
+class WatchEnd:
+    outcome: WatchOutcome
+    trigger: Trigger | None = None
+    teardown: Teardown | None = None
 
 
 def watch_session_name(job: str) -> str:

@@ -210,24 +210,24 @@ def _fetch(record: RunRecord, selected: Sequence[NodeRecord], cluster: Cluster, 
 
 
 def cmd_watch(cfg: JobConfig, record: RunRecord, say: Say) -> int:
-    from mntui.sessions.watch import LockHeld, Watchdog, acquire_lock
+    from mntui.sessions.supervise import Supervisor
+    from mntui.sessions.watch import LockHeld, WatchOutcome, acquire_lock
 
-    try:
-        lock = acquire_lock(record)
+    try:  # say so at once if another watchdog holds this run; the supervisor locks each run
+        acquire_lock(record).close()
     except LockHeld as exc:
         say(f"mntui: {exc}", err=True)
         return 1
     t0 = time.time()
+    restart = cfg.restart
     say(
         f"watching {record.job} run {record.run_id}: on failure {cfg.watch.on_failure.value}, "
         f"on stall {cfg.watch.on_stall.value} after {cfg.watch.stall_after:g}s"
+        + (f"; restarts: up to {restart.max}" if restart.max else "")
     )
-    try:
-        with Cluster(cfg.nodes, cfg.ssh) as cluster:
-            trigger = Watchdog(cfg, record, cluster, on_event=lambda e: say(e.format(t0))).run()
-    finally:
-        lock.close()
-    if trigger is not None:
-        say(f"torn down: {trigger.node} {trigger.state.value} ({trigger.why})")
+    end = Supervisor(cfg, record, on_event=lambda e: say(e.format(t0))).run()
+    if end.trigger is not None:
+        t = end.trigger
+        say(f"torn down: {t.node} {t.state.value} ({t.why})")
         return 1
-    return 0
+    return 1 if end.outcome is WatchOutcome.FAILED else 0

@@ -6,10 +6,9 @@ import textwrap
 
 import pytest
 
-from mntui.sessions.config import parse_config
+from mntui.sessions.config import RestartPolicy, parse_config
 from mntui.sessions.restart import (
     AttemptEnd,
-    RestartPolicy,
     decide,
     repeat_culprit,
     swap_in_spare,
@@ -57,7 +56,7 @@ def test_what_is_never_restarted(end: AttemptEnd, policy: RestartPolicy, why: st
 def test_allowed_causes_and_codes_restart() -> None:
     assert decide(POLICY, [ended(0, FROZEN, ())]).restart
     assert decide(RestartPolicy(max=1, exit_codes=frozenset({3})), [ended(0, F, (3,))]).restart
-    on_stall = RestartPolicy(max=1, on=frozenset({STALLED}))
+    on_stall = RestartPolicy(max=1, on=frozenset({"stalled"}))
     assert decide(on_stall, [ended(0, STALLED, ())]).restart
 
 

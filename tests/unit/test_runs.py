@@ -155,7 +155,8 @@ def test_group_result_keeps_exceptions_and_logs_a_bugs_traceback() -> None:
 
 
 def test_run_status_knows_live_from_ended() -> None:
-    assert {s for s in RunStatus if s.is_live} == {RunStatus.LAUNCHING, RunStatus.RUNNING}
+    live = {RunStatus.LAUNCHING, RunStatus.RUNNING, RunStatus.RESTARTING}
+    assert {s for s in RunStatus if s.is_live} == live
     assert {s for s in RunStatus if s.is_stopping} == {RunStatus.KILLING}
     rec = record()
     rec.create()
