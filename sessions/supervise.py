@@ -43,7 +43,7 @@ def attempt_end(chain: Chain, end: WatchEnd, obs_last_output: float | None) -> A
     state, culprit, cause = NodeState.FAILED, None, rec.cause or ""
     if end.trigger is not None:
         state, culprit = end.trigger.state, end.trigger.node
-    report = end.teardown.report if end.teardown is not None else None
+    report = end.report
     if report is not None:
         culprit = report.cause_node or culprit
         cause = report.headline

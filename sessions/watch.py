@@ -26,7 +26,7 @@ from .judge import Judge, Trigger, trigger_kind
 from .poll import NodeSnapshot, Poller
 from .postmortem import Observations, make_report, observe
 from .remote import Cluster
-from .report import Ending
+from .report import Ending, FailureReport
 from .runs import RunRecord, RunStatus, read_status
 from .states import NodeState, Verdict
 from .teardown import Teardown, teardown
@@ -116,7 +116,7 @@ class Watchdog:
     def teardown(self, t: Trigger) -> Teardown:
         return teardown(self.cfg, self.record, self.cluster, t, self.on_event, self.obs)
 
-    def finish(self, verdicts: dict[str, Verdict]) -> bool:
+    def finish(self, verdicts: dict[str, Verdict]) -> WatchEnd:
         """The job ended by itself: record how, with a report when a node failed."""
         failed = [n for n, v in verdicts.items() if v.state is NodeState.FAILED]
         finished = any(v.state is NodeState.FINISHED for v in verdicts.values())
@@ -129,8 +129,8 @@ class Watchdog:
 
             self.record.update(ended)
         text = f"job is no longer running ({status.value if status else 'no exit code'})"
+        built = None
         if failed:
-            built = None
             try:
                 built = make_report(
                     self.cfg, self.record, self.cluster, self.obs, trigger=None, taken=None,
@@ -141,7 +141,7 @@ class Watchdog:
             if built is not None:
                 text += f"; report: {built.headline}"
         self.on_event(Event(None, None, Phase.KILLED, text + "; watchdog exits"))
-        return bool(failed)
+        return WatchEnd(WatchOutcome.FAILED if failed else WatchOutcome.FINISHED, report=built)
 
     def run(self, stop: Callable[[], bool] = lambda: False) -> WatchEnd:
         """Watch until the job ends, is torn down, or a user's kill stands us down."""
@@ -153,11 +153,10 @@ class Watchdog:
             verdicts, fatal = self.step()
             if fatal is not None:
                 done = self.teardown(fatal)
-                return WatchEnd(WatchOutcome.TORN_DOWN, fatal, done)
+                return WatchEnd(WatchOutcome.TORN_DOWN, fatal, done, done.report)
             idle = idle + 1 if not any(v.state.is_active for v in verdicts.values()) else 0
             if idle >= 2:
-                failed = self.finish(verdicts)
-                return WatchEnd(WatchOutcome.FAILED if failed else WatchOutcome.FINISHED)
+                return self.finish(verdicts)
             time.sleep(max(0.0, self.cfg.watch.interval - (time.monotonic() - t0)))
         return WatchEnd(WatchOutcome.STOPPED)
 
@@ -175,6 +174,7 @@ class WatchEnd:
     outcome: WatchOutcome
     trigger: Trigger | None = None
     teardown: Teardown | None = None
+    report: FailureReport | None = None
 
 
 def watch_session_name(job: str) -> str:

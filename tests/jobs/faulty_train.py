@@ -3,7 +3,8 @@
 Each step all-reduces the loss for logging before the backward pass, so a rank whose
 peer froze waits inside `all_reduce`, as a real job's metric reduction would. With
 --fail-rank/--fail-step it breaks the way --how says, on the attempts before
---fail-attempts (read from MNTUI_RESTART_COUNT; default: every attempt).
+--fail-attempts (read from MNTUI_RESTART_COUNT; default: every attempt); with
+--fail-if-env, every rank of a node where that variable is set breaks instead.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def main() -> None:
     ap.add_argument("--fail-step", type=int, default=3)
     ap.add_argument("--how", choices=("oom", "exit3", "segv", "hang"), default="oom")
     ap.add_argument("--fail-attempts", type=int, default=1 << 30)
+    ap.add_argument("--fail-if-env", default="", help="fail only where this variable is set")
     args = ap.parse_args()
 
     import datetime
@@ -52,6 +54,8 @@ def main() -> None:
     rank = dist.get_rank()
     attempt = int(os.environ.get("MNTUI_RESTART_COUNT", "0"))
     failing = rank == args.fail_rank and attempt < args.fail_attempts
+    if args.fail_if_env:
+        failing = bool(os.environ.get(args.fail_if_env)) and attempt < args.fail_attempts
     print(f"rank {rank} up, attempt {attempt}", flush=True)
     model = DDP(
         torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))

@@ -1,0 +1,164 @@
+"""Bringing a failed job back by itself, on real sshd nodes with real torchrun: backoff,
+give-up, a frozen worker, spares, and a user's kill during the backoff."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import shutil
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from fakecluster import FakeCluster, alive, cmdline, pids_with_env, wait_for
+from helpers import REPO, Cfg, free_port, step_count
+
+from mntui.sessions.runs import RunRecord, latest, load_run
+
+FAULTY = REPO / "tests" / "jobs" / "faulty_train.py"
+
+
+def job_yaml(job: str, work: Path, args: str, extra: str, watch: str) -> str:
+    return f"""
+    job: {job}
+    nodes: [node0, node1]
+    workdir: {work}
+    master_port: {free_port()}
+    env: {{OMP_NUM_THREADS: "1"}}
+    command: >-
+      exec python3 -m torch.distributed.run --nnodes={{nnodes}} --node_rank={{node_rank}}
+      --nproc_per_node=1 --master_addr={{master_addr}} --master_port={{master_port}}
+      faulty_train.py --interval 0.2 {args}
+    launch: {{ready_timeout: 90}}
+    kill: {{grace: 2}}
+    watch: {{capture_budget: 0{watch}}}
+    {extra}
+    """
+
+
+def start(cfg: Cfg, job: str, args: str, extra: str, watch: str = "") -> Path:
+    work = cfg.tmp / "work"
+    work.mkdir(exist_ok=True)
+    shutil.copy(FAULTY, work / "faulty_train.py")
+    path = cfg.write(job_yaml(job, work, args, extra, watch))
+    res = cfg.mntui(path, "launch", "--no-ui", watch=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return path
+
+
+def chain(job: str) -> list[RunRecord]:
+    rec = latest(job)
+    if rec is None or rec.chain is None:
+        return []
+    runs = [r for r in (load_run(job, p.name) for p in rec.dir.parent.iterdir()) if r]
+    return sorted((r for r in runs if r.chain == rec.chain), key=lambda r: r.attempt)
+
+
+def tagged(job: str, node: str = ".*") -> list[int]:
+    return alive(pids_with_env(f"MNTUI_RUN={re.escape(job)}/[^/]+/{node}"))
+
+
+def restart_note(rec: RunRecord) -> dict[str, Any]:
+    return next(h for h in rec.history if h["what"] == "restart")
+
+
+def test_two_failures_then_training_with_backoff_between(fake: FakeCluster, cfg: Cfg) -> None:
+    job = "xback"
+    t0 = time.time()
+    start(cfg, job, "--fail-rank 1 --fail-step 2 --how exit3 --fail-attempts 2 --steps 12",
+          "restart: {max: 3, backoff: 2, backoff_max: 10}")  # fmt: skip
+    wait_for(lambda: [r.status.value for r in chain(job)] == ["restarting", "restarting",
+             "finished"], 240, interval=0.5, what="three attempts, the last finished")  # fmt: skip
+    runs = chain(job)
+    took = time.time() - t0
+    assert [r.attempt for r in runs] == [0, 1, 2] and len({r.chain for r in runs}) == 1
+    assert "attempt 2" in fake.node("node1").log(job)  # MNTUI_RESTART_COUNT reached the job
+    delays = []
+    for prev, nxt in itertools.pairwise(runs):
+        note = restart_note(prev)
+        assert note["delay"] in (2, 4) and nxt.created_at - note["at"] >= note["delay"]
+        delays.append(nxt.created_at - note["at"])
+        assert prev.cause and "node1" in prev.cause
+    assert [e["attempt"] for e in runs[2].attempts] == [0, 1]
+    ready = [r.ready_at - restart_note(p)["at"] - restart_note(p)["delay"]
+             for p, r in itertools.pairwise(runs) if r.ready_at]  # fmt: skip
+    print(f"\nMEASURED 3 attempts in {took:.1f}s; restart note -> next run created "
+          f"{', '.join(f'{d:.2f}s' for d in delays)} (backoff 2, 4); teardown -> next main "
+          f"ready minus backoff {', '.join(f'{d:.2f}s' for d in ready)}")  # fmt: skip
+
+
+def test_always_failing_gives_up_after_max(fake: FakeCluster, cfg: Cfg) -> None:
+    job = "xgiveup"
+    start(cfg, job, "--fail-rank 1 --fail-step 2 --how exit3", "restart: {max: 2, backoff: 1}")
+    wait_for(lambda: chain(job) and chain(job)[-1].status.value == "gave-up", 240,
+             interval=0.5, what="gave up")  # fmt: skip
+    runs = chain(job)
+    assert [r.attempt for r in runs] == [0, 1, 2]
+    assert [h["why"] for h in runs[-1].history if h["what"] == "gave-up"] == [
+        "gave up after 2 restart(s) in a row"
+    ]
+    wait_for(lambda: not tagged(job), 30, what="nothing left running")
+
+
+def test_not_on_exit_code_is_honoured(fake: FakeCluster, cfg: Cfg) -> None:
+    job = "xnoton"
+    start(cfg, job, "--fail-rank 1 --fail-step 2 --how exit3",
+          "restart: {max: 2, backoff: 1, not_on: [1]}")  # fmt: skip
+    wait_for(lambda: chain(job) and chain(job)[-1].status.value in ("torn-down", "failed"), 120,
+             interval=0.5, what="the first attempt ended")  # fmt: skip
+    wait_for(lambda: not tagged(job), 30, what="nothing left running")
+    log = latest(job).dir / "watch.log"  # type: ignore[union-attr]
+    wait_for(lambda: "no restart: exit code 1 is in restart.not_on" in log.read_text(), 20,
+             what="the decision in the watchdog's log")  # fmt: skip
+    assert len(chain(job)) == 1
+
+
+def test_frozen_worker_is_torn_down_and_the_next_attempt_trains(
+    fake: FakeCluster, cfg: Cfg
+) -> None:
+    job = "xfrozen"
+    start(cfg, job, "", "restart: {max: 1, backoff: 1}", watch=", frozen_after: 1")
+    wait_for(lambda: step_count(fake.node("node1").log(job)) >= 2, 60, what="node1 training")
+    worker = next(
+        p for p in tagged(job, "node1")
+        if "faulty_train.py" in cmdline(p) and "torch.distributed" not in cmdline(p)
+    )  # fmt: skip
+    os.kill(worker, signal.SIGSTOP)
+    wait_for(lambda: len(chain(job)) == 2 and chain(job)[1].status.value == "running", 120,
+             interval=0.5, what="attempt 1 running")  # fmt: skip
+    assert chain(job)[0].history[-1]["what"] == "restart"
+    assert any(
+        h["what"] == "watchdog-teardown" and h["state"] == "frozen" for h in chain(job)[0].history
+    )
+    wait_for(lambda: "attempt 1" in fake.node("node1").log(job) and
+             step_count(fake.node("node1").log(job)) >= 2, 60, what="attempt 1 training")  # fmt: skip
+    assert cfg.mntui(cfg.tmp / "job.yaml", "kill").returncode == 0
+
+
+def test_a_node_that_fails_twice_is_replaced_by_a_spare(fake: FakeCluster, cfg: Cfg) -> None:
+    job = "xspare"
+    start(cfg, job, "--fail-if-env BREAK_HERE --fail-step 2 --how exit3 --steps 10",
+          "restart: {max: 3, backoff: 1}\nspares: [node2]\noverrides: {node1: {env: {BREAK_HERE: '1'}}}")  # fmt: skip
+    wait_for(lambda: chain(job) and chain(job)[-1].status.value == "finished", 300,
+             interval=0.5, what="the chain finished")  # fmt: skip
+    runs = chain(job)
+    assert [r.attempt for r in runs] == [0, 1, 2]
+    assert [(n.node, n.rank) for n in runs[2].nodes] == [("node0", 0), ("node2", 1)]
+    assert "replaced by spare node2" in restart_note(runs[1])["swapped"]
+    assert "rank 1 done after 10 steps" in fake.node("node2").log(job)
+
+
+def test_a_users_kill_during_the_backoff_ends_the_chain(fake: FakeCluster, cfg: Cfg) -> None:
+    job = "xkill"
+    path = start(
+        cfg, job, "--fail-rank 1 --fail-step 2 --how exit3", "restart: {max: 3, backoff: 30}"
+    )
+    wait_for(lambda: chain(job) and chain(job)[0].status.value == "restarting", 120,
+             interval=0.3, what="the backoff")  # fmt: skip
+    res = cfg.mntui(path, "kill")
+    assert res.returncode == 0, res.stdout + res.stderr
+    log = latest(job).dir / "watch.log"  # type: ignore[union-attr]
+    wait_for(lambda: "restart cancelled" in log.read_text(), 10, what="the chain ended")
+    assert [r.status.value for r in chain(job)] == ["killed"] and not tagged(job)
