@@ -4,46 +4,40 @@ The commonest multi-node failure is a job that never starts: MASTER_ADDR resolvi
 differently on one worker, a blocked or busy port, a wrong NCCL_SOCKET_IFNAME, torch
 versions that differ, stale code on one node. Each shows up here as one row with a
 verdict and a fix, in seconds, instead of as a 15-minute rendezvous timeout.
+
+One probe script per node answers everything in one round trip. Its output is node
+data: the user's `setup` runs in the middle of it and may print anything, so only
+lines carrying this run's random marker count, each in its exact shape (the last one
+wins), and a marked line of the wrong shape is skipped and counted, never raised.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import re
+import secrets
 import shlex
-import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
+from . import doctor_checks as verdicts
 from . import tmux
 from .config import JobConfig, NodeSpec
+from .doctor_checks import Check, Git, Probe, Python, Status, exit_code, format_rows
 from .launch import master_addr
 from .plan import home_path
 from .procs import SHELL_LIB, job_node_pattern, parse_listeners, parse_procs
-from .remote import Cluster, Node, NodeError
+from .remote import Cluster, GroupResult, Node
+from .smoke import allreduce, tcp_check
 
-q = shlex.quote
-
-
-class Status(StrEnum):
-    PASS = "PASS"
-    WARN = "WARN"
-    FAIL = "FAIL"
-
-
-@dataclass(frozen=True)
-class Check:
-    node: str
-    check: str
-    status: Status
-    detail: str
-    fix: str = ""
-
+__all__ = ["Check", "Probe", "Status", "allreduce", "exit_code", "format_rows", "run_checks"]
 
 PY_PROBE = r"""
 import json, sys
-d = {"python": sys.version.split()[0], "executable": sys.executable}
+d = {"python": sys.version.split()[0]}
 try:
     import torch
     d["torch"] = torch.__version__
@@ -56,536 +50,229 @@ try:
         d["nccl"] = None
 except Exception as exc:
     d["torch_error"] = f"{type(exc).__name__}: {exc}"
-print("@PY " + json.dumps(d))
+print(json.dumps(d))
 """
 
 
-def probe_script(cfg: JobConfig, spec: NodeSpec, addr: str, is_main: bool) -> str:
-    ifnames = " ".join(
-        q(v) for k, v in spec.env.items() if k in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
-    )
-    setup = "\n".join(spec.setup)
-    cd = (
-        f"cd -- {home_path(spec.workdir)} 2>/dev/null || {{ echo '@WORKDIR missing'; exit 0; }}"
-        if spec.workdir
-        else ":"
-    )
+def probe_script(cfg: JobConfig, spec: NodeSpec, addr: str, is_main: bool, token: str) -> str:
+    """Every value reaches the shell as its own quoted word or as a printf argument, never
+    inside double quotes; the marker is hex, so it is safe in a printf format."""
+    m = f"@{token}"
+    cd = ":"
+    if spec.workdir:
+        missing = f"{{ printf '{m} WORKDIR missing\\n'; exit 0; }}"
+        cd = f"cd -- {home_path(spec.workdir)} 2>/dev/null || {missing}"
     ports = " ".join(str(p) for p in cfg.all_ports) if is_main else ""
     return f"""{SHELL_LIB}
-echo "@TMUX $(tmux -V 2>&1 || echo missing)"
-mntui_procinfo $(mntui_scan {q(job_node_pattern(cfg.job, spec.name))})
-{tmux.has_session(tmux.session_name(cfg.job, spec.name))} && echo "@SESSION"
-echo "@RESOLVE $(getent ahostsv4 {q(addr)} 2>/dev/null | awk 'NR==1 {{print $1}}')"
-echo "@ADDRS $(ip -o -4 addr show 2>/dev/null | awk '{{print $4}}' | cut -d/ -f1 | tr '\\n' ' ')"
+mntui_procinfo $(mntui_scan {shlex.quote(job_node_pattern(cfg.job, spec.name))})
+if {tmux.has_session(tmux.session_name(cfg.job, spec.name))}; then printf '{m} SESSION\\n'; fi
+{f"mntui_listeners {ports}" if ports else ":"}
+printf '{m} SCANNED\\n'
+_v=$(tmux -V 2>/dev/null | head -n 1)
+printf '{m} TMUX %s\\n' "${{_v:-missing}}"
+_v=$(getent ahostsv4 {shlex.quote(addr)} 2>/dev/null | awk 'NR==1 {{print $1}}')
+printf '{m} RESOLVE %s\\n' "$_v"
+_v=$(ip -o -4 addr show 2>/dev/null | awk '{{print $4}}' | cut -d/ -f1 | tr '\\n' ' ')
+printf '{m} ADDRS %s\\n' "$_v"
 for _i in /sys/class/net/*; do
-  read -r _st <"$_i/operstate" 2>/dev/null; echo "@IF ${{_i##*/}} $_st"
+  [ -e "$_i" ] || continue
+  _st=; read -r _st 2>/dev/null <"$_i/operstate"
+  printf '{m} IF %s %s\\n' "${{_i##*/}}" "$_st"
 done
-echo "@WANT_IF {ifnames}"
-{f"mntui_listeners {ports}" if ports else ""}
 (
-{setup}
+{chr(10).join(spec.setup)}
 {cd}
-echo "@WORKDIR ok $(pwd)"
-echo "@DISK $(df -Pk . | awk 'NR==2 {{print $4}}')"
+printf '{m} WORKDIR ok %s\\n' "$(pwd)"
+_v=$(df -Pk . 2>/dev/null | awk 'NR==2 {{print $4}}')
+printf '{m} DISK %s\\n' "$_v"
 if git rev-parse --git-dir >/dev/null 2>&1; then
-  echo "@GIT $(git rev-parse HEAD) $(git status --porcelain 2>/dev/null | wc -l)"
+  _v=$(git status --porcelain 2>/dev/null | wc -l)
+  printf '{m} GIT %s %s\\n' "$(git rev-parse HEAD 2>/dev/null)" "$_v"
 fi
-python3 -c {q(PY_PROBE)} 2>&1 | tail -n 5
+_v=$(python3 -c {shlex.quote(PY_PROBE)} 2>/dev/null | tail -n 1)
+printf '{m} PY %s\\n' "$_v"
 ) </dev/null 2>&1
 """
 
 
-@dataclass
-class Probe:
-    fields: dict[str, list[str]]
-    procs: int
-    holders: list[str]
+# -- reading the probe: each field in its exact shape, or not at all ----------------
 
-    def one(self, key: str) -> str | None:
-        vals = self.fields.get(key)
-        return vals[0] if vals else None
+Fields = dict[str, Any]
 
 
-def parse_probe(out: str) -> Probe:
-    fields: dict[str, list[str]] = {}
-    for line in out.splitlines():
-        if line.startswith("@"):
-            key, _, val = line[1:].partition(" ")
-            fields.setdefault(key, []).append(val.strip())
+def _ipv4(word: str) -> bool:
+    try:
+        ipaddress.IPv4Address(word)
+    except ValueError:
+        return False
+    return True
+
+
+def _python(val: str) -> Fields:
+    """An unreadable report is still an answer from python3 (not "python3 not found")."""
+    try:
+        d = json.loads(val)
+    except ValueError:
+        d = None
+    if not isinstance(d, dict) or not isinstance(d.get("python"), str):
+        return {"python": None, "python_raw": True}
+
+    def text(key: str) -> str | None:
+        v = d.get(key)
+        return v if isinstance(v, str) else None
+
+    gpus = d.get("gpus")
+    py = Python(
+        version=d["python"],
+        torch=text("torch"),
+        torch_error=text("torch_error"),
+        cuda=d.get("cuda") is True,
+        cuda_version=text("cuda_version"),
+        gpus=gpus if isinstance(gpus, int) and not isinstance(gpus, bool) else 0,
+        nccl=text("nccl"),
+    )
+    return {"python": py, "python_raw": True}
+
+
+_GIT = re.compile(r"([0-9a-f]{40}|[0-9a-f]{64}) +(\d+)")
+_IF = re.compile(r"([^\s/]+) ([a-z]*)")
+
+
+def _workdir(v: str) -> Fields | None:
+    if v == "missing":
+        return {"workdir_missing": True}
+    return {"workdir": v[3:]} if v.startswith("ok ") and len(v) > 3 else None
+
+
+def _git(v: str) -> Fields | None:
+    m = _GIT.fullmatch(v.strip())  # `wc -l` pads with spaces on some systems
+    return {"git": Git(m[1], int(m[2]))} if m is not None else None
+
+
+# key -> the fields its value gives, or None when the value is not in its exact shape.
+_FIELDS: dict[str, Callable[[str], Fields | None]] = {
+    "SESSION": lambda v: None if v else {"session": True},
+    "SCANNED": lambda v: None if v else {},
+    "TMUX": lambda v: {"tmux": v} if v else None,
+    "RESOLVE": lambda v: {"resolved": v or None} if not v or _ipv4(v) else None,
+    "ADDRS": lambda v: {"addrs": tuple(v.split())} if all(map(_ipv4, v.split())) else None,
+    "WORKDIR": _workdir,
+    "DISK": lambda v: {"disk_kib": int(v)} if v.isascii() and v.isdigit() else None,
+    "GIT": _git,
+    "PY": lambda v: _python(v) if v else {},
+}
+
+
+def parse_probe(out: str, token: str) -> Probe:
     lines = out.splitlines()
-    return Probe(fields, len(parse_procs(lines)), [h.describe() for h in parse_listeners(lines)])
+    mark = f"@{token} "
+    scanned = f"@{token} SCANNED"
+    # Process and port lines come before `setup` runs: what setup prints cannot add any.
+    before_setup = lines[: lines.index(scanned)] if scanned in lines else lines
+    fields: Fields = {}
+    ifaces: dict[str, str] = {}
+    malformed = 0
+    for line in lines:
+        if not line.startswith(mark):
+            continue
+        key, _, val = line[len(mark) :].partition(" ")
+        if key == "IF" and (m := _IF.fullmatch(val)) is not None:
+            ifaces[m[1]] = m[2]
+            continue
+        parse = _FIELDS.get(key)
+        got = parse(val) if parse is not None else None
+        if got is None:
+            malformed += 1
+        else:
+            fields.update(got)
+    return Probe(
+        procs=len(parse_procs(before_setup)),
+        holders=tuple(h.describe() for h in parse_listeners(before_setup)),
+        ifaces=ifaces,
+        malformed=malformed,
+        **fields,
+    )
 
 
-def _ifname_ok(want: str, have: dict[str, str]) -> tuple[bool, str]:
-    """NCCL's syntax: comma-separated prefixes, `^` excludes, `=` exact."""
-    spec = want.strip()
-    exclude = spec.startswith("^")
-    exact = spec.lstrip("^").startswith("=")
-    names = [n for n in spec.lstrip("^").lstrip("=").split(",") if n]
+# -- running the checks -------------------------------------------------------------
 
-    def match(i: str) -> bool:
-        return any(i == n if exact else i.startswith(n) for n in names)
 
-    hits = [i for i in have if (not match(i)) == exclude]
-    up = [i for i in hits if have[i] in ("up", "unknown")]
-    if not hits:
-        return False, f"no interface matches {spec!r} (have {', '.join(sorted(have))})"
-    if not up:
-        return False, f"{', '.join(hits)} match {spec!r} but none is up"
-    return True, f"{', '.join(up)} up"
+@dataclass(frozen=True)
+class Clock:
+    rtt: float  # seconds
+    skew: float  # node clock minus ours, seconds
+
+
+def measure_clock(node: Node) -> Clock | None:
+    """Round trip and clock skew from one tiny command (the probe itself takes seconds)."""
+    t0 = time.time()
+    out = node.run("date +%s.%N", timeout=10).stdout.strip()
+    t1 = time.time()
+    if not re.fullmatch(r"\d+(\.\d+)?", out):
+        return None
+    return Clock(t1 - t0, float(out) - (t0 + t1) / 2)
+
+
+def ssh_checks(
+    cfg: JobConfig,
+    connected: GroupResult[None],
+    probed: GroupResult[Probe],
+    clocks: GroupResult[Clock | None],
+    connect_s: float,
+) -> list[Check]:
+    rows = []
+    probes, measured, errors = probed.succeeded, clocks.succeeded, probed.errors
+    for spec in cfg.nodes:
+        n = spec.name
+        error = connected.errors.get(n) or errors.get(n)
+        if error is not None:
+            rows.append(Check(n, "ssh", Status.FAIL, error, f"check `ssh {spec.host}` by hand"))
+            continue
+        clock, skipped = measured.get(n), probes[n].malformed
+        rows.append(
+            Check(
+                n,
+                "ssh",
+                Status.PASS,
+                "connected, host key verified"
+                + (f", round trip {clock.rtt * 1000:.1f} ms" if clock is not None else "")
+                + f" (all nodes connected in {connect_s:.2f}s)"
+                + (f"; {skipped} malformed probe line(s) skipped" if skipped else ""),
+            )
+        )
+    return rows
 
 
 def run_checks(cfg: JobConfig, cluster: Cluster, *, tcp: bool = True) -> list[Check]:
     addr = master_addr(cfg)
-    rows: list[Check] = []
+    token = secrets.token_hex(8)  # marks this run's probe lines
     specs = {n.name: n for n in cfg.nodes}
 
     def probe(node: Node) -> Probe:
-        return parse_probe(
-            node.run(
-                probe_script(cfg, specs[node.name], addr, node.name == cfg.main), timeout=120
-            ).stdout
-        )
+        script = probe_script(cfg, specs[node.name], addr, node.name == cfg.main, token)
+        return parse_probe(node.run(script, timeout=120).stdout, token)
 
-    t_connect = time.time()
+    t0 = time.monotonic()
     connected = cluster.connect()
-    connect_s = time.time() - t_connect
-
-    def clock(node: Node) -> tuple[float, float]:
-        """Round trip and clock skew from one tiny command (the probe itself takes seconds)."""
-        t0 = time.time()
-        out = node.run("date +%s.%N", timeout=10).stdout
-        t1 = time.time()
-        return t1 - t0, float(out.strip() or 0) - (t0 + t1) / 2
-
-    ok_nodes = [n for n, o in connected.items() if o.ok]
-    clocks = cluster.map(clock, ok_nodes)
-    results = cluster.map(probe, ok_nodes)
-    probes: dict[str, Probe] = {}
-    for n, spec in specs.items():
-        err = connected[n].error or (results[n].error if n in results else None)
-        value = results[n].value if n in results else None
-        if err:
-            rows.append(Check(n, "ssh", Status.FAIL, err, f"check `ssh {spec.host}` by hand"))
-        elif value is not None:
-            probes[n] = value
-            measured = clocks[n].value
-            rtt = measured[0] if measured is not None else None
-            rows.append(
-                Check(
-                    n,
-                    "ssh",
-                    Status.PASS,
-                    "connected, host key verified"
-                    + (f", round trip {rtt * 1000:.1f} ms" if rtt is not None else "")
-                    + f" (all nodes connected in {connect_s:.2f}s)",
-                )
-            )
-
-    pys: dict[str, dict[str, object]] = {}
+    connect_s = time.monotonic() - t0
+    clocks = cluster.map(measure_clock, connected.succeeded)
+    probed = cluster.map(probe, connected.succeeded)
+    probes, skews = probed.succeeded, clocks.succeeded
+    rows = ssh_checks(cfg, connected, probed, clocks, connect_s)
     for n, p in probes.items():
-        tmux_v = p.one("TMUX") or "missing"
-        rows.append(
-            Check(
-                n,
-                "tmux",
-                Status.PASS if tmux_v.startswith("tmux") else Status.FAIL,
-                tmux_v,
-                "" if tmux_v.startswith("tmux") else "install tmux on the node",
-            )
-        )
-        wd = p.one("WORKDIR") or "missing"
-        if wd == "missing":
-            rows.append(
-                Check(
-                    n,
-                    "workdir",
-                    Status.FAIL,
-                    f"{specs[n].workdir} does not exist",
-                    "create it or fix `workdir`",
-                )
-            )
-            continue
-        disk = int(p.one("DISK") or 0) / 2**20
-        rows.append(
-            Check(
-                n,
-                "workdir",
-                Status.PASS if disk > 5 else Status.WARN,
-                f"{wd.split(' ', 1)[-1]}, {disk:.1f} GiB free",
-                "" if disk > 5 else "free disk space",
-            )
-        )
-        raw = p.one("PY")
-        try:
-            py = json.loads(raw) if raw else {}
-        except ValueError:
-            py = {}
-        pys[n] = py
-        if not py:
-            rows.append(
-                Check(n, "python", Status.FAIL, "python3 not found after `setup`", "fix `setup`")
-            )
-        elif "torch_error" in py:
-            rows.append(
-                Check(
-                    n,
-                    "torch",
-                    Status.FAIL,
-                    f"python {py['python']}: {py['torch_error']}",
-                    "install torch in the job's environment, or fix `setup`",
-                )
-            )
-        else:
-            gpus = int(str(py.get("gpus") or 0))
-            enough = not py.get("cuda") or gpus >= cfg.nproc_per_node
-            rows.append(
-                Check(
-                    n,
-                    "torch",
-                    Status.PASS if enough else Status.FAIL,
-                    f"python {py['python']}, torch {py['torch']}, cuda {py.get('cuda_version')}"
-                    f" ({gpus} GPUs), nccl {py.get('nccl')}",
-                    "" if enough else f"nproc_per_node is {cfg.nproc_per_node}",
-                )
-            )
-        if p.fields.get("GIT"):
-            commit, dirty = (p.one("GIT") or " 0").split()
-            rows.append(
-                Check(
-                    n,
-                    "git",
-                    Status.WARN if int(dirty) else Status.PASS,
-                    f"{commit[:12]}" + (f", {dirty} uncommitted change(s)" if int(dirty) else ""),
-                    "commit or stash" if int(dirty) else "",
-                )
-            )
-
-    # Consistency across nodes.
-    torch_versions = {n: str(py.get("torch")) for n, py in pys.items() if py.get("torch")}
-    if len(set(torch_versions.values())) > 1:
-        for n, v in torch_versions.items():
-            rows.append(
-                Check(
-                    n,
-                    "versions",
-                    Status.FAIL,
-                    f"torch {v}; nodes differ: "
-                    + ", ".join(f"{k}={x}" for k, x in torch_versions.items()),
-                    "use one environment",
-                )
-            )
-    commits = {n: (p.one("GIT") or "").split()[0] for n, p in probes.items() if p.fields.get("GIT")}
-    if len(set(commits.values())) > 1:
-        for n, c in commits.items():
-            rows.append(
-                Check(n, "code", Status.FAIL, f"commit {c[:12]}; nodes differ", "sync the code")
-            )
-
-    resolved = {n: (p.one("RESOLVE") or "") for n, p in probes.items()}
-    main_probe = probes.get(cfg.main)
-    main_view = resolved.get(cfg.main, "")
-    for n, ip in resolved.items():
-        if not ip:
-            rows.append(
-                Check(
-                    n,
-                    "master_addr",
-                    Status.FAIL,
-                    f"{addr} does not resolve here",
-                    "fix DNS / /etc/hosts, or set master_addr to an IP",
-                )
-            )
-        elif n != cfg.main and main_view and ip != main_view:
-            rows.append(
-                Check(
-                    n,
-                    "master_addr",
-                    Status.FAIL,
-                    f"{addr} -> {ip} here, but {main_view} on the main",
-                    "fix DNS / /etc/hosts on this node, or set master_addr to an IP",
-                )
-            )
-        else:
-            rows.append(Check(n, "master_addr", Status.PASS, f"{addr} -> {ip}"))
-    if main_probe is not None and main_view:
-        addrs = (main_probe.one("ADDRS") or "").split()
-        if main_view not in addrs and not main_view.startswith("127."):
-            rows.append(
-                Check(
-                    cfg.main,
-                    "master_addr",
-                    Status.FAIL,
-                    f"{addr} -> {main_view}, not an address of the main ({' '.join(addrs)})",
-                    "master_addr must name the main itself",
-                )
-            )
-
+        rows += verdicts.node_checks(n, p, specs[n], cfg)
+    rows += verdicts.consistency_checks(probes)
+    rows += verdicts.master_addr_checks(addr, cfg.main, probes)
     for n, p in probes.items():
-        have = {x.partition(" ")[0]: x.partition(" ")[2] for x in p.fields.get("IF", [])}
-        for want in (p.one("WANT_IF") or "").split():
-            ok, detail = _ifname_ok(want.strip("'"), have)
-            rows.append(
-                Check(
-                    n,
-                    "ifname",
-                    Status.PASS if ok else Status.FAIL,
-                    detail,
-                    "" if ok else "fix NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME",
-                )
-            )
-        if p.procs or p.fields.get("SESSION"):
-            rows.append(
-                Check(
-                    n,
-                    "leftovers",
-                    Status.FAIL,
-                    f"{p.procs} process(es) of an earlier run"
-                    + (", tmux session exists" if p.fields.get("SESSION") else ""),
-                    "mntui kill",
-                )
-            )
-        else:
-            rows.append(Check(n, "leftovers", Status.PASS, "none"))
-        measured = clocks[n].value
-        if measured is not None:
-            skew = measured[1]
-            rows.append(
-                Check(
-                    n,
-                    "clock",
-                    Status.WARN if abs(skew) > 2 else Status.PASS,
-                    f"skew {skew:+.3f}s",
-                    "enable NTP/chrony" if abs(skew) > 2 else "",
-                )
-            )
-
-    if main_probe is not None:
-        if main_probe.holders:
-            rows.append(
-                Check(
-                    cfg.main, "ports", Status.FAIL, "; ".join(main_probe.holders), "mntui cleanup"
-                )
-            )
-        else:
-            rows.append(
-                Check(cfg.main, "ports", Status.PASS, f"{', '.join(map(str, cfg.all_ports))} free")
-            )
-            if tcp and len(probes) > 1:
-                rows += tcp_check(
-                    cfg, cluster, addr, [n for n in probes if n != cfg.main], main_view or "0.0.0.0"
-                )
+        rows += verdicts.ifname_checks(n, p, specs[n])
+        rows.append(verdicts.leftovers_check(n, p))
+        clock = skews.get(n)
+        if clock is not None:
+            rows.append(verdicts.clock_check(n, clock.skew))
+    main = probes.get(cfg.main)
+    if main is not None:
+        rows.append(verdicts.ports_check(cfg, main))
+        workers = [n for n in probes if n != cfg.main]
+        if tcp and workers and not main.holders:
+            rows += tcp_check(cfg, cluster, addr, workers, main.resolved or "0.0.0.0")
     return rows
-
-
-LISTENER = """import socket, sys
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind((sys.argv[3], int(sys.argv[1])))
-s.listen(64)
-s.settimeout(15)
-for _ in range(int(sys.argv[2])):
-    s.accept()[0].close()
-"""
-CONNECT = """import socket, sys
-socket.create_connection((sys.argv[1], int(sys.argv[2])), 2).close()
-"""
-
-
-def tcp_check(
-    cfg: JobConfig, cluster: Cluster, addr: str, workers: list[str], bind: str = "0.0.0.0"
-) -> list[Check]:
-    """A real connection from every worker to the main's master port, through a listener
-    that exists only for this check and ends when every worker has connected (or in 15 s).
-    It listens on the address the main itself resolves MASTER_ADDR to: a worker that
-    reaches some other address would not reach the job's store either."""
-    port = cfg.master_port
-    main = cluster.nodes[cfg.main]
-    done = threading.Event()
-
-    def serve() -> None:
-        try:
-            main.run(
-                f"timeout 20 python3 -c {q(LISTENER)} {port} {len(workers)} {q(bind)}", timeout=30
-            )
-        except NodeError:
-            pass
-        done.set()
-
-    threading.Thread(target=serve, daemon=True).start()
-    deadline = time.time() + 10
-    while time.time() < deadline and not done.is_set():
-        try:
-            if (
-                main.run(
-                    f"ss -Hltn 'sport = :{port}' | grep -q . && echo UP", timeout=5
-                ).stdout.strip()
-                == "UP"
-            ):
-                break
-        except NodeError:
-            pass
-        time.sleep(0.05)
-    connect = f"timeout 3 python3 -c {q(CONNECT)} {{host}} {port} && echo OK"
-    res = cluster.map(
-        lambda node: node.run(connect.format(host=q(addr)), timeout=10).stdout.strip() == "OK",
-        workers,
-    )
-    rows = []
-    for n in workers:
-        ok = bool(res[n].value)
-        rows.append(
-            Check(
-                n,
-                "tcp",
-                Status.PASS if ok else Status.FAIL,
-                f"{'connected to' if ok else 'cannot connect to'} {addr}:{port}"
-                + (f" ({res[n].error})" if res[n].error else ""),
-                "" if ok else "open the port in the firewall / check routes",
-            )
-        )
-    for _ in range(sum(1 for n in workers if not res[n].value)):  # release the listener's waits
-        try:
-            main.run(
-                connect.format(host=q(bind if bind != "0.0.0.0" else "127.0.0.1")) + "; true",
-                timeout=10,
-            )
-        except NodeError:
-            break
-    done.wait(25)
-    return rows
-
-
-def exit_code(rows: list[Check]) -> int:
-    if any(r.status is Status.FAIL for r in rows):
-        return 2
-    return 1 if any(r.status is Status.WARN for r in rows) else 0
-
-
-SMOKE_MARK = "MNTUI_SMOKE "
-
-
-def smoke_config(cfg: JobConfig, timeout: float) -> JobConfig:
-    """The job, with its command replaced by the bundled smoke test: same nodes, env,
-    setup, ordering and launch path, under a job name of its own."""
-    from dataclasses import replace
-    from importlib import resources
-
-    source = resources.files("mntui.sessions.jobs").joinpath("allreduce_smoke.py").read_text()
-    escaped = source.replace("{", "{{").replace("}", "}}")
-    command = (
-        f"cat >\"$MNTUI_RUN_DIR/smoke.py\" <<'MNTUI_SMOKE_EOF'\n{escaped}MNTUI_SMOKE_EOF\n"
-        "exec python3 -m torch.distributed.run --nnodes={nnodes} --node_rank={node_rank} "
-        "--nproc_per_node={nproc_per_node} "
-        '--master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT" '
-        f'"$MNTUI_RUN_DIR/smoke.py" {int(timeout)}'
-    )
-    return replace(
-        cfg,
-        job=f"{cfg.job}-smoke"[:64],
-        nodes=tuple(replace(n, command=command) for n in cfg.nodes),
-        launch=replace(cfg.launch, ready=cfg.launch.ready.__class__("port"), ready_timeout=timeout),
-    )
-
-
-def _smoke_line(line: str) -> dict[str, Any]:
-    try:
-        value = json.loads(line[len(SMOKE_MARK) :])
-        return value if isinstance(value, dict) else {"error": f"unreadable result: {line[:200]}"}
-    except ValueError:
-        return {"error": f"unreadable result: {line[:200]}"}
-
-
-def allreduce(cfg: JobConfig, cluster: Cluster, timeout: float = 60.0) -> list[Check]:
-    """Launch the smoke job through the normal path; collect every rank's line; always kill."""
-    from .kill import kill_job
-    from .launch import LaunchError, launch
-    from .logs import read_new
-
-    smoke = smoke_config(cfg, timeout)
-    rows: list[Check] = []
-    want = cfg.nproc_per_node
-    try:
-        result = launch(smoke, cluster=cluster)
-    except (LaunchError, NodeError) as exc:
-        rows.append(
-            Check(
-                cfg.main,
-                "allreduce",
-                Status.FAIL,
-                f"smoke job did not start: {exc}".splitlines()[0],
-                "see the checks above",
-            )
-        )
-        kill_job(smoke, cluster)
-        return rows
-    lines: dict[str, list[dict[str, Any]]] = {n.node: [] for n in result.plan.nodes}
-    offsets = {n.node: 0 for n in result.plan.nodes}
-    exited: dict[str, int | None] = {n.node: None for n in result.plan.nodes}
-    deadline = time.time() + timeout + 15
-    try:
-        while time.time() < deadline:
-            for np in result.plan.nodes:
-                try:
-                    chunk = read_new(cluster.nodes[np.node], np.run_dir, 0)
-                except NodeError:
-                    continue
-                offsets[np.node] = chunk.offset
-                exited[np.node] = chunk.exit_code
-                lines[np.node] = [
-                    _smoke_line(x)
-                    for x in chunk.data.decode(errors="replace").splitlines()
-                    if x.startswith(SMOKE_MARK)
-                ]
-            if all(len(v) >= want for v in lines.values()) or all(
-                c is not None for c in exited.values()
-            ):
-                break
-            time.sleep(0.5)
-    finally:
-        kill_job(smoke, cluster)
-    for np in result.plan.nodes:
-        got = lines[np.node]
-        for entry in got:
-            ok = bool(entry.get("ok"))
-            detail = (
-                f"rank {entry.get('rank')}/{entry.get('world')} {entry.get('backend')}: sum "
-                f"{entry.get('sum')} (expected {entry.get('expected')}), latency "
-                f"{float(entry.get('latency_us', 0)):.0f} us, "
-                f"algbw {float(entry.get('algbw_gbps', 0)):.3f} GB/s"
-                if ok
-                else f"rank {entry.get('rank')}: {entry.get('error') or 'wrong sum'}"
-            )
-            rows.append(
-                Check(
-                    np.node,
-                    "allreduce",
-                    Status.PASS if ok else Status.FAIL,
-                    detail,
-                    "" if ok else "see the tcp / ifname / versions checks",
-                )
-            )
-        if len(got) < want:
-            rows.append(
-                Check(
-                    np.node,
-                    "allreduce",
-                    Status.FAIL,
-                    f"{want - len(got)} of {want} rank(s) gave no result within {timeout:g}s"
-                    + (f" (exit code {exited[np.node]})" if exited[np.node] is not None else ""),
-                    "the job was killed; see the tcp / master_addr checks",
-                )
-            )
-    return rows
-
-
-def format_rows(rows: list[Check]) -> str:
-    head = ("NODE", "CHECK", "STATUS", "DETAIL")
-    table = [head] + [
-        (r.node, r.check, r.status.value, r.detail + (f"  -> {r.fix}" if r.fix else ""))
-        for r in rows
-    ]
-    w = [max(len(t[i]) for t in table) for i in range(3)]
-    return "\n".join(
-        "  ".join(c.ljust(x) for c, x in zip(t[:3], w, strict=False)) + "  " + t[3] for t in table
-    )

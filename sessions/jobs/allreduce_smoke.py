@@ -1,7 +1,8 @@
 """The `mntui doctor --allreduce` smoke job: one checked all_reduce, then latency and bandwidth.
 
 Runs under torchrun on every node; nccl where CUDA works, gloo otherwise. Each rank
-prints one `MNTUI_SMOKE {json}` line that the doctor collects.
+prints one `MNTUI_SMOKE <marker> {json}` line that the doctor collects; the marker is
+the doctor's random one for this run (argv[2]), so no other output can pass for a result.
 """
 
 import datetime
@@ -17,6 +18,7 @@ def main() -> int:
     import torch.distributed as dist
 
     timeout = float(sys.argv[1]) if len(sys.argv) > 1 else 60.0
+    mark = " ".join(["MNTUI_SMOKE", *sys.argv[2:3]])
     cuda = torch.cuda.is_available()
     backend = "nccl" if cuda else "gloo"
     local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -59,7 +61,7 @@ def main() -> int:
         out["error"] = f"{type(exc).__name__}: {exc}"[:300]
     # One write(2) per line: ranks of a node share the pipe, and with PYTHONUNBUFFERED
     # print() writes text and newline separately, so two ranks' lines could interleave.
-    os.write(1, ("MNTUI_SMOKE " + json.dumps(out) + "\n").encode())
+    os.write(1, f"{mark} {json.dumps(out)}\n".encode())
     return 0 if out["ok"] else 1
 
 

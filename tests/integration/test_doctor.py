@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fakecluster import FakeCluster, free_port
-from helpers import Cfg
+from fakecluster import FakeCluster, alive, free_port, pids_with_env
+from helpers import Cfg, listener_job, tagged_anywhere
 
 
 def rows(res: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
@@ -56,6 +57,10 @@ def test_healthy_cluster_passes_with_allreduce(fake: FakeCluster, cfg: Cfg) -> N
     assert len(smoke) == 4 and all("sum 6.0 (expected 6.0)" in r["detail"] for r in smoke)
     assert all(re.search(r"latency \d+ us, algbw [\d.]+ GB/s", r["detail"]) for r in smoke)
     assert not [s for n in fake.nodes for s in n.sessions() if s.startswith("dhealthy")]
+    assert not [s for n in fake.nodes for s in n.sessions() if "dhealthy" in s]
+    from mntui.sessions.smoke import smoke_job
+
+    assert tagged_anywhere(smoke_job("dhealthy")) == []
 
 
 def test_each_check_fails_for_real(fake: FakeCluster, cfg: Cfg, tmp_path: Path) -> None:
@@ -181,8 +186,99 @@ def test_master_addr_resolving_differently_and_unreachable_port(
         rs = rows(res)
         assert res.returncode == 2
         assert status(rs, "hnode2", "allreduce") == ["FAIL"]
-        from helpers import tagged_anywhere
+        from mntui.sessions.smoke import smoke_job
 
         assert tagged_anywhere("dsmoke-smoke") == []
+        assert tagged_anywhere(smoke_job("dsmoke")) == []
         assert not [s for n in hf.nodes for s in n.sessions()]
         hf.stop_jobs()
+
+
+def test_ifname_value_reaches_no_shell(fake: FakeCluster, cfg: Cfg, tmp_path: Path) -> None:
+    """A config value is data: the probe never runs what NCCL_SOCKET_IFNAME contains, and
+    the ifname row names the value literally."""
+    pwned = tmp_path / "pwned"
+    ifname = f"ib0$(touch {pwned})"
+    path = cfg.write(f"""
+    job: dinject
+    nodes: [node0, node1]
+    master_port: {free_port()}
+    env: {{NCCL_SOCKET_IFNAME: {json.dumps(ifname)}}}
+    command: sleep 1
+    """)
+    rs = rows(cfg.mntui(path, "doctor", "--json", timeout=120))
+    assert not pwned.exists(), "the probe ran a command substitution from the config"
+    ifn = [r for r in rs if r["check"] == "ifname"]
+    assert [r["node"] for r in ifn] == ["node0", "node1"]
+    assert all(
+        r["status"] == "FAIL" and f"no interface matches {ifname!r}" in r["detail"] for r in ifn
+    ), ifn
+
+
+def test_setup_noise_looking_like_probe_lines_is_ignored(fake: FakeCluster, cfg: Cfg) -> None:
+    """`setup` prints whatever it likes before the probe's own lines: lines shaped like the
+    probe's (or like a leftover process or a port holder) neither crash nor steer it."""
+    port = free_port()
+    noise = [
+        "@DISK n/a",
+        "@GIT x",
+        "@PY {",
+        "@TMUX missing",
+        "@SESSION",
+        "@RESOLVE 10.9.9.9",
+        "PROC 1 S /sbin/init",
+        f"LISTEN {port} 1 root /sbin/init",
+    ]
+    setup = "; ".join(f"echo {shlex.quote(x)}" for x in noise)
+    path = cfg.write(f"""
+    job: dnoise
+    nodes: [node0, node1]
+    master_port: {port}
+    setup: {json.dumps(setup)}
+    command: sleep 1
+    """)
+    res = cfg.mntui(path, "doctor", "--json", timeout=120)
+    rs = rows(res)
+    assert res.returncode in (0, 1), [r for r in rs if r["status"] == "FAIL"]
+    for node in ("node0", "node1"):
+        assert status(rs, node, "tmux") == ["PASS"]
+        assert status(rs, node, "torch") == ["PASS"]
+        assert status(rs, node, "leftovers") == ["PASS"]
+        assert status(rs, node, "master_addr") == ["PASS"]
+        assert status(rs, node, "git") == []
+        workdir = next(r for r in rs if r["node"] == node and r["check"] == "workdir")
+        assert workdir["status"] in ("PASS", "WARN") and "GiB free" in workdir["detail"]
+    assert status(rs, "node0", "ports") == ["PASS"]
+
+
+def test_allreduce_never_touches_a_job_named_like_the_old_smoke_job(
+    fake: FakeCluster, cfg: Cfg
+) -> None:
+    """A real job called `<job>-smoke` (the name the smoke test once took) runs while
+    `doctor --allreduce` runs for <job>: it is left alone, whatever the smoke test says."""
+    victim = cfg.write(listener_job("dvictim-smoke", free_port()), name="victim.yaml")
+    res = cfg.mntui(victim, "launch", "--no-ui")
+    assert res.returncode == 0, res.stdout + res.stderr
+    pids = {n: tagged("dvictim-smoke", n) for n in ("node0", "node1")}
+    assert all(pids.values()), pids
+    sessions = {n: fake.node(n).sessions() for n in ("node0", "node1")}
+    path = cfg.write(f"""
+    job: dvictim
+    nodes: [node0, node1]
+    master_port: {free_port()}
+    env: {{GLOO_SOCKET_IFNAME: lo, OMP_NUM_THREADS: "1"}}
+    command: sleep 1
+    """)
+    res = cfg.mntui(path, "doctor", "--allreduce", "--json", "--timeout", "60", timeout=180)
+    rs = rows(res)
+    assert status(rs, "node0", "allreduce"), rs  # it ran (pass or fail), and then:
+    for node, before in pids.items():
+        assert alive(before) == before, f"doctor --allreduce killed {node}'s job"
+        assert set(sessions[node]) <= set(fake.node(node).sessions())
+    from mntui.sessions.smoke import smoke_job
+
+    assert tagged_anywhere(smoke_job("dvictim")) == []
+
+
+def tagged(job: str, node: str) -> list[int]:
+    return alive(pids_with_env(f"MNTUI_RUN={re.escape(job)}/[^/]+/{node}"))
