@@ -91,6 +91,9 @@ if git rev-parse --git-dir >/dev/null 2>&1; then
 fi
 _v=$(python3 -c {shlex.quote(PY_PROBE)} 2>/dev/null | tail -n 1)
 printf '{m} PY %s\\n' "$_v"
+_v=$(command -v py-spy 2>/dev/null)
+_s=$(cat /proc/sys/kernel/yama/ptrace_scope 2>/dev/null)
+printf '{m} PYSPY %s %s %s\\n' "$(id -u)" "${{_s:--}}" "$_v"
 ) </dev/null 2>&1
 """
 
@@ -144,6 +147,16 @@ def _workdir(v: str) -> Fields | None:
     return {"workdir": v[3:]} if v.startswith("ok ") and len(v) > 3 else None
 
 
+_PYSPY = re.compile(r"(\d+) (-|[0-3]) ?(/\S.*)?")
+
+
+def _pyspy(v: str) -> Fields | None:
+    m = _PYSPY.fullmatch(v)
+    if m is None:
+        return None
+    return {"root": m[1] == "0", "ptrace_scope": None if m[2] == "-" else int(m[2]), "pyspy": m[3]}
+
+
 def _git(v: str) -> Fields | None:
     m = _GIT.fullmatch(v.strip())  # `wc -l` pads with spaces on some systems
     return {"git": Git(m[1], int(m[2]))} if m is not None else None
@@ -160,6 +173,7 @@ _FIELDS: dict[str, Callable[[str], Fields | None]] = {
     "DISK": lambda v: {"disk_kib": int(v)} if v.isascii() and v.isdigit() else None,
     "GIT": _git,
     "PY": lambda v: _python(v) if v else {},
+    "PYSPY": _pyspy,
 }
 
 

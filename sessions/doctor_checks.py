@@ -70,6 +70,9 @@ class Probe:
     python: Python | None = None
     python_raw: bool = False  # python3 answered, but not with a readable report
     malformed: int = 0  # lines with our marker but not in their exact shape
+    pyspy: str | None = None  # where py-spy is, after `setup`
+    ptrace_scope: int | None = None  # kernel.yama.ptrace_scope; None: no Yama
+    root: bool = False
 
 
 def tmux_check(n: str, p: Probe) -> Check:
@@ -123,12 +126,26 @@ def git_check(n: str, g: Git) -> Check:
     return verdict(n, "git", not g.dirty, detail, "commit or stash", Status.WARN)
 
 
+def stacks_check(n: str, p: Probe) -> Check:
+    """The failure report's stacks of hung ranks need py-spy in the job's environment
+    and a kernel that lets the user read its own processes."""
+    fix = "pip install py-spy into the job's environment (the report then shows hung stacks)"
+    if p.pyspy is None:
+        return Check(n, "stacks", Status.WARN, "py-spy not found after `setup`", fix)
+    scope = p.ptrace_scope or 0
+    if scope >= 2 or (scope == 1 and not p.root):
+        why = f"kernel.yama.ptrace_scope is {scope}: py-spy cannot read the job's processes"
+        return Check(n, "stacks", Status.WARN, why, "sysctl kernel.yama.ptrace_scope=0")
+    return Check(n, "stacks", Status.PASS, f"py-spy at {p.pyspy}")
+
+
 def node_checks(n: str, p: Probe, spec: NodeSpec, cfg: JobConfig) -> list[Check]:
     """tmux, then the workdir; python and git only where the workdir was reached."""
     rows = [tmux_check(n, p), workdir_check(n, p, spec)]
     if p.workdir is None:
         return rows
     rows.append(python_check(n, p, cfg.nproc_per_node))
+    rows.append(stacks_check(n, p))
     if p.git is not None:
         rows.append(git_check(n, p.git))
     return rows

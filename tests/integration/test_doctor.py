@@ -45,6 +45,7 @@ def test_healthy_cluster_passes_with_allreduce(fake: FakeCluster, cfg: Cfg) -> N
         "tmux",
         "workdir",
         "torch",
+        "stacks",
         "master_addr",
         "ifname",
         "leftovers",

@@ -94,6 +94,7 @@ def test_probe_reads_only_this_runs_lines_in_their_shape() -> None:
         ("tmux", Status.PASS),
         ("workdir", Status.PASS),
         ("torch", Status.PASS),
+        ("stacks", Status.WARN),  # no py-spy line in this probe
         ("git", Status.WARN),
     ]
 
@@ -225,3 +226,25 @@ def test_doctor_functions_are_small() -> None:
                 if size > 60:
                     long.append(f"{name}:{node.name} {size} lines")
     assert not long
+
+
+def test_stacks_check_reads_py_spy_and_ptrace_scope(tmp_path: Path) -> None:
+    """The failure report's hung stacks need py-spy after `setup` and Yama's permission."""
+    from mntui.sessions.doctor_checks import stacks_check
+
+    def probe(line: str) -> doctor.Probe:
+        return doctor.parse_probe(probe_output(f"{M} PYSPY {line}"), TOKEN)
+
+    ok = probe("1000 0 /opt/venv/bin/py-spy")
+    assert ok.pyspy == "/opt/venv/bin/py-spy" and ok.ptrace_scope == 0 and not ok.root
+    assert stacks_check("n0", ok).status is Status.PASS
+    assert stacks_check("n0", probe("1000 0 ")).status is Status.WARN  # not found
+    blocked = stacks_check("n0", probe("1000 1 /usr/bin/py-spy"))
+    assert blocked.status is Status.WARN and "ptrace_scope is 1" in blocked.detail
+    assert stacks_check("n0", probe("0 1 /usr/bin/py-spy")).status is Status.PASS  # root
+    assert stacks_check("n0", probe("0 - /usr/bin/py-spy")).status is Status.PASS  # no Yama
+    bad = probe("1000 7 $(reboot)")
+    assert bad.malformed == 1 and bad.pyspy is None
+    real = _run_probe(config(setup=json.dumps([f"PATH={Path(sys.executable).parent}:$PATH"])),
+                      tmp_path)  # fmt: skip
+    assert real.pyspy is not None and real.pyspy.endswith("/py-spy")
