@@ -26,14 +26,16 @@ __all__ = [
 ]
 
 # `step N`, `global_step=N`, `iter N`, `iteration N`, `Epoch N` (any case), N optionally
-# after `:`, `=`, `#` or `[`. An epoch counts only when no step/iteration follows on the
-# same line ("Epoch 3 step 120" is step 120). A fraction is not a step, and the word must
-# be followed by the number: HF Trainer's `'epoch': 0.27` and "Total optimization steps =
-# 1000" are not progress.
-_NUM = r"\s*[:=#]?\s*\[?\s*"
+# after `:`, `=`, `#` or `[`. An epoch counts only when no step/iteration follows within
+# 200 characters ("Epoch 3 step 120" is step 120). A fraction is not a step, and the word
+# must be followed by the number: HF Trainer's `'epoch': 0.27` and "Total optimization
+# steps = 1000" are not progress. Node lines are untrusted, so the pattern is written
+# to cost linear time on any line: the epoch look-ahead is bounded, and a run of spaces
+# can be split only one way (`\s*:?\s*` against 4,000 spaces backtracks for minutes).
+_NUM = r"\s*(?:[:=#]\s*)?(?:\[\s*)?"
 DEFAULT_PATTERN = (
     r"(?i)(?:\b(?:global[_ ]?)?step|\biter(?:ation)?"
-    rf"|\bepoch(?!.*\b(?:(?:global[_ ]?)?step|iter(?:ation)?){_NUM}[0-9]))"
+    rf"|\bepoch(?={_NUM}[0-9])(?!.{{0,200}}?\b(?:(?:global[_ ]?)?step|iter(?:ation)?){_NUM}[0-9]))"
     rf"{_NUM}(?P<step>[0-9]{{1,15}})(?![0-9]|\.[0-9])"
 )
 

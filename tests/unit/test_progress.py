@@ -3,6 +3,8 @@ rates over a fake clock, straggler episodes, the report's wording."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from mntui.sessions.progress import (
@@ -103,6 +105,24 @@ def test_untrusted_lines_never_raise_and_are_capped() -> None:
     assert t.snapshot()["n0"].step is None
     t.feed("n0", ["s=8 " + "x" * 5000], now=2.0)
     assert t.snapshot()["n0"].step == 8
+
+
+def test_hostile_lines_cost_linear_time() -> None:
+    """Lines built to make a regex backtrack; a naive `\\s*:?\\s*` pattern takes minutes
+    on the first one. A bound, not a benchmark."""
+    lines = [
+        "step" + " " * 3990 + "x",
+        "epoch " * 700,
+        "epoch step " * 400,
+        ("epoch 1" + " " * 190) * 20,
+        "step:" + " " * 2000 + "[" + " " * 1900,
+        "Epoch\r" * 2000,
+    ]
+    t = ProgressTracker(PATTERN)
+    t0 = time.perf_counter()
+    t.feed("n0", lines * 10, now=0.0)
+    assert time.perf_counter() - t0 < 2.0
+    assert t.snapshot()["n0"].step == 1
 
 
 def test_rate_over_a_sliding_window() -> None:
