@@ -78,6 +78,8 @@ class ProgressTracker:
     an empty feed is what lets a node's rate fall to 0 when it stops printing."""
 
     def __init__(self, pattern: re.Pattern[str], window: float = 30.0) -> None:
+        if "step" not in pattern.groupindex:  # compile_pattern() says so to the user
+            raise ValueError("the progress pattern has no named group `step`")
         self.pattern = pattern
         self.window = window
         self.skipped = 0  # matched lines whose step was unusable (absurd, not a number)

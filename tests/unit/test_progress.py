@@ -3,6 +3,7 @@ rates over a fake clock, straggler episodes, the report's wording."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -93,6 +94,8 @@ def test_pattern_without_step_group_refused() -> None:
     with pytest.raises(ValueError, match="not a valid regular expression"):
         compile_pattern(r"(?P<step>\d+")
     assert compile_pattern(r"it=(?P<step>\d+)").search("it=5") is not None
+    with pytest.raises(ValueError):
+        ProgressTracker(re.compile(r"iter (\d+)"))
 
 
 def test_untrusted_lines_never_raise_and_are_capped() -> None:
