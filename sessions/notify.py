@@ -98,7 +98,7 @@ def check_webhook_url(url: str) -> str | None:
     except ValueError as exc:
         return f"not a usable URL ({exc})"
     if parts.scheme not in ("http", "https"):
-        return f"only http:// and https:// URLs are supported, not {parts.scheme or 'none'}:"
+        return "only http:// and https:// URLs are supported"
     if not parts.hostname:
         return "the URL has no host"
     return None
@@ -148,7 +148,7 @@ def webhook_body(notice: Notice) -> bytes:
         "job": _clean(notice.job),
         "run_id": _clean(notice.run_id),
         "summary": summary,
-        "report": notice.report_path,
+        "report": _clean(notice.report_path) if notice.report_path is not None else None,
         "details": {_clean(k): _clean(v) for k, v in notice.details.items()},
     }
     return json.dumps(body, ensure_ascii=False).encode("utf-8")
