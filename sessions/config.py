@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from ClusterShell.NodeSet import NodeSet, NodeSetException
 
+from .notify import NotifyPolicy
 from .yamlmarks import ConfigError, Document, Path_, load, loads
 
 __all__ = [
@@ -119,6 +120,8 @@ class WatchPolicy:
     unreachable_after: float = 30.0  # a node can miss polls while its sshd is busy
     interval: float = 1.0  # seconds between polls
     capture_budget: float = 10.0  # seconds for py-spy stacks before a teardown; 0: none
+    slow_fraction: float = 0.5  # a node below this fraction of the median step rate...
+    slow_after: float = 120.0  # ...for this long is flagged slow (notify only)
 
 
 RESTARTABLE = ("failed", "orphaned", "frozen", "unreachable", "stalled")
@@ -153,6 +156,8 @@ class JobConfig:
     ssh: SshPolicy = field(default_factory=SshPolicy)
     watch: WatchPolicy = field(default_factory=WatchPolicy)
     restart: RestartPolicy = field(default_factory=RestartPolicy)
+    notify: NotifyPolicy = field(default_factory=NotifyPolicy)
+    progress_pattern: str | None = None  # a regex with a group `step`; None: the default
     spares: tuple[NodeSpec, ...] = ()  # nodes that replace one that broke twice in a row
 
     @property
