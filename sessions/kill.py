@@ -56,7 +56,7 @@ class KillReport:
         return not self.left and not self.port_holders
 
     def summary(self) -> str:
-        if not self.found and not self.session_killed and self.clean:
+        if not self.found and not self.session_killed and self.clean and not self.malformed:
             return "nothing to kill"
         parts = [f"{len(self.found)} process(es) stopped"]
         if self.sigkilled:

@@ -75,6 +75,22 @@ def test_parse_listeners_dedupes_v4_v6_and_foreign() -> None:
     assert "another user" in hs[1].describe()
 
 
+def test_kill_and_log_answers_count_what_is_no_record() -> None:
+    """A forged `LISTEN 29500 1 root x` line (the old, unencoded shape) made kill report
+    "not clean"; now it is no record: skipped and counted, like the rest. (What keeps a
+    node from printing a well-formed record is the encoding at the source: the
+    real-script tests below.)"""
+    r = parse_kill(
+        "n",
+        "LISTEN 29500 1 root x\nLEFT x\nSIGKILL abc\nELAPSED_MS 1e9\nPROC 5 S not*b64\n"
+        "SESSION_KILLED now\nLEFT\nELAPSED_MS 5\n",
+    )
+    assert r.clean and r.port_holders == () and r.found == () and not r.session_killed
+    assert r.malformed == 6 and r.seconds == 0.005 and "6 unreadable line(s)" in r.summary()
+    c = parse_read("SIZE 10\nEXIT x\nDATA\naGk=\nDATA\nnoise\n", 0)
+    assert (c.data, c.size, c.exit_code, c.malformed) == (b"hi", 10, None, 3)
+
+
 def test_parse_log_chunks() -> None:
     c = parse_read("SIZE 10\nEXIT 0\nDATA\naGVsbG8=\n", 5)
     assert (c.data, c.offset, c.size, c.exit_code) == (b"hello", 10, 10, 0)
