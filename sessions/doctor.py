@@ -79,8 +79,15 @@ for _i in /sys/class/net/*; do
   _st=; read -r _st 2>/dev/null <"$_i/operstate"
   printf '{m} IF %s %s\\n' "${{_i##*/}}" "$_st"
 done
-(
-{chr(10).join(spec.setup)}
+bash -c {shlex.quote(_after_setup(spec, cd, m))} </dev/null 2>&1
+"""
+
+
+def _after_setup(spec: NodeSpec, cd: str, m: str) -> str:
+    """What runs in the job's environment: `setup` under bash, as launch.sh runs it (a
+    `source` line would fail under dash), then the probes that depend on it."""
+    setup = "\n".join(spec.setup) or ":"
+    return f"""{setup}
 {cd}
 printf '{m} WORKDIR ok %s\\n' "$(pwd)"
 _v=$(df -Pk . 2>/dev/null | awk 'NR==2 {{print $4}}')
@@ -94,7 +101,6 @@ printf '{m} PY %s\\n' "$_v"
 _v=$(command -v py-spy 2>/dev/null)
 _s=$(cat /proc/sys/kernel/yama/ptrace_scope 2>/dev/null)
 printf '{m} PYSPY %s %s %s\\n' "$(id -u)" "${{_s:--}}" "$_v"
-) </dev/null 2>&1
 """
 
 

@@ -9,6 +9,7 @@ reported and never stops the others.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -16,10 +17,27 @@ from dataclasses import dataclass
 from . import tmux
 from .config import JobConfig
 from .events import Event, Phase
-from .procs import SHELL_LIB, PortHolder, ProcInfo, job_node_pattern, parse_listeners, parse_procs
+from .procs import (
+    INT,
+    SHELL_LIB,
+    PortHolder,
+    ProcInfo,
+    ints,
+    job_node_pattern,
+    node_lines,
+    parse_listener,
+    parse_listeners,
+    parse_proc,
+    unique_holders,
+)
 from .remote import Cluster, GroupResult
 
-q = shlex.quote
+# The kill script's own records; PROC and LISTEN records are procs.py's.
+_PIDS = f"((?: {INT})*)"
+_SIGKILL = re.compile(f"SIGKILL{_PIDS}", re.ASCII)
+_LEFT = re.compile(f"LEFT{_PIDS}", re.ASCII)
+_ELAPSED = re.compile(f"ELAPSED_MS ({INT})", re.ASCII)
+_FREEING = re.compile(f"FREEING{_PIDS}", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -31,13 +49,14 @@ class KillReport:
     session_killed: bool
     port_holders: tuple[PortHolder, ...]
     seconds: float
+    malformed: int = 0  # lines of the node's answer that were no record of ours: skipped
 
     @property
     def clean(self) -> bool:
         return not self.left and not self.port_holders
 
     def summary(self) -> str:
-        if not self.found and not self.session_killed and self.clean:
+        if not self.found and not self.session_killed and self.clean and not self.malformed:
             return "nothing to kill"
         parts = [f"{len(self.found)} process(es) stopped"]
         if self.sigkilled:
@@ -47,6 +66,8 @@ class KillReport:
         if self.left:
             parts.append(f"STILL ALIVE: {' '.join(map(str, self.left))}")
         parts += [h.describe() for h in self.port_holders]
+        if self.malformed:
+            parts.append(f"{self.malformed} unreadable line(s) of the node's answer skipped")
         return ", ".join(parts) + f" ({self.seconds:.1f}s)"
 
 
@@ -55,63 +76,69 @@ def kill_script(pattern: str, session: str, ports: Iterable[int], grace: float) 
     ports_s = " ".join(str(p) for p in ports)
     return f"""{SHELL_LIB}
 t0=$(mntui_now_ms)
-pat={q(pattern)}
-pids=$(mntui_scan "$pat" | tr '\\n' ' ')
+pat={shlex.quote(pattern)}
+pids=$(mntui_scan "$pat")
+# shellcheck disable=SC2086 # PIDs, one a word
 mntui_procinfo $pids
-if [ -n "$pids" ]; then
-  kill -CONT $pids 2>/dev/null
-  kill -TERM $pids 2>/dev/null
-  end=$(( $(mntui_now_ms) + {grace_ms} ))
-  while [ -n "$(mntui_alive $pids)" ] && [ "$(mntui_now_ms)" -lt "$end" ]; do sleep 0.05; done
-  left=$(mntui_alive $pids | tr '\\n' ' ')
-  if [ -n "$left" ]; then kill -KILL $left 2>/dev/null; echo "SIGKILL $left"; fi
-fi
+# shellcheck disable=SC2086 # PIDs, one a word
+mntui_stop {grace_ms} $pids
 # Sweep for anything forked while we were killing (a launcher restarting workers).
-for _round in 1 2 3 4 5; do
-  more=$(mntui_scan "$pat" | tr '\\n' ' ')
-  more=$(mntui_alive $more | tr '\\n' ' ')
+for _ in 1 2 3 4 5; do
+  # shellcheck disable=SC2046 # PIDs, one a word
+  more=$(mntui_alive $(mntui_scan "$pat"))
   [ -z "$more" ] && break
+  # shellcheck disable=SC2086 # PIDs, one a word
   mntui_procinfo $more
-  kill -CONT $more 2>/dev/null; kill -KILL $more 2>/dev/null; echo "SIGKILL $more"
+  # shellcheck disable=SC2086 # PIDs, one a word
+  mntui_stop 0 $more
   sleep 0.05
 done
 if {tmux.has_session(session)}; then {tmux.kill_session(session)} && echo SESSION_KILLED; fi
-end=$(( $(mntui_now_ms) + 3000 ))
-while :; do
-  left=$(mntui_alive $(mntui_scan "$pat") | tr '\\n' ' ')
-  holders=$(mntui_listeners {ports_s})
-  [ -z "$left" ] && [ -z "$holders" ] && break
-  [ "$(mntui_now_ms)" -ge "$end" ] && break
-  sleep 0.05
-done
-echo "LEFT $left"
+busy() {{
+  # shellcheck disable=SC2046 # PIDs, one a word
+  left=$(mntui_alive $(mntui_scan "$pat"))
+  holders={f"$(mntui_listeners {ports_s})" if ports_s else '""'}
+  [ -n "$left" ] || [ -n "$holders" ]
+}}
+mntui_wait_while 3000 busy
+# shellcheck disable=SC2086 # PIDs, one a word
+echo LEFT $left
 [ -n "$holders" ] && printf '%s\\n' "$holders"
-echo "ELAPSED_MS $(( $(mntui_now_ms) - t0 ))"
+echo "ELAPSED_MS $(($(mntui_now_ms) - t0))"
 """
 
 
 def parse_kill(node: str, stdout: str) -> KillReport:
-    lines = stdout.splitlines()
+    found: dict[int, ProcInfo] = {}
     sigkilled: list[int] = []
     left: tuple[int, ...] = ()
-    ms = 0
-    for line in lines:
-        word, _, rest = line.partition(" ")
-        if word == "SIGKILL":
-            sigkilled += [int(p) for p in rest.split() if p.isdigit()]
-        elif word == "LEFT":
-            left = tuple(int(p) for p in rest.split() if p.isdigit())
-        elif word == "ELAPSED_MS" and rest.strip().isdigit():
-            ms = int(rest)
-    found = {p.pid: p for p in parse_procs(lines)}  # a sweep may list a PID twice
+    holders: list[PortHolder] = []
+    session = False
+    ms, bad = 0, 0
+    for line in node_lines(stdout):
+        if (proc := parse_proc(line)) is not None:
+            found[proc.pid] = proc  # a sweep may list a PID twice
+        elif (holder := parse_listener(line)) is not None:
+            holders.append(holder)
+        elif m := _SIGKILL.fullmatch(line):
+            sigkilled += ints(m[1])
+        elif m := _LEFT.fullmatch(line):
+            left = ints(m[1])
+        elif m := _ELAPSED.fullmatch(line):
+            ms = int(m[1])
+        elif line == "SESSION_KILLED":
+            session = True
+        else:
+            bad += 1
     return KillReport(
         node,
         tuple(found.values()),
         tuple(dict.fromkeys(sigkilled)),
         left,
-        "SESSION_KILLED" in lines,
-        parse_listeners(lines),
+        session,
+        unique_holders(holders),
         ms / 1000,
+        malformed=bad,
     )
 
 
@@ -174,39 +201,40 @@ def kill_job(
 
 
 def holders_script(ports: Iterable[int]) -> str:
-    return f"{SHELL_LIB}\nmntui_listeners {' '.join(str(p) for p in ports)}\n"
+    ports_s = " ".join(str(p) for p in ports)
+    return f"{SHELL_LIB}\n{f'mntui_listeners {ports_s}' if ports_s else ''}\n"
 
 
 def port_holders(cfg: JobConfig, cluster: Cluster) -> GroupResult[tuple[PortHolder, ...]]:
     script = holders_script(cfg.all_ports)
-    return cluster.map(lambda node: parse_listeners(node.run(script).stdout.splitlines()))
+    return cluster.map(lambda node: parse_listeners(node_lines(node.run(script).stdout)))
 
 
 def free_script(holders: Iterable[PortHolder], grace: float) -> str:
-    """Kill the listed holders, but only those still ours and still on that port:
-    between listing and confirming, a PID may have exited and been reused."""
+    """Kill the listed holders, but only those that are still ours and that ss, on the
+    node, says hold that port now: between listing and confirming, a PID may have exited
+    and been reused, and nothing printed earlier decides what is killed."""
     grace_ms = int(grace * 1000)
-    holders = [h for h in holders if h.pid is not None]
-    ports = " ".join(sorted({str(h.port) for h in holders}))
-    checks = "\n".join(
-        f"[ -O /proc/{h.pid} ] && mntui_listeners {h.port} | grep -q '^LISTEN {h.port} {h.pid} ' "
-        f'&& pids="$pids {h.pid}"'
-        for h in holders
-    )
+    listed = sorted({(h.port, h.pid) for h in holders if h.pid is not None})
+    ports = " ".join(str(p) for p in sorted({port for port, _ in listed}))
+    checks = "\n".join(f'mntui_holds {port} {pid} && pids="$pids {pid}"' for port, pid in listed)
     return f"""{SHELL_LIB}
 pids=""
 {checks}
-echo "FREEING $pids"
-if [ -n "$pids" ]; then
-  kill -CONT $pids 2>/dev/null; kill -TERM $pids 2>/dev/null
-  end=$(( $(mntui_now_ms) + {grace_ms} ))
-  while [ -n "$(mntui_alive $pids)" ] && [ "$(mntui_now_ms)" -lt "$end" ]; do sleep 0.05; done
-  left=$(mntui_alive $pids); [ -n "$left" ] && kill -KILL $left 2>/dev/null
-  end=$(( $(mntui_now_ms) + 2000 ))
-  while [ -n "$(mntui_listeners {ports})" ] && [ "$(mntui_now_ms)" -lt "$end" ]; do sleep 0.05; done
-fi
-mntui_listeners {ports}
+echo "FREEING$pids"
+# shellcheck disable=SC2086 # PIDs, one a word
+mntui_stop {grace_ms} $pids
+held() {{ [ -n "$(mntui_port_pids {ports})" ]; }}
+[ -n "$pids" ] && mntui_wait_while 2000 held
+{f"mntui_listeners {ports}" if ports else ""}
 """
+
+
+def parse_free(stdout: str) -> tuple[tuple[int, ...], tuple[PortHolder, ...]]:
+    """(PIDs the free script chose to kill, holders still there afterwards)."""
+    lines = node_lines(stdout)
+    freeing = next((m[1] for line in lines if (m := _FREEING.fullmatch(line))), "")
+    return tuple(dict.fromkeys(ints(freeing))), parse_listeners(lines)
 
 
 def free_ports(
@@ -215,12 +243,9 @@ def free_ports(
     """Per node: (PIDs killed, holders still there). One round trip per node."""
 
     def one(node) -> tuple[tuple[int, ...], tuple[PortHolder, ...]]:  # type: ignore[no-untyped-def]
-        res = node.run(free_script(holders[node.name], grace), timeout=grace + 30)
-        lines = res.stdout.splitlines()
-        freeing: list[str] = next(
-            (line.split()[1:] for line in lines if line.startswith("FREEING")), []
+        return parse_free(
+            node.run(free_script(holders[node.name], grace), timeout=grace + 30).stdout
         )
-        return tuple(int(p) for p in freeing), parse_listeners(lines)
 
     return cluster.map(one, [n for n, h in holders.items() if any(x.pid is not None for x in h)])
 

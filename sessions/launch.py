@@ -16,18 +16,26 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import NoReturn
 
-from . import remote, tmux
+from . import logs, remote, tmux
 from .config import JobConfig, ReadyMode
 from .errors import MntuiError
 from .events import Event, Phase
 from .kill import kill_job
 from .plan import NodePlan, Plan, build_plan, new_run_id
-from .procs import SHELL_LIB, PortHolder, ProcInfo, job_node_pattern, parse_listeners, parse_procs
+from .procs import (
+    SHELL_LIB,
+    PortHolder,
+    ProcInfo,
+    job_node_pattern,
+    parse_listeners,
+    parse_procs,
+    run_dir_word,
+)
 from .remote import Cluster, GroupResult, Node, NodeError
 from .runs import RunRecord, RunStatus
 
-q = shlex.quote
 EventSink = Callable[[Event], None]
+log_tail = logs.log_tail  # one function, in logs.py; watch.py imports it from here
 READY_POLL = 0.1  # seconds between readiness checks on the main (one round trip each)
 
 
@@ -90,9 +98,9 @@ class Attempt:
 def preflight_script(cfg: JobConfig, node: str, check_ports: bool) -> str:
     ports = " ".join(str(p) for p in cfg.all_ports) if check_ports else ""
     return f"""{SHELL_LIB}
-mntui_procinfo $(mntui_scan {q(job_node_pattern(cfg.job, node))})
-{tmux.has_session(tmux.session_name(cfg.job, node))} && echo SESSION
-for t in tmux bash ss grep; do command -v "$t" >/dev/null 2>&1 || echo "MISSING $t"; done
+# shellcheck disable=SC2046 # PIDs, one a word
+mntui_procinfo $(mntui_scan {shlex.quote(job_node_pattern(cfg.job, node))})
+for t in tmux bash ss grep sed base64; do command -v "$t" >/dev/null 2>&1 || echo "MISSING $t"; done
 {f"mntui_listeners {ports}" if ports else ""}
 """
 
@@ -123,30 +131,26 @@ def _start(node: Node, np: NodePlan) -> float:
 
 def ready_script(cfg: JobConfig, np: NodePlan) -> str:
     if cfg.launch.ready is ReadyMode.PORT:
-        test = f"ss -Hltn 'sport = :{cfg.master_port}' | grep -q ."
+        test = f"ss -Hltn {shlex.quote(f'sport = :{cfg.master_port}')} | grep -q ."
     elif cfg.launch.ready is ReadyMode.LOG:
-        test = f'grep -qE -- {q(cfg.launch.ready_pattern or "")} "$d/output.log"'
+        test = f'grep -qE -- {shlex.quote(cfg.launch.ready_pattern or "")} "$d/output.log"'
     else:
         test = "false"
     # The pane's state is read before the exit-code file: a pane already dead has written
     # its code, so a main that exits between the two reads is never "dead without a code".
-    return f"""d="$HOME"/{q(np.run_dir)}
-_pane=$({tmux.pane_status(np.session)})
-if [ -f "$d/exit_code" ]; then echo "EXITED $(cat "$d/exit_code")"
-elif [ -z "$_pane" ]; then echo GONE
-elif [ "${{_pane%% *}}" = 1 ]; then echo DEAD
+    # The code is the job's file: anything but a number is said as "?". No pane: tmux
+    # prints nothing, or (3.3, other sessions on the server) its fields empty.
+    return f"""d={run_dir_word(np.run_dir)}
+pane=$({tmux.pane_status(np.session)})
+if [ -f "$d/exit_code" ]; then
+  read -r rc <"$d/exit_code"
+  case ${{rc#-}} in '' | *[!0-9]*) rc='?' ;; esac
+  echo "EXITED $rc"
+elif [ -z "${{pane%% *}}" ]; then echo GONE
+elif [ "${{pane%% *}}" = 1 ]; then echo DEAD
 elif {test}; then echo READY
 else echo WAIT; fi
 """
-
-
-def log_tail(node: Node, run_dir: str, lines: int = 20) -> str:
-    try:
-        return node.run(
-            f'tail -n {lines} "$HOME"/{q(run_dir)}/output.log 2>/dev/null', timeout=10
-        ).stdout
-    except NodeError as exc:
-        return f"(could not read the log: {exc.message})"
 
 
 def wait_ready(cfg: JobConfig, node: Node, np: NodePlan, on_event: EventSink) -> float:

@@ -2,26 +2,29 @@
 
 The poll script runs on the node's persistent shell and uses shell builtins where it
 can (`read` of /proc files): on a 64-node job every process spawned per poll is paid
-64 times a second. It prints marked sections that `parse_poll` turns into a frozen
-NodeSnapshot; the Poller keeps what must persist between polls (log offsets, CPU
-ticks, the PIDs whose command lines it already knows).
+64 times a second. It prints one record a line; `parse_answer` reads them into a typed
+PollAnswer (strictly: what a node's processes chose, their command lines and the text
+of nvidia-smi and of the log, arrives base64-encoded, and a line of any other shape is
+skipped and counted), and `apply_answer` turns that into a frozen NodeSnapshot. The
+Poller keeps what must persist between polls (log offsets, CPU ticks, the PIDs whose
+command lines it already knows).
 """
 
 from __future__ import annotations
 
-import base64
+import re
 import shlex
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import gpu as gpumod
 from . import tmux
-from .procs import SHELL_LIB, run_pattern
+from .procs import B64, INT, SHELL_LIB, b64_bytes, b64_text, node_lines, run_dir_word, run_pattern
 from .remote import Cluster, Node, NodeError, Outcome
 from .runs import NodeRecord, RunRecord
 
-q = shlex.quote
 LOG_CHUNK = 64 * 1024
 
 
@@ -58,6 +61,7 @@ class NodeSnapshot:
     output_age: float | None = None  # seconds since output.log last grew (node clock)
     new_output: bytes = b""  # bytes of output.log since the previous poll
     node_time: float | None = None  # the node's wall clock, first poll only
+    malformed: int = 0  # lines of the node's answer that were no record of ours: skipped
 
     @property
     def live_procs(self) -> tuple[JobProc, ...]:
@@ -66,6 +70,22 @@ class NodeSnapshot:
 
 PORTS_EVERY = 10  # polls between listening-port scans (`ss -p` walks every fd: 6 ms)
 SCAN_EVERY = 10  # polls between full tag scans; in between, the known processes' tree
+
+
+def _pane_lines(rec: NodeRecord, pane_pid: int | None) -> str:
+    """Ask tmux only when the pane's process is gone; a live one is reported as tmux would."""
+    ask_tmux = f"printf '@PANE %s\\n' \"$({tmux.pane_status(rec.session)})\""
+    if not pane_pid:
+        return ask_tmux
+    alive = tmux.format_pane_status(tmux.PaneStatus(False, pane_pid, None))
+    return f"if [ -d /proc/{pane_pid} ]; then echo '@PANE {alive}'; else {ask_tmux}; fi"
+
+
+def _gpu_lines() -> str:
+    return f"""if command -v nvidia-smi >/dev/null 2>&1; then
+  printf '@GPU %s\\n' "$({gpumod.GPU_QUERY} 2>&1 | base64 -w0)"
+  printf '@APPS %s\\n' "$({gpumod.APP_QUERY} 2>&1 | base64 -w0)"
+else echo "@NOSMI"; fi"""
 
 
 def poll_script(
@@ -80,60 +100,194 @@ def poll_script(
 ) -> str:
     """Steady-state polls spawn few processes: node clock and sysconf come on the first
     poll only, tmux is asked only when the pane's process is gone, ports every few polls."""
-    d = f'"$HOME"/{q(rec.run_dir)}'
     known = " ".join(str(p) for p in sorted(known_pids))
     scan = (
-        f"mntui_scan {q(run_pattern(rec.tag))}"
+        f"mntui_scan {shlex.quote(run_pattern(rec.tag))}"
         if full_scan or not known_pids
         else f"mntui_tree {known}"
     )
     once = (
-        'echo "@NOW $(date +%s.%N)"; echo "@SYS $(getconf CLK_TCK) $(getconf PAGESIZE) $(nproc)"'
+        "printf '@NOW %s\\n' \"$(date +%s.%N)\"\n"
+        'printf \'@SYS %s %s %s\\n\' "$(getconf CLK_TCK)" "$(getconf PAGESIZE)" "$(nproc)"'
         if first
         else ""
     )
-    pane = (
-        f'if [ -d /proc/{pane_pid} ]; then echo "@PANE 0 {pane_pid}"; '
-        f'else echo "@PANE $({tmux.pane_status(rec.session)})"; fi'
-        if pane_pid
-        else f'echo "@PANE $({tmux.pane_status(rec.session)})"'
-    )
-    gpu = (
-        f"""if command -v nvidia-smi >/dev/null 2>&1; then
-  echo "@GPU"; {gpumod.GPU_QUERY} 2>&1
-  echo "@APPS"; {gpumod.APP_QUERY} 2>&1
-else echo "@NOSMI"; fi"""
-        if gpus
-        else ""
-    )
     return f"""{SHELL_LIB}
-d={d}
+d={run_dir_word(rec.run_dir)}
 {once}
-read -r _up _ </proc/uptime && echo "@UP $_up"
-{pane}
-[ -f "$d/exit_code" ] && {{ read -r _rc <"$d/exit_code"; echo "@EXIT $_rc"; }}
+read -r up _ </proc/uptime && printf '@UP %s\\n' "$up"
+{_pane_lines(rec, pane_pid)}
+[ -f "$d/exit_code" ] && {{ read -r rc <"$d/exit_code"; printf '@EXIT %s\\n' "$rc"; }}
 known=" {known} "
-for _p in $({scan}); do
-  read -r _s <"/proc/$_p/stat" 2>/dev/null || continue
-  echo "@P $_p ${{_s#*) }}"
+# shellcheck disable=SC2046 # PIDs, one a word
+for p in $({scan}); do
+  mntui_stat "$p" || continue
+  printf '@P %s %s\\n' "$p" "$_s"
   case "$known" in
-    *" $_p "*) ;;
-    *) echo "@C $_p $(tr '\0' ' ' <"/proc/$_p/cmdline" 2>/dev/null | cut -c1-300)" ;;
+    *" $p "*) ;;
+    *) printf '@C %s %s\\n' "$p" "$(mntui_b64 "/proc/$p/cmdline")" ;;
   esac
 done
-read -r _l <"/proc/loadavg" && echo "@LOAD $_l"
-while read -r _k _v _u; do
-  case "$_k" in MemTotal:|MemAvailable:) echo "@MEM $_k $_v" ;; esac
+read -r l </proc/loadavg && printf '@LOAD %s\\n' "$l"
+while read -r k v _; do
+  case "$k" in MemTotal: | MemAvailable:) printf '@MEM %s %s\\n' "$k" "$v" ;; esac
 done </proc/meminfo
-{'echo "@LISTEN"; ss -Hltnp 2>/dev/null' if ports else ""}
-{gpu}
+{"echo @PORTS; mntui_listening" if ports else ""}
+{_gpu_lines() if gpus else ""}
+# shellcheck disable=SC2046 # size and mtime, one a word
 set -- $(stat -c '%s %Y' "$d/output.log" 2>/dev/null)
-echo "@LOGSTAT $*"
+printf '@LOGSTAT %s\\n' "$*"
 if [ "${{1:-0}}" -gt {offset} ]; then
-  echo "@LOG"; tail -c +{offset + 1} "$d/output.log" | head -c {LOG_CHUNK} | base64 -w0; echo
+  printf '@LOG '
+  tail -c +{offset + 1} "$d/output.log" | head -c {LOG_CHUNK} | base64 -w0
+  echo
 fi
 echo "@END"
 """
+
+
+# -- reading the answer: pure ------------------------------------------------------
+
+FLOAT = r"[0-9]{1,12}\.[0-9]{1,9}"
+# One exact shape per record; the groups are what parse_answer reads.
+_SHAPES = {
+    tag: re.compile(tag + body, re.ASCII)
+    for tag, body in {
+        "@NOW": f" ({FLOAT})",
+        "@SYS": f" ({INT}) ({INT}) ({INT})",
+        "@UP": f" ({FLOAT})",
+        "@PANE": " (.*)",  # tmux.parse_pane_status reads it
+        "@EXIT": f" (-?{INT})",
+        # /proc/PID/stat after comm: state, then 40-odd numbers (proc(5): ppid is field 4,
+        # utime 14, stime 15, rss 24)
+        "@P": f" ({INT}) ([A-Za-z]) (-?{INT}(?: -?{INT}){{20,80}})",
+        "@C": f" ({INT}) ({B64})",
+        "@LOAD": f" ({FLOAT}) ({FLOAT}) ({FLOAT}) {INT}/{INT} {INT}",
+        "@MEM": f" (MemTotal|MemAvailable): ({INT})",
+        "@PORTS": "",
+        "@L": f" ({INT}) ({INT})",
+        "@GPU": f" ({B64})",
+        "@APPS": f" ({B64})",
+        "@NOSMI": "",
+        "@LOGSTAT": f" (?:({INT}) ({INT}))?",
+        "@LOG": f" ({B64})",
+        "@END": "",
+    }.items()
+}
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    pid: int
+    state: str
+    ppid: int
+    ticks: int  # utime + stime, in clock ticks
+    rss_pages: int
+
+
+@dataclass(frozen=True)
+class PollAnswer:
+    """One poll's answer as the node gave it: typed, nothing derived, nothing remembered."""
+
+    node_now: float | None = None  # the node's wall clock (first poll)
+    sysconf: tuple[int, int, int] | None = None  # CLK_TCK, PAGESIZE, nproc (first poll)
+    uptime: float | None = None
+    pane: tmux.PaneStatus | None = None  # None: no session
+    exit_code: int | None = None
+    stats: tuple[ProcStat, ...] = ()
+    cmdlines: Mapping[int, str] = field(default_factory=dict)  # PIDs new to the poller
+    load: tuple[float, float, float] | None = None
+    mem_kib: Mapping[str, int] = field(default_factory=dict)
+    listeners: tuple[tuple[int, int], ...] | None = None  # (port, pid); None: not scanned
+    nvidia_smi: bool = False
+    gpu_text: str = ""
+    apps_text: str = ""
+    log_size: int | None = None
+    log_mtime: int | None = None
+    log: bytes = b""
+    malformed: int = 0
+
+
+def _stat(groups: tuple[str, ...]) -> ProcStat:
+    pid, state, rest = groups
+    f = rest.split()  # after state: ppid(0) ... utime(10) stime(11) ... rss(20)
+    return ProcStat(int(pid), state, int(f[0]), int(f[10]) + int(f[11]), int(f[20]))
+
+
+_NUMBERS = {"@NOW": ("node_now", float), "@UP": ("uptime", float), "@EXIT": ("exit_code", int)}
+
+
+def _record(tag: str, g: tuple[str, ...], out: dict[str, Any]) -> bool:
+    """Store one single-valued record in `out`; False if it does not hold what its shape
+    promises (base64 that does not decode, a pane status tmux would not print)."""
+    if tag in ("@GPU", "@APPS", "@LOG"):
+        raw = b64_bytes(g[0])
+        if raw is None:
+            return False
+        if tag == "@LOG":
+            out["log"] = raw
+        else:
+            out["gpu_text" if tag == "@GPU" else "apps_text"] = raw.decode(errors="replace")
+            out["nvidia_smi"] = True
+    elif tag == "@PANE":
+        out["pane"] = tmux.parse_pane_status(g[0])
+        return out["pane"] is not None or tmux.no_pane(g[0])
+    elif tag == "@SYS":
+        out["sysconf"] = (int(g[0]), int(g[1]), int(g[2]))
+    elif tag == "@LOAD":
+        out["load"] = (float(g[0]), float(g[1]), float(g[2]))
+    elif tag == "@LOGSTAT":
+        out["log_size"], out["log_mtime"] = (int(g[0]), int(g[1])) if g[0] else (None, None)
+    elif tag in _NUMBERS:
+        key, kind = _NUMBERS[tag]
+        out[key] = kind(g[0])
+    return True  # @NOSMI, @END: their presence is all they say
+
+
+def parse_answer(text: str) -> PollAnswer:
+    """Pure: the poll script's output as a PollAnswer; never raises."""
+    out: dict[str, Any] = {}
+    stats: list[ProcStat] = []
+    cmdlines: dict[int, str] = {}
+    mem: dict[str, int] = {}
+    listeners: list[tuple[int, int]] | None = None
+    bad = 0
+    for line in node_lines(text):
+        tag = line.partition(" ")[0]
+        shape = _SHAPES.get(tag)
+        m = shape.fullmatch(line) if shape else None
+        if m is None:
+            bad += 1
+        elif tag == "@P":
+            stats.append(_stat(m.groups()))
+        elif tag == "@C":
+            cmd = b64_text(m[2])
+            bad += cmd is None
+            if cmd is not None:
+                cmdlines[int(m[1])] = cmd
+        elif tag == "@MEM":
+            mem[m[1]] = int(m[2])
+        elif tag == "@PORTS":
+            listeners = []
+        elif tag == "@L":
+            if listeners is None:  # a listener before the scan's header: not ours
+                bad += 1
+            else:
+                listeners.append((int(m[1]), int(m[2])))
+        elif not _record(tag, m.groups(), out):
+            bad += 1
+    listened = tuple(listeners) if listeners is not None else None
+    return PollAnswer(
+        **out,
+        stats=tuple(stats),
+        cmdlines=cmdlines,
+        mem_kib=mem,
+        listeners=listened,
+        malformed=bad,
+    )
+
+
+# -- what persists between polls, and the snapshot -----------------------------------
 
 
 @dataclass
@@ -153,124 +307,88 @@ class _NodeState:
     keep: int = 0  # with offset -1: start this many bytes before the end
 
 
-def parse_poll(
-    rec: NodeRecord, out: str, st: _NodeState, rtt: float, gpus: bool = True
-) -> NodeSnapshot:
-    sections: dict[str, list[str]] = {}
-    current = ""
-    values: dict[str, str] = {}
-    procs_raw: list[tuple[int, list[str]]] = []
-    mem: dict[str, float] = {}
-    for line in out.splitlines():
-        if line.startswith("@P "):
-            pid_s, _, rest = line[3:].partition(" ")
-            procs_raw.append((int(pid_s), rest.split()))
-        elif line.startswith("@C "):
-            pid_s, _, cmd = line[3:].partition(" ")
-            st.cmdlines[int(pid_s)] = cmd.strip()
-        elif line.startswith("@MEM "):
-            _, key, val = line.split()
-            mem[key.rstrip(":")] = int(val) / 1024
-        elif line.startswith("@") and line[1:].split(" ", 1)[0] in (
-            "NOW",
-            "UP",
-            "SYS",
-            "PANE",
-            "EXIT",
-            "LOAD",
-            "LOGSTAT",
-            "NOSMI",
-        ):
-            key, _, val = line[1:].partition(" ")
-            values[key] = val.strip()
-        elif line.startswith("@") and line[1:] in ("LISTEN", "GPU", "APPS", "LOG", "END"):
-            current = line[1:]
-            sections[current] = []
-        elif current:
-            sections[current].append(line)
-
-    if "SYS" in values:
-        tck, page, ncpu = values["SYS"].split()
-        st.clk_tck, st.page, st.ncpu, st.first = int(tck), int(page), int(ncpu), False
-    now = float(values.get("UP", "0") or 0)  # node uptime: a monotonic clock for CPU rates
+def _update_procs(a: PollAnswer, st: _NodeState) -> tuple[JobProc, ...]:
+    """The job's processes with CPU rates from the ticks of the previous poll."""
+    if a.sysconf is not None:
+        st.clk_tck, st.page, ncpu = a.sysconf
+        st.ncpu, st.first = ncpu, False
+    st.cmdlines.update(a.cmdlines)
+    now = a.uptime or 0.0  # node uptime: a monotonic clock for CPU rates
     procs = []
     seen: dict[int, tuple[float, int]] = {}
-    for pid, f in procs_raw:  # fields after "comm)": state ppid ... utime(11) stime(12) ... rss(21)
-        if len(f) < 22:
-            continue
-        ticks = int(f[11]) + int(f[12])
-        prev = st.ticks.get(pid)
+    for s in a.stats:
+        prev = st.ticks.get(s.pid)
         cpu = (
-            100.0 * (ticks - prev[1]) / st.clk_tck / (now - prev[0])
+            100.0 * (s.ticks - prev[1]) / max(st.clk_tck, 1) / (now - prev[0])
             if prev and now > prev[0]
             else None
         )
-        seen[pid] = (now, ticks)
-        procs.append(
-            JobProc(
-                pid, int(f[1]), f[0], cpu, int(f[21]) * st.page / 2**20, st.cmdlines.get(pid, "")
-            )
-        )
+        seen[s.pid] = (now, s.ticks)
+        rss = s.rss_pages * st.page / 2**20
+        procs.append(JobProc(s.pid, s.ppid, s.state, cpu, rss, st.cmdlines.get(s.pid, "")))
     st.ticks = seen
     st.cmdlines = {p: c for p, c in st.cmdlines.items() if p in seen}
+    if a.listeners is not None:
+        st.ports = tuple(sorted({port for port, pid in a.listeners if pid in seen}))
+    st.pane_pid = a.pane.pid if a.pane is not None and not a.pane.dead else None
+    return tuple(procs)
 
-    pane = values.get("PANE", "").split()
-    exit_code = values.get("EXIT")
-    job_pids = {p.pid for p in procs}
-    if "LISTEN" in sections:
-        st.ports = tuple(
-            sorted(
-                {
-                    int(line.split()[3].rsplit(":", 1)[1])
-                    for line in sections["LISTEN"]
-                    if len(line.split()) > 3 and any(f"pid={p}," in line for p in job_pids)
-                }
-            )
-        )
-    st.pane_pid = int(pane[1]) if len(pane) > 1 and pane[1].isdigit() and pane[0] == "0" else None
-    reading = None
-    if gpus and "NOSMI" not in values and "GPU" in sections:
-        reading = gpumod.parse_reading(
-            "\n".join(sections["GPU"]), "\n".join(sections.get("APPS", [])), frozenset(job_pids)
-        )
-    load = values.get("LOAD", "").split()
-    logstat = values.get("LOGSTAT", "").split()
-    data = b""
-    if sections.get("LOG"):
-        data = base64.b64decode("".join(sections["LOG"]).strip() or b"")
-    size = int(logstat[0]) if logstat else None
-    if size is not None and size < st.offset:  # truncated or replaced: start over
+
+def _update_log(a: PollAnswer, st: _NodeState) -> float | None:
+    """Advance the log offset; the output's age, from the node's clock on the first
+    poll, then from our own observations of the size."""
+    if a.log_size is not None and a.log_size < st.offset:  # truncated or replaced
         st.offset = 0
-    st.offset += len(data)
-    # Output age: from the node's clock on the first poll, then from our own observations.
+    st.offset += len(a.log)
     local = time.time()
-    if "NOW" in values and len(logstat) > 1:
-        st.changed_at = local - max(0.0, float(values["NOW"]) - int(logstat[1]))
-    elif size is not None and size != st.size:
+    if a.node_now is not None and a.log_mtime is not None:
+        st.changed_at = local - max(0.0, a.node_now - a.log_mtime)
+    elif a.log_size is not None and a.log_size != st.size:
         st.changed_at = local
-    st.size = size
+    st.size = a.log_size
+    return (local - st.changed_at) if st.changed_at is not None else None
+
+
+def apply_answer(
+    rec: NodeRecord, a: PollAnswer, st: _NodeState, rtt: float, gpus: bool = True
+) -> NodeSnapshot:
+    """The state update: what this answer means given what earlier polls left in `st`."""
+    procs = _update_procs(a, st)
+    reading = None
+    if gpus and a.nvidia_smi:
+        pids = frozenset(p.pid for p in procs)
+        reading = gpumod.parse_reading(a.gpu_text, a.apps_text, pids)
     return NodeSnapshot(
         node=rec.node,
         rank=rec.rank,
         at=time.time(),
         reachable=True,
         rtt=rtt,
-        session=bool(pane),
-        pane_dead=(pane[0] == "1") if pane else None,
-        pane_pid=int(pane[1]) if len(pane) > 1 and pane[1].isdigit() else None,
-        exit_code=int(exit_code) if exit_code and exit_code.lstrip("-").isdigit() else None,
-        procs=tuple(procs),
+        session=a.pane is not None,
+        pane_dead=a.pane.dead if a.pane is not None else None,
+        pane_pid=a.pane.pid if a.pane is not None else None,
+        exit_code=a.exit_code,
+        procs=procs,
         ports=st.ports,
         gpu=reading,
-        load=(float(load[0]), float(load[1]), float(load[2])) if len(load) >= 3 else None,
+        load=a.load,
         ncpu=st.ncpu,
-        mem_total_mib=mem.get("MemTotal"),
-        mem_available_mib=mem.get("MemAvailable"),
-        log_size=size,
-        output_age=(local - st.changed_at) if st.changed_at is not None else None,
-        new_output=data,
-        node_time=float(values["NOW"]) if "NOW" in values else None,
+        mem_total_mib=a.mem_kib["MemTotal"] / 1024 if "MemTotal" in a.mem_kib else None,
+        mem_available_mib=(
+            a.mem_kib["MemAvailable"] / 1024 if "MemAvailable" in a.mem_kib else None
+        ),
+        log_size=a.log_size,
+        output_age=_update_log(a, st),
+        new_output=a.log,
+        node_time=a.node_now,
+        malformed=a.malformed,
     )
+
+
+def parse_poll(
+    rec: NodeRecord, out: str, st: _NodeState, rtt: float, gpus: bool = True
+) -> NodeSnapshot:
+    return apply_answer(rec, parse_answer(out), st, rtt, gpus)
 
 
 class Poller:

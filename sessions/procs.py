@@ -1,4 +1,5 @@
-"""Finding a job's processes by the tag in their environment.
+"""Finding a job's processes by the tag in their environment, and reading what the
+node says about them.
 
 torchrun puts every worker in its own session and process group, so tmux
 kill-session, `kill -- -PGID` and `fuser -k` all miss workers in some states (orphaned
@@ -6,14 +7,32 @@ after torchrun died, node frozen), and killing by name kills other people's jobs
 environment a process was started with is inherited by everything it starts and is
 readable in /proc/PID/environ: that is what we match, exactly, and only for the
 user's own processes.
+
+What comes back is data, never protocol: a process picks its own command line, so the
+shell library (sh/lib.sh) prints it base64-encoded, and each record is recognised here
+only in its exact shape (one regex per record type, ASCII digits of bounded length).
+A line of any other shape is skipped and counted by the caller, never raised.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
+import shlex
 from dataclasses import dataclass
+from importlib import resources
 
 TAG_VAR = "MNTUI_RUN"
+
+# Shell functions shared by every script that looks for a job's processes; one file,
+# read once, inlined at the top of each script (nodes have nothing of mntui installed).
+SHELL_LIB = resources.files("mntui.sessions").joinpath("sh", "lib.sh").read_text()
+
+B64 = r"[A-Za-z0-9+/]*={0,2}"
+INT = r"[0-9]{1,20}"  # bounded (2**64 has 20 digits): Python refuses very long digit strings
+_PROC = re.compile(rf"PROC ({INT}) ([A-Za-z]) ({B64})", re.ASCII)
+_LISTEN = re.compile(rf"LISTEN ({INT}) (?:({INT}) ({B64}) ({B64})|- - -)", re.ASCII)
 
 
 def run_tag(job: str, run_id: str, node: str) -> str:
@@ -29,84 +48,46 @@ def run_pattern(tag: str) -> str:
     return f"{TAG_VAR}={re.escape(tag)}"
 
 
-# Shell functions shared by every script that looks for a job's processes. They use
-# `read` builtins, not `cat`: on a 64-node kill every spawned process counts.
-# mntui_scan PATTERN  -> one PID a line: the user's processes whose environment holds a
-#                        NUL-separated entry matching PATTERN (grep -E, whole entry),
-#                        never this script or its ancestors.
-# mntui_alive PIDS    -> those PIDs that still exist and are not zombies.
-# mntui_now_ms        -> monotonic-enough wall time in milliseconds.
-# The stat line is cut with `${s#*) }` (shortest match): comm is at most 15 characters,
-# and dash's longest match (`##`) is quadratic in the line, 1 ms a process.
-SHELL_LIB = r"""
-mntui_self=" "
-_p=$$
-while [ "${_p:-0}" -gt 1 ] 2>/dev/null; do
-  mntui_self="$mntui_self$_p "
-  read -r _s </proc/$_p/stat 2>/dev/null || break
-  _s=${_s#*) }
-  set -- $_s
-  _p=$2
-done
-mntui_scan() {
-  grep -lzxE -- "$1" /proc/[0-9]*/environ 2>/dev/null | while IFS= read -r _f; do
-    _p=${_f#/proc/}; _p=${_p%/environ}
-    [ -O "/proc/$_p" ] || continue
-    case "$mntui_self" in *" $_p "*) continue ;; esac
-    echo "$_p"
-  done
-}
-mntui_tree() {
-  # PIDs of the given processes and all their descendants, by /proc/*/task/*/children:
-  # builtins only, no process spawned. A job's processes all descend from its pane.
-  _seen=" "; _todo="$*"
-  while [ -n "$_todo" ]; do
-    _next=""
-    for _p in $_todo; do
-      case "$_seen" in *" $_p "*) continue ;; esac
-      [ -d "/proc/$_p" ] || continue
-      _seen="$_seen$_p "
-      for _c in /proc/$_p/task/*/children; do
-        read -r _k <"$_c" 2>/dev/null && _next="$_next $_k"
-      done
-    done
-    _todo=$_next
-  done
-  for _p in $_seen; do echo "$_p"; done
-}
-mntui_alive() {
-  for _p in "$@"; do
-    read -r _s </proc/$_p/stat 2>/dev/null || continue
-    _s=${_s#*) }
-    case "$_s" in Z*|X*) continue ;; esac
-    echo "$_p"
-  done
-}
-mntui_now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
-mntui_procinfo() {
-  for _p in "$@"; do
-    read -r _s </proc/$_p/stat 2>/dev/null || continue
-    _c=$(tr '\0' ' ' </proc/$_p/cmdline 2>/dev/null | cut -c1-300)
-    _s=${_s#*) }
-    echo "PROC $_p ${_s%% *} $_c"
-  done
-}
-mntui_listeners() {
-  # PORT PID USER COMMAND for each listener on the given ports.
-  for _port in "$@"; do
-    ss -Hltnp "sport = :$_port" 2>/dev/null | while IFS= read -r _l; do
-      _pid=$(printf '%s' "$_l" | sed -n 's/.*pid=\([0-9]*\).*/\1/p' | head -n 1)
-      if [ -n "$_pid" ]; then
-        _u=$(stat -c %U /proc/$_pid 2>/dev/null || echo '?')
-        _c=$(tr '\0' ' ' </proc/$_pid/cmdline 2>/dev/null | cut -c1-300)
-        echo "LISTEN $_port $_pid $_u $_c"
-      else
-        echo "LISTEN $_port - ? (owned by another user)"
-      fi
-    done
-  done
-}
-"""
+def run_dir_word(run_dir: str) -> str:
+    """The shell word for a run directory, which lives under the node user's $HOME."""
+    return '"$HOME"/' + shlex.quote(run_dir)
+
+
+def node_lines(text: str) -> list[str]:
+    """A node's answer as records: split at "\\n" only, the one byte our scripts end a
+    record with (str.splitlines also splits at \\r, \\x1c, \\u2028 and more)."""
+    lines = text.split("\n")
+    if lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def ints(words: str) -> tuple[int, ...]:
+    """Space-separated numbers that a record's regex has already checked."""
+    return tuple(int(w) for w in words.split())
+
+
+def b64_bytes(field: str) -> bytes | None:
+    """The bytes of a base64 field, or None if it is not base64."""
+    if not re.fullmatch(B64, field, re.ASCII):
+        return None
+    try:
+        return base64.b64decode(field, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def b64_text(field: str) -> str | None:
+    """A command line (NUL between its words) or name sent base64-encoded, made safe to
+    show: control characters are escaped, never passed to a terminal. None if the field
+    is not base64."""
+    raw = b64_bytes(field)
+    if raw is None:
+        return None
+    text = raw.replace(b"\0", b" ").decode(errors="replace").strip()
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 @dataclass(frozen=True)
@@ -130,29 +111,39 @@ class PortHolder:
         return f"port {self.port} held by {who}: {self.cmdline or '?'}"
 
 
+def parse_proc(line: str) -> ProcInfo | None:
+    """A `PROC PID STATE CMDLINE64` record (mntui_procinfo), or None."""
+    m = _PROC.fullmatch(line)
+    cmdline = b64_text(m[3]) if m else None
+    if m is None or cmdline is None:
+        return None
+    return ProcInfo(int(m[1]), m[2], cmdline)
+
+
+def parse_listener(line: str) -> PortHolder | None:
+    """A `LISTEN PORT PID USER64 CMDLINE64` or `LISTEN PORT - - -` record, or None."""
+    m = _LISTEN.fullmatch(line)
+    if m is None:
+        return None
+    if m[2] is None:
+        return PortHolder(int(m[1]), None, None, "")
+    user, cmdline = b64_text(m[3]), b64_text(m[4])
+    if user is None or cmdline is None:
+        return None
+    return PortHolder(int(m[1]), int(m[2]), user or None, cmdline)
+
+
 def parse_procs(lines: list[str]) -> tuple[ProcInfo, ...]:
-    out = []
-    for line in lines:
-        parts = line.split(" ", 3)
-        if len(parts) >= 3 and parts[0] == "PROC" and parts[1].isdigit():
-            out.append(
-                ProcInfo(int(parts[1]), parts[2], parts[3].strip() if len(parts) > 3 else "")
-            )
-    return tuple(out)
+    return tuple(p for p in map(parse_proc, lines) if p is not None)
+
+
+def unique_holders(holders: list[PortHolder]) -> tuple[PortHolder, ...]:
+    """One process listening on v4 and v6 shows twice."""
+    seen: dict[tuple[int, int | None], PortHolder] = {}
+    for h in holders:
+        seen.setdefault((h.port, h.pid), h)
+    return tuple(seen.values())
 
 
 def parse_listeners(lines: list[str]) -> tuple[PortHolder, ...]:
-    out = []
-    seen = set()
-    for line in lines:
-        parts = line.split(" ", 4)
-        if len(parts) < 4 or parts[0] != "LISTEN" or not parts[1].isdigit():
-            continue
-        pid = int(parts[2]) if parts[2].isdigit() else None
-        key = (int(parts[1]), pid)
-        if key in seen:  # one process listening on v4 and v6 shows twice
-            continue
-        seen.add(key)
-        user = None if parts[3] == "?" else parts[3]
-        out.append(PortHolder(int(parts[1]), pid, user, parts[4].strip() if len(parts) > 4 else ""))
-    return tuple(out)
+    return unique_holders([h for h in map(parse_listener, lines) if h is not None])

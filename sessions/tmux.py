@@ -9,6 +9,7 @@ hit `job-g10`.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,12 +50,50 @@ def has_session(session: str) -> str:
     return f"tmux has-session -t {q(exact(session))} 2>/dev/null"
 
 
+@dataclass(frozen=True)
+class PaneStatus:
+    dead: bool
+    pid: int
+    dead_status: int | None  # the command's exit status, once the pane is dead
+
+
+# One field list builds the format tmux prints and the parser that reads it back
+# (libtmux's neo.py does the same): (tmux format variable, what its value may be).
+PANE_FIELDS = (
+    ("pane_dead", "[01]"),
+    ("pane_pid", "[0-9]{1,10}"),
+    ("pane_dead_status", "-?[0-9]{0,10}"),
+)
+_PANE_FORMAT = " ".join(f"#{{{name}}}" for name, _ in PANE_FIELDS)
+_PANE_RE = re.compile(" ".join(f"({pattern})" for _, pattern in PANE_FIELDS), re.ASCII)
+
+
 def pane_status(session: str) -> str:
-    """Prints `<pane_dead> <pane_pid> <exit status>` or nothing if there is no session."""
-    return (
-        f"tmux display-message -p -t {q(pane(session))} "
-        f"'#{{pane_dead}} #{{pane_pid}} #{{pane_dead_status}}' 2>/dev/null"
-    )
+    """Prints the pane's PANE_FIELDS (`parse_pane_status` reads them); see `no_pane`
+    for what it prints when there is no such pane."""
+    return f"tmux display-message -p -t {q(pane(session))} {q(_PANE_FORMAT)} 2>/dev/null"
+
+
+def format_pane_status(status: PaneStatus) -> str:
+    """What `pane_status` prints for `status`: a poll that knows the pane's process is
+    alive says so without asking tmux."""
+    code = "" if status.dead_status is None else str(status.dead_status)
+    return " ".join((str(int(status.dead)), str(status.pid), code))
+
+
+def no_pane(text: str) -> bool:
+    """What `pane_status` prints when there is no such pane: nothing (no tmux server),
+    or the fields all empty (tmux 3.3, a server without that session)."""
+    return not text.strip(" ")
+
+
+def parse_pane_status(text: str) -> PaneStatus | None:
+    """None unless `text` is exactly what `pane_status` prints for a pane."""
+    m = _PANE_RE.fullmatch(text)
+    if m is None:
+        return None
+    dead, pid, code = m.groups()
+    return PaneStatus(dead == "1", int(pid), int(code) if code not in ("", "-") else None)
 
 
 def attach_argv(session: str, *, inside_tmux: bool) -> list[str]:

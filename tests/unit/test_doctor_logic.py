@@ -35,8 +35,8 @@ NOISE = [
     "@SESSION",
     "@TMUX missing",
     "@RESOLVE 10.9.9.9",
-    "PROC 1 S /sbin/init",
-    "LISTEN 29500 1 root /sbin/init",
+    "PROC 1 S L3NiaW4vaW5pdA==",
+    "LISTEN 29500 1 cm9vdA== L3NiaW4vaW5pdA==",
     f"{M}x DISK 5",
     "@" + "f" * 16 + " DISK 1",
 ]
@@ -54,8 +54,8 @@ def config(
 def probe_output(*setup_output: str) -> str:
     return "\n".join(
         [
-            "PROC 4242 S sleep 120",
-            "LISTEN 29511 4243 alice python3 -m http.server",
+            "PROC 4242 S c2xlZXAgMTIw",  # base64: node text is data
+            "LISTEN 29511 4243 YWxpY2U= cHl0aG9uMyAtbSBodHRwLnNlcnZlcg==",
             f"{M} SESSION",
             f"{M} SCANNED",
             f"{M} TMUX tmux 3.3a",

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import base64
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from mntui.sessions.config import Action, WatchPolicy
 from mntui.sessions.gpu import parse_apps, parse_gpus, parse_reading
-from mntui.sessions.poll import JobProc, NodeSnapshot, _NodeState, parse_poll
+from mntui.sessions.poll import JobProc, NodeSnapshot, _NodeState, parse_poll, poll_script
 from mntui.sessions.runs import NodeRecord
 from mntui.sessions.states import NodeState, derive
 from mntui.sessions.watch import Judge
@@ -128,16 +132,19 @@ def test_judge_failure_now_stall_notifies_once_and_finished_job_is_left_alone() 
     assert Judge(WatchPolicy()).judge(done, 0.0)[1] == []
 
 
+LAUNCH64 = base64.b64encode(b"bash\0./launch.sh\0").decode()  # as the node sends a command line
+
+
 def test_parse_poll_sections_and_cpu() -> None:
     rec = NodeRecord("n", "h", 1, "j-n", "j/r/n", ".mntui/runs/j/r/n")
     st = _NodeState()
     stat = "S 1 10 10 0 -1 4194304 0 0 0 0 {u} 50 0 0 20 0 1 0 100 1000 2560 0"
     out = (
         "@NOW 1000.0\n@SYS 100 4096 8\n@UP 500.0\n@PANE 0 10 \n"
-        f"@P 10 {stat.format(u=100)}\n@C 10 bash ./launch.sh\n"
+        f"@P 10 {stat.format(u=100)}\n@C 10 {LAUNCH64}\n"
         "@LOAD 0.50 0.40 0.30 1/100 99\n@MEM MemTotal: 2097152\n@MEM MemAvailable: 1048576\n"
-        '@LISTEN\nLISTEN 0 128 0.0.0.0:29500 0.0.0.0:* users:(("python",pid=10,fd=3))\n'
-        "@NOSMI\n@LOGSTAT 5 995\n@LOG\naGVsbG8=\n@END\n"
+        "@PORTS\n@L 29500 10\n"
+        "@NOSMI\n@LOGSTAT 5 995\n@LOG aGVsbG8=\n@END\n"
     )
     s = parse_poll(rec, out, st, 0.01)
     assert s.procs[0].cmdline == "bash ./launch.sh" and s.procs[0].cpu_percent is None
@@ -153,7 +160,7 @@ def test_parse_poll_sections_and_cpu() -> None:
         .replace("@LOGSTAT 5 995", "@LOGSTAT 9 999")
     )
     s2 = parse_poll(
-        rec, out2.replace("@C 10 bash ./launch.sh\n", "").replace("@LOG\naGVsbG8=\n", ""), st, 0.01
+        rec, out2.replace(f"@C 10 {LAUNCH64}\n", "").replace("@LOG aGVsbG8=\n", ""), st, 0.01
     )
     assert (
         s2.procs[0].cpu_percent == pytest.approx(50.0) and s2.procs[0].cmdline == "bash ./launch.sh"
@@ -191,3 +198,73 @@ def test_two_watchdogs_never_both_hold_a_run(tmp_path: Path) -> None:
             acquire_lock(rec)
         finally:
             held.close()
+
+
+# -- node output is data ---------------------------------------------------------------
+
+
+def test_malformed_poll_lines_are_counted_never_raised() -> None:
+    """`@MEM x` / `@UP abc` raised ValueError, which turned the node "unreachable"."""
+    rec = NodeRecord("n", "h", 1, "j-n", "j/r/n", ".mntui/runs/j/r/n")
+    bad = [
+        "@MEM x",
+        "@UP abc",
+        "@SYS a b c",
+        "@MEM MemTotal: 1e9",
+        "@P 12 T 1 0",  # too short for a stat line
+        "@P 13 S " + " ".join(["1"] * 21) + " x",
+        "@PANE 0 12 3 4",
+        "@EXIT 1.5",
+        "@C 14 not*base64",
+        "@L 29500 10",  # a listener outside the port scan
+        "@LOG !!!!",
+        "@LOAD 1 2 3",
+        "@UP ١٢٣.٠",  # digits, but not ASCII ones: float() would take them
+        "@NOW " + "9" * 5000 + ".0",
+        "STAT 1",
+    ]
+    out = "@UP 5.0\n" + "\n".join(bad) + "\n@PANE 0 10 \n@END\n"
+    s = parse_poll(rec, out, _NodeState(), 0.01)
+    assert s.reachable and s.malformed == len(bad)
+    assert s.procs == () and s.mem_total_mib is None and s.exit_code is None
+    assert s.pane_pid == 10 and s.node_time is None and s.new_output == b""
+
+
+def test_records_end_at_newline_only() -> None:
+    """str.splitlines also splits at \\x1c, \\x85, \\u2028...: a command line holding one
+    could start a record of its own. A node's shell ends records with \\n alone."""
+    rec = NodeRecord("n", "h", 1, "j-n", "j/r/n", ".mntui/runs/j/r/n")
+    out = "@UP 5.0\n@PANE 0 10 \x1c@EXIT 1\u2028@P 999 T " + " ".join(["1"] * 21) + "\n@END\n"
+    s = parse_poll(rec, out, _NodeState(), 0.01)
+    assert s.exit_code is None and s.procs == () and s.malformed == 1
+
+
+def test_poll_reads_lying_processes_as_data(tmp_path: Path) -> None:
+    """The real poll script, run here by sh, on a tagged process whose command line holds
+    a whole stopped process (`@P 999999 T ...`) and whose name holds `) T`: the old
+    poll saw a frozen job and the watchdog killed it."""
+    tag = f"hp{os.getpid()}/r1/n1"
+    forged = f"x\n@P 999999 T {' '.join(['1'] * 21)}\n@EXIT 1\n@PANE 1 1 1\n@END"
+    code = "import sys, time; open('/proc/self/comm', 'w').write('x) T 1 1 1 1 1'); "
+    code += "print('ready', flush=True); time.sleep(60)"
+    p = subprocess.Popen(
+        [sys.executable, "-c", code, forged],
+        env={**os.environ, "MNTUI_RUN": tag},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert p.stdout is not None and p.stdout.readline() == "ready\n"
+        rec = NodeRecord("n1", "h", 0, "none", tag, "run")
+        script = poll_script(rec, 0, frozenset(), True, gpus=False, pane_pid=p.pid)
+        env = {**os.environ, "HOME": str(tmp_path)}
+        out = subprocess.run(["sh", "-s"], input=script, capture_output=True, text=True, env=env)
+        s = parse_poll(rec, out.stdout, _NodeState(), 0.01, gpus=False)
+        judge = Judge(WatchPolicy(frozen_after=1))
+        assert judge.judge({"n1": s}, 0.0)[1] == [] and judge.judge({"n1": s}, 60.0)[1] == []
+        assert [(x.pid, x.state, x.ppid) for x in s.procs] == [(p.pid, "S", os.getpid())]
+        assert derive(s, stall_after=300).state is NodeState.STARTING and s.exit_code is None
+        assert "\\n@P 999999 T" in s.procs[0].cmdline and s.malformed == 0
+    finally:
+        p.kill()
+        p.wait()
