@@ -87,8 +87,10 @@ def test_failing_views_do_not_stop_the_apps_watchdog(fake: FakeCluster, cfg: Cfg
             await until(pilot, lambda: app.watcher == "here", 10, "the app's watchdog")
             await until(
                 pilot,
-                lambda: app.views["node1"].verdict is not None
-                and app.views["node1"].verdict.state is NodeState.FAILED,
+                lambda: (
+                    app.views["node1"].verdict is not None
+                    and app.views["node1"].verdict.state is NodeState.FAILED
+                ),
                 30,
                 "node1 failed",
             )
