@@ -85,13 +85,10 @@ def check_nodes(cfg: JobConfig, names: Sequence[str]) -> list[str]:
 # Numbers are checked where they are typed: `--grace nan` or `--grace -100` once reached
 # the kill as a NaN or negative deadline. These are local until the shared validator of
 # sessions/config.py (issue 10 item 4) can serve the CLI too.
-MAX_SECONDS = 86400.0
 MAX_LINES = 10_000_000
 
 
-def seconds(
-    low: float, high: float = MAX_SECONDS, *, above: bool = False
-) -> Callable[[str], float]:
+def seconds(low: float, high: float, *, above: bool = False) -> Callable[[str], float]:
     """An argparse type: a finite number of seconds from `low` (excluded when `above`)
     to `high`."""
     bounds = f"{'more than' if above else 'at least'} {low:g} and at most {high:g}"
