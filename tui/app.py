@@ -4,23 +4,32 @@ All IO runs in thread workers that call `mntui.sessions` and post typed messages
 handlers on the UI thread only update views. A poll is re-armed when the previous one
 has finished, so a slow node can never stack polls up. The watchdog runs here too,
 under the same lock as `mntui watch`, so the two never both act.
+
+Drawing is never allowed to stop the watchdog: on each poll the judge decides (and a
+teardown starts) before any view is touched, and every view update runs through
+`draw`, which logs a failure instead of raising it. Widgets are held by reference, and
+a widget that is gone (the app is closing) is skipped, never looked up.
 """
 
 from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Callable
 from typing import IO, Any
 
 import libtmux  # noqa: F401  imported before Textual swaps stdout: its import reads stdout.encoding
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid
+from textual.timer import Timer
 from textual.widgets import DataTable, Footer, RichLog
 from textual.worker import Worker, WorkerState
 
 from mntui.sessions.config import JobConfig
+from mntui.sessions.errors import ExitCode, log_exception
 from mntui.sessions.events import Event
 from mntui.sessions.logs import LineSplitter
 from mntui.sessions.poll import NodeSnapshot, Poller
@@ -106,33 +115,38 @@ class MntuiApp(Operations):
         self.table_mode = len(cfg.nodes) > TABLE_ABOVE
         self.table_columns: list[Any] = []
         self.table_cells: dict[str, tuple[object, ...]] = {}
-        self.panes: dict[str, NodePane] = {}
-
-    # -- layout ---------------------------------------------------------------------
-    def compose(self) -> ComposeResult:
-        yield HeaderBar(id="header")
-        with Grid(id="grid", classes="hidden" if self.table_mode else ""):
-            for v in self.views.values():
-                yield NodePane(v)
-        yield DataTable(
+        # The widgets, by reference: no DOM query per snapshot, and none from a timer that
+        # fires while the app is closing (`NoMatches: '#header'` once crashed a 32-node run).
+        self.header = HeaderBar(id="header")
+        self.grid = Grid(id="grid", classes="hidden" if self.table_mode else "")
+        self.panes = {v.node: NodePane(v) for v in self.views.values()}
+        self.table: DataTable[Any] = DataTable(
             id="table",
             cursor_type="row",
             zebra_stripes=True,
             classes="" if self.table_mode else "hidden",
         )
-        yield RichLog(id="events", markup=False, max_lines=500)
+        self.events = RichLog(id="events", markup=False, max_lines=500)
+        self.header_timer: Timer | None = None
+        self.draw_failed: set[str] = set()
+
+    # -- layout ---------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield self.header
+        with self.grid:
+            yield from self.panes.values()
+        yield self.table
+        yield self.events
         yield Footer()
 
     def on_mount(self) -> None:
-        self.panes = {p.view.node: p for p in self.query(NodePane)}  # no DOM query per snapshot
-        table = self.query_one(DataTable)
-        self.table_columns = table.add_columns(
+        self.table_columns = self.table.add_columns(
             "node", "rank", "state", "GPUs", "memory", "output", "rtt"
         )
         self.cluster = Cluster(self.cfg.nodes, self.cfg.ssh)
-        self.refresh_header()
-        self.refresh_views()
-        self.set_interval(1.0, self.refresh_header)
+        self.draw("header", self.refresh_header)
+        self.draw("views", self.refresh_views)
+        self.header_timer = self.set_interval(1.0, self.tick)
         if self.record is not None:
             self.attach_run(self.record, watch_here=self.watchdog_enabled)
         if self.launch_now:
@@ -144,11 +158,12 @@ class MntuiApp(Operations):
         """Reflow: as many 64-column panes per row as fit, rows sharing the height."""
         cols = min(max(1, self.size.width // 64), len(self.views))
         rows = -(-len(self.views) // cols)
-        grid = self.query_one("#grid", Grid)
-        grid.styles.grid_size_columns = cols
-        grid.styles.grid_rows = str(max(10, (self.size.height - 9) // rows))
+        self.grid.styles.grid_size_columns = cols
+        self.grid.styles.grid_rows = str(max(10, (self.size.height - 9) // rows))
 
     def on_unmount(self) -> None:
+        if self.header_timer is not None:
+            self.header_timer.stop()
         self.hand_over_watchdog()
         if self.cluster is not None:
             self.cluster.close()
@@ -207,14 +222,11 @@ class MntuiApp(Operations):
         view = self.views[snap.node]
         view.snap = snap
         view.verdict = verdict or self.judge.verdicts({snap.node: snap})[snap.node]
-        if snap.new_output:
+        new_lines = bool(snap.new_output)
+        if new_lines:
             lines = self.splitters[snap.node].feed(snap.new_output)
             view.log = ((view.log or []) + lines)[-LOG_KEEP:]
-            for screen in self.screen_stack:
-                if isinstance(screen, LogScreen) and screen.view is view:
-                    screen.append_new()
-        if not self.table_mode:
-            self.panes[snap.node].refresh_view()
+        self.draw("node pane", lambda: self.redraw_node(view, new_lines))
 
     def on_poll_done(self, message: PollDone) -> None:
         if message.generation is not None:
@@ -222,18 +234,24 @@ class MntuiApp(Operations):
             if message.generation != self.generation:  # from a replaced poller
                 self.schedule_poll(0)
                 return
-        if message.snaps:
-            verdicts, triggers = self.judge.judge(message.snaps, time.monotonic())
-            observe(self.obs, message.snaps, verdicts)
-            for name, v in verdicts.items():
-                self.views[name].verdict = v
-            if self.busy != "kill":  # a kill in progress looks like failures; it is not one
-                self.act_on(triggers)
+        try:
+            if message.snaps:
+                self.watch_over(message.snaps)
+        finally:
+            if message.generation is not None:
+                self.schedule_poll(self.cfg.watch.interval)  # re-armed only when this one is done
         if self.table_mode:
-            self.refresh_table()
-        self.refresh_header()
-        if message.generation is not None:
-            self.schedule_poll(self.cfg.watch.interval)  # re-armed only when this one is done
+            self.draw("table", self.refresh_table)
+        self.draw("header", self.refresh_header)
+
+    def watch_over(self, snaps: dict[str, NodeSnapshot]) -> None:
+        """The watchdog's turn, before any drawing: judge, and act on what it decides."""
+        verdicts, triggers = self.judge.judge(snaps, time.monotonic())
+        observe(self.obs, snaps, verdicts)
+        for name, v in verdicts.items():
+            self.views[name].verdict = v
+        if self.busy != "kill":  # a kill in progress looks like failures; it is not one
+            self.act_on(triggers)
 
     def act_on(self, triggers: list[Trigger]) -> None:
         for t in triggers:
@@ -245,12 +263,12 @@ class MntuiApp(Operations):
                 self.notify(f"{t.node}: {t.state.value} ({t.why})", severity="warning")
             elif self.busy is None:
                 self.busy = "kill"
+                self.teardown(t)  # first: telling the user must not stand in its way
                 self.notify(
                     f"watchdog: {t.node} {t.state.value}; tearing the job down",
                     severity="error",
                     timeout=10,
                 )
-                self.teardown(t)
                 break
 
     @work(thread=True, exclusive=True, group="ops", exit_on_error=False)
@@ -268,13 +286,17 @@ class MntuiApp(Operations):
         self.log_event(message.event.format(self.started))
 
     def log_event(self, text: str) -> None:
-        self.query_one("#events", RichLog).write(text)
+        """`text` (node output, error texts) goes in as written: the log has markup off."""
+
+        def write() -> None:
+            if self.events.is_attached:
+                self.events.write(text)
+
+        self.draw("event log", write)
 
     def action_launch(self, restart: bool = False) -> None:
-        if self.busy:
-            self.notify(f"{self.busy} in progress", severity="warning")
+        if not self.claim("launch"):
             return
-        self.busy = "launch"
         self.log_event(f"launching {self.cfg.job} on {len(self.cfg.nodes)} node(s)...")
         self.do_launch(restart)
 
@@ -313,8 +335,7 @@ class MntuiApp(Operations):
         self.attach_run(message.record, watch_here=False)
 
     def action_kill_all(self, then_launch: bool = False) -> None:
-        if self.busy:
-            self.notify(f"{self.busy} in progress", severity="warning")
+        if not self.claim(None):  # `busy` only once the user says yes
             return
 
         def answered(yes: bool | None) -> None:
@@ -383,8 +404,7 @@ class MntuiApp(Operations):
     # -- attach, views, quit ---------------------------------------------------------
     def focused_node(self) -> str:
         if self.table_mode:
-            table = self.query_one(DataTable)
-            return list(self.views)[min(table.cursor_row, len(self.views) - 1)]
+            return list(self.views)[min(self.table.cursor_row, len(self.views) - 1)]
         focused = self.focused
         if isinstance(focused, NodePane):
             return focused.view.node
@@ -408,16 +428,16 @@ class MntuiApp(Operations):
 
     def action_toggle_view(self) -> None:
         self.table_mode = not self.table_mode
-        self.query_one("#grid").set_class(self.table_mode, "hidden")
-        self.query_one(DataTable).set_class(not self.table_mode, "hidden")
-        self.refresh_views()
+        self.grid.set_class(self.table_mode, "hidden")
+        self.table.set_class(not self.table_mode, "hidden")
+        self.draw("views", self.refresh_views)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
 
     def action_quit_app(self) -> None:
         self.notify("the job keeps running; `mntui kill` stops it", timeout=3)
-        self.exit(message=f"mntui: left {self.cfg.job} running (mntui status / mntui kill)")
+        self.exit(message=Text(f"mntui: left {self.cfg.job} running (mntui status / mntui kill)"))
 
     def release_lock(self) -> None:
         if self.lock is not None:
@@ -438,16 +458,51 @@ class MntuiApp(Operations):
             start_detached(self.cfg, self.record)
 
     # -- drawing ---------------------------------------------------------------------
+    def draw(self, what: str, update: Callable[[], object]) -> None:
+        """Run a view update; a failure is written to the error log and shown once per
+        kind, never raised: the poll chain and the watchdog must outlive any drawing bug."""
+        try:
+            update()
+        except Exception as exc:
+            if what in self.draw_failed:
+                return
+            self.draw_failed.add(what)
+            log = log_exception(f"app: drawing the {what}", exc)
+            try:
+                self.notify(
+                    f"could not draw the {what}: {type(exc).__name__}: {exc}"
+                    + (f" (traceback in {log})" if log else ""),
+                    severity="error",
+                    timeout=15,
+                )
+            except Exception:
+                pass
+
+    def tick(self) -> None:
+        self.draw("header", self.refresh_header)
+
+    def redraw_node(self, view: NodeView, new_lines: bool) -> None:
+        if new_lines:
+            for screen in self.screen_stack:
+                if isinstance(screen, LogScreen) and screen.view is view and screen.is_attached:
+                    screen.append_new()
+        pane = self.panes[view.node]
+        if not self.table_mode and pane.is_attached:
+            pane.refresh_view()
+
     def refresh_views(self) -> None:
         if self.table_mode:
             self.refresh_table()
         else:
-            for pane in self.query(NodePane):
-                pane.refresh_view()
+            for pane in self.panes.values():
+                if pane.is_attached:
+                    pane.refresh_view()
 
     def refresh_table(self) -> None:
         """Rows are added once; later only the cells that changed are touched."""
-        table = self.query_one(DataTable)
+        table = self.table
+        if not table.is_attached:
+            return
         for v in self.views.values():
             row = table_row(v.node, v.rank, v.snap, v.verdict)
             if v.node not in table.rows:
@@ -477,7 +532,8 @@ class MntuiApp(Operations):
             f"[{who}: on failure {w.on_failure.value}, on stall {w.on_stall.value}]"
             + (f"  {self.busy}..." if self.busy else "")
         )
-        self.query_one("#header", HeaderBar).set_text(text)
+        if self.header.is_attached:
+            self.header.set_text(text)
 
 
 def run_app(
@@ -485,6 +541,4 @@ def run_app(
 ) -> int:
     app = MntuiApp(cfg, launch_now=launch_now, restart=restart, watchdog=watchdog)
     app.run()
-    if app.return_code:
-        return app.return_code
-    return 0
+    return app.return_code or ExitCode.OK

@@ -7,14 +7,16 @@ and works over a bare SSH session at 3 a.m.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from mntui.sessions.config import ConfigError, JobConfig, load_config
 from mntui.sessions.errors import ExitCode, MntuiError, UsageError, log_exception
@@ -45,32 +47,124 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+_OUT = threading.Lock()  # one writer: node threads report at once (kill, launch, watch)
+
+
 def say(*parts: object, err: bool = False, end: str = "\n") -> None:
-    """print() that survives a closed pipe (`mntui demo | head`): losing our output must
-    never stop the cleanup that follows it."""
-    try:
-        print(*parts, file=sys.stderr if err else sys.stdout, end=end, flush=True)
-    except (BrokenPipeError, ValueError):
+    """print() in one write of a whole line, under one lock for stdout and stderr: events
+    from parallel node threads must never splice into each other's lines. It survives a
+    closed pipe (`mntui demo | head`): losing our output must never stop the cleanup
+    that follows it."""
+    text = " ".join(map(str, parts)) + end
+    with _OUT:
         try:
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
-        except OSError:
-            pass
+            stream = sys.stderr if err else sys.stdout
+            stream.write(text)
+            stream.flush()
+        except (BrokenPipeError, ValueError):
+            try:
+                sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
+            except OSError:
+                pass
 
 
 def printer(t0: float) -> Callable[[Event], None]:
     return lambda event: say(event.format(t0))
 
 
+def check_nodes(cfg: JobConfig, names: Sequence[str]) -> list[str]:
+    """Node names typed on the command line, each checked against the config."""
+    known = [n.name for n in cfg.nodes]
+    for name in names:
+        if name not in known:
+            raise UsageError(f"unknown node {name!r}; nodes are {', '.join(known)}")
+    return list(names)
+
+
+# -- the command line -----------------------------------------------------------------
+# Numbers are checked where they are typed: `--grace nan` or `--grace -100` once reached
+# the kill as a NaN or negative deadline. These are local until the shared validator of
+# sessions/config.py (issue 10 item 4) can serve the CLI too.
+MAX_LINES = 10_000_000
+
+
+def seconds(low: float, high: float, *, above: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number of seconds from `low` (excluded when `above`)
+    to `high`."""
+    bounds = f"{'more than' if above else 'at least'} {low:g} and at most {high:g}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+        if not math.isfinite(value) or value < low or (above and value == low) or value > high:
+            raise argparse.ArgumentTypeError(f"{text!r}: seconds must be {bounds}")
+        return value
+
+    return parse
+
+
+def count(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from `low` to `high`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r}: must be from {low} to {high}")
+        return value
+
+    return parse
+
+
+class Parser(argparse.ArgumentParser):
+    """Bad flags get one line and exit 2, like every other bad input."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(ExitCode.USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def config_help() -> str:
+    """Says which config a verb will use when -c is not given, as found right now."""
+    here = Path(DEFAULT_CONFIG)
+    if here.is_file():
+        return f"job config (default ./{DEFAULT_CONFIG}: found, {here.resolve()})"
+    return (
+        f"job config (default ./{DEFAULT_CONFIG}: none here, so pass -c FILE; "
+        "`mntui` alone opens the bundled demo)"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = Parser(
         prog="mntui",
         description="Launch, watch and cleanly kill multi-node "
         "PyTorch jobs on SSH-reachable nodes.",
     )
-    ap.add_argument("-c", "--config", help=f"job config (default ./{DEFAULT_CONFIG})")
+    ap.add_argument("-c", "--config", help=config_help())
+    # -c after the verb too (`mntui launch -c job.yaml`): every verb takes it, and leaves
+    # the one given before the verb alone when it is not repeated.
+    common = Parser(add_help=False)
+    common.add_argument("-c", "--config", default=argparse.SUPPRESS, help=config_help())
     sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
 
-    p = sub.add_parser("launch", help="start the job: main first, workers once it is ready")
+    def verb(name: str, summary: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=summary, parents=[common])
+
+    _launch_verbs(verb)
+    _watch_verbs(verb)
+    _check_verbs(verb)
+    return ap
+
+
+Verb = Callable[[str, str], argparse.ArgumentParser]
+
+
+def _launch_verbs(verb: Verb) -> None:
+    p = verb("launch", "start the job: main first, workers once it is ready")
     p.add_argument("--no-ui", action="store_true", help="headless: print progress and return")
     p.add_argument(
         "--dry-run", action="store_true", help="print the per-node plan and scripts; touch nothing"
@@ -84,33 +178,42 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not start the watchdog that tears the job down when a node fails",
     )
 
-    p = sub.add_parser("kill", help="kill every process of the job on every node")
+    p = verb("kill", "kill every process of the job on every node")
     p.add_argument(
-        "--grace", type=float, help="seconds between SIGTERM and SIGKILL (default: config)"
+        "--grace",
+        type=seconds(0, 3600),
+        help="seconds between SIGTERM and SIGKILL, 0 to 3600 (default: config)",
     )
     p.add_argument("nodes", nargs="*", help="only these nodes (default: all)")
 
-    p = sub.add_parser("cleanup", help="free the job's ports: name who holds them, kill if ours")
+    p = verb("cleanup", "free the job's ports: name who holds them, kill if ours")
     p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
 
-    p = sub.add_parser("attach", help="attach to a node's tmux session (default: the main)")
+    p = verb("attach", "attach to a node's tmux session (default: the main)")
     p.add_argument("node", nargs="?")
     p.add_argument(
         "--all", action="store_true", help="one local tiled view of every node's session"
     )
     p.add_argument("--print", action="store_true", help="print the command instead of running it")
 
-    p = sub.add_parser("status", help="every node's state, GPUs, processes, ports, output age")
+
+def _watch_verbs(verb: Verb) -> None:
+    p = verb("status", "every node's state, GPUs, processes, ports, output age")
     p.add_argument("--json", action="store_true", help="the whole snapshot as JSON")
     p.add_argument("--watch", action="store_true", help="refresh in place until Ctrl+C")
     p.add_argument("--run", help="a run id (default: the latest)")
 
-    p = sub.add_parser("logs", help="the job's output: all nodes interleaved, or some")
+    p = verb("logs", "the job's output: all nodes interleaved, or some")
     p.add_argument("nodes", nargs="*")
     p.add_argument(
         "-f", "--follow", action="store_true", help="keep printing new output until Ctrl+C"
     )
-    p.add_argument("-n", "--lines", type=int, help="start with the last N lines of each node")
+    p.add_argument(
+        "-n",
+        "--lines",
+        type=count(0, MAX_LINES),
+        help="start with the last N lines of each node",
+    )
     p.add_argument(
         "--fetch",
         action="store_true",
@@ -118,21 +221,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--run", help="a run id (default: the latest)")
 
-    p = sub.add_parser("watch", help="the watchdog, in the foreground")
+    p = verb("watch", "the watchdog, in the foreground")
     p.add_argument("--run", help="a run id (default: the latest)")
 
-    p = sub.add_parser(
-        "doctor", help="preflight checks on every node (and an all-reduce smoke test)"
-    )
+
+def _check_verbs(verb: Verb) -> None:
+    p = verb("doctor", "preflight checks on every node (and an all-reduce smoke test)")
     p.add_argument("--json", action="store_true")
     p.add_argument(
         "--allreduce", action="store_true", help="also launch a torch all-reduce smoke test"
     )
-    p.add_argument("--timeout", type=float, default=60.0, help="smoke test timeout, seconds")
+    p.add_argument(
+        "--timeout",
+        type=seconds(0, 3600, above=True),
+        default=60.0,
+        help="smoke test timeout, seconds (more than 0, at most 3600)",
+    )
 
-    p = sub.add_parser("demo", help="run the bundled 2-node CPU demo: launch, show training, kill")
-    p.add_argument("--seconds", type=float, default=8.0, help="seconds of training to show")
-    return ap
+    p = verb("demo", "run the bundled 2-node CPU demo: launch, show training, kill")
+    p.add_argument(
+        "--seconds",
+        type=seconds(0, 3600, above=True),
+        default=8.0,
+        help="seconds of training to show (more than 0, at most 3600)",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -268,10 +380,8 @@ def cmd_status(cfg: JobConfig, args: argparse.Namespace) -> int:
 def cmd_logs(cfg: JobConfig, args: argparse.Namespace) -> int:
     from mntui.tui.views import cmd_logs as view
 
-    for n in args.nodes:
-        if not any(x.name == n for x in cfg.nodes):
-            _unknown_node(cfg, n)
-    return view(cfg, find_run(cfg, args.run), args.nodes, args.follow, args.lines, args.fetch, say)
+    nodes = check_nodes(cfg, args.nodes)
+    return view(cfg, find_run(cfg, args.run), nodes, args.follow, args.lines, args.fetch, say)
 
 
 def cmd_watch(cfg: JobConfig, args: argparse.Namespace) -> int:
@@ -292,18 +402,9 @@ def run_kill(cfg: JobConfig, names: list[str] | None, grace: float | None, t0: f
 
 
 def cmd_kill(cfg: JobConfig, args: argparse.Namespace) -> int:
-    for n in args.nodes:
-        if not any(x.name == n for x in cfg.nodes):
-            _unknown_node(cfg, n)
-    return (
-        ExitCode.OK
-        if run_kill(cfg, args.nodes or None, args.grace, time.time())
-        else ExitCode.FAILED
-    )
-
-
-def _unknown_node(cfg: JobConfig, name: str) -> None:
-    raise UsageError(f"unknown node {name!r}; nodes are " + ", ".join(n.name for n in cfg.nodes))
+    nodes = check_nodes(cfg, args.nodes)
+    clean = run_kill(cfg, nodes or None, args.grace, time.time())
+    return ExitCode.OK if clean else ExitCode.FAILED
 
 
 def cmd_cleanup(cfg: JobConfig, args: argparse.Namespace) -> int:
@@ -312,47 +413,43 @@ def cmd_cleanup(cfg: JobConfig, args: argparse.Namespace) -> int:
 
     with Cluster(cfg.nodes, cfg.ssh) as cluster:
         found = port_holders(cfg, cluster)
-        holders = {}
-        for name, out in found.items():
-            if not out.ok:
-                say(f"{name}: {out.error}", err=True)
-            elif out.value:
-                holders[name] = out.value
-                for h in out.value:
-                    say(f"{name}: {h.describe()}")
+        for name, error in found.errors.items():
+            say(f"{name}: {error}", err=True)
+        holders = {n: hs for n, hs in found.succeeded.items() if hs}
+        for name, hs in holders.items():
+            for h in hs:
+                say(f"{name}: {h.describe()}")
         if not holders:
             say(f"ports {', '.join(map(str, cfg.all_ports))} are free on every reachable node")
-            return ExitCode.OK if all(o.ok for o in found.values()) else ExitCode.FAILED
-        if not args.yes:
-            if not sys.stdin.isatty():
-                say("mntui: not a terminal; pass --yes to kill these holders", err=True)
-                return ExitCode.FAILED
-            if input("kill these processes (only your own)? [y/N] ").strip().lower() not in (
-                "y",
-                "yes",
-            ):
-                return ExitCode.FAILED
+            return ExitCode.OK if found.all_ok else ExitCode.FAILED
+        if not _confirmed(args.yes, "kill these processes (only your own)?"):
+            return ExitCode.FAILED
         freed = free_ports(cluster, holders, cfg.grace)
-    ok = True
-    for name, result in freed.items():
-        if not result.ok or result.value is None:
-            say(f"{name}: {result.error}", err=True)
-            ok = False
-            continue
-        pids, left = result.value
-        say(
-            f"{name}: killed {' '.join(map(str, pids)) or 'nothing'}"
-            + ("".join(f"\n{name}: still busy: {h.describe()}" for h in left))
-        )
-        ok = ok and not left
-    return ExitCode.OK if ok else ExitCode.FAILED
+    for name, error in freed.errors.items():
+        say(f"{name}: {error}", err=True)
+    busy = False
+    for name, (pids, left) in freed.succeeded.items():
+        say(f"{name}: killed {' '.join(map(str, pids)) or 'nothing'}")
+        for h in left:
+            say(f"{name}: still busy: {h.describe()}")
+        busy = busy or bool(left)
+    return ExitCode.OK if freed.all_ok and not busy else ExitCode.FAILED
+
+
+def _confirmed(yes: bool, question: str) -> bool:
+    if yes:
+        return True
+    if not sys.stdin.isatty():
+        say("mntui: not a terminal; pass --yes to kill these holders", err=True)
+        return False
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
 
 
 def cmd_attach(cfg: JobConfig, args: argparse.Namespace) -> int:  # noqa: RET503 - execvp
     from mntui.sessions.attach import attach_all_argv, attach_argv
 
-    if args.node and not any(n.name == args.node for n in cfg.nodes):
-        _unknown_node(cfg, args.node)
+    if args.node:
+        check_nodes(cfg, [args.node])
     argv = attach_all_argv(cfg) if args.all else attach_argv(cfg, args.node)
     if args.print:
         import shlex
@@ -391,7 +488,7 @@ def cmd_doctor(cfg: JobConfig, args: argparse.Namespace) -> int:
     else:
         say(doctor.format_rows(rows))
         say(f"{len(cfg.nodes)} node(s), {len(rows)} checks in {time.time() - t0:.1f}s")
-    return doctor.exit_code(rows)
+    return ExitCode(doctor.exit_code(rows))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from textual.message import Message
+from textual.notifications import SeverityLevel
 
+from mntui.sessions.errors import ExitCode
 from mntui.sessions.events import Event
 from mntui.sessions.poll import NodeSnapshot
 from mntui.sessions.procs import PortHolder
@@ -50,7 +52,7 @@ class HoldersFound(Message):
 
 
 class DoctorDone(Message):
-    def __init__(self, text: str, code: int) -> None:
+    def __init__(self, text: str, code: ExitCode) -> None:
         super().__init__()
         self.text, self.code = text, code
 
@@ -60,6 +62,8 @@ class OpDone(Message):
 
 
 class Notice(Message):
-    def __init__(self, text: str, severity: str = "information") -> None:
+    """Text for a notification; shown as written, never read as markup."""
+
+    def __init__(self, text: str, severity: SeverityLevel = "information") -> None:
         super().__init__()
         self.text, self.severity = text, severity

@@ -8,13 +8,21 @@ from __future__ import annotations
 
 from textual import work
 from textual.app import App
+from textual.notifications import SeverityLevel
 
 from mntui.sessions.config import JobConfig
+from mntui.sessions.errors import ExitCode
 from mntui.sessions.procs import PortHolder
 from mntui.sessions.remote import Cluster
 
 from .messages import DoctorDone, HoldersFound, Notice, OpDone
 from .widgets import ConfirmScreen, ReportScreen
+
+DOCTOR_VERDICT = {
+    ExitCode.OK: "all checks pass",
+    ExitCode.DOCTOR_WARN: "warnings",
+    ExitCode.DOCTOR_FAIL: "FAILURES",
+}
 
 
 class Operations(App[None]):
@@ -22,12 +30,32 @@ class Operations(App[None]):
     cluster: Cluster | None
     busy: str | None
 
-    def action_cleanup(self) -> None:
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
+        """Markup off unless asked for: what the app shows comes from nodes and configs (an
+        error text with `[/]` crashed the app; `[@click=app.kill_all]` would be a button)."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
+
+    def claim(self, what: str | None) -> bool:
+        """One operation at a time: True, and `busy` set to `what` (when given), if none
+        is under way; otherwise the user is told which one is."""
         if self.busy:
             self.notify(f"{self.busy} in progress", severity="warning")
-            return
-        self.busy = "cleanup"
-        self.find_holders()
+            return False
+        if what is not None:
+            self.busy = what
+        return True
+
+    def action_cleanup(self) -> None:
+        if self.claim("cleanup"):
+            self.find_holders()
 
     @work(thread=True, exclusive=True, group="ops", exit_on_error=False)
     def find_holders(self) -> None:
@@ -35,12 +63,8 @@ class Operations(App[None]):
 
         assert self.cluster is not None
         found = port_holders(self.cfg, self.cluster)
-        self.post_message(
-            HoldersFound(
-                {n: o.value for n, o in found.items() if o.value},
-                {n: o.error or "" for n, o in found.items() if not o.ok},
-            )
-        )
+        holders = {n: hs for n, hs in found.succeeded.items() if hs}
+        self.post_message(HoldersFound(holders, found.errors))
 
     def on_holders_found(self, message: HoldersFound) -> None:
         for node, err in message.errors.items():
@@ -73,29 +97,27 @@ class Operations(App[None]):
 
         assert self.cluster is not None
         out = free_ports(self.cluster, holders, self.cfg.grace)
-        text = "; ".join(
-            f"{n}: killed {' '.join(map(str, o.value[0])) or 'nothing'}"
-            + (f", still held: {len(o.value[1])}" if o.value[1] else "")
-            if o.value
-            else f"{n}: {o.error}"
-            for n, o in out.items()
+        done = [
+            f"{n}: killed {' '.join(map(str, pids)) or 'nothing'}"
+            + (f", still held: {len(left)}" if left else "")
+            for n, (pids, left) in out.succeeded.items()
+        ]
+        failed = [f"{n}: {error}" for n, error in out.errors.items()]
+        self.post_message(
+            Notice("; ".join(done + failed), "information" if out.all_ok else "error")
         )
-        self.post_message(Notice(text))
         self.post_message(OpDone())
 
     def on_op_done(self, message: OpDone) -> None:
         self.busy = None
 
     def on_notice(self, message: Notice) -> None:
-        self.notify(message.text, severity=message.severity)  # type: ignore[arg-type]
+        self.notify(message.text, severity=message.severity)
 
     def action_doctor(self) -> None:
-        if self.busy:
-            self.notify(f"{self.busy} in progress", severity="warning")
-            return
-        self.busy = "doctor"
-        self.notify("running preflight checks on every node...", timeout=3)
-        self.run_doctor()
+        if self.claim("doctor"):
+            self.notify("running preflight checks on every node...", timeout=3)
+            self.run_doctor()
 
     @work(thread=True, exclusive=True, group="ops", exit_on_error=False)
     def run_doctor(self) -> None:
@@ -103,9 +125,9 @@ class Operations(App[None]):
 
         assert self.cluster is not None
         rows = doctor.run_checks(self.cfg, self.cluster)
-        self.post_message(DoctorDone(doctor.format_rows(rows), doctor.exit_code(rows)))
+        code = ExitCode(doctor.exit_code(rows))
+        self.post_message(DoctorDone(doctor.format_rows(rows), code))
 
     def on_doctor_done(self, message: DoctorDone) -> None:
         self.busy = None
-        verdict = {0: "all checks pass", 1: "warnings", 2: "FAILURES"}[message.code]
-        self.push_screen(ReportScreen(f"doctor: {verdict}", message.text))
+        self.push_screen(ReportScreen(f"doctor: {DOCTOR_VERDICT[message.code]}", message.text))

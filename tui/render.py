@@ -14,6 +14,8 @@ from mntui.sessions.gpu import Gpu, GpuReading
 from mntui.sessions.poll import NodeSnapshot
 from mntui.sessions.states import NodeState, Verdict
 
+from . import cells
+
 STATE_STYLE = {
     NodeState.STARTING: "bold cyan",
     NodeState.RUNNING: "bold green",
@@ -81,12 +83,8 @@ def gpu_lines(reading: GpuReading) -> list[Text]:
 
 
 def host_line(s: NodeSnapshot) -> Text:
-    load = f"load {s.load[0]:.2f}" + (f"/{s.ncpu}" if s.ncpu else "") if s.load else "load ?"
-    mem = ""
-    if s.mem_total_mib and s.mem_available_mib is not None:
-        used = (s.mem_total_mib - s.mem_available_mib) / 1024
-        mem = f"  mem {used:.1f}/{s.mem_total_mib / 1024:.0f}G"
-    return Text(f"no GPU  {load}{mem}", style="grey70")
+    mem = cells.host_mem(s)
+    return Text(f"no GPU  {cells.load(s, 2)}" + (f"  {mem}" if mem else ""), style="grey70")
 
 
 def title_line(node: str, rank: int, snap: NodeSnapshot | None, verdict: Verdict | None) -> Text:
@@ -95,7 +93,7 @@ def title_line(node: str, rank: int, snap: NodeSnapshot | None, verdict: Verdict
     if verdict is not None:
         t.append(f" {verdict.state.value} ", style=STATE_STYLE[verdict.state])
     if snap is not None and snap.rtt is not None:
-        t.append(f"  {snap.rtt * 1000:.0f}ms", style="grey50")
+        t.append(f"  {cells.rtt(snap)}", style="grey50")
     if snap is not None and snap.reachable:
         t.append(f"  {len(snap.live_procs)} procs", style="grey50")
         if snap.ports:
@@ -129,23 +127,9 @@ def pane_text(
 def table_row(
     node: str, rank: int, snap: NodeSnapshot | None, verdict: Verdict | None
 ) -> tuple[Text | str, ...]:
+    """The node's name is a Text: a str cell would be read as Textual markup."""
     state = Text(verdict.state.value, style=STATE_STYLE[verdict.state]) if verdict else Text("?")
-    if snap is None or not snap.reachable:
-        return (node, str(rank), state, "-", "-", "-", "-")
-    if snap.gpu is not None and snap.gpu.gpus:
-        utils = [g.util for g in snap.gpu.gpus if g.util is not None]
-        util = f"{len(snap.gpu.gpus)}x {sum(utils) / len(utils):.0f}%" if utils else "?"
-        mem = (
-            f"{sum(g.mem_used or 0 for g in snap.gpu.gpus) / 1024:.0f}/"
-            f"{sum(g.mem_total or 0 for g in snap.gpu.gpus) / 1024:.0f}G"
-        )
-    elif snap.gpu is not None:
-        util, mem = "GPU ERROR", "-"
-    else:
-        util, mem = "no GPU", f"load {snap.load[0]:.1f}" if snap.load else "-"
-    age = "-" if snap.output_age is None else f"{snap.output_age:.0f}s"
-    rtt = "-" if snap.rtt is None else f"{snap.rtt * 1000:.0f}ms"
-    return (node, str(rank), state, util, mem, age, rtt)
+    return (Text(node), str(rank), state, *cells.table_cells(snap))
 
 
 def overall_state(views: list[Any], launched: bool) -> str:

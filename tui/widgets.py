@@ -1,4 +1,9 @@
-"""Widgets and screens of the app. They render what they are given; they never do IO."""
+"""Widgets and screens of the app. They render what they are given; they never do IO.
+
+Every text that can come from a node or a config (names, log lines, error texts,
+holders, doctor rows) is shown as plain text: a Text object or markup=False, never
+parsed as Textual markup, where `[/]` raises and `[@click=...]` is a button.
+"""
 
 from __future__ import annotations
 
@@ -46,7 +51,7 @@ class NodePane(Widget, can_focus=True):
     def __init__(self, view: NodeView) -> None:
         super().__init__(id=f"pane-{view.node}")
         self.view = view
-        self.border_title = view.node
+        self.border_title = Text(view.node)
         self._text: Text | None = None
 
     def render(self) -> Text:
@@ -96,8 +101,8 @@ class HeaderBar(Widget):
             self.text = text
             self.refresh()
 
-    def render(self) -> str:
-        return self.text
+    def render(self) -> Text:
+        return Text(self.text)
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -118,7 +123,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Label(self.title_text, id="question")
+            yield Label(self.title_text, id="question", markup=False)
             with VerticalScroll(id="details"):
                 yield Static(self.details, markup=False)
             with Horizontal(id="buttons"):
@@ -180,7 +185,7 @@ class ReportScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="report"):
-            yield Label(self.title_text)
+            yield Label(self.title_text, markup=False)
             yield Static(self.text, markup=False, id="report-text")
 
 
@@ -201,10 +206,12 @@ class LogScreen(Screen[None]):
         super().__init__()
         self.view, self.follow, self.pattern = view, True, ""
         self.shown = 0
+        # Log lines are shown as written (torch prints `[rank1]:[E1122 ...]`): markup off.
+        self.lines = RichLog(id="log", wrap=False, highlight=False, markup=False, max_lines=20000)
 
     def compose(self) -> ComposeResult:
         yield Input(placeholder="filter (substring); Enter to apply, empty to clear", id="filter")
-        yield RichLog(id="log", wrap=False, highlight=False, markup=False, max_lines=20000)
+        yield self.lines
         yield Footer()
 
     def on_mount(self) -> None:
@@ -212,23 +219,21 @@ class LogScreen(Screen[None]):
         self.reload()
 
     def reload(self) -> None:
-        log = self.query_one(RichLog)
-        log.clear()
+        self.lines.clear()
         self.shown = 0
         self.append_new()
 
     def append_new(self) -> None:
         lines = self.view.log or []
-        log = self.query_one(RichLog)
         for line in lines[self.shown :]:
             if not self.pattern or self.pattern in line:
-                log.write(line, scroll_end=self.follow)
+                self.lines.write(line, scroll_end=self.follow)
         self.shown = len(lines)
 
     def action_follow(self) -> None:
         self.follow = not self.follow
-        self.query_one(RichLog).auto_scroll = self.follow
-        self.notify(f"follow {'on' if self.follow else 'off'}")
+        self.lines.auto_scroll = self.follow
+        self.notify(f"follow {'on' if self.follow else 'off'}", markup=False)
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)
@@ -238,5 +243,5 @@ class LogScreen(Screen[None]):
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.pattern = event.value
         event.input.remove_class("shown")
-        self.query_one(RichLog).focus()
+        self.lines.focus()
         self.reload()

@@ -1,0 +1,107 @@
+"""The app's watchdog against real fake-sshd nodes, with views that fail to draw: a bug
+in drawing must never stop the poll, the judge or the teardown."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fakecluster import FakeCluster, alive, pids_with_env
+from helpers import Cfg, free_port
+
+from mntui.sessions.config import load_config
+from mntui.sessions.runs import RunStatus, latest
+from mntui.sessions.states import NodeState
+from mntui.tui.app import MntuiApp
+from mntui.tui.widgets import NodeView
+
+HOSTILE = [
+    "[rank1]:[E1122 10:53:13.042 ProcessGroupNCCL.cpp:616] Watchdog caught collective",
+    "unbalanced [/] tag [/b]",
+    "[@click=app.kill_all]press[/]",
+]
+
+
+def tagged(job: str, node: str) -> list[int]:
+    return alive(pids_with_env(f"MNTUI_RUN={re.escape(job)}/[^/]+/{node}"))
+
+
+class BrokenViews(MntuiApp):
+    """Once the app guards the run, every way it draws a poll's results raises."""
+
+    draws = 0
+
+    def broke(self, what: str) -> None:
+        if self.watcher == "here":
+            self.draws += 1
+            raise RuntimeError(f"{what} broke")
+
+    def refresh_header(self) -> None:
+        self.broke("header")
+        super().refresh_header()
+
+    def refresh_table(self) -> None:
+        self.broke("table")
+        super().refresh_table()
+
+    def redraw_node(self, view: NodeView, new_lines: bool) -> None:
+        self.broke("pane")
+        super().redraw_node(view, new_lines)
+
+
+async def until(pilot: Any, cond: Callable[[], object], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        await pilot.pause(0.1)
+
+
+def test_failing_views_do_not_stop_the_apps_watchdog(fake: FakeCluster, cfg: Cfg) -> None:
+    port = free_port()
+    lines = ", ".join(f"print({line!r})" for line in HOSTILE)
+    path = cfg.write(f"""
+    job: tbroken
+    nodes: [node0, node1]
+    master_port: {port}
+    command: >-
+      exec python3 -c "import socket, sys, time; r = int(sys.argv[1]);
+      s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1);
+      r == 0 and (s.bind(('127.0.0.1', {port})), s.listen());
+      print('serving', flush=True); r == 1 and time.sleep(6);
+      r == 1 and ({lines}, sys.stdout.flush(), sys.exit(3)); time.sleep(600)" {{node_rank}}
+    launch: {{ready_timeout: 20}}
+    kill: {{grace: 2}}
+    """)
+    res = cfg.mntui(path, "launch", "--no-ui")
+    assert res.returncode == 0, res.stdout + res.stderr
+    config = load_config(path)
+    assert tagged("tbroken", "node0") and tagged("tbroken", "node1")
+
+    async def go() -> None:
+        app = BrokenViews(config, watchdog=True)  # opens on the run, and guards it
+        async with app.run_test(size=(160, 48), notifications=True) as pilot:
+            await until(pilot, lambda: app.watcher == "here", 10, "the app's watchdog")
+            await until(
+                pilot,
+                lambda: (
+                    app.views["node1"].verdict is not None
+                    and app.views["node1"].verdict.state is NodeState.FAILED
+                ),
+                30,
+                "node1 failed",
+            )
+            await until(pilot, lambda: not tagged("tbroken", "node0"), 30, "node0 torn down")
+            await until(pilot, lambda: app.busy is None, 20, "teardown finished")
+            assert app.draws > 3  # drawing kept failing the whole time
+            log = app.views["node1"].log or []
+            assert all(line in log for line in HOSTILE), log
+        assert app._exception is None, app._exception
+
+    asyncio.run(go())
+    record = latest("tbroken")
+    assert record is not None and record.status is RunStatus.TORN_DOWN
+    assert record.error is not None and record.error.startswith("node1 failed")
