@@ -16,10 +16,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import evidence, report, stacks
+from . import evidence, progress, report, stacks
 from .config import JobConfig
+from .logs import LineSplitter
 from .poll import NodeSnapshot
 from .procs import run_pattern
+from .progress import ProgressTracker
 from .remote import Cluster
 from .report import Change, Ending, FailureReport
 from .runs import RunRecord
@@ -39,6 +41,9 @@ class Observations:
     states: dict[str, NodeState] = field(default_factory=dict)
     progress: str = ""
     last_output: float | None = None  # local time any node's log last grew
+    tracker: ProgressTracker | None = None
+    ranks: dict[str, int] = field(default_factory=dict)  # node -> node rank, for wording
+    splitters: dict[str, LineSplitter] = field(default_factory=dict)
 
     def saw(self, node: str, state: NodeState, why: str, at: float) -> None:
         if self.states.get(node) is not state:
@@ -49,11 +54,23 @@ class Observations:
         self.offsets.setdefault(node, node_time - local_time)
 
 
+def observations(cfg: JobConfig, record: RunRecord) -> Observations:
+    """Observations that also follow each node's training step (`progress_pattern`)."""
+    pattern = progress.compile_pattern(cfg.progress_pattern or progress.DEFAULT_PATTERN)
+    return Observations(
+        tracker=progress.ProgressTracker(pattern),
+        ranks={n.node: n.rank for n in record.nodes},
+        splitters={n.node: LineSplitter() for n in record.nodes},
+    )
+
+
 def observe(
     obs: Observations, snaps: Mapping[str, NodeSnapshot], verdicts: Mapping[str, Verdict]
 ) -> None:
     """Feed one poll's results: the node's clock is read at about the middle of the
-    round trip, and a state counts from the first poll that saw it."""
+    round trip, and a state counts from the first poll that saw it. Every node's
+    progress is fed on every poll, lines or not: that is how a stopped node's rate
+    falls to 0."""
     now = time.time()
     for node, snap in snaps.items():
         if snap.node_time is not None and snap.rtt is not None:
@@ -62,6 +79,11 @@ def observe(
             obs.saw(node, verdicts[node].state, verdicts[node].why, now)
         if snap.new_output:
             obs.last_output = now
+        if obs.tracker is not None:
+            splitter = obs.splitters.setdefault(node, LineSplitter())
+            obs.tracker.feed(node, splitter.feed(snap.new_output), now)
+    if obs.tracker is not None:
+        obs.progress = progress.describe(obs.tracker.snapshot(now), obs.ranks)
 
 
 @dataclass(frozen=True)

@@ -19,14 +19,16 @@ from typing import IO, Any
 from .config import JobConfig
 from .events import Event, Phase
 from .launch import Attempt, LaunchError, launch
+from .notify import Notice, NotifyEvent
 from .remote import Cluster, NodeError
 from .restart import AttemptEnd, Decision, decide, repeat_culprit, swap_in_spare
 from .runs import RunRecord, RunStatus, read_status
 from .states import NodeState
-from .watch import LockHeld, Watchdog, WatchEnd, WatchOutcome, acquire_lock
+from .watch import LockHeld, Watchdog, WatchEnd, WatchOutcome, acquire_lock, make_notifier
 
 EventSink = Callable[[Event], None]
 WAIT_STEP = 0.2  # seconds between looks at the record during a backoff
+DRAIN = 10.0  # seconds a finishing supervisor waits for its last notifications
 
 
 @dataclass(frozen=True)
@@ -84,9 +86,17 @@ class Supervisor:
     def __init__(self, cfg: JobConfig, record: RunRecord, on_event: EventSink) -> None:
         self.chain = Chain(cfg, record, _earlier(record))
         self.on_event = on_event
+        self.notifier = make_notifier(cfg)
 
     def run(self) -> WatchEnd:
-        """Watch attempt after attempt until one ends for good."""
+        """Watch attempt after attempt until one ends for good; then give pending
+        notifications a bounded moment (the teardown is long done)."""
+        try:
+            return self._run()
+        finally:
+            self.notifier.drain(DRAIN)
+
+    def _run(self) -> WatchEnd:
         while True:
             end, last_output = self._watch(self.chain)
             if end.outcome in (WatchOutcome.STOOD_DOWN, WatchOutcome.STOPPED):
@@ -107,7 +117,9 @@ class Supervisor:
             return WatchEnd(WatchOutcome.STOOD_DOWN), None
         try:
             with Cluster(chain.cfg.nodes, chain.cfg.ssh) as cluster:
-                dog = Watchdog(chain.cfg, chain.record, cluster, on_event=self.on_event)
+                dog = Watchdog(
+                    chain.cfg, chain.record, cluster, on_event=self.on_event, notifier=self.notifier
+                )
                 return dog.run(), dog.obs.last_output
         finally:
             lock.close()
@@ -126,8 +138,10 @@ class Supervisor:
             if not _mark(record, RunStatus.RESTARTING, "restart", attempt=n, why=decision.why,
                          delay=decision.delay, swapped=swapped):  # fmt: skip
                 return None
-            self._say(f"attempt {n}/{cfg.restart.max} in {decision.delay:g}s ({decision.why})"
-                      + (f"; {swapped}" if swapped else ""))  # fmt: skip
+            text = f"attempt {n}/{cfg.restart.max} in {decision.delay:g}s ({decision.why})"
+            text += f"; {swapped}" if swapped else ""
+            self._say(text)
+            self._tell(NotifyEvent.RESTART, f"{text}; last: {history[-1].cause}")
             if not wait_backoff(record, decision.delay):
                 self._say("restart cancelled: the run was killed during the backoff")
                 return None
@@ -155,8 +169,13 @@ class Supervisor:
         if decision.gave_up:
             _mark(record, RunStatus.GAVE_UP, "gave-up", why=decision.why, attempts=len(history))
             self._say(f"gave up: {decision.why}; last: {history[-1].cause}")
+            self._tell(NotifyEvent.GAVE_UP, f"gave up: {decision.why}; last: {history[-1].cause}")
         elif self.chain.cfg.restart.max > 0:
             self._say(f"no restart: {decision.why}")
+
+    def _tell(self, event: NotifyEvent, summary: str) -> None:
+        rec = self.chain.record
+        self.notifier.send(Notice(event, rec.job, rec.run_id, summary, str(rec.dir / "report.txt")))
 
     def _say(self, text: str) -> None:
         self.on_event(Event(None, None, Phase.NOTICE, text))

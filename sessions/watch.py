@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import IO
 
 from .config import Action, JobConfig
-from .errors import MntuiError, log_exception, private_dir
+from .errors import MntuiError, log_exception, private_dir, state_dir
 from .events import Event, Phase
 from .judge import Judge, Trigger, trigger_kind
+from .notify import Notice, Notifier, NotifyEvent
 from .poll import NodeSnapshot, Poller
-from .postmortem import Observations, make_report, observe
+from .postmortem import make_report, observations, observe
 from .remote import Cluster
 from .report import Ending, FailureReport
 from .runs import RunRecord, RunStatus, read_status
@@ -40,6 +41,7 @@ __all__ = [
     "WatchOutcome",
     "Watchdog",
     "acquire_lock",
+    "make_notifier",
     "start_detached",
     "teardown",
     "watch_session_name",
@@ -72,6 +74,10 @@ def acquire_lock(record: RunRecord) -> IO[str]:
     return fh
 
 
+def make_notifier(cfg: JobConfig) -> Notifier:
+    return Notifier(cfg.notify, state_dir() / cfg.job / "notify.log")
+
+
 class Watchdog:
     def __init__(
         self,
@@ -80,13 +86,20 @@ class Watchdog:
         cluster: Cluster,
         on_event: Callable[[Event], None] = lambda e: None,
         on_snapshots: Callable[[dict[str, NodeSnapshot], dict[str, Verdict]], None] | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         self.cfg, self.record, self.cluster, self.on_event = cfg, record, cluster, on_event
         self.on_snapshots = on_snapshots
         self.judge = Judge(cfg.watch)
         self.poller = Poller(record, cluster)
         self.poller.tail_from_end()
-        self.obs = Observations()
+        self.obs = observations(cfg, record)
+        self.notifier = notifier or make_notifier(cfg)
+
+    def tell(self, event: NotifyEvent, summary: str, with_report: bool = False) -> None:
+        """A notification (webhook/command, in the background): never in the way."""
+        path = str(self.record.dir / "report.txt") if with_report else None
+        self.notifier.send(Notice(event, self.record.job, self.record.run_id, summary, path))
 
     def stood_down(self) -> bool:
         """A user's `mntui kill` (or an ended run) makes this watchdog leave quietly. A
@@ -98,6 +111,7 @@ class Watchdog:
         snaps = self.poller.poll()
         verdicts, triggers = self.judge.judge(snaps, time.monotonic())
         observe(self.obs, snaps, verdicts)
+        self.flag_slow()
         if self.on_snapshots:
             self.on_snapshots(snaps, verdicts)
         for t in triggers:
@@ -115,6 +129,18 @@ class Watchdog:
 
     def teardown(self, t: Trigger) -> Teardown:
         return teardown(self.cfg, self.record, self.cluster, t, self.on_event, self.obs)
+
+    def flag_slow(self) -> None:
+        """A straggler is reported (notify only): a node whose step rate stays below
+        `slow_fraction` of the median for `slow_after` seconds."""
+        if self.obs.tracker is None:
+            return
+        w = self.cfg.watch
+        for node in self.obs.tracker.slow(time.time(), w.slow_fraction, w.slow_after):
+            text = f"{node} is slow: below {w.slow_fraction:g}x the median step rate for "
+            text += f"{w.slow_after:g}s ({self.obs.progress})"
+            self.on_event(Event(node, self.record.node(node).rank, Phase.NOTICE, text))
+            self.tell(NotifyEvent.SLOW, text)
 
     def finish(self, verdicts: dict[str, Verdict]) -> WatchEnd:
         """The job ended by itself: record how, with a report when a node failed."""
@@ -141,6 +167,10 @@ class Watchdog:
             if built is not None:
                 text += f"; report: {built.headline}"
         self.on_event(Event(None, None, Phase.KILLED, text + "; watchdog exits"))
+        if failed:
+            self.tell(NotifyEvent.FAILED, built.headline if built else text, built is not None)
+        elif status is RunStatus.FINISHED:
+            self.tell(NotifyEvent.FINISHED, f"{self.record.job} finished")
         return WatchEnd(WatchOutcome.FAILED if failed else WatchOutcome.FINISHED, report=built)
 
     def run(self, stop: Callable[[], bool] = lambda: False) -> WatchEnd:
@@ -153,6 +183,8 @@ class Watchdog:
             verdicts, fatal = self.step()
             if fatal is not None:
                 done = self.teardown(fatal)
+                summary = done.report.headline if done.report else f"{fatal.node} {fatal.why}"
+                self.tell(NotifyEvent.TEARDOWN, summary, done.report is not None)
                 return WatchEnd(WatchOutcome.TORN_DOWN, fatal, done, done.report)
             idle = idle + 1 if not any(v.state.is_active for v in verdicts.values()) else 0
             if idle >= 2:

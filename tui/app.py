@@ -28,16 +28,17 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Footer, RichLog
 from textual.worker import Worker, WorkerState
 
+from mntui.sessions import notify
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import ExitCode, log_exception
 from mntui.sessions.events import Event
 from mntui.sessions.logs import LineSplitter
 from mntui.sessions.poll import NodeSnapshot, Poller
-from mntui.sessions.postmortem import Observations, observe
+from mntui.sessions.postmortem import Observations, observations, observe
 from mntui.sessions.remote import Cluster
 from mntui.sessions.runs import RunRecord, latest
 from mntui.sessions.states import Verdict
-from mntui.sessions.watch import Judge, LockHeld, Trigger, acquire_lock, teardown
+from mntui.sessions.watch import Judge, LockHeld, Trigger, acquire_lock, make_notifier, teardown
 
 from .messages import (
     EngineEvent,
@@ -80,6 +81,7 @@ class MntuiApp(Operations):
         Binding("v", "view_log", "log"),
         Binding("t", "toggle_view", "grid/table"),
         Binding("d", "doctor", "doctor"),
+        Binding("R", "report", "report", show=False),  # in the help and the teardown notice
         Binding("question_mark", "help", "help"),
         Binding("q", "quit_app", "quit"),
     ]
@@ -105,6 +107,7 @@ class MntuiApp(Operations):
         self.poller: Poller | None = None
         self.judge = Judge(cfg.watch)
         self.obs = Observations()
+        self.notifier = make_notifier(cfg)
         self.lock: IO[str] | None = None
         self.watcher = "none"  # who watches the run: "here", "headless (pid N)" or "none"
         self.busy: str | None = None  # launch / kill / cleanup in progress
@@ -176,7 +179,7 @@ class MntuiApp(Operations):
         self.poller = Poller(record, self.cluster)
         self.poller.start_near_end(START_BACK)
         self.judge = Judge(self.cfg.watch)
-        self.obs = Observations()
+        self.obs = observations(self.cfg, record)
         self.release_lock()
         if watch_here and record.status.is_live:
             try:
@@ -264,6 +267,7 @@ class MntuiApp(Operations):
             elif self.busy is None:
                 self.busy = "kill"
                 self.teardown(t)  # first: telling the user must not stand in its way
+                self.bell()
                 self.notify(
                     f"watchdog: {t.node} {t.state.value}; tearing the job down",
                     severity="error",
@@ -276,7 +280,11 @@ class MntuiApp(Operations):
         assert self.cluster is not None and self.record is not None
         done = teardown(self.cfg, self.record, self.cluster, trigger, self.post_event, self.obs)
         why = done.report.headline if done.report else f"{trigger.node} {trigger.state.value}"
-        self.post_message(KillDone(done.clean, f"watchdog tore the job down: {why}"))
+        path = str(self.record.dir / "report.txt") if done.report else None
+        event = notify.NotifyEvent.TEARDOWN
+        self.notifier.send(notify.Notice(event, self.record.job, self.record.run_id, why, path))
+        summary = f"watchdog tore the job down: {why} (R: the report)"
+        self.post_message(KillDone(done.clean, summary))
 
     # -- launch / kill / cleanup -----------------------------------------------------
     def post_event(self, event: Event) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from mntui.sessions.gpu import GpuReading
 from mntui.sessions.poll import NodeSnapshot
+from mntui.sessions.progress import NodeProgress
 
 
 def age(seconds: float | None) -> str:
@@ -83,3 +84,10 @@ def table_cells(s: NodeSnapshot | None) -> tuple[str, str, str, str]:
     else:
         util, mem = "no GPU", load(s)
     return (util, mem, age(s.output_age), rtt(s))
+
+
+def step(p: NodeProgress | None) -> str:
+    """`4812 @2.1/s`: the last training step seen, and the rate once there are two."""
+    if p is None or p.step is None:
+        return "-"
+    return f"{p.step}" + (f" @{p.rate:.2g}/s" if p.rate else "")

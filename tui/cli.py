@@ -224,6 +224,10 @@ def _watch_verbs(verb: Verb) -> None:
     p = verb("watch", "the watchdog, in the foreground")
     p.add_argument("--run", help="a run id (default: the latest)")
 
+    p = verb("report", "why the run ended: which rank broke first, and why (live: stacks now)")
+    p.add_argument("--json", action="store_true", help="the whole report as JSON")
+    p.add_argument("--run", help="a run id (default: the latest)")
+
 
 def _check_verbs(verb: Verb) -> None:
     p = verb("doctor", "preflight checks on every node (and an all-reduce smoke test)")
@@ -267,6 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "status": cmd_status,
             "logs": cmd_logs,
             "watch": cmd_watch,
+            "report": cmd_report,
             "doctor": cmd_doctor,
         }[args.cmd]
         return handler(cfg, args)
@@ -382,6 +387,12 @@ def cmd_logs(cfg: JobConfig, args: argparse.Namespace) -> int:
 
     nodes = check_nodes(cfg, args.nodes)
     return view(cfg, find_run(cfg, args.run), nodes, args.follow, args.lines, args.fetch, say)
+
+
+def cmd_report(cfg: JobConfig, args: argparse.Namespace) -> int:
+    from mntui.tui.report_view import cmd_report as view
+
+    return view(cfg, find_run(cfg, args.run), args.json, say)
 
 
 def cmd_watch(cfg: JobConfig, args: argparse.Namespace) -> int:

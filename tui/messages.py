@@ -67,3 +67,11 @@ class Notice(Message):
     def __init__(self, text: str, severity: SeverityLevel = "information") -> None:
         super().__init__()
         self.text, self.severity = text, severity
+
+
+class ReportReady(Message):
+    """A failure report to show (saved, or taken now for a live run)."""
+
+    def __init__(self, title: str, text: str) -> None:
+        super().__init__()
+        self.title, self.text = title, text

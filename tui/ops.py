@@ -1,4 +1,4 @@
-"""The app's self-contained operations: port cleanup and the doctor.
+"""The app's self-contained operations: port cleanup, the doctor, the failure report.
 
 A base class of the app, kept apart so the app module stays one concept. Like every
 operation, each runs its IO in a thread worker and reports through a typed message.
@@ -14,8 +14,9 @@ from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import ExitCode
 from mntui.sessions.procs import PortHolder
 from mntui.sessions.remote import Cluster
+from mntui.sessions.runs import RunRecord
 
-from .messages import DoctorDone, HoldersFound, Notice, OpDone
+from .messages import DoctorDone, HoldersFound, Notice, OpDone, ReportReady
 from .widgets import ConfirmScreen, ReportScreen
 
 DOCTOR_VERDICT = {
@@ -29,6 +30,7 @@ class Operations(App[None]):
     cfg: JobConfig
     cluster: Cluster | None
     busy: str | None
+    record: RunRecord | None
 
     def notify(
         self,
@@ -131,3 +133,32 @@ class Operations(App[None]):
     def on_doctor_done(self, message: DoctorDone) -> None:
         self.busy = None
         self.push_screen(ReportScreen(f"doctor: {DOCTOR_VERDICT[message.code]}", message.text))
+
+    def action_report(self) -> None:
+        """The saved failure report of an ended run; for a live one, a fresh report (the
+        ranks' stacks and every node's log, nothing killed), which takes a few seconds."""
+        if self.record is None:
+            self.notify("no run of this job recorded here yet", severity="warning")
+        elif self.claim("report"):
+            if self.record.status.is_live:
+                self.notify("taking every rank's stack and log...", timeout=3)
+            self.make_report(self.record)
+
+    @work(thread=True, exclusive=True, group="ops", exit_on_error=False)
+    def make_report(self, record: RunRecord) -> None:
+        from mntui.sessions.postmortem import report_now, saved_report
+        from mntui.sessions.report import render
+
+        assert self.cluster is not None
+        saved = saved_report(record)
+        if saved is not None and not record.status.is_live:
+            text = saved[0]
+        elif record.status.is_live:
+            text = render(report_now(self.cfg, record, self.cluster))
+        else:
+            text = f"run {record.run_id} ended ({record.status}) without a failure report"
+        self.post_message(ReportReady(f"report: {record.job} run {record.run_id}", text))
+
+    def on_report_ready(self, message: ReportReady) -> None:
+        self.busy = None
+        self.push_screen(ReportScreen(message.title, message.text))

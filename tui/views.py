@@ -8,25 +8,48 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import ExitCode
 from mntui.sessions.logs import LineSplitter, last_lines, read_new
 from mntui.sessions.poll import NodeSnapshot, Poller, snapshot_dict
+from mntui.sessions.postmortem import observations, observe
+from mntui.sessions.progress import NodeProgress
 from mntui.sessions.remote import Cluster, NodeError
 from mntui.sessions.runs import NodeRecord, RunRecord
 from mntui.sessions.states import NodeState, Verdict, derive
 
 from . import cells
 
+STEP_BACK = 16 * 1024  # bytes of each log `status` reads to find the last step
+
 Say = Callable[..., None]
 
 
+def status_header(record: RunRecord, progress: str) -> str:
+    """The run in a few lines: its status, its place in a restart chain, why it ended."""
+    attempt = ""
+    if record.attempt or record.status.value in ("restarting", "gave-up"):
+        attempt = f"  attempt {record.attempt + 1}"
+    lines = [f"job {record.job}  run {record.run_id}  ({record.status}){attempt}"]
+    for earlier in record.attempts:
+        lines.append(f"  attempt {int(earlier.get('attempt', 0)) + 1}: {earlier.get('cause', '')}")
+    if (record.cause and not record.status.is_live) or record.status.value == "restarting":
+        lines.append(f"cause: {record.cause or record.error or '-'}  (`mntui report`)")
+    if progress:
+        lines.append(f"progress: {progress}")
+    return "\n".join(lines)
+
+
 def status_table(
-    record: RunRecord, snaps: dict[str, NodeSnapshot], verdicts: dict[str, Verdict]
+    record: RunRecord,
+    snaps: dict[str, NodeSnapshot],
+    verdicts: dict[str, Verdict],
+    progress: Mapping[str, NodeProgress] | None = None,
+    summary: str = "",
 ) -> str:
-    head = ("NODE", "RANK", "STATE", "GPUS", "PROCS", "PORTS", "OUTPUT", "RTT", "DETAIL")
+    head = ("NODE", "RANK", "STATE", "GPUS", "PROCS", "PORTS", "OUTPUT", "STEP", "RTT", "DETAIL")
     rows = [head]
     for n in record.nodes:
         s, v = snaps[n.node], verdicts[n.node]
@@ -39,6 +62,7 @@ def status_table(
                 str(len(s.live_procs)) if s.reachable else "-",
                 ",".join(map(str, s.ports)) or "-",
                 cells.age(s.output_age),
+                cells.step((progress or {}).get(n.node)),
                 cells.rtt(s),
                 v.why,
             )
@@ -48,7 +72,7 @@ def status_table(
         "  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=False)) + "  " + r[-1]
         for r in rows
     ]
-    return f"job {record.job}  run {record.run_id}  ({record.status})\n" + "\n".join(lines)
+    return status_header(record, summary) + "\n" + "\n".join(lines)
 
 
 def overall_exit(verdicts: dict[str, Verdict]) -> ExitCode:
@@ -67,16 +91,22 @@ def status_json(
     verdicts: dict[str, Verdict],
     code: ExitCode,
     indent: int | None,
+    progress: Mapping[str, NodeProgress] | None = None,
 ) -> str:
-    nodes = [
-        snapshot_dict(snaps[n.node], verdicts[n.node].state.value, verdicts[n.node].why)
-        for n in record.nodes
-    ]
+    nodes = []
+    for n in record.nodes:
+        d = snapshot_dict(snaps[n.node], verdicts[n.node].state.value, verdicts[n.node].why)
+        p = (progress or {}).get(n.node)
+        d["step"], d["steps_per_second"] = (p.step, p.rate) if p else (None, None)
+        nodes.append(d)
     return json.dumps(
         {
             "job": record.job,
             "run_id": record.run_id,
             "status": record.status,
+            "attempt": record.attempt,
+            "chain": record.chain,
+            "cause": record.cause,
             "exit_code": int(code),
             "nodes": nodes,
         },
@@ -88,17 +118,20 @@ def cmd_status(cfg: JobConfig, record: RunRecord, as_json: bool, watch: bool, sa
     with Cluster(cfg.nodes, cfg.ssh) as cluster:
         cluster.connect()  # in parallel; an unreachable node shows up in its row
         poller = Poller(record, cluster)
-        poller.tail_from_end()
+        poller.start_near_end(STEP_BACK)
+        obs = observations(cfg, record)
         while True:
             snaps = poller.poll()
             verdicts = {n: derive(s, cfg.watch.stall_after) for n, s in snaps.items()}
+            observe(obs, snaps, verdicts)
+            steps = obs.tracker.snapshot() if obs.tracker is not None else {}
             code = overall_exit(verdicts)
             if as_json:
-                say(status_json(record, snaps, verdicts, code, None if watch else 2))
+                say(status_json(record, snaps, verdicts, code, None if watch else 2, steps))
             else:
                 if watch and sys.stdout.isatty():
                     say("\033[H\033[2J", end="")
-                say(status_table(record, snaps, verdicts))
+                say(status_table(record, snaps, verdicts, steps, obs.progress))
             if not watch:
                 return code
             time.sleep(cfg.watch.interval)

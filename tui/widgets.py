@@ -147,6 +147,7 @@ mntui: one pane per node; the job keeps running when you quit.
   a, Enter attach to the focused node's tmux session (detach: Ctrl-b d)
   v        the focused node's log, large
   d        doctor: preflight checks on every node
+  R        report: which rank broke first and why (live run: every rank's stack now)
   t        grid / table view
   f        follow the log on/off (log view)
   /        filter the log (log view)
@@ -171,7 +172,7 @@ class HelpScreen(ModalScreen[None]):
 
 
 class ReportScreen(ModalScreen[None]):
-    """A read-only report (the doctor's table)."""
+    """A read-only report (the doctor's table, a failure report)."""
 
     DEFAULT_CSS = """
     ReportScreen { align: center middle; }
