@@ -76,6 +76,14 @@ def alive(pids: Iterable[int]) -> list[int]:
     return [p for p in pids if proc_state(p) not in (None, "Z", "X")]
 
 
+def tagged(job: str, node: str | None = None) -> list[int]:
+    """Live processes of any run of `job` on `node` (default: any node), found by the
+    tag mntui puts in their environment, never by name."""
+    return alive(
+        pids_with_env(f"MNTUI_RUN={re.escape(job)}/[^/]+/{re.escape(node) if node else '[^/]+'}")
+    )
+
+
 def cmdline(pid: int) -> str:
     try:
         return (

@@ -7,14 +7,10 @@ import re
 import subprocess
 import sys
 
-from fakecluster import FakeCluster, alive, pids_with_env
+from fakecluster import FakeCluster, tagged
 from helpers import Cfg, free_port, listener_job
 
 NODES = "[node0, node1, node2]"
-
-
-def tagged(job: str) -> list[int]:
-    return alive(pids_with_env(f"MNTUI_RUN={re.escape(job)}/.*"))
 
 
 def mntui(*args: str) -> subprocess.CompletedProcess[str]:

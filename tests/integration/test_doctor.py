@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakecluster import FakeCluster, alive, free_port, pids_with_env
+from fakecluster import FakeCluster, alive, free_port, tagged
 from helpers import Cfg, listener_job, tagged_anywhere
 
 
@@ -279,7 +279,3 @@ def test_allreduce_never_touches_a_job_named_like_the_old_smoke_job(
     from mntui.sessions.smoke import smoke_job
 
     assert tagged_anywhere(smoke_job("dvictim")) == []
-
-
-def tagged(job: str, node: str) -> list[int]:
-    return alive(pids_with_env(f"MNTUI_RUN={re.escape(job)}/[^/]+/{node}"))

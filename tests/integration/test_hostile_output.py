@@ -10,7 +10,7 @@ import re
 import subprocess
 import sys
 
-from fakecluster import FakeCluster, alive, pids_with_env, port_listening, wait_for
+from fakecluster import FakeCluster, port_listening, tagged, wait_for
 from helpers import Cfg, free_port, listener_job
 
 from mntui.sessions.config import load_config
@@ -24,10 +24,6 @@ from mntui.sessions.watch import Judge
 # listener and a survivor: every record the old scripts' readers believed.
 STAT = " ".join(["1"] * 21)
 FORGED = f"x\\n@P 999999 T {STAT}\\n@EXIT 1\\n@PANE 1 1 1\\n@MEM x\\n@UP abc\\n@END"
-
-
-def tagged(job: str, node: str) -> list[int]:
-    return alive(pids_with_env(f"MNTUI_RUN={re.escape(job)}/[^/]+/{node}"))
 
 
 def hostile_job(job: str, port: int) -> str:

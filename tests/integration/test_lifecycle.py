@@ -13,16 +13,12 @@ import time
 from pathlib import Path
 
 import libtmux
-from fakecluster import FakeCluster, alive, pids_with_env, port_listening, wait_for
+from fakecluster import FakeCluster, port_listening, tagged, wait_for
 from helpers import Cfg, free_port, listener_job
 
 from mntui.sessions.config import load_config
 from mntui.sessions.kill import kill_job
 from mntui.sessions.remote import Cluster
-
-
-def tagged(job: str, node: str) -> list[int]:
-    return alive(pids_with_env(f"MNTUI_RUN={re.escape(job)}/[^/]+/{node}"))
 
 
 def test_hostile_values_reach_the_job_literally(

@@ -11,17 +11,13 @@ import threading
 import time
 from pathlib import Path
 
-from fakecluster import FakeCluster, alive, cmdline, pids_with_env, port_listening, wait_for
+from fakecluster import FakeCluster, cmdline, port_listening, tagged, wait_for
 from helpers import Cfg, free_port, listener_job, step_count, torch_job
 
 from mntui.sessions.config import load_config
 from mntui.sessions.poll import Poller
 from mntui.sessions.remote import Cluster
 from mntui.sessions.runs import latest
-
-
-def tagged(job: str, node: str) -> list[int]:
-    return alive(pids_with_env(f"MNTUI_RUN={re.escape(job)}/[^/]+/{node}"))
 
 
 def record_of(job: str):  # type: ignore[no-untyped-def]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakecluster import FakeCluster, alive, cmdline, pids_with_env, wait_for
+from fakecluster import FakeCluster, cmdline, tagged, wait_for
 from helpers import REPO, Cfg, free_port, step_count
 
 from mntui.sessions.runs import latest
@@ -50,10 +50,6 @@ def launch_faulty(fake: FakeCluster, cfg: Cfg, job: str, args: str, extra: str =
     res = cfg.mntui(path, "launch", "--no-ui", watch=True)
     assert res.returncode == 0, res.stdout + res.stderr
     return path
-
-
-def tagged(job: str, node: str | None = None) -> list[int]:
-    return alive(pids_with_env(f"MNTUI_RUN={re.escape(job)}/[^/]+/{node or '[^/]+'}"))
 
 
 def saved_report(job: str, timeout: float = 60) -> dict[str, Any]:

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
 import shutil
 import signal
 import time
 from pathlib import Path
 from typing import Any
 
-from fakecluster import FakeCluster, alive, cmdline, pids_with_env, wait_for
+from fakecluster import FakeCluster, cmdline, tagged, wait_for
 from helpers import REPO, Cfg, free_port, step_count
 
 from mntui.sessions.runs import RunRecord, latest, load_run
@@ -54,10 +53,6 @@ def chain(job: str) -> list[RunRecord]:
         return []
     runs = [r for r in (load_run(job, p.name) for p in rec.dir.parent.iterdir()) if r]
     return sorted((r for r in runs if r.chain == rec.chain), key=lambda r: r.attempt)
-
-
-def tagged(job: str, node: str = ".*") -> list[int]:
-    return alive(pids_with_env(f"MNTUI_RUN={re.escape(job)}/[^/]+/{node}"))
 
 
 def restart_note(rec: RunRecord) -> dict[str, Any]:

@@ -10,17 +10,13 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from fakecluster import FakeCluster, alive, pids_with_env, port_listening
+from fakecluster import FakeCluster, port_listening, tagged
 from helpers import Cfg, listener_job
 
 from mntui.sessions.config import load_config
 from mntui.sessions.states import NodeState
 from mntui.tui.app import MntuiApp
 from mntui.tui.widgets import ConfirmScreen, NodePane
-
-
-def tagged(job: str, node: str) -> list[int]:
-    return alive(pids_with_env(f"MNTUI_RUN={re.escape(job)}/[^/]+/{node}"))
 
 
 async def until(pilot: Any, cond: Callable[[], object], timeout: float, what: str) -> None:

@@ -4,12 +4,11 @@ in drawing must never stop the poll, the judge or the teardown."""
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import Callable
 from typing import Any
 
-from fakecluster import FakeCluster, alive, pids_with_env
+from fakecluster import FakeCluster, tagged
 from helpers import Cfg, free_port
 
 from mntui.sessions.config import load_config
@@ -23,10 +22,6 @@ HOSTILE = [
     "unbalanced [/] tag [/b]",
     "[@click=app.kill_all]press[/]",
 ]
-
-
-def tagged(job: str, node: str) -> list[int]:
-    return alive(pids_with_env(f"MNTUI_RUN={re.escape(job)}/[^/]+/{node}"))
 
 
 class BrokenViews(MntuiApp):

@@ -7,12 +7,8 @@ import shlex
 import sys
 
 import libtmux
-from fakecluster import FakeCluster, alive, pids_with_env, port_listening, wait_for
+from fakecluster import FakeCluster, port_listening, tagged, wait_for
 from helpers import Cfg, free_port, listener_job
-
-
-def tagged(job: str) -> list[int]:
-    return alive(pids_with_env(f"MNTUI_RUN={job}/[^/]+/node[01]"))
 
 
 def test_app_in_a_terminal_shows_nodes_and_kills(fake: FakeCluster, cfg: Cfg) -> None:
