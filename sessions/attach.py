@@ -24,7 +24,7 @@ def attach_argv(
 
 def attach_all_argv(cfg: JobConfig, *, inside_tmux: bool | None = None) -> list[str]:
     """One local session, one tiled pane per node, each attached to that node's session."""
-    name = f"mntui-{cfg.job}"
+    name = tmux.tiled_session_name(cfg.job)
     panes = [tmux.TiledPane(n.name, attach_argv(cfg, n.name, inside_tmux=False)) for n in cfg.nodes]
     # A local node's pane attaches to the same server: unset TMUX so tmux allows nesting.
     panes = [tmux.TiledPane(p.title, ["env", "-u", "TMUX", *p.argv]) for p in panes]

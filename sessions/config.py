@@ -2,22 +2,30 @@
 
 Every error names the file, the line and the key path, because the person reading it
 is about to launch on 64 GPUs and must not guess which of 30 lines is wrong.
+
+Each setting is declared once, on its dataclass field: its default, and in the field's
+metadata the check that reads it from YAML. The allowed keys of every mapping are the
+fields that carry a check.
 """
 
 from __future__ import annotations
 
+import functools
+import math
+import os
 import re
 import string
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+import subprocess
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ClusterShell.NodeSet import NodeSet, NodeSetException
 
-from .notify import NotifyPolicy
-from .yamlmarks import ConfigError, Document, Path_, load, loads
+from .notify import NotifyEvent, NotifyPolicy, check_webhook_url
+from .yamlmarks import ConfigError, Document, Path_, format_path, load, loads
 
 __all__ = [
     "LOCAL_HOSTS",
@@ -26,9 +34,14 @@ __all__ = [
     "ConfigError",
     "HostKeyPolicy",
     "JobConfig",
+    "KillPolicy",
+    "LaunchPolicy",
     "NodeSpec",
     "ReadyMode",
+    "RestartPolicy",
+    "SshPolicy",
     "WatchPolicy",
+    "check_seconds",
     "load_config",
     "parse_config",
 ]
@@ -42,12 +55,17 @@ TEMPLATE_FIELDS = (
     "node",
     "restart_count",
 )
+# Placeholders whose value may need shell quoting. The others never do: integers, and
+# node names, whose characters (NODE_RE) shlex.quote leaves bare.
+QUOTED_FIELDS = frozenset({"master_addr"})
 # Hosts that run through a local runner, without SSH.
 LOCAL_HOSTS = frozenset({"local", "localhost"})
 
 JOB_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
 NODE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# C0 controls but tab and newline, and DEL: they cannot be passed on, or garble a terminal.
+CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 # Names mntui sets itself; letting the config override them would break the job.
 RESERVED_ENV = frozenset(
     {
@@ -61,6 +79,433 @@ RESERVED_ENV = frozenset(
         "MNTUI_RESTART_COUNT",
     }
 )
+MAX_NODES = 4096  # one SSH connection and one thread per node
+MAX_NPROC = 1024
+HOUR = 3600.0
+DAY = 86400.0
+
+S = TypeVar("S")
+E = TypeVar("E", bound=StrEnum)
+# A check reads one YAML value at a path, or raises the ConfigError that names it.
+Check = Callable[[Document, Any, Path_], Any]
+
+
+def _meta(check: Check | None = None, **flags: bool) -> dict[str, Any]:
+    """A setting's field metadata: the check that reads its YAML key, and flags."""
+    return {"check": check, **flags}
+
+
+# ---- checks: (document, value, path) -> typed value ----------------------------------
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    if isinstance(value, (dict, list)):
+        return {dict: "a mapping", list: "a list"}[type(value)]
+    return f"{type(value).__name__} {value!r}"
+
+
+def _suggest(key: str, allowed: set[str]) -> str | None:
+    import difflib
+
+    close = difflib.get_close_matches(key, sorted(allowed), n=1)
+    return close[0] if close else None
+
+
+def _mapping(doc: Document, value: Any, path: Path_, allowed: set[str]) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise doc.error(path, f"expected a mapping, got {_kind(value)}")
+    for key in value:
+        if key not in allowed:
+            hint = _suggest(key, allowed)
+            message = "unknown key" + (f" (did you mean {hint!r}?)" if hint else "")
+            raise doc.error((*path, key), message)
+    return value
+
+
+def _text(doc: Document, value: Any, path: Path_) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise doc.error(path, f"expected a non-empty string, got {_kind(value)}")
+    bad = CONTROL_RE.search(value)
+    if bad is not None:
+        what = "a NUL byte" if bad.group() == "\0" else f"control character {ord(bad.group()):#04x}"
+        raise doc.error(path, f"contains {what}")
+    return value
+
+
+def _job_name(doc: Document, value: Any, path: Path_) -> str:
+    job = _text(doc, value, path)
+    if not JOB_RE.match(job):
+        message = "use letters, digits, '-' and '_' (it names tmux sessions and directories)"
+        raise doc.error(path, message)
+    return job
+
+
+def _workdir(doc: Document, value: Any, path: Path_) -> str:
+    text = _text(doc, value, path)
+    if text.startswith("~") and text != "~" and not text.startswith("~/"):
+        user = text[1:].split("/", 1)[0]
+        raise doc.error(
+            path, f"~{user} is not expanded (only ~ and ~/ are): write the full path, /home/{user}"
+        )
+    return text
+
+
+def _lines(doc: Document, value: Any, path: Path_) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, list):
+        raise doc.error(path, f"expected a string or a list of strings, got {_kind(value)}")
+    return tuple(_text(doc, v, (*path, i)) for i, v in enumerate(value))
+
+
+def _env(doc: Document, value: Any, path: Path_) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise doc.error(path, f"expected a mapping, got {_kind(value)}")
+    out: dict[str, str] = {}
+    for key, v in value.items():
+        where = (*path, key)
+        if not ENV_RE.match(key):
+            raise doc.error(where, "not a valid environment variable name")
+        if key in RESERVED_ENV:
+            raise doc.error(where, "set by mntui itself; use the matching top-level key")
+        text = doc.text(where)  # as written: YAML 1.1 would make 010 into 8, 1:30 into 90
+        if v is None or isinstance(v, (dict, list)) or text is None:
+            raise doc.error(where, f"expected a string or number, got {_kind(v)}")
+        if "\0" in text:
+            raise doc.error(where, "contains a NUL byte")
+        out[key] = text
+    return out
+
+
+def _port(doc: Document, value: Any, path: Path_) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise doc.error(path, f"expected a port number 1-65535, got {_kind(value)}")
+    return value
+
+
+def _ports(doc: Document, value: Any, path: Path_) -> tuple[int, ...]:
+    if not isinstance(value, list):
+        raise doc.error(path, f"expected a list, got {_kind(value)}")
+    return tuple(_port(doc, x, (*path, i)) for i, x in enumerate(value))
+
+
+def _count(maximum: int) -> Check:
+    def check(doc: Document, value: Any, path: Path_) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+            raise doc.error(path, f"expected an integer >= 1 and <= {maximum}, got {_kind(value)}")
+        return value
+
+    return check
+
+
+def _duration(value: object, positive: bool, maximum: float) -> float | str:
+    """Seconds, or why `value` is not a usable duration. A NaN passes every `<` test and
+    silently disables a trigger; inf overflows a deadline; 0 expires every timeout."""
+    number = None if isinstance(value, bool) or not isinstance(value, (int, float)) else value
+    finite = number is not None and math.isfinite(number) and 0 <= number <= maximum
+    if finite and number is not None and (number > 0 or not positive):
+        return float(number)
+    low = "> 0" if positive else ">= 0"
+    return f"expected a number {low} and <= {maximum:g} (seconds), got {_kind(value)}"
+
+
+def check_seconds(value: object, name: str, *, positive: bool, maximum: float) -> float:
+    """A duration from the config or the command line, by one rule: a finite number in
+    [0, maximum], and > 0 when `positive`. Text is parsed first (`--grace 5`).
+
+    Raises ValueError("NAME: expected a number >= 0 and <= 3600 (seconds), got ...").
+    """
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    seconds = _duration(value, positive, maximum)
+    if isinstance(seconds, str):
+        raise ValueError(f"{name}: {seconds}")
+    return seconds
+
+
+def _seconds(*, maximum: float, positive: bool = False, floor: float = 0.0) -> Check:
+    def check(doc: Document, value: Any, path: Path_) -> float:
+        seconds = _duration(value, positive, maximum)
+        if isinstance(seconds, str):
+            raise doc.error(path, seconds)
+        return max(floor, seconds)
+
+    return check
+
+
+def _fraction(doc: Document, value: Any, path: Path_) -> float:
+    ok = not isinstance(value, bool) and isinstance(value, (int, float))
+    if not ok or not math.isfinite(value) or not 0 < value <= 1:
+        raise doc.error(path, f"expected a fraction > 0 and <= 1, got {_kind(value)}")
+    return float(value)
+
+
+def _whole(low: int, high: int) -> Check:
+    def check(doc: Document, value: Any, path: Path_) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise doc.error(path, f"expected an integer >= {low} and <= {high}, got {_kind(value)}")
+        return value
+
+    return check
+
+
+def _exit_codes(*, zero: bool) -> Check:
+    """A list of exit codes, as launch.sh records them (0-255; torchrun reports -N)."""
+
+    def check(doc: Document, value: Any, path: Path_) -> frozenset[int]:
+        if not isinstance(value, list):
+            raise doc.error(path, f"expected a list of exit codes, got {_kind(value)}")
+        codes = [_whole(-64, 255)(doc, v, (*path, i)) for i, v in enumerate(value)]
+        if not zero and 0 in codes:
+            raise doc.error(path, "0 is a clean exit: a job is never restarted for it")
+        return frozenset(codes)
+
+    return check
+
+
+def _names_of(allowed: tuple[str, ...]) -> Check:
+    def check(doc: Document, value: Any, path: Path_) -> frozenset[str]:
+        items = value if isinstance(value, list) else [value]
+        for i, v in enumerate(items):
+            if v not in allowed:
+                where = (*path, i) if isinstance(value, list) else path
+                raise doc.error(where, f"expected one of {', '.join(allowed)}, got {v!r}")
+        return frozenset(items)
+
+    return check
+
+
+def _progress_pattern(doc: Document, value: Any, path: Path_) -> str:
+    from .progress import compile_pattern  # a Python regex: mntui itself runs it
+
+    text = _text(doc, value, path)
+    try:
+        compile_pattern(text)
+    except ValueError as exc:
+        raise doc.error(path, str(exc)) from None
+    return text
+
+
+def _notify(doc: Document, value: Any, path: Path_) -> NotifyPolicy:
+    m = _mapping(doc, value, path, {"webhook", "command", "on", "timeout"})
+    webhook = _text(doc, m["webhook"], (*path, "webhook")) if m.get("webhook") else None
+    if webhook is not None and (why := check_webhook_url(webhook)) is not None:
+        raise doc.error((*path, "webhook"), why)
+    command = _text(doc, m["command"], (*path, "command")) if m.get("command") else None
+    events = tuple(e.value for e in NotifyEvent)
+    on = _names_of(events)(doc, m["on"], (*path, "on")) if m.get("on") is not None else events
+    timeout = 5.0
+    if m.get("timeout") is not None:
+        timeout = _seconds(positive=True, maximum=600)(doc, m["timeout"], (*path, "timeout"))
+    return NotifyPolicy(webhook, command, frozenset(NotifyEvent(e) for e in on), timeout)
+
+
+def _choice(enum: type[E]) -> Check:
+    def check(doc: Document, value: Any, path: Path_) -> E:
+        try:
+            return enum(value)
+        except ValueError:
+            choices = ", ".join(e.value for e in enum)
+            raise doc.error(path, f"expected one of {choices}, got {value!r}") from None
+
+    return check
+
+
+def _template(doc: Document, value: Any, path: Path_) -> str:
+    text = _text(doc, value, path)
+    try:
+        parsed = list(string.Formatter().parse(text))
+    except ValueError as exc:
+        message = f"bad template: {exc} (write {{{{ and }}}} for literal braces)"
+        raise doc.error(path, message) from None
+    for _, fname, spec, conv in parsed:
+        if fname is None:
+            continue
+        if fname not in TEMPLATE_FIELDS:
+            known = ", ".join(f"{{{f}}}" for f in TEMPLATE_FIELDS)
+            raise doc.error(path, f"unknown placeholder {{{fname}}}; known: {known}")
+        if spec or conv:
+            raise doc.error(path, f"placeholder {{{fname}}} takes no format spec or conversion")
+    for fname, quote in _quoted_placeholders(parsed):
+        raise doc.error(
+            path,
+            f"placeholder {{{fname}}} inside {quote} quotes: it is substituted shell-quoted, "
+            f"and inside quotes that quoting is undone; take it out (--x={{{fname}}})",
+        )
+    return text
+
+
+def _quoted_placeholders(
+    parsed: list[tuple[str, str | None, str | None, str | None]],
+) -> Iterator[tuple[str, str]]:
+    """Placeholders that need quoting and sit inside '…', $'…' or "…" of the command.
+
+    A small quote-state scanner: a stack of contexts, where `(` (a subshell, `$(`,
+    `$((`) opens plain shell again, even inside double quotes, and `#` at the start of
+    a word comments out the rest of its line.
+    """
+    stack = ["plain"]
+    prev = " "
+    for literal, fname, _, _ in parsed:
+        for c in literal:
+            stack, prev = _shell_step(stack, prev, c)
+        if fname is not None:
+            if fname in QUOTED_FIELDS and stack[-1] in _QUOTES:
+                yield fname, _QUOTES[stack[-1]]
+            prev = "x" if prev != "\\" else ""
+
+
+_QUOTES = {"single": "single", "ansi": "$'...'", "double": "double"}
+# What opens a context, by the context it is read in.
+_OPENS = {
+    "plain": {"'": "single", '"': "double", "(": "plain", "#": "comment"},
+    "double": {"(": "plain"},
+}
+_WORD_END = " \t\n;&|()"  # after these, `#` starts a comment
+_CLOSES = {"single": "'", "ansi": "'", "double": '"', "comment": "\n", "plain": ")"}
+
+
+def _shell_step(stack: list[str], prev: str, c: str) -> tuple[list[str], str]:
+    """One character of shell: the new context stack, and what `prev` is for the next."""
+    top = stack[-1]
+    if prev == "\\" and top not in ("single", "comment"):
+        return stack, ""  # escaped: no meaning, and it opens nothing after it
+    if c == _CLOSES[top] and (top != "plain" or len(stack) > 1):
+        return stack[:-1], c
+    opened = _OPENS.get(top, {}).get(c)
+    if opened == "single" and prev == "$":
+        opened = "ansi"
+    elif (c == "(" and top == "double" and prev != "$") or (c == "#" and prev not in _WORD_END):
+        opened = None
+    return ([*stack, opened] if opened else stack), c
+
+
+# POSIX ERE has none of these: GNU grep -E reads `\d` as `d`, and the launch waits out
+# ready_timeout for a line that never comes.
+_PY_ESCAPES = {
+    "d": "[0-9]",
+    "D": "[^0-9]",
+    "w": "[[:alnum:]_]",
+    "W": "[^[:alnum:]_]",
+    "s": "[[:space:]]",
+    "S": "[^[:space:]]",
+    "A": "^",
+    "Z": "$",
+    "z": "$",
+    "t": "a literal tab or [[:blank:]]",
+}
+
+
+def ere_problem(pattern: str) -> str | None:
+    """Why grep -E on the node would not do what this pattern says in Python, or None."""
+    if "\n" in pattern:
+        return "one line only (grep reads each line as a pattern of its own)"
+    i = 0
+    while i < len(pattern):
+        c, nxt = pattern[i], pattern[i + 1 : i + 2]
+        if c == "[":
+            end = _bracket_end(pattern, i)
+            if end < 0:
+                break  # unterminated: grep says so below
+            if "\\" in pattern[i:end]:
+                return "a backslash inside [...] is literal for grep -E: write [0-9], not [\\d]"
+            i = end
+        elif c == "\\" and (nxt.isalnum() or nxt in ("<", ">", "`", "'")):
+            hint = _PY_ESCAPES.get(nxt)
+            return f"\\{nxt} is not portable grep -E syntax" + (f": write {hint}" if hint else "")
+        elif c == "\\":
+            i += 1  # an escaped special character
+        elif c == "(" and nxt == "?":
+            return "(?...) is Python syntax; grep -E has plain (...) groups only"
+        elif c in "*+?}" and nxt == "?":
+            return f"{c}? (lazy) is Python syntax; grep -E repeats are greedy"
+        i += 1
+    return _grep_problem(pattern)
+
+
+def _bracket_end(pattern: str, start: int) -> int:
+    """Index of the `]` closing the bracket expression opened at `start`, or -1."""
+    j = start + 1
+    j += pattern.startswith("^", j)
+    j += pattern.startswith("]", j)  # a `]` first in the list is a member
+    while j < len(pattern):
+        if pattern[j] == "[" and pattern[j + 1 : j + 2] in (":", "=", "."):
+            close = pattern.find(pattern[j + 1] + "]", j + 2)
+            if close < 0:
+                return -1
+            j = close + 2
+        elif pattern[j] == "]":
+            return j
+        else:
+            j += 1
+    return -1
+
+
+@functools.lru_cache(maxsize=64)
+def _grep_problem(pattern: str) -> str | None:
+    """Compile the pattern with the engine that runs it: grep -E (exit 2: bad regex)."""
+    try:
+        res = subprocess.run(
+            ["grep", "-E", "-e", pattern],
+            input=b"",
+            capture_output=True,
+            timeout=10,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"},
+        )
+    except FileNotFoundError:
+        return None  # no local grep: the static checks above are all we can do
+    except subprocess.TimeoutExpired:
+        return "grep -E took over 10 s to compile it"
+    said = res.stderr.decode(errors="replace").strip().splitlines()
+    if res.returncode == 2 or said:
+        return (said[0].removeprefix("grep: ") if said else "refused by grep -E").strip()
+    return None
+
+
+def _pattern(doc: Document, value: Any, path: Path_) -> str:
+    text = _text(doc, value, path)
+    problem = ere_problem(text)
+    if problem is not None:
+        raise doc.error(path, f"bad regular expression for grep -E: {problem}")
+    return text
+
+
+def _section(cls: type[S]) -> Check:
+    """A nested mapping read into its own dataclass, keys and defaults from its fields."""
+
+    def check(doc: Document, value: Any, path: Path_) -> S:
+        m = _mapping(doc, value, path, _keys(cls))
+        return cls(**_read(doc, cls, m, path))
+
+    return check
+
+
+@functools.cache
+def _checks(cls: type) -> dict[str, Check]:
+    return {f.name: f.metadata["check"] for f in fields(cls) if f.metadata.get("check")}
+
+
+def _keys(cls: type, flag: str | None = None) -> set[str]:
+    return {f.name for f in fields(cls) if f.metadata and (flag is None or f.metadata.get(flag))}
+
+
+def _read(
+    doc: Document, cls: type, m: Mapping[str, Any], path: Path_, only: set[str] | None = None
+) -> dict[str, Any]:
+    """The given, non-null keys of `m` that are checked fields of `cls`, checked."""
+    return {
+        k: check(doc, m[k], (*path, k))
+        for k, check in _checks(cls).items()
+        if (only is None or k in only) and m.get(k) is not None
+    }
+
+
+# ---- the settings ---------------------------------------------------------------------
 
 
 class ReadyMode(StrEnum):
@@ -74,15 +519,24 @@ class HostKeyPolicy(StrEnum):
     ACCEPT_NEW = "accept-new"  # unknown key: record it; changed key: refuse
 
 
+class Action(StrEnum):
+    KILL_ALL = "kill_all"  # tear the whole job down
+    NOTIFY = "notify"  # report, touch nothing
+
+
 @dataclass(frozen=True)
 class NodeSpec:
-    name: str
-    host: str
-    rank: int
-    command: str
-    env: Mapping[str, str]
-    setup: tuple[str, ...]
-    workdir: str | None
+    # `shared`: also a top-level key, the default of every node; `merge`: a node's own
+    # mapping adds to the top-level one instead of replacing it.
+    name: str = field(metadata=_meta(_text))
+    host: str = field(metadata=_meta(_text))  # default: the node's name
+    rank: int  # the main is 0, the others in listed order
+    command: str = field(metadata=_meta(_template, shared=True, required=True))
+    env: Mapping[str, str] = field(
+        default_factory=dict, metadata=_meta(_env, shared=True, merge=True)
+    )
+    setup: tuple[str, ...] = field(default=(), metadata=_meta(_lines, shared=True))
+    workdir: str | None = field(default=None, metadata=_meta(_workdir, shared=True))
 
     @property
     def is_local(self) -> bool:
@@ -91,37 +545,55 @@ class NodeSpec:
 
 @dataclass(frozen=True)
 class LaunchPolicy:
-    ready: ReadyMode = ReadyMode.PORT
-    ready_pattern: str | None = None
-    ready_delay: float = 10.0
-    ready_timeout: float = 300.0
-    stagger: float = 0.0
+    ready: ReadyMode = field(default=ReadyMode.PORT, metadata=_meta(_choice(ReadyMode)))
+    # grep -E, on the main's output
+    ready_pattern: str | None = field(default=None, metadata=_meta(_pattern))
+    ready_delay: float = field(default=10.0, metadata=_meta(_seconds(maximum=DAY)))
+    ready_timeout: float = field(
+        default=300.0, metadata=_meta(_seconds(positive=True, maximum=DAY))
+    )
+    stagger: float = field(default=0.0, metadata=_meta(_seconds(maximum=HOUR)))
+
+
+@dataclass(frozen=True)
+class KillPolicy:
+    # between SIGTERM and SIGKILL
+    grace: float = field(default=5.0, metadata=_meta(_seconds(maximum=HOUR)))
 
 
 @dataclass(frozen=True)
 class SshPolicy:
-    config: str | None = None
-    connect_timeout: float = 10.0
-    host_key: HostKeyPolicy | None = None  # None: follow ssh_config's StrictHostKeyChecking
-    command_timeout: float = 60.0
-
-
-class Action(StrEnum):
-    KILL_ALL = "kill_all"  # tear the whole job down
-    NOTIFY = "notify"  # report, touch nothing
+    config: str | None = field(default=None, metadata=_meta(_text))
+    connect_timeout: float = field(
+        default=10.0, metadata=_meta(_seconds(positive=True, maximum=HOUR))
+    )
+    # None: follow ssh_config's StrictHostKeyChecking
+    host_key: HostKeyPolicy | None = field(default=None, metadata=_meta(_choice(HostKeyPolicy)))
+    command_timeout: float = field(
+        default=60.0, metadata=_meta(_seconds(positive=True, maximum=DAY))
+    )
 
 
 @dataclass(frozen=True)
 class WatchPolicy:
-    on_failure: Action = Action.KILL_ALL  # a node failed, orphaned, froze or stayed unreachable
-    on_stall: Action = Action.NOTIFY
-    stall_after: float = 300.0  # seconds without output
-    frozen_after: float = 3.0  # a stop this short is a debugger (py-spy), not a hang
-    unreachable_after: float = 30.0  # a node can miss polls while its sshd is busy
-    interval: float = 1.0  # seconds between polls
-    capture_budget: float = 10.0  # seconds for py-spy stacks before a teardown; 0: none
-    slow_fraction: float = 0.5  # a node below this fraction of the median step rate...
-    slow_after: float = 120.0  # ...for this long is flagged slow (notify only)
+    # a node failed, orphaned, froze or stayed unreachable
+    on_failure: Action = field(default=Action.KILL_ALL, metadata=_meta(_choice(Action)))
+    on_stall: Action = field(default=Action.NOTIFY, metadata=_meta(_choice(Action)))
+    # seconds without output
+    stall_after: float = field(default=300.0, metadata=_meta(_seconds(positive=True, maximum=DAY)))
+    # a stop this short is a debugger (py-spy), not a hang
+    frozen_after: float = field(default=3.0, metadata=_meta(_seconds(maximum=DAY)))
+    # a node can miss polls while its sshd is busy
+    unreachable_after: float = field(default=30.0, metadata=_meta(_seconds(maximum=DAY)))
+    # seconds between polls; below 0.1 the polls would pile up
+    interval: float = field(
+        default=1.0, metadata=_meta(_seconds(positive=True, maximum=HOUR, floor=0.1))
+    )
+    # seconds for py-spy stacks of every rank before a hang's teardown; 0: none
+    capture_budget: float = field(default=10.0, metadata=_meta(_seconds(maximum=600)))
+    # a node below this fraction of the median step rate for slow_after is "slow"
+    slow_fraction: float = field(default=0.5, metadata=_meta(_fraction))
+    slow_after: float = field(default=120.0, metadata=_meta(_seconds(positive=True, maximum=DAY)))
 
 
 RESTARTABLE = ("failed", "orphaned", "frozen", "unreachable", "stalled")
@@ -132,33 +604,48 @@ USAGE_EXIT_CODES = frozenset({2, 97, 126, 127})
 
 @dataclass(frozen=True)
 class RestartPolicy:
-    max: int = 0  # 0: never restart
-    backoff: float = 10.0  # the first delay; it doubles up to backoff_max
-    backoff_max: float = 300.0
-    on: frozenset[str] = frozenset(RESTARTABLE) - {"stalled"}
-    exit_codes: frozenset[int] | None = None  # restart only on these
-    not_on: frozenset[int] = USAGE_EXIT_CODES
-    reset_after: float = 1800.0  # progress for this long forgets earlier failures; 0: never
+    max: int = field(default=0, metadata=_meta(_whole(0, 1000)))  # 0: never restart
+    # the first delay; it doubles up to backoff_max
+    backoff: float = field(default=10.0, metadata=_meta(_seconds(maximum=DAY)))
+    backoff_max: float = field(default=300.0, metadata=_meta(_seconds(maximum=DAY)))
+    on: frozenset[str] = field(
+        default=frozenset(RESTARTABLE) - {"stalled"}, metadata=_meta(_names_of(RESTARTABLE))
+    )
+    # restart only on these codes (None: any but not_on)
+    exit_codes: frozenset[int] | None = field(default=None, metadata=_meta(_exit_codes(zero=False)))
+    not_on: frozenset[int] = field(default=USAGE_EXIT_CODES, metadata=_meta(_exit_codes(zero=True)))
+    # an attempt that made progress this long forgets earlier failures; 0: never
+    reset_after: float = field(default=1800.0, metadata=_meta(_seconds(maximum=30 * DAY)))
 
 
 @dataclass(frozen=True)
 class JobConfig:
     path: str
-    job: str
-    nodes: tuple[NodeSpec, ...]
-    main: str
-    master_port: int
-    master_addr: str | None
-    ports: tuple[int, ...]
-    nproc_per_node: int
-    launch: LaunchPolicy = field(default_factory=LaunchPolicy)
-    grace: float = 5.0
-    ssh: SshPolicy = field(default_factory=SshPolicy)
-    watch: WatchPolicy = field(default_factory=WatchPolicy)
-    restart: RestartPolicy = field(default_factory=RestartPolicy)
-    notify: NotifyPolicy = field(default_factory=NotifyPolicy)
-    progress_pattern: str | None = None  # a regex with a group `step`; None: the default
-    spares: tuple[NodeSpec, ...] = ()  # nodes that replace one that broke twice in a row
+    job: str = field(metadata=_meta(_job_name, required=True))
+    nodes: tuple[NodeSpec, ...] = field(metadata=_meta(required=True))  # see _node_entries
+    main: str = field(metadata=_meta())  # default: the first node
+    master_port: int = field(default=29500, metadata=_meta(_port))
+    master_addr: str | None = field(default=None, metadata=_meta(_text))
+    ports: tuple[int, ...] = field(default=(), metadata=_meta(_ports))
+    nproc_per_node: int = field(default=1, metadata=_meta(_count(MAX_NPROC)))
+    launch: LaunchPolicy = field(
+        default_factory=LaunchPolicy, metadata=_meta(_section(LaunchPolicy))
+    )
+    kill: KillPolicy = field(default_factory=KillPolicy, metadata=_meta(_section(KillPolicy)))
+    ssh: SshPolicy = field(default_factory=SshPolicy, metadata=_meta(_section(SshPolicy)))
+    watch: WatchPolicy = field(default_factory=WatchPolicy, metadata=_meta(_section(WatchPolicy)))
+    restart: RestartPolicy = field(
+        default_factory=RestartPolicy, metadata=_meta(_section(RestartPolicy))
+    )
+    notify: NotifyPolicy = field(default_factory=NotifyPolicy, metadata=_meta(_notify))
+    # a Python regex with a group `step`; None: progress.DEFAULT_PATTERN
+    progress_pattern: str | None = field(default=None, metadata=_meta(_progress_pattern))
+    # nodes that replace one that broke twice in a row (ranks are given when they join)
+    spares: tuple[NodeSpec, ...] = field(default=(), metadata=_meta())
+
+    @property
+    def grace(self) -> float:
+        return self.kill.grace
 
     @property
     def main_node(self) -> NodeSpec:
@@ -179,40 +666,13 @@ class JobConfig:
         raise KeyError(name)
 
 
-T = TypeVar("T")
-D = TypeVar("D")
+NODE_KEYS = _keys(NodeSpec)
+SHARED_KEYS = _keys(NodeSpec, "shared")
+TOP_KEYS = _keys(JobConfig) | SHARED_KEYS | {"overrides"}
+REQUIRED = [f.name for c in (JobConfig, NodeSpec) for f in fields(c) if f.metadata.get("required")]
 
-TOP_KEYS = {
-    "job",
-    "nodes",
-    "overrides",
-    "main",
-    "workdir",
-    "setup",
-    "env",
-    "master_port",
-    "master_addr",
-    "ports",
-    "nproc_per_node",
-    "command",
-    "launch",
-    "kill",
-    "ssh",
-    "watch",
-}
-NODE_KEYS = {"name", "host", "command", "env", "setup", "workdir"}
-LAUNCH_KEYS = {"ready", "ready_pattern", "ready_delay", "ready_timeout", "stagger"}
-KILL_KEYS = {"grace"}
-SSH_KEYS = {"config", "connect_timeout", "host_key", "command_timeout"}
-WATCH_KEYS = {
-    "on_failure",
-    "on_stall",
-    "stall_after",
-    "frozen_after",
-    "unreachable_after",
-    "interval",
-    "capture_budget",
-}
+
+# ---- building the job ---------------------------------------------------------------
 
 
 def load_config(path: str | Path) -> JobConfig:
@@ -223,329 +683,183 @@ def parse_config(text: str, name: str = "<config>") -> JobConfig:
     return _build(loads(text, name))
 
 
-class _V:
-    """Typed accessors that turn a wrong value into a ConfigError at its line."""
-
-    def __init__(self, doc: Document) -> None:
-        self.doc = doc
-
-    def mapping(self, value: Any, path: Path_, allowed: set[str]) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            raise self.doc.error(path, f"expected a mapping, got {_kind(value)}")
-        for key in value:
-            if key not in allowed:
-                hint = _suggest(key, allowed)
-                raise self.doc.error(
-                    (*path, key), "unknown key" + (f" (did you mean {hint!r}?)" if hint else "")
-                )
-        return value
-
-    def get(
-        self,
-        m: Mapping[str, Any],
-        path: Path_,
-        key: str,
-        check: Callable[[Any, Path_], T],
-        default: D,
-    ) -> T | D:
-        if key not in m or m[key] is None:
-            return default
-        return check(m[key], (*path, key))
-
-    def string(self, value: Any, path: Path_) -> str:
-        if not isinstance(value, str) or not value.strip():
-            raise self.doc.error(path, f"expected a non-empty string, got {_kind(value)}")
-        if "\0" in value:
-            raise self.doc.error(path, "contains a NUL byte")
-        return value
-
-    def any_mapping(self, value: Any, path: Path_) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            raise self.doc.error(path, f"expected a mapping, got {_kind(value)}")
-        return value
-
-    def list_of(self, value: Any, path: Path_, check: Callable[[Any, Path_], T]) -> tuple[T, ...]:
-        if not isinstance(value, list):
-            raise self.doc.error(path, f"expected a list, got {_kind(value)}")
-        return tuple(check(x, (*path, i)) for i, x in enumerate(value))
-
-    def number(self, value: Any, path: Path_) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise self.doc.error(path, f"expected a number >= 0, got {_kind(value)}")
-        return float(value)
-
-    def positive_int(self, value: Any, path: Path_) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise self.doc.error(path, f"expected an integer >= 1, got {_kind(value)}")
-        return value
-
-    def port(self, value: Any, path: Path_) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
-            raise self.doc.error(path, f"expected a port number 1-65535, got {_kind(value)}")
-        return value
-
-    def lines(self, value: Any, path: Path_) -> tuple[str, ...]:
-        if isinstance(value, str):
-            return (value,)
-        if not isinstance(value, list):
-            raise self.doc.error(
-                path, f"expected a string or a list of strings, got {_kind(value)}"
-            )
-        return tuple(self.string(v, (*path, i)) for i, v in enumerate(value))
-
-    def env(self, value: Any, path: Path_) -> dict[str, str]:
-        if not isinstance(value, dict):
-            raise self.doc.error(path, f"expected a mapping, got {_kind(value)}")
-        out: dict[str, str] = {}
-        for key, v in value.items():
-            if not ENV_RE.match(key):
-                raise self.doc.error((*path, key), "not a valid environment variable name")
-            if key in RESERVED_ENV:
-                raise self.doc.error(
-                    (*path, key), "set by mntui itself; use the matching top-level key"
-                )
-            if isinstance(v, bool) or not isinstance(v, (str, int, float)):
-                raise self.doc.error((*path, key), f"expected a string or number, got {_kind(v)}")
-            if "\0" in str(v):
-                raise self.doc.error((*path, key), "contains a NUL byte")
-            out[key] = str(v)
-        return out
-
-    def template(self, value: Any, path: Path_) -> str:
-        text = self.string(value, path)
-        try:
-            parsed = list(string.Formatter().parse(text))
-        except ValueError as exc:
-            raise self.doc.error(
-                path, f"bad template: {exc} (write {{{{ and }}}} for literal braces)"
-            ) from None
-        for _, fname, spec, conv in parsed:
-            if fname is None:
-                continue
-            if fname not in TEMPLATE_FIELDS:
-                raise self.doc.error(
-                    path,
-                    f"unknown placeholder {{{fname}}}; known: "
-                    + ", ".join(f"{{{f}}}" for f in TEMPLATE_FIELDS),
-                )
-            if spec or conv:
-                raise self.doc.error(
-                    path, f"placeholder {{{fname}}} takes no format spec or conversion"
-                )
-        return text
-
-    def choice(self, enum: type[StrEnumT]) -> Callable[[Any, Path_], StrEnumT]:
-        def check(value: Any, path: Path_) -> StrEnumT:
-            try:
-                return enum(value)
-            except ValueError:
-                raise self.doc.error(
-                    path, f"expected one of {', '.join(e.value for e in enum)}, got {value!r}"
-                ) from None
-
-        return check
-
-
-StrEnumT = TypeVar("StrEnumT", bound=StrEnum)
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "nothing"
-    if isinstance(value, (dict, list)):
-        return {dict: "a mapping", list: "a list"}[type(value)]
-    return f"{type(value).__name__} {value!r}"
-
-
-def _suggest(key: str, allowed: set[str]) -> str | None:
-    import difflib
-
-    close = difflib.get_close_matches(key, sorted(allowed), n=1)
-    return close[0] if close else None
-
-
 def _build(doc: Document) -> JobConfig:
-    v = _V(doc)
-    top = v.mapping(doc.data if doc.data is not None else {}, (), TOP_KEYS)
-    for required in ("job", "nodes", "command"):
+    top = _mapping(doc, doc.data if doc.data is not None else {}, (), TOP_KEYS)
+    for required in REQUIRED:
         if required not in top:
             raise doc.error((), f"missing required key {required!r}")
-    job = v.string(top["job"], ("job",))
-    if not JOB_RE.match(job):
-        raise doc.error(
-            ("job",), "use letters, digits, '-' and '_' (it names tmux sessions and directories)"
-        )
+        if top[required] is None:
+            raise doc.error((required,), "required: expected a value, got nothing")
+    settings = _read(doc, JobConfig, top, ())
+    nodes = _node_specs(doc, top, _node_entries(doc, top["nodes"]))
+    main = _main(doc, top, nodes)
+    spares = _spares(doc, top, nodes)
+    cfg = JobConfig(path=doc.file, nodes=_ranked(nodes, main), main=main, spares=spares, **settings)
+    _check_launch(doc, cfg.launch)
+    return replace(cfg, ssh=_ssh_relative(doc.file, cfg.ssh))
 
-    command = v.template(top["command"], ("command",))
-    setup: tuple[str, ...] = v.get(top, (), "setup", v.lines, ())
-    env: dict[str, str] = v.get(top, (), "env", v.env, {})
-    workdir = v.get(top, (), "workdir", v.string, None)
-    raw_nodes = _expand_nodes(v, top["nodes"])
-    names = [name for name, _, _ in raw_nodes]
 
-    overrides_raw: dict[str, Any] = v.get(top, (), "overrides", v.any_mapping, {})
-    for name in overrides_raw:
-        if name not in names:
-            raise doc.error(
-                ("overrides", name), f"unknown node {name!r}; nodes are {NodeSet.fromlist(names)}"
-            )
+def _spares(doc: Document, top: Mapping[str, Any], nodes: list[NodeSpec]) -> tuple[NodeSpec, ...]:
+    """Spare nodes take the job's shared settings, as the nodes do; never one of them."""
+    if top.get("spares") is None:
+        return ()
+    entries = _node_entries(doc, top["spares"], "spares")
+    names = {n.name for n in nodes}
+    for name, _, path in entries:
+        if name in names:
+            raise doc.error(path, f"{name!r} is a node of the job already, not a spare")
+    return tuple(replace(s, rank=-1) for s in _node_specs(doc, top, entries, overrides=False))
 
-    nodes: list[NodeSpec] = []
-    for rank_hint, (name, raw, path) in enumerate(raw_nodes):
-        merged: dict[str, Any] = dict(raw)
-        opath: dict[str, Path_] = {k: (*path, k) for k in raw}
-        if name in overrides_raw:
-            o = v.mapping(overrides_raw[name], ("overrides", name), NODE_KEYS - {"name"})
-            merged.update(o)
-            opath.update({k: ("overrides", name, k) for k in o})
 
-        def val(
-            key: str,
-            check: Callable[[Any, Path_], T],
-            default: D,
-            merged: dict[str, Any] = merged,
-            opath: dict[str, Path_] = opath,
-        ) -> T | D:
-            return check(merged[key], opath[key]) if merged.get(key) is not None else default
-
-        host = val("host", v.string, name)
-        own_env: dict[str, str] | None = val("env", v.env, None)
-        node_env = {**env, **(own_env or {})}
-        nodes.append(
-            NodeSpec(
-                name=name,
-                host=host,
-                rank=rank_hint,
-                command=val("command", v.template, command),
-                env=node_env,
-                setup=val("setup", v.lines, setup),
-                workdir=val("workdir", v.string, workdir),
-            )
-        )
-
-    main = v.get(top, (), "main", v.string, nodes[0].name)
+def _main(doc: Document, top: Mapping[str, Any], nodes: list[NodeSpec]) -> str:
+    if top.get("main") is None:
+        return nodes[0].name
+    main = _text(doc, top["main"], ("main",))
+    names = [n.name for n in nodes]
     if main not in names:
         raise doc.error(("main",), f"unknown node {main!r}; nodes are {NodeSet.fromlist(names)}")
-    # The main is rank 0; the others keep their listed order.
+    return main
+
+
+def _ranked(nodes: list[NodeSpec], main: str) -> tuple[NodeSpec, ...]:
+    """The main is rank 0; the others keep their listed order."""
     ordered = [n for n in nodes if n.name == main] + [n for n in nodes if n.name != main]
-    nodes = [
-        NodeSpec(n.name, n.host, i, n.command, n.env, n.setup, n.workdir)
-        for i, n in enumerate(ordered)
-    ]
-
-    launch_raw: dict[str, Any] = v.get(
-        top, (), "launch", lambda x, p: v.mapping(x, p, LAUNCH_KEYS), {}
-    )
-    lp = ("launch",)
-    launch = LaunchPolicy(
-        ready=v.get(launch_raw, lp, "ready", v.choice(ReadyMode), ReadyMode.PORT),
-        ready_pattern=v.get(launch_raw, lp, "ready_pattern", v.string, None),
-        ready_delay=v.get(launch_raw, lp, "ready_delay", v.number, 10.0),
-        ready_timeout=v.get(launch_raw, lp, "ready_timeout", v.number, 300.0),
-        stagger=v.get(launch_raw, lp, "stagger", v.number, 0.0),
-    )
-    if launch.ready is ReadyMode.LOG:
-        if launch.ready_pattern is None:
-            raise doc.error((*lp, "ready_pattern"), "required when ready is 'log'")
-        try:
-            re.compile(launch.ready_pattern)
-        except re.error as exc:
-            raise doc.error((*lp, "ready_pattern"), f"bad regular expression: {exc}") from None
-
-    kill_raw: dict[str, Any] = v.get(top, (), "kill", lambda x, p: v.mapping(x, p, KILL_KEYS), {})
-    ssh_raw: dict[str, Any] = v.get(top, (), "ssh", lambda x, p: v.mapping(x, p, SSH_KEYS), {})
-    sp = ("ssh",)
-    ssh = SshPolicy(
-        config=v.get(ssh_raw, sp, "config", v.string, None),
-        connect_timeout=v.get(ssh_raw, sp, "connect_timeout", v.number, 10.0),
-        host_key=v.get(ssh_raw, sp, "host_key", v.choice(HostKeyPolicy), None),
-        command_timeout=v.get(ssh_raw, sp, "command_timeout", v.number, 60.0),
-    )
-    if (
-        ssh.config is not None
-        and not Path(ssh.config).is_absolute()
-        and not ssh.config.startswith("~")
-    ):
-        # Relative to the config file, so a config and its ssh_config travel together.
-        ssh = SshPolicy(
-            str(Path(doc.file).parent / ssh.config),
-            ssh.connect_timeout,
-            ssh.host_key,
-            ssh.command_timeout,
-        )
-
-    watch_raw: dict[str, Any] = v.get(
-        top, (), "watch", lambda x, p: v.mapping(x, p, WATCH_KEYS), {}
-    )
-    wp = ("watch",)
-    d = WatchPolicy()
-    watch = WatchPolicy(
-        on_failure=v.get(watch_raw, wp, "on_failure", v.choice(Action), d.on_failure),
-        on_stall=v.get(watch_raw, wp, "on_stall", v.choice(Action), d.on_stall),
-        stall_after=v.get(watch_raw, wp, "stall_after", v.number, d.stall_after),
-        frozen_after=v.get(watch_raw, wp, "frozen_after", v.number, d.frozen_after),
-        unreachable_after=v.get(watch_raw, wp, "unreachable_after", v.number, d.unreachable_after),
-        capture_budget=v.get(watch_raw, wp, "capture_budget", v.number, d.capture_budget),
-        interval=max(0.1, v.get(watch_raw, wp, "interval", v.number, d.interval)),
-    )
-    ports: tuple[int, ...] = v.get(top, (), "ports", lambda x, p: v.list_of(x, p, v.port), ())
-    return JobConfig(
-        path=doc.file,
-        job=job,
-        nodes=tuple(nodes),
-        main=main,
-        master_port=v.get(top, (), "master_port", v.port, 29500),
-        master_addr=v.get(top, (), "master_addr", v.string, None),
-        ports=ports,
-        nproc_per_node=v.get(top, (), "nproc_per_node", v.positive_int, 1),
-        launch=launch,
-        grace=v.get(kill_raw, ("kill",), "grace", v.number, 5.0),
-        ssh=ssh,
-        watch=watch,
-    )
+    return tuple(replace(n, rank=i) for i, n in enumerate(ordered))
 
 
-def _expand_nodes(v: _V, value: Any) -> list[tuple[str, dict[str, Any], Path_]]:
+def _check_launch(doc: Document, launch: LaunchPolicy) -> None:
+    if launch.ready is ReadyMode.LOG and launch.ready_pattern is None:
+        raise doc.error(("launch", "ready_pattern"), "required when ready is 'log'")
+
+
+def _ssh_relative(file: str, ssh: SshPolicy) -> SshPolicy:
+    """A relative ssh_config is relative to the config, so the two travel together."""
+    if ssh.config is None or Path(ssh.config).is_absolute() or ssh.config.startswith("~"):
+        return ssh
+    return replace(ssh, config=str(Path(file).parent / ssh.config))
+
+
+# A node before checking: its name, its own raw keys, and where it was written.
+Entry = tuple[str, dict[str, Any], Path_]
+
+
+def _node_specs(
+    doc: Document, top: Mapping[str, Any], entries: list[Entry], *, overrides: bool = True
+) -> list[NodeSpec]:
+    shared = _read(doc, NodeSpec, top, (), SHARED_KEYS)
+    named = _overrides(doc, top, [name for name, _, _ in entries]) if overrides else {}
+    checks = _checks(NodeSpec)
+    merging = _keys(NodeSpec, "merge")
+    specs: list[NodeSpec] = []
+    for name, raw, path in entries:
+        given = {k: (x, (*path, k)) for k, x in raw.items()}
+        given.update(named.get(name, {}))
+        own = {k: checks[k](doc, x, p) for k, (x, p) in given.items() if x is not None}
+        values = {**shared, **own}
+        for k in merging & own.keys() & shared.keys():
+            values[k] = {**shared[k], **own[k]}
+        values.setdefault("host", name)
+        specs.append(NodeSpec(**{**values, "name": name, "rank": len(specs)}))
+    return specs
+
+
+def _overrides(
+    doc: Document, top: Mapping[str, Any], names: list[str]
+) -> dict[str, dict[str, tuple[Any, Path_]]]:
+    raw = top.get("overrides")
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise doc.error(("overrides",), f"expected a mapping, got {_kind(raw)}")
+    out: dict[str, dict[str, tuple[Any, Path_]]] = {}
+    for name, o in raw.items():
+        where: Path_ = ("overrides", name)
+        if name not in names:
+            raise doc.error(where, f"unknown node {name!r}; nodes are {NodeSet.fromlist(names)}")
+        m = _mapping(doc, o, where, NODE_KEYS - {"name"})
+        out[name] = {k: (x, (*where, k)) for k, x in m.items()}
+    return out
+
+
+def _node_entries(doc: Document, value: Any, key: str = "nodes") -> list[Entry]:
     """Nodes as `g[369-376]`, a list of names/node sets, or mappings with overrides."""
-    doc = v.doc
     items: list[tuple[Any, Path_]]
     if isinstance(value, str):
-        items = [(value, ("nodes",))]
+        items = [(value, (key,))]
     elif isinstance(value, list) and value:
-        items = [(x, ("nodes", i)) for i, x in enumerate(value)]
+        items = [(x, (key, i)) for i, x in enumerate(value)]
     else:
         raise doc.error(
-            ("nodes",),
+            (key,),
             f"expected a node set like 'g[369-376]' or a non-empty list, got {_kind(value)}",
         )
-    out: list[tuple[str, dict[str, Any], Path_]] = []
+    out: list[Entry] = []
     seen: dict[str, Path_] = {}
-
-    def add(name: str, raw: dict[str, Any], path: Path_) -> None:
-        if not NODE_RE.match(name):
-            raise doc.error(path, f"bad node name {name!r}: use letters, digits, '.', '-' and '_'")
-        if name in seen:
-            raise doc.error(path, f"duplicate node {name!r}")
-        seen[name] = path
-        out.append((name, raw, path))
-
     for item, path in items:
-        if isinstance(item, str):
-            try:
-                expanded = list(NodeSet(item))
-            except NodeSetException as exc:
-                raise doc.error(path, f"bad node set {item!r}: {exc}") from None
-            for name in expanded:
-                add(name, {}, path)
-        elif isinstance(item, dict):
-            raw = v.mapping(item, path, NODE_KEYS)
-            if "name" not in raw:
-                raise doc.error(path, "a node mapping needs a 'name'")
-            add(
-                v.string(raw["name"], (*path, "name")),
-                {k: x for k, x in raw.items() if k != "name"},
-                path,
-            )
-        else:
-            raise doc.error(path, f"expected a node name or a mapping, got {_kind(item)}")
+        for name, raw in _node_item(doc, item, path, MAX_NODES - len(out)):
+            if not NODE_RE.match(name):
+                message = f"bad node name {name!r}: use letters, digits, '.', '-' and '_'"
+                raise doc.error(path, message)
+            if name in seen:
+                raise doc.error(path, f"duplicate node {name!r}: also {_where(doc, seen[name])}")
+            seen[name] = path
+            out.append((name, raw, path))
+        if len(out) > MAX_NODES:
+            raise doc.error(path, _TOO_MANY)
     return out
+
+
+_TOO_MANY = f"more than {MAX_NODES} nodes (mntui holds one SSH connection per node)"
+
+
+def _where(doc: Document, path: Path_) -> str:
+    line = doc.line(path)
+    return format_path(path) + (f" (line {line})" if line is not None else "")
+
+
+def _node_item(
+    doc: Document, item: Any, path: Path_, room: int
+) -> list[tuple[str, dict[str, Any]]]:
+    """One entry of `nodes`, as (name, own keys) pairs; a node set of more than `room`
+    nodes is refused before it is expanded."""
+    if isinstance(item, dict):
+        raw = _mapping(doc, item, path, NODE_KEYS)
+        if "name" not in raw:
+            raise doc.error(path, "a node mapping needs a 'name'")
+        name = _text(doc, raw["name"], (*path, "name"))
+        return [(name, {k: x for k, x in raw.items() if k != "name"})]
+    if not isinstance(item, str):
+        raise doc.error(path, f"expected a node name or a mapping, got {_kind(item)}")
+    if _nodeset_bound(item) > room:  # before ClusterShell spends minutes on g[1-100000000]
+        raise doc.error(path, _TOO_MANY)
+    try:
+        names = list(NodeSet(item))
+    except NodeSetException as exc:
+        raise doc.error(path, f"bad node set {item!r}: {exc}") from None
+    if not names:
+        raise doc.error(path, f"node set {item!r} names no node")
+    return [(name, {}) for name in names]
+
+
+def _nodeset_bound(text: str) -> int:
+    """At least as many nodes as `text` expands to: the sum over its comma-separated
+    patterns of the product of their bracket sizes (ranges counted without steps)."""
+    total, size, depth, group = 0, 1, 0, ""
+    for c in text + ",":
+        if depth:
+            if c == "]":
+                depth, size = 0, size * sum(_range_size(r) for r in group.split(","))
+            else:
+                group += c
+        elif c == "[":
+            depth, group = 1, ""
+        elif c in ",!&^":
+            total, size = total + size, 1
+    return total
+
+
+def _range_size(text: str) -> int:
+    m = re.fullmatch(r"\s*(\d{1,9})\s*-\s*(\d{1,9})\s*(/\s*\d+\s*)?", text)
+    if m:
+        return max(0, int(m[2]) - int(m[1])) + 1
+    return 10**9 if re.search(r"\d{10}", text) else 1

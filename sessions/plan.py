@@ -3,7 +3,8 @@
 Everything a node will run is decided here, as text, before any node is touched.
 Values from the config reach the shell only through `shlex.quote`; the two places
 that are shell code by intent (`setup` lines and `command`) are the user's own, and
-the placeholders substituted into `command` are quoted.
+the placeholders substituted into `command` are quoted (the config refuses
+`{master_addr}` inside quotes, where that quoting would be undone).
 """
 
 from __future__ import annotations

@@ -17,9 +17,43 @@ from dataclasses import dataclass
 q = shlex.quote
 
 
+# Session names are one-to-one: two jobs, or two nodes of one job on one host, that
+# shared a session would kill each other's. tmux turns '.' and ':' into '_' and reads
+# '#' as a format, so the encoding maps (job, node) into [A-Za-z0-9_,+%@-] one-to-one:
+#   node session  <job'>-<node'>  job' = job with '-' -> '+', node' = node with '.' -> ','
+#                 (a character outside the names' alphabets -> its UTF-8 bytes as %XX)
+#   tiled view    mntui@all-<job'>
+#   watchdog      mntui@watch-<job'>
+# job' has no '-', so the first '-' splits a node session; '+', ',' and '%' appear only
+# as codes; '@' appears only in mntui's own sessions, which differ in their fixed prefix.
+# The common case reads as before: job `qwen`, node `g369` -> `qwen-g369`.
+_JOB_KEEP = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+_NODE_KEEP = _JOB_KEEP | {"-"}
+
+
+def _encode(text: str, keep: frozenset[str], codes: dict[str, str]) -> str:
+    return "".join(
+        c if c in keep else codes.get(c) or "".join(f"%{b:02X}" for b in c.encode()) for c in text
+    )
+
+
+def _job_part(job: str) -> str:
+    return _encode(job, _JOB_KEEP, {"-": "+"})
+
+
 def session_name(job: str, node: str) -> str:
-    # tmux forbids '.' and ':' in session names; node names may be FQDNs.
-    return f"{job}-{node}".replace(".", "_").replace(":", "_")
+    """The tmux session of `node` in `job`, one-to-one (see the encoding above)."""
+    return f"{_job_part(job)}-{_encode(node, _NODE_KEEP, {'.': ','})}"
+
+
+def tiled_session_name(job: str) -> str:
+    """The local `attach --all` view of `job`."""
+    return f"mntui@all-{_job_part(job)}"
+
+
+def watch_session_name(job: str) -> str:
+    """The local session running `job`'s detached watchdog."""
+    return f"mntui@watch-{_job_part(job)}"
 
 
 def exact(session: str) -> str:

@@ -210,7 +210,9 @@ class WatchEnd:
 
 
 def watch_session_name(job: str) -> str:
-    return f"mntui-watch-{job}"
+    from . import tmux  # one encoding for every session name
+
+    return tmux.watch_session_name(job)
 
 
 def start_detached(cfg: JobConfig, record: RunRecord) -> str:

@@ -285,9 +285,9 @@ def test_attach_all_builds_a_tiled_view(fake: FakeCluster, cfg: Cfg) -> None:
     """)
     assert cfg.mntui(path, "launch", "--no-ui").returncode == 0
     res = cfg.mntui(path, "attach", "--all", "--print")
-    assert res.returncode == 0 and res.stdout.strip() == "tmux attach-session -t =mntui-ttiled"
+    assert res.returncode == 0 and res.stdout.strip() == "tmux attach-session -t =mntui@all-ttiled"
     server = libtmux.Server()  # the test's private TMUX_TMPDIR server
-    session = server.sessions.get(session_name="mntui-ttiled")
+    session = server.sessions.get(session_name="mntui@all-ttiled")
     assert session is not None
     panes = session.active_window.panes
     assert len(panes) == 2

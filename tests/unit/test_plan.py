@@ -81,3 +81,15 @@ def test_dry_run_text_shows_every_node() -> None:
         and "== g380 (host g380, rank 2, worker)" in text
     )
     assert "MNTUI_RUN=qwen/r1/g369" in text
+
+
+def test_session_names_never_collide_across_jobs_or_dotted_nodes() -> None:
+    a = build_plan(parse_config("job: a\nnodes: [b-c]\ncommand: x\n"), "r1", "m").main
+    b = build_plan(parse_config("job: a-b\nnodes: [c]\ncommand: x\n"), "r1", "m").main
+    assert (a.session, b.session) == ("a-b-c", "a+b-c")
+    assert "tmux new-session -d -s a+b-c " in b.start_script
+    assert "tmux kill-session -t =a+b-c " in b.start_script
+    dotted = build_plan(parse_config("job: j\nnodes: [n.0, n_0]\ncommand: x\n"), "r1", "m")
+    assert [n.session for n in dotted.nodes] == ["j-n,0", "j-n_0"]
+    assert [n.run_dir for n in dotted.nodes] == [".mntui/runs/j/r1/n.0", ".mntui/runs/j/r1/n_0"]
+    assert [n.tag for n in dotted.nodes] == ["j/r1/n.0", "j/r1/n_0"]

@@ -176,7 +176,8 @@ def test_pane_status_format_and_parser_agree(tmp_path: Path) -> None:
             text = subprocess.run(
                 ["sh", "-c", tmux.pane_status("t-dead")], capture_output=True, text=True
             ).stdout.rstrip("\n")
-            return text if text.startswith("1 ") else ""
+            status = tmux.parse_pane_status(text)  # tmux marks it dead, then records why
+            return text if status and status.dead and status.dead_status is not None else ""
 
         text = str(wait_for(dead, 10, what="the pane to die"))
         gone = tmux.parse_pane_status(text)
