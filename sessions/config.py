@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import re
 import string
-import subprocess
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from pathlib import Path
@@ -25,6 +23,7 @@ from typing import Any, TypeVar
 from ClusterShell.NodeSet import NodeSet, NodeSetException
 
 from .notify import NotifyEvent, NotifyPolicy, check_webhook_url
+from .shellsyntax import ere_problem, quoted_placeholders
 from .yamlmarks import ConfigError, Document, Path_, format_path, load, loads
 
 __all__ = [
@@ -331,140 +330,13 @@ def _template(doc: Document, value: Any, path: Path_) -> str:
             raise doc.error(path, f"unknown placeholder {{{fname}}}; known: {known}")
         if spec or conv:
             raise doc.error(path, f"placeholder {{{fname}}} takes no format spec or conversion")
-    for fname, quote in _quoted_placeholders(parsed):
+    for fname, quote in quoted_placeholders(parsed, QUOTED_FIELDS):
         raise doc.error(
             path,
             f"placeholder {{{fname}}} inside {quote} quotes: it is substituted shell-quoted, "
             f"and inside quotes that quoting is undone; take it out (--x={{{fname}}})",
         )
     return text
-
-
-def _quoted_placeholders(
-    parsed: list[tuple[str, str | None, str | None, str | None]],
-) -> Iterator[tuple[str, str]]:
-    """Placeholders that need quoting and sit inside '…', $'…' or "…" of the command.
-
-    A small quote-state scanner: a stack of contexts, where `(` (a subshell, `$(`,
-    `$((`) opens plain shell again, even inside double quotes, and `#` at the start of
-    a word comments out the rest of its line.
-    """
-    stack = ["plain"]
-    prev = " "
-    for literal, fname, _, _ in parsed:
-        for c in literal:
-            stack, prev = _shell_step(stack, prev, c)
-        if fname is not None:
-            if fname in QUOTED_FIELDS and stack[-1] in _QUOTES:
-                yield fname, _QUOTES[stack[-1]]
-            prev = "x" if prev != "\\" else ""
-
-
-_QUOTES = {"single": "single", "ansi": "$'...'", "double": "double"}
-# What opens a context, by the context it is read in.
-_OPENS = {
-    "plain": {"'": "single", '"': "double", "(": "plain", "#": "comment"},
-    "double": {"(": "plain"},
-}
-_WORD_END = " \t\n;&|()"  # after these, `#` starts a comment
-_CLOSES = {"single": "'", "ansi": "'", "double": '"', "comment": "\n", "plain": ")"}
-
-
-def _shell_step(stack: list[str], prev: str, c: str) -> tuple[list[str], str]:
-    """One character of shell: the new context stack, and what `prev` is for the next."""
-    top = stack[-1]
-    if prev == "\\" and top not in ("single", "comment"):
-        return stack, ""  # escaped: no meaning, and it opens nothing after it
-    if c == _CLOSES[top] and (top != "plain" or len(stack) > 1):
-        return stack[:-1], c
-    opened = _OPENS.get(top, {}).get(c)
-    if opened == "single" and prev == "$":
-        opened = "ansi"
-    elif (c == "(" and top == "double" and prev != "$") or (c == "#" and prev not in _WORD_END):
-        opened = None
-    return ([*stack, opened] if opened else stack), c
-
-
-# POSIX ERE has none of these: GNU grep -E reads `\d` as `d`, and the launch waits out
-# ready_timeout for a line that never comes.
-_PY_ESCAPES = {
-    "d": "[0-9]",
-    "D": "[^0-9]",
-    "w": "[[:alnum:]_]",
-    "W": "[^[:alnum:]_]",
-    "s": "[[:space:]]",
-    "S": "[^[:space:]]",
-    "A": "^",
-    "Z": "$",
-    "z": "$",
-    "t": "a literal tab or [[:blank:]]",
-}
-
-
-def ere_problem(pattern: str) -> str | None:
-    """Why grep -E on the node would not do what this pattern says in Python, or None."""
-    if "\n" in pattern:
-        return "one line only (grep reads each line as a pattern of its own)"
-    i = 0
-    while i < len(pattern):
-        c, nxt = pattern[i], pattern[i + 1 : i + 2]
-        if c == "[":
-            end = _bracket_end(pattern, i)
-            if end < 0:
-                break  # unterminated: grep says so below
-            if "\\" in pattern[i:end]:
-                return "a backslash inside [...] is literal for grep -E: write [0-9], not [\\d]"
-            i = end
-        elif c == "\\" and (nxt.isalnum() or nxt in ("<", ">", "`", "'")):
-            hint = _PY_ESCAPES.get(nxt)
-            return f"\\{nxt} is not portable grep -E syntax" + (f": write {hint}" if hint else "")
-        elif c == "\\":
-            i += 1  # an escaped special character
-        elif c == "(" and nxt == "?":
-            return "(?...) is Python syntax; grep -E has plain (...) groups only"
-        elif c in "*+?}" and nxt == "?":
-            return f"{c}? (lazy) is Python syntax; grep -E repeats are greedy"
-        i += 1
-    return _grep_problem(pattern)
-
-
-def _bracket_end(pattern: str, start: int) -> int:
-    """Index of the `]` closing the bracket expression opened at `start`, or -1."""
-    j = start + 1
-    j += pattern.startswith("^", j)
-    j += pattern.startswith("]", j)  # a `]` first in the list is a member
-    while j < len(pattern):
-        if pattern[j] == "[" and pattern[j + 1 : j + 2] in (":", "=", "."):
-            close = pattern.find(pattern[j + 1] + "]", j + 2)
-            if close < 0:
-                return -1
-            j = close + 2
-        elif pattern[j] == "]":
-            return j
-        else:
-            j += 1
-    return -1
-
-
-@functools.lru_cache(maxsize=64)
-def _grep_problem(pattern: str) -> str | None:
-    """Compile the pattern with the engine that runs it: grep -E (exit 2: bad regex)."""
-    try:
-        res = subprocess.run(
-            ["grep", "-E", "-e", pattern],
-            input=b"",
-            capture_output=True,
-            timeout=10,
-            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"},
-        )
-    except FileNotFoundError:
-        return None  # no local grep: the static checks above are all we can do
-    except subprocess.TimeoutExpired:
-        return "grep -E took over 10 s to compile it"
-    said = res.stderr.decode(errors="replace").strip().splitlines()
-    if res.returncode == 2 or said:
-        return (said[0].removeprefix("grep: ") if said else "refused by grep -E").strip()
-    return None
 
 
 def _pattern(doc: Document, value: Any, path: Path_) -> str:

@@ -17,6 +17,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from .procs import run_dir_word
 from .remote import Cluster, GroupResult, Node
 from .runs import RunRecord
 
@@ -51,7 +52,7 @@ class NodeEvidence:
 
 def evidence_script(run_dir: str, fr_prefix: str | None, nonce: str) -> str:
     m = f"@{nonce}"
-    d = f'"$HOME"/{shlex.quote(run_dir)}'
+    d = run_dir_word(run_dir)
     fr = ""
     if fr_prefix:
         # Only this run's dumps: the default prefix is in /tmp, shared by every job.

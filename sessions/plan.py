@@ -17,9 +17,8 @@ from dataclasses import dataclass
 
 from . import tmux
 from .config import JobConfig, NodeSpec
-from .procs import TAG_VAR, run_tag
+from .procs import TAG_VAR, run_dir_word, run_tag
 
-q = shlex.quote
 RUNS_DIR = ".mntui/runs"  # relative to the node user's $HOME
 
 
@@ -33,8 +32,8 @@ def home_path(path: str) -> str:
     if path == "~":
         return '"$HOME"'
     if path.startswith("~/"):
-        return '"$HOME"/' + q(path[2:])
-    return q(path)
+        return '"$HOME"/' + shlex.quote(path[2:])
+    return shlex.quote(path)
 
 
 @dataclass(frozen=True)
@@ -75,7 +74,9 @@ class Plan:
 
 
 def render_command(template: str, values: Mapping[str, str | int]) -> str:
-    return template.format(**{k: (v if isinstance(v, int) else q(v)) for k, v in values.items()})
+    return template.format(
+        **{k: (v if isinstance(v, int) else shlex.quote(v)) for k, v in values.items()}
+    )
 
 
 def build_plan(
@@ -139,7 +140,8 @@ def build_plan(
 def launch_script(
     spec: NodeSpec, run_id: str, job: str, env: Mapping[str, str], command: str
 ) -> str:
-    exports = "\n".join(f"export {k}={q(v)}" for k, v in env.items())
+    exports = "\n".join(f"export {k}={shlex.quote(v)}" for k, v in env.items())
+    name = shlex.quote(spec.name)
     setup = "\n".join(f"  {line}" for line in spec.setup) or "  :"
     cd = f"  cd -- {home_path(spec.workdir)} || exit 97" if spec.workdir else "  :"
     return f"""#!/usr/bin/env bash
@@ -149,7 +151,7 @@ set -o pipefail
 run_dir=$PWD
 {exports}
 export MNTUI_RUN_DIR="$run_dir"
-printf '[mntui] %s rank %s starting at %s\\n' {q(spec.name)} {spec.rank} "$(date '+%F %T')"
+printf '[mntui] %s rank %s starting at %s\\n' {name} {spec.rank} "$(date '+%F %T')"
 {{
 {setup}
 {cd}
@@ -164,9 +166,9 @@ exit "$rc"
 
 def start_script(session: str, tag: str, run_dir: str, script: str) -> str:
     eof = "__MNTUI_EOF_" + secrets.token_hex(8) + "__"
-    pane_cmd = f"exec env {TAG_VAR}={q(tag)} bash ./launch.sh"
+    pane_cmd = f"exec env {TAG_VAR}={shlex.quote(tag)} bash ./launch.sh"
     return f"""set -e
-d="$HOME"/{q(run_dir)}
+d={run_dir_word(run_dir)}
 mkdir -p -m 700 "$d"
 cat >"$d/launch.sh" <<'{eof}'
 {script}{eof}

@@ -14,9 +14,6 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-q = shlex.quote
-
-
 # Session names are one-to-one: two jobs, or two nodes of one job on one host, that
 # shared a session would kill each other's. tmux turns '.' and ':' into '_' and reads
 # '#' as a format, so the encoding maps (job, node) into [A-Za-z0-9_,+%@-] one-to-one:
@@ -70,18 +67,19 @@ def new_session(session: str, cwd: str, command: str, width: int = 200, height: 
     `remain-on-exit` is set in the same tmux invocation so a command that dies at once
     still leaves its pane behind. `cwd` is a shell expression (it may start with $HOME).
     """
+    name, target = shlex.quote(session), shlex.quote(pane(session))
     return (
-        f"tmux new-session -d -s {q(session)} -x {width} -y {height} -c {cwd} {q(command)}"
-        f" \\; set-option -t {q(pane(session))} remain-on-exit on"
+        f"tmux new-session -d -s {name} -x {width} -y {height} -c {cwd} {shlex.quote(command)}"
+        f" \\; set-option -t {target} remain-on-exit on"
     )
 
 
 def kill_session(session: str) -> str:
-    return f"tmux kill-session -t {q(exact(session))} 2>/dev/null"
+    return f"tmux kill-session -t {shlex.quote(exact(session))} 2>/dev/null"
 
 
 def has_session(session: str) -> str:
-    return f"tmux has-session -t {q(exact(session))} 2>/dev/null"
+    return f"tmux has-session -t {shlex.quote(exact(session))} 2>/dev/null"
 
 
 @dataclass(frozen=True)
@@ -105,7 +103,8 @@ _PANE_RE = re.compile(" ".join(f"({pattern})" for _, pattern in PANE_FIELDS), re
 def pane_status(session: str) -> str:
     """Prints the pane's PANE_FIELDS (`parse_pane_status` reads them); see `no_pane`
     for what it prints when there is no such pane."""
-    return f"tmux display-message -p -t {q(pane(session))} {q(_PANE_FORMAT)} 2>/dev/null"
+    target = shlex.quote(pane(session))
+    return f"tmux display-message -p -t {target} {shlex.quote(_PANE_FORMAT)} 2>/dev/null"
 
 
 def format_pane_status(status: PaneStatus) -> str:
@@ -138,7 +137,7 @@ def attach_argv(session: str, *, inside_tmux: bool) -> list[str]:
 
 def remote_attach_command(session: str) -> str:
     """The command ssh runs on the node; `exec` so detaching ends the ssh session."""
-    return f"exec tmux attach-session -t {q(exact(session))}"
+    return f"exec tmux attach-session -t {shlex.quote(exact(session))}"
 
 
 @dataclass(frozen=True)

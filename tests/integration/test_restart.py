@@ -41,7 +41,7 @@ def start(cfg: Cfg, job: str, args: str, extra: str, watch: str = "") -> Path:
     work = cfg.tmp / "work"
     work.mkdir(exist_ok=True)
     shutil.copy(FAULTY, work / "faulty_train.py")
-    path = cfg.write(job_yaml(job, work, args, extra, watch))
+    path = cfg.write(job_yaml(job, work, args, extra.replace("\n", "\n    "), watch))
     res = cfg.mntui(path, "launch", "--no-ui", watch=True)
     assert res.returncode == 0, res.stdout + res.stderr
     return path
