@@ -27,11 +27,11 @@ STEP_BACK = 16 * 1024  # bytes of each log `status` reads to find the last step
 Say = Callable[..., None]
 
 
-def status_header(record: RunRecord, progress: str) -> str:
+def status_header(record: RunRecord, progress: str, restarts: int = 0) -> str:
     """The run in a few lines: its status, its place in a restart chain, why it ended."""
     attempt = ""
-    if record.attempt or record.status.value in ("restarting", "gave-up"):
-        attempt = f"  attempt {record.attempt + 1}"
+    if record.attempt or restarts:
+        attempt = f"  attempt {record.attempt + 1}/{restarts + 1}"
     lines = [f"job {record.job}  run {record.run_id}  ({record.status}){attempt}"]
     for earlier in record.attempts:
         lines.append(f"  attempt {int(earlier.get('attempt', 0)) + 1}: {earlier.get('cause', '')}")
@@ -48,6 +48,7 @@ def status_table(
     verdicts: dict[str, Verdict],
     progress: Mapping[str, NodeProgress] | None = None,
     summary: str = "",
+    restarts: int = 0,
 ) -> str:
     head = ("NODE", "RANK", "STATE", "GPUS", "PROCS", "PORTS", "OUTPUT", "STEP", "RTT", "DETAIL")
     rows = [head]
@@ -72,7 +73,7 @@ def status_table(
         "  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=False)) + "  " + r[-1]
         for r in rows
     ]
-    return status_header(record, summary) + "\n" + "\n".join(lines)
+    return status_header(record, summary, restarts) + "\n" + "\n".join(lines)
 
 
 def overall_exit(verdicts: dict[str, Verdict]) -> ExitCode:
@@ -131,7 +132,7 @@ def cmd_status(cfg: JobConfig, record: RunRecord, as_json: bool, watch: bool, sa
             else:
                 if watch and sys.stdout.isatty():
                     say("\033[H\033[2J", end="")
-                say(status_table(record, snaps, verdicts, steps, obs.progress))
+                say(status_table(record, snaps, verdicts, steps, obs.progress, cfg.restart.max))
             if not watch:
                 return code
             time.sleep(cfg.watch.interval)

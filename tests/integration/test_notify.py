@@ -4,8 +4,6 @@ through its environment, and a hanging one is killed at the timeout."""
 
 from __future__ import annotations
 
-import http.server
-import json
 import os
 import shlex
 import signal
@@ -17,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from fakecluster import free_port, wait_for
+from hookserver import SECRET, _HookServer, serving
 
 from mntui.sessions.notify import (
     ALL_EVENTS,
@@ -27,41 +26,6 @@ from mntui.sessions.notify import (
     check_webhook_url,
 )
 
-SECRET = "T000/B000/XXXXsecretXXXX"  # a webhook URL's path is its password
-
-
-class _Hook(http.server.BaseHTTPRequestHandler):
-    server: _HookServer
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        with self.server.lock:
-            self.server.posts.append((self.path, dict(self.headers), body))
-        self.send_response(self.server.status)
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-class _HookServer(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Hook)
-        self.lock = threading.Lock()
-        self.posts: list[tuple[str, dict[str, str], bytes]] = []
-        self.status = 200
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/hooks/{SECRET}"
-
-    def bodies(self) -> list[dict[str, object]]:
-        with self.lock:
-            return [json.loads(b) for _, _, b in self.posts]
-
 
 @pytest.fixture(autouse=True)
 def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -71,12 +35,8 @@ def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def hook() -> Iterator[_HookServer]:
-    server = _HookServer()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with serving() as server:
+        yield server
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from fakecluster import FakeCluster, cmdline, tagged, wait_for
 from helpers import REPO, Cfg, free_port, step_count
+from hookserver import serving
 
 from mntui.sessions.runs import latest
 
@@ -71,8 +72,16 @@ def test_oom_on_node1_is_named_first_and_node0_is_a_consequence(
     fake: FakeCluster, cfg: Cfg
 ) -> None:
     job = "room"
-    launch_faulty(fake, cfg, job, "--fail-rank 1 --fail-step 3 --how oom")
-    report = saved_report(job)
+    with serving() as hook:
+        path = launch_faulty(
+            fake, cfg, job, "--fail-rank 1 --fail-step 3 --how oom",
+            extra=f"notify: {{webhook: '{hook.url}', on: [teardown, failed]}}",
+        )  # fmt: skip
+        report = saved_report(job)
+        posts = wait_for(hook.bodies, 20, what="the webhook's POST")
+    assert isinstance(posts, list) and len(posts) == 1, posts
+    assert posts[0]["event"] in ("teardown", "failed") and posts[0]["job"] == job
+    assert posts[0]["summary"] == report["headline"]
     node1 = node_of(report, "node1")
     assert report["cause_node"] == "node1", report["headline"]
     assert node1["finding"]["cause"] == "cuda-oom", node1["finding"]
@@ -83,6 +92,10 @@ def test_oom_on_node1_is_named_first_and_node0_is_a_consequence(
     wait_for(lambda: not tagged(job), 30, what="the job gone")
     text = (latest(job).dir / "report.txt").read_text()  # type: ignore[union-attr]
     assert text.splitlines()[0] == report["headline"] and "consequences (not causes):" in text
+    assert cfg.mntui(path, "report").stdout == text
+    assert json.loads(cfg.mntui(path, "report", "--json").stdout)["headline"] == report["headline"]
+    status = cfg.mntui(path, "status").stdout
+    assert f"cause: {report['headline']}" in status, status
     print(f"\nREPORT (oom):\n{text[:1500]}")
 
 
@@ -126,6 +139,9 @@ def test_frozen_worker_report_has_stacks_and_teardown_waits_at_most_the_budget(
     all_reduce = f"faulty_train.py:{line_of('dist.all_reduce(metric)')}"
     assert f"node0 rank 0 (pid {live['pid']}): waiting in `all_reduce` ({all_reduce})" in text
     assert f"node1 rank 1 (pid {stacks['node1']['pid']}): stopped (state T)" in text
+    assert re.fullmatch(r"rank 1 stopped at step \d+; rank 0 reached \d+", report["progress"]) or (
+        re.fullmatch(r"ranks? .* at step \d+", report["progress"])
+    ), report["progress"]
     assert report["headline"].startswith("node1 (node rank 1) froze first"), report["headline"]
     assert note["stack_seconds"] is not None and note["stack_seconds"] <= budget + 1
     print(f"{timing}\nREPORT (frozen):\n{text}")

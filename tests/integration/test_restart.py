@@ -62,7 +62,7 @@ def restart_note(rec: RunRecord) -> dict[str, Any]:
 def test_two_failures_then_training_with_backoff_between(fake: FakeCluster, cfg: Cfg) -> None:
     job = "xback"
     t0 = time.time()
-    start(cfg, job, "--fail-rank 1 --fail-step 2 --how exit3 --fail-attempts 2 --steps 12",
+    path = start(cfg, job, "--fail-rank 1 --fail-step 2 --how exit3 --fail-attempts 2 --steps 12",
           "restart: {max: 3, backoff: 2, backoff_max: 10}")  # fmt: skip
     wait_for(lambda: [r.status.value for r in chain(job)] == ["restarting", "restarting",
              "finished"], 240, interval=0.5, what="three attempts, the last finished")  # fmt: skip
@@ -77,6 +77,8 @@ def test_two_failures_then_training_with_backoff_between(fake: FakeCluster, cfg:
         delays.append(nxt.created_at - note["at"])
         assert prev.cause and "node1" in prev.cause
     assert [e["attempt"] for e in runs[2].attempts] == [0, 1]
+    status = cfg.mntui(path, "status").stdout
+    assert "attempt 3/4" in status and "  attempt 1: node1" in status, status
     ready = [r.ready_at - restart_note(p)["at"] - restart_note(p)["delay"]
              for p, r in itertools.pairwise(runs) if r.ready_at]  # fmt: skip
     print(f"\nMEASURED 3 attempts in {took:.1f}s; restart note -> next run created "
