@@ -207,3 +207,29 @@ def test_flight_recorder_dumps_of_this_run_are_collected(fake: FakeCluster, cfg:
     assert not [g for g in got if g.endswith("trace_9")], got
     assert (rec.dir / "flight-recorder" / "node1" / "trace_1").read_bytes() == b"dump of node1"
     assert len(report["flight_records"]) == len(got) and report["cause_node"] == "node1"
+
+
+def test_a_slow_node_is_reported_and_left_running(fake: FakeCluster, cfg: Cfg) -> None:
+    """A straggler is flagged (notify only): node1 steps at a tenth of node0's rate."""
+    told = cfg.tmp / "told"
+    path = cfg.write(f"""
+    job: rslow
+    nodes: [node0, node1]
+    env: {{PERIOD: "0.1"}}
+    overrides: {{node1: {{env: {{PERIOD: "1"}}}}}}
+    command: >-
+      i=0; while :; do i=$((i+1)); echo "step $i loss 0.5"; sleep "$PERIOD"; done
+    launch: {{ready: log, ready_pattern: "step", ready_timeout: 20}}
+    watch: {{slow_fraction: 0.5, slow_after: 2}}
+    notify: {{command: 'printf "%s|%s\\n" "$MNTUI_EVENT" "$MNTUI_SUMMARY" >>{told}', on: [slow]}}
+    kill: {{grace: 2}}
+    """)
+    assert cfg.mntui(path, "launch", "--no-ui", watch=True).returncode == 0
+    wait_for(lambda: told.exists() and "slow|node1 is slow" in told.read_text(), 60,
+             what="the slow notification")  # fmt: skip
+    lines = told.read_text().splitlines()
+    assert len(lines) == 1 and "rank 1" in lines[0], lines  # once per episode, node0 never
+    status = cfg.mntui(path, "status").stdout
+    assert re.search(r"node1\s+1\s+running", status), status
+    assert tagged("rslow", "node0") and tagged("rslow", "node1")  # notify only: still running
+    assert cfg.mntui(path, "kill").returncode == 0
