@@ -1,20 +1,16 @@
-"""Telling the user that a job ended or needs a look: a webhook POST and/or their command.
+"""Delivering notifications: a webhook POST and/or the user's command, in the background.
 
 A notification is a courtesy and a teardown is not, so nothing here may delay or break
 the watchdog: `send` only queues, one daemon thread per Notifier delivers in order, every
 attempt is bounded by the policy's timeout, and a failure becomes one line in the notify
-log. The summary carries node data (a log's error text): it reaches the user's command
-through the environment only, never through the shell line, and chat webhooks get it
-with @-mentions defused, so a line printed by a job cannot ping a whole channel.
+log. What a notice says, and how, is `notices.py`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import http.client
-import json
 import os
-import re
 import signal
 import subprocess
 import tempfile
@@ -23,14 +19,20 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import IO
-from urllib.parse import urlsplit
 
-from .procs import TAG_VAR
+from .notices import (
+    ALL_EVENTS,
+    Notice,
+    NotifyEvent,
+    NotifyPolicy,
+    check_webhook_url,
+    command_env,
+    one_line,
+    redact,
+    webhook_body,
+)
 
 __all__ = [
     "ALL_EVENTS",
@@ -43,125 +45,9 @@ __all__ = [
     "webhook_body",
 ]
 
-
-class NotifyEvent(StrEnum):
-    TEARDOWN = "teardown"  # the watchdog took the job down
-    FAILED = "failed"  # a node failed, or the job ended with a non-zero code
-    FINISHED = "finished"  # every node exited 0
-    RESTART = "restart"  # the job is being relaunched
-    GAVE_UP = "gave-up"  # no restarts left
-    SLOW = "slow"  # a straggler: below the median rate for a while
-
-
-ALL_EVENTS = frozenset(NotifyEvent)
-MAX_TEXT = 4000  # summary and detail values, in the environment and the JSON
-CHAT_TEXT = 1900  # `text`/`content`: Discord refuses more than 2000 characters
 MAX_PENDING = 100  # a flood of notices (64 slow nodes) is cut, not queued for hours
 RETRY_DELAY = 1.0
 KILL_WAIT = 5.0
-# A command started from inside a job's pane must not carry the job's tag, or the next
-# kill of that job would count it as one of the job's processes.
-_NOT_FOR_COMMANDS = frozenset({TAG_VAR.encode(), f"{TAG_VAR}_DIR".encode()})
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
-
-
-@dataclass(frozen=True)
-class NotifyPolicy:
-    webhook: str | None = None
-    command: str | None = None  # the user's own shell line, run with `sh -c`
-    on: frozenset[NotifyEvent] = ALL_EVENTS
-    timeout: float = 5.0  # per attempt: one POST, or the whole command
-
-    @property
-    def active(self) -> bool:
-        return bool(self.webhook or self.command) and bool(self.on)
-
-
-@dataclass(frozen=True)
-class Notice:
-    event: NotifyEvent
-    job: str
-    run_id: str
-    summary: str  # one line; may hold node data
-    report_path: str | None = None
-    details: Mapping[str, str] = field(default_factory=dict)
-
-
-def check_webhook_url(url: str) -> str | None:
-    """None if `url` can be posted to, else why not. The reason never repeats the URL:
-    a chat webhook's URL is its password."""
-    if _CONTROL.search(url) or any(c.isspace() for c in url):
-        return "the URL contains spaces or control characters"
-    try:
-        parts = urlsplit(url)
-        _port = parts.port  # raises on a bad port
-    except ValueError as exc:
-        return f"not a usable URL ({exc})"
-    if parts.scheme not in ("http", "https"):
-        return "only http:// and https:// URLs are supported"
-    if not parts.hostname:
-        return "the URL has no host"
-    return None
-
-
-def _redact(url: str) -> str:
-    try:
-        parts = urlsplit(url)
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        return "(unusable URL)"
-    return f"{parts.scheme}://{parts.hostname}{port}/…"
-
-
-def _raw(text: str) -> bytes:
-    """Node text back to its bytes (undecodable bytes arrive surrogate-escaped); NUL,
-    which no environment can hold, becomes U+FFFD."""
-    try:
-        data = text[:MAX_TEXT].encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:
-        data = text[:MAX_TEXT].encode("utf-8", "replace")
-    return data.replace(b"\0", "\ufffd".encode())
-
-
-def _clean(text: str) -> str:
-    return _raw(text).decode("utf-8", "replace")
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    return _CONTROL.sub(" ", _clean(text))[:limit]
-
-
-def _defuse(text: str) -> str:
-    """`@everyone`, `@channel`, `<!here>`, `<@U123>` stay readable but ping nobody."""
-    return text.replace("@", "@\u200b").replace("<!", "<\u200b!")
-
-
-def webhook_body(notice: Notice) -> bytes:
-    """Slack and Mattermost read `text`, Discord `content`; the rest is for scripts."""
-    summary = _clean(notice.summary)
-    chat = summary if len(summary) <= CHAT_TEXT else summary[: CHAT_TEXT - 1] + "…"
-    body: dict[str, object] = {
-        "text": _defuse(chat),
-        "content": _defuse(chat),
-        "allowed_mentions": {"parse": []},
-        "event": str(notice.event),
-        "job": _clean(notice.job),
-        "run_id": _clean(notice.run_id),
-        "summary": summary,
-        "report": _clean(notice.report_path) if notice.report_path is not None else None,
-        "details": {_clean(k): _clean(v) for k, v in notice.details.items()},
-    }
-    return json.dumps(body, ensure_ascii=False).encode("utf-8")
-
-
-def command_env(notice: Notice, base: Mapping[bytes, bytes]) -> dict[bytes, bytes]:
-    env = {k: v for k, v in base.items() if k not in _NOT_FOR_COMMANDS}
-    env[b"MNTUI_EVENT"] = str(notice.event).encode()
-    env[b"MNTUI_JOB"] = _raw(notice.job)
-    env[b"MNTUI_RUN_ID"] = _raw(notice.run_id)
-    env[b"MNTUI_SUMMARY"] = _raw(notice.summary)
-    env[b"MNTUI_REPORT"] = _raw(notice.report_path or "")
-    return env
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -209,7 +95,7 @@ def _tail(out: IO[bytes], size: int = 300) -> str:
         text = out.read().decode("utf-8", "replace").strip()
     except OSError:
         return ""
-    return f": {_one_line(text)}" if text else ""
+    return f": {one_line(text)}" if text else ""
 
 
 class Notifier:
@@ -301,7 +187,7 @@ class Notifier:
             if failed is not None:
                 failed = (f"{failed[0]} (retried once)", False)
         if failed is not None:
-            self._log(notice, f"webhook {_redact(url)}: {failed[0]}")
+            self._log(notice, f"webhook {redact(url)}: {failed[0]}")
 
     def _start_command(
         self, notice: Notice, stack: contextlib.ExitStack
@@ -353,8 +239,8 @@ class Notifier:
             return
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         line = (
-            f"{stamp} {notice.event} job {_one_line(notice.job)} run "
-            f"{_one_line(notice.run_id)}: {_one_line(problem, 1000)}\n"
+            f"{stamp} {notice.event} job {one_line(notice.job)} run "
+            f"{one_line(notice.run_id)}: {one_line(problem, 1000)}\n"
         )
         try:
             self.log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
