@@ -74,6 +74,19 @@ class HostKeyPolicy(StrEnum):
     ACCEPT_NEW = "accept-new"  # unknown key: record it; changed key: refuse
 
 
+# -- ssh.transport / ssh.password (issue 14) ----------------------------------------
+class SshTransport(StrEnum):
+    PARAMIKO = "paramiko"  # in-process, one connection per node
+    OPENSSH = "openssh"  # the system `ssh` per node, behind a private ControlMaster
+
+
+class PasswordMode(StrEnum):
+    PROMPT = "prompt"  # paramiko: asked once, kept in memory, used for every node
+
+
+# -- end ssh.transport / ssh.password ------------------------------------------------
+
+
 @dataclass(frozen=True)
 class NodeSpec:
     name: str
@@ -104,6 +117,8 @@ class SshPolicy:
     connect_timeout: float = 10.0
     host_key: HostKeyPolicy | None = None  # None: follow ssh_config's StrictHostKeyChecking
     command_timeout: float = 60.0
+    transport: SshTransport = SshTransport.PARAMIKO  # issue 14
+    password: PasswordMode | None = None  # issue 14; None: keys/agent only
 
 
 class Action(StrEnum):
@@ -203,7 +218,7 @@ TOP_KEYS = {
 NODE_KEYS = {"name", "host", "command", "env", "setup", "workdir"}
 LAUNCH_KEYS = {"ready", "ready_pattern", "ready_delay", "ready_timeout", "stagger"}
 KILL_KEYS = {"grace"}
-SSH_KEYS = {"config", "connect_timeout", "host_key", "command_timeout"}
+SSH_KEYS = {"config", "connect_timeout", "host_key", "command_timeout", "transport", "password"}
 WATCH_KEYS = {
     "on_failure",
     "on_stall",
@@ -460,6 +475,8 @@ def _build(doc: Document) -> JobConfig:
         connect_timeout=v.get(ssh_raw, sp, "connect_timeout", v.number, 10.0),
         host_key=v.get(ssh_raw, sp, "host_key", v.choice(HostKeyPolicy), None),
         command_timeout=v.get(ssh_raw, sp, "command_timeout", v.number, 60.0),
+        transport=v.get(ssh_raw, sp, "transport", v.choice(SshTransport), SshTransport.PARAMIKO),
+        password=v.get(ssh_raw, sp, "password", v.choice(PasswordMode), None),
     )
     if (
         ssh.config is not None
@@ -472,6 +489,8 @@ def _build(doc: Document) -> JobConfig:
             ssh.connect_timeout,
             ssh.host_key,
             ssh.command_timeout,
+            ssh.transport,  # issue 14
+            ssh.password,  # issue 14
         )
 
     watch_raw: dict[str, Any] = v.get(
