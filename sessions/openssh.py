@@ -211,7 +211,7 @@ def why(host: str, stderr: str, asked: bool) -> str:
             hint = "; it needs a person: run mntui in a terminal, or set SSH_ASKPASS"
         return f"authentication failed for {host} over openssh (server offers: {offered}){hint}"
     if "Host key verification failed" in stderr or "REVOKED" in stderr:
-        return f"host key of {host} refused by ssh: {' | '.join(lines[-3:])}"
+        return f"host key of {host} refused by ssh: {' | '.join(lines[-2:])}"
     return f"cannot connect to {host} over openssh: {' | '.join(lines[-2:]) or 'ssh failed'}"
 
 
@@ -270,12 +270,15 @@ class OpenSshNode:
             return subprocess.CompletedProcess(argv, 255, "", f"cannot run ssh: {exc}")
 
     def _alive(self) -> bool:
-        res = subprocess.run(
-            self._ssh("-O", "check", "--", self.host),
-            capture_output=True,
-            stdin=subprocess.DEVNULL,
-            timeout=10,
-        )
+        try:
+            res = subprocess.run(
+                self._ssh("-O", "check", "--", self.host),
+                capture_output=True,
+                stdin=subprocess.DEVNULL,
+                timeout=10,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return False
         return res.returncode == 0
 
     def _client(self) -> subprocess.Popen[bytes]:
@@ -373,7 +376,8 @@ class OpenSshNode:
 
 
 def _needs_person(stderr: str) -> bool:
-    return "Permission denied" in stderr or "Host key verification failed" in stderr
+    """Auth that a person may complete, or an unknown host key ssh would ask about."""
+    return "Permission denied" in stderr or re.search(r"host key is known for", stderr) is not None
 
 
 def _end(proc: subprocess.Popen[bytes]) -> None:

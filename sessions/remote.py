@@ -1,8 +1,5 @@
-"""Where SSH happens: the cluster, node framing, and the paramiko transport.
-
-`ssh.transport: openssh` (sessions/openssh.py) runs the system `ssh` instead, with the
-same framing; host resolution (`ssh -G`) lives there too, and paramiko's host-key
-checks in sessions/hostkeys.py.
+"""The cluster, node framing and the paramiko transport; `transport: openssh` and `ssh -G`
+live in sessions/openssh.py, paramiko's host-key checks in sessions/hostkeys.py.
 
 Design points, each learned the hard way:
 - Host settings come from OpenSSH's own resolver (`ssh -G`), because fabric's
@@ -306,9 +303,12 @@ def _where(s: SshSettings) -> str:
 
 
 def _connection(s: SshSettings, policy: SshPolicy, gateway: object | None, password: str | None):  # type: ignore[no-untyped-def]
+    """`gateway`: the previous ProxyJump hop's connection, or a ProxyCommand socket
+    (handed to paramiko as is: fabric would re-expand a command string's tokens)."""
     import fabric
     import paramiko
 
+    sock = {"sock": gateway} if isinstance(gateway, paramiko.ProxyCommand) else {}
     keys = [f for f in s.identity_files if os.path.exists(f)]
     timeout = policy.connect_timeout
     conn = fabric.Connection(
@@ -317,8 +317,9 @@ def _connection(s: SshSettings, policy: SshPolicy, gateway: object | None, passw
         port=s.port,
         connect_timeout=timeout,
         config=fabric.Config(ssh_config=paramiko.SSHConfig()),
-        gateway=gateway if gateway is not None else False,
+        gateway=gateway if gateway is not None and not sock else False,
         connect_kwargs={
+            **sock,
             "key_filename": keys,
             "look_for_keys": not s.identities_only,
             "allow_agent": not s.identities_only,
@@ -333,10 +334,13 @@ def _connection(s: SshSettings, policy: SshPolicy, gateway: object | None, passw
     return conn
 
 
-def _proxy(s: SshSettings) -> str:
+def _proxy(s: SshSettings) -> Any:
     """OpenSSH runs ProxyCommand as `$SHELL -c "exec CMD"`; paramiko splits its string
     with shlex, so hand it exactly that argv."""
-    return shlex.join([os.environ.get("SHELL") or "/bin/sh", "-c", f"exec {s.proxy_command}"])
+    import paramiko
+
+    shell = os.environ.get("SHELL") or "/bin/sh"
+    return paramiko.ProxyCommand(shlex.join([shell, "-c", f"exec {s.proxy_command}"]))
 
 
 def _offered(conn: Any, user: str) -> str:
@@ -364,7 +368,10 @@ def _open(name: str, s: SshSettings, policy: SshPolicy, password: str | None):  
             hs = resolve(host, policy.config, port=int(port) if port else None)
             gateway = _connection(hs, policy, gateway, password)
     elif s.proxy_command:
-        gateway = _proxy(s)
+        try:
+            gateway = _proxy(s)
+        except (paramiko.SSHException, OSError) as exc:
+            raise NodeError(name, f"cannot start ProxyCommand for {s.alias}: {exc}") from None
     conn = _connection(s, policy, gateway, password)
     where = _where(s)
     try:
