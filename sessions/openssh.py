@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import SshPolicy
+from .config import HostKeyPolicy, SshPolicy
 from .errors import private_dir, state_dir
 from .remote import Result, find_end, frame, ssh_base_argv, unwrap
 from .results import NodeError
@@ -177,7 +177,7 @@ def _settings(alias: str, opts: Mapping[str, list[str]]) -> SshSettings:
 
 PERSIST = 60  # seconds a master outlives its last session: a crashed mntui leaves none
 _PERSON = threading.Lock()  # one prompt on the terminal at a time
-_MAX_DIR = 60  # + "/" + 16-char name + ssh's 17-char temporary suffix < 104
+_MAX_DIR = 104 - 1 - 16 - 17 - 1  # "/", our name, ssh's temporary suffix, the NUL
 
 
 def control_dir() -> Path:
@@ -185,7 +185,7 @@ def control_dir() -> Path:
     if len(str(d)) > _MAX_DIR:
         d = Path(tempfile.gettempdir()) / f"mntui-cm-{os.getuid()}"
     private_dir(d)
-    if d.stat().st_uid != os.getuid():
+    if d.is_symlink() or d.stat().st_uid != os.getuid():
         raise NodeError("ssh", f"{d} belongs to another user; refusing to put sockets there")
     return d
 
@@ -201,8 +201,9 @@ def person_reachable() -> bool:
 
 
 def why(host: str, stderr: str, asked: bool) -> str:
-    """One line from ssh's stderr: auth methods offered, host key trouble, or the last words."""
+    """One line from ssh's stderr, in the words the paramiko transport uses."""
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip() and "@@@" not in ln]
+    said = f"(ssh: {' | '.join(lines[-2:]) or 'no output'})"
     denied = re.search(r"Permission denied \(([^)]*)\)", stderr)
     if denied:
         offered = denied.group(1)
@@ -210,9 +211,19 @@ def why(host: str, stderr: str, asked: bool) -> str:
         if not asked and re.search(r"password|keyboard-interactive", offered):
             hint = "; it needs a person: run mntui in a terminal, or set SSH_ASKPASS"
         return f"authentication failed for {host} over openssh (server offers: {offered}){hint}"
-    if "Host key verification failed" in stderr or "REVOKED" in stderr:
-        return f"host key of {host} refused by ssh: {' | '.join(lines[-2:])}"
-    return f"cannot connect to {host} over openssh: {' | '.join(lines[-2:]) or 'ssh failed'}"
+    if re.search(r"REVOKED|was revoked", stderr):
+        return f"host key of {host} is marked @revoked; refusing to connect {said}"
+    if re.search(r"IDENTIFICATION HAS CHANGED|host key for .* has changed", stderr, re.I):
+        return (
+            f"HOST KEY CHANGED for {host}; refusing to connect. If the node was reinstalled, "
+            f"remove the old key with `ssh-keygen -R` {said}"
+        )
+    if "host key is known for" in stderr:
+        return (
+            f"host key of {host} is not in known_hosts; connect once with `ssh {host}` "
+            f"or set `ssh: {{host_key: accept-new}}` {said}"
+        )
+    return f"cannot connect to {host} over openssh {said}"
 
 
 class OpenSshNode:
@@ -239,6 +250,8 @@ class OpenSshNode:
             argv = self._ssh(
                 *("-o", "ControlMaster=yes", "-o", f"ControlPersist={PERSIST}"),
                 *("-o", f"ConnectTimeout={max(1, round(self.policy.connect_timeout))}"),
+                *_host_key_opts(self.policy),
+                *("-o", "ClearAllForwardings=yes", "-o", "PermitLocalCommand=no"),
                 *("-f", "-N", "-T"),
             )
             res = self._master([*argv, "-o", "BatchMode=yes", "--", self.host], None)
@@ -284,7 +297,10 @@ class OpenSshNode:
     def _client(self) -> subprocess.Popen[bytes]:
         """A session on the master; BatchMode, so even a fallback connection never prompts."""
         self.open()
-        argv = self._ssh("-o", "ControlMaster=no", "-o", "BatchMode=yes", "-T")
+        argv = self._ssh(
+            *("-o", "ControlMaster=no", "-o", "BatchMode=yes", "-T"),
+            *("-o", "ClearAllForwardings=yes", "-o", "RemoteCommand=none"),
+        )
         return subprocess.Popen(
             [*argv, "--", self.host, "sh -s"],
             stdin=subprocess.PIPE,
@@ -373,6 +389,14 @@ class OpenSshNode:
             except (OSError, subprocess.TimeoutExpired):
                 pass
             self._path = None
+
+
+def _host_key_opts(policy: SshPolicy) -> tuple[str, ...]:
+    """mntui's `host_key` wins over ssh_config, as on the paramiko transport."""
+    if policy.host_key is None:
+        return ()
+    value = "accept-new" if policy.host_key is HostKeyPolicy.ACCEPT_NEW else "yes"
+    return ("-o", f"StrictHostKeyChecking={value}")
 
 
 def _needs_person(stderr: str) -> bool:

@@ -59,20 +59,14 @@ def test_known_hosts_none_with_no_checking_writes_no_file(
     fake: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    conf = ssh_config(
-        tmp_path, fake, "    UserKnownHostsFile none\n    StrictHostKeyChecking no"
-    )
+    conf = ssh_config(tmp_path, fake, "    UserKnownHostsFile none\n    StrictHostKeyChecking no")
     assert connect(conf) == (None, "")
     assert not (tmp_path / "none").exists()
 
 
-def test_host_key_alias_is_the_name_keys_are_filed_under(
-    fake: FakeCluster, tmp_path: Path
-) -> None:
+def test_host_key_alias_is_the_name_keys_are_filed_under(fake: FakeCluster, tmp_path: Path) -> None:
     known = tmp_path / "known_hosts"
-    conf = ssh_config(
-        tmp_path, fake, f"    HostKeyAlias myalias\n    UserKnownHostsFile {known}"
-    )
+    conf = ssh_config(tmp_path, fake, f"    HostKeyAlias myalias\n    UserKnownHostsFile {known}")
     known.write_text(f"myalias {host_key(fake)}\n")
     assert connect(conf) == (None, "")
     known.write_text(f"myalias {other_key(tmp_path)}\n")

@@ -6,10 +6,13 @@ from __future__ import annotations
 import inspect
 import os
 import re
+import shlex
 import stat
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import libtmux
 import pytest
 import test_lifecycle as lifecycle
 import test_monitoring as monitoring
@@ -40,6 +43,7 @@ def sockets_left() -> list[Path]:
 
 OVER_OPENSSH: list[Callable[..., None]] = [
     lifecycle.test_refuses_when_running_and_restart_replaces_the_run,
+    lifecycle.test_host_keys_are_checked,
     lifecycle.test_unreachable_node_fails_fast_and_starts_nothing,
     lifecycle.test_kill_continues_past_a_dead_node,
     lifecycle.test_launch_survives_interrupt_without_leftovers,
@@ -52,12 +56,22 @@ OVER_OPENSSH: list[Callable[..., None]] = [
 ]
 
 
+@pytest.fixture(scope="module")
+def ofake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeCluster]:
+    """Nodes of their own: the re-run tests reuse job names the `fake` nodes have seen."""
+    with FakeCluster(tmp_path_factory.mktemp("ofake"), 3) as cluster:
+        yield cluster
+
+
 @pytest.mark.parametrize("test", OVER_OPENSSH, ids=lambda t: t.__name__.removeprefix("test_"))
 def test_lifecycle_over_openssh(
-    test: Callable[..., None], fake: FakeCluster, tmp_path: Path
+    test: Callable[..., None], ofake: FakeCluster, tmp_path: Path
 ) -> None:
-    given = {"fake": fake, "cfg": OpenSshCfg(fake, tmp_path), "tmp_path": tmp_path}
-    test(**{name: given[name] for name in inspect.signature(test).parameters})
+    given = {"fake": ofake, "cfg": OpenSshCfg(ofake, tmp_path), "tmp_path": tmp_path}
+    try:
+        test(**{name: given[name] for name in inspect.signature(test).parameters})
+    finally:
+        ofake.stop_jobs()
     assert (state_dir() / "cm").is_dir(), "the openssh transport was not used"
     wait_for(lambda: not sockets_left(), 20, what="every ControlMaster closed")
 
@@ -188,6 +202,10 @@ def test_password_prompt_paramiko_asks_once_for_every_node(
         res = cluster.run({"pnode0": "id -un", "pnode1": "id -un"})
     assert [r.value.stdout.strip() for r in res.values() if r.value] == [user, user]
     assert len(asked) == 1 and PASSWORD not in asked[0]
+    state = Path(os.environ["XDG_STATE_HOME"])
+    for path in [*state.rglob("*"), *cluster_.root.rglob("*")]:
+        if path.is_file() and not path.is_symlink():
+            assert PASSWORD.encode() not in path.read_bytes(), f"the password is in {path}"
 
 
 def test_password_node_without_a_password_fails_clearly_on_both(
@@ -226,6 +244,35 @@ def test_password_node_openssh_through_askpass(
         assert cluster.connect().all_ok
         res = cluster.run({"pnode0": "id -un", "pnode1": "id -un"})
         assert [r.value.stdout.strip() for r in res.values() if r.value] == [user, user]
+
+
+def test_openssh_asks_a_person_in_a_terminal_one_node_at_a_time(
+    pwnodes: tuple[FakeCluster, str], tmp_path: Path
+) -> None:
+    """A real terminal (a pane of a private tmux server): ssh's own password prompt, once
+    per node and never two at once; the answer reaches ssh, not mntui."""
+    cluster_, _ = pwnodes
+    path = OpenSshCfg(cluster_, tmp_path).write("job: tterm\nnodes: [pnode0, pnode1]\ncommand: x\n")
+    server = libtmux.Server(socket_path=str(tmp_path / "term.sock"))
+    try:
+        cmd = shlex.join([sys.executable, "-m", "mntui.tui.cli", "-c", str(path), "doctor"])
+        session = server.new_session(
+            "term", window_command=f"env -u SSH_ASKPASS {cmd}; sleep 120", x=200, y=60
+        )
+        pane = session.active_pane
+        assert pane is not None
+
+        def screen() -> str:
+            return "\n".join(pane.capture_pane())
+
+        for n in (1, 2):
+            wait_for(lambda n=n: screen().count("password:") >= n, 30, what=f"password prompt {n}")
+            assert screen().count("password:") == n, "two prompts at once"
+            pane.cmd("send-keys", "-l", PASSWORD)
+            pane.cmd("send-keys", "Enter")
+        wait_for(lambda: screen().count("connected over openssh") == 2, 90, what="doctor rows")
+    finally:
+        server.kill()
 
 
 def test_doctor_names_the_transport_and_the_offered_methods(

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import base64
 import os
+import shutil
 import struct
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from mntui.sessions import hostkeys
 from mntui.sessions.hostkeys import Marker, Verdict
-from mntui.sessions.openssh import expand, resolve
+from mntui.sessions.openssh import control_dir, expand, resolve
 
 
 def blob(keytype: str, body: bytes) -> bytes:
@@ -180,3 +182,20 @@ def test_proxy_command_quotes_what_reaches_the_shell(tmp_path: Path) -> None:
     )
     s = resolve("foo", str(conf))
     assert s.proxy_command == "nc 'a;touch${ifs}x' 22 'b$(x) y'"
+
+
+def test_control_sockets_live_in_a_short_private_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    short = Path(tempfile.mkdtemp(prefix="cm", dir="/tmp"))
+    try:
+        monkeypatch.setenv("XDG_STATE_HOME", str(short))
+        d = control_dir()
+        assert d == short / "mntui" / "cm" and oct(d.stat().st_mode & 0o777) == "0o700"
+    finally:
+        shutil.rmtree(short)
+    deep = tmp_path / ("d" * 90)
+    monkeypatch.setenv("XDG_STATE_HOME", str(deep))
+    d = control_dir()  # a socket path there would pass the 104-byte limit
+    assert not str(d).startswith(str(deep)) and len(str(d)) + 1 + 16 + 17 < 104
+    assert d.stat().st_uid == os.getuid() and d.stat().st_mode & 0o077 == 0
