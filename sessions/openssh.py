@@ -148,8 +148,9 @@ def _settings(alias: str, opts: Mapping[str, list[str]]) -> SshSettings:
         "n": alias,
         "k": alias if key_alias == "none" else key_alias,
     }
-    ids = tuple(
-        expand(_tilde(f), tokens, IDENTITY_TOKENS, "IdentityFile") for f in files("identityfile")
+    ids = tuple(  # one a line, so a path may hold spaces
+        expand(_tilde(f), tokens, IDENTITY_TOKENS, "IdentityFile")
+        for f in opts.get("identityfile", [])
     )
     pcmd = one("proxycommand", "none")
     quoted = {k: shlex.quote(v) for k, v in tokens.items()}  # a config value reaches a shell quoted

@@ -158,6 +158,7 @@ def test_tokens_as_ssh_expands_them(tmp_path: Path) -> None:
     conf.write_text(
         "Host foo\n    HostName 10.1.2.3\n    Port 2222\n    User bob\n"
         f"    IdentityFile {pattern}\n    IdentityFile ~/plain\n"
+        f'    IdentityFile "{tmp_path}/with space/%n"\n'
         "    ProxyCommand nc %h %p %%h %r %n | tee x\n"
         "    HostKeyAlias myalias\n    HashKnownHosts yes\n"
         f"    UserKnownHostsFile {tmp_path}/kh_%n\n"
@@ -167,6 +168,7 @@ def test_tokens_as_ssh_expands_them(tmp_path: Path) -> None:
     by_ssh = ssh_g(conf, "-o", f"ControlPath={pattern}")["controlpath"]
     assert s.identity_files[0] == by_ssh and "%" not in by_ssh.replace("_%", "")
     assert s.identity_files[1].endswith("/plain") and not s.identity_files[1].startswith("~")
+    assert s.identity_files[2] == f"{tmp_path}/with space/foo"
     assert s.proxy_command == "nc 10.1.2.3 2222 %h bob foo | tee x"
     assert s.known_hosts == (f"{tmp_path}/kh_foo",)
     assert resolve("bar", str(conf)).known_hosts == ()  # `none`: no file, not `./none`
