@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/bench.py                 # N = 1, 8, 32, 64; 5 repetitions
     .venv/bin/python bench/bench.py --nodes 8 --reps 3
+    .venv/bin/python bench/bench.py --transports    # openssh vs paramiko, N = 8, 32
 
 Every repetition runs each contender once, in turn (interleaved), so a noisy
 neighbour slows all of them alike; the table gives median and min-max, and the ratio
@@ -172,6 +173,60 @@ def bench_n(root: Path, n: int, reps: int, slow_baselines: bool) -> dict[str, ob
     return {"n": n, "results": results}
 
 
+TRANSPORTS = ("paramiko", "openssh")
+
+
+def bench_transports(root: Path, n: int, reps: int) -> dict[str, object]:
+    """`ssh.transport: openssh` against paramiko on the same nodes and the same job: each
+    repetition runs every contender once, the transports' order alternating."""
+    fc = FakeCluster(root / f"t{n}", n).start()
+    results: dict[str, list[float]] = {}
+
+    def add(name: str, value: float) -> None:
+        results.setdefault(name, []).append(value)
+
+    text = job_config(fc, n, f"tbench{n}")
+    cfgs = {
+        t: parse_config(
+            text.replace("connect_timeout: 10}", f"connect_timeout: 10, transport: {t}}}"),
+            str(root / f"tbench{n}-{t}.yaml"),
+        )
+        for t in TRANSPORTS
+    }
+    clusters = {t: Cluster(cfgs[t].nodes, cfgs[t].ssh) for t in TRANSPORTS}
+    try:
+        for cluster in clusters.values():
+            assert cluster.connect().all_ok
+        res = launch(cfgs["paramiko"], cluster=clusters["paramiko"])
+        pollers = {t: Poller(res.record, clusters[t], gpus=False) for t in TRANSPORTS}
+        for poller in pollers.values():
+            poller.poll()  # learns command lines and sysconf: steady state after
+        for rep in range(reps):
+            order = TRANSPORTS if rep % 2 == 0 else TRANSPORTS[::-1]
+            for _ in range(3):
+                add(
+                    "floor: raw paramiko `true`, open connections",
+                    timed(lambda: raw_true(clusters["paramiko"])),
+                )
+                for t in order:
+                    c = clusters[t]
+                    add(
+                        f"{t}: `true` on its persistent shells",
+                        timed(lambda c=c: c.run(dict.fromkeys(c.nodes, "true"))),
+                    )
+                    add(f"{t}: full status poll", timed(pollers[t].poll))
+            for t in order:
+                with Cluster(cfgs[t].nodes, cfgs[t].ssh) as fresh:
+                    add(f"{t}: connect all nodes (cold)", timed(fresh.connect))
+        out = kill_job(cfgs["paramiko"], clusters["paramiko"])
+        assert all(o.ok and o.value and o.value.clean for o in out.values()), out
+    finally:
+        for cluster in clusters.values():
+            cluster.close()
+        fc.stop()
+    return {"n": n, "results": results}
+
+
 def app_scale(ticks: int, nodes: int = 64, table: bool = False) -> dict[str, float]:
     """The app fed 64 nodes x 8 GPUs of recorded data at 1 Hz: per-tick work and CPU share."""
     import asyncio
@@ -245,12 +300,13 @@ def summarize(
         floor = statistics.median(res["floor: raw paramiko `true`, open connections"])
         for name, vals in res.items():
             med = statistics.median(vals)
-            ratio = "" if name.startswith(("worker", "launch")) else f"{med / floor:.2f}x"
+            skip = name.startswith(("worker", "launch")) or "(cold)" in name
+            ratio = "" if skip else f"{med / floor:.2f}x"
             lines.append(
                 f"| {run['n']} | {name} | {med * 1000:.1f} | {min(vals) * 1000:.1f}-{max(vals) * 1000:.1f} "
                 f"| {ratio} |"
             )
-    base = statistics.median(cold["python -c pass"])
+    base = statistics.median(cold["python -c pass"]) if cold else 1.0
     for name, vals in cold.items():
         med = statistics.median(vals)
         lines.append(
@@ -269,24 +325,33 @@ def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--nodes", default="1,8,32,64", help="comma-separated node counts")
+    ap.add_argument("--nodes", default=None, help="comma-separated node counts (1,8,32,64)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--no-slow", action="store_true", help="skip the sequential ssh loop")
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     ap.add_argument(
+        "--transports",
+        action="store_true",
+        help="only openssh vs paramiko (default --nodes 8,32): `true` fan-out, poll, connect",
+    )
+    ap.add_argument(
         "--app-ticks", type=int, default=20, help="1 Hz ticks of the 64x8 app run (0: skip)"
     )
     args = ap.parse_args()
-    counts = [int(x) for x in args.nodes.split(",")]
+    nodes = args.nodes or ("8,32" if args.transports else "1,8,32,64")
+    counts = [int(x) for x in nodes.split(",")]
     root = Path(tempfile.mkdtemp(prefix="mntui-bench-", dir=os.path.expanduser("~")))
     os.environ.setdefault("XDG_STATE_HOME", str(root / "state"))
     runs = []
     for n in counts:
         print(f"== N={n}", file=sys.stderr, flush=True)
-        runs.append(bench_n(root, n, args.reps, not args.no_slow))
-    cold = cold_start(args.reps)
+        if args.transports:
+            runs.append(bench_transports(root, n, args.reps))
+        else:
+            runs.append(bench_n(root, n, args.reps, not args.no_slow))
+    cold = cold_start(args.reps) if not args.transports else {}
     app = {}
-    if args.app_ticks:
+    if args.app_ticks and not args.transports:
         print("== app, 64 nodes x 8 GPUs", file=sys.stderr, flush=True)
         app = {
             "grid": app_scale(args.app_ticks, table=False),

@@ -396,6 +396,15 @@ class Action(StrEnum):
     NOTIFY = "notify"  # report, touch nothing
 
 
+class SshTransport(StrEnum):
+    PARAMIKO = "paramiko"  # in-process, one connection per node
+    OPENSSH = "openssh"  # the system `ssh` per node, behind a private ControlMaster
+
+
+class PasswordMode(StrEnum):
+    PROMPT = "prompt"  # paramiko: asked once, kept in memory, used for every node
+
+
 @dataclass(frozen=True)
 class NodeSpec:
     # `shared`: also a top-level key, the default of every node; `merge`: a node's own
@@ -444,6 +453,11 @@ class SshPolicy:
     command_timeout: float = field(
         default=60.0, metadata=_meta(_seconds(positive=True, maximum=DAY))
     )
+    transport: SshTransport = field(
+        default=SshTransport.PARAMIKO, metadata=_meta(_choice(SshTransport))
+    )
+    # None: keys and the agent only
+    password: PasswordMode | None = field(default=None, metadata=_meta(_choice(PasswordMode)))
 
 
 @dataclass(frozen=True)

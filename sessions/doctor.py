@@ -244,9 +244,14 @@ def ssh_checks(
     probes, measured, errors = probed.succeeded, clocks.succeeded, probed.errors
     for spec in cfg.nodes:
         n = spec.name
+        # Which transport reached the node; an auth failure's text names the methods
+        # the server offered (both transports put them there).
+        over = "local" if spec.is_local else f"over {cfg.ssh.transport}"
         error = connected.errors.get(n) or errors.get(n)
         if error is not None:
-            rows.append(Check(n, "ssh", Status.FAIL, error, f"check `ssh {spec.host}` by hand"))
+            rows.append(
+                Check(n, "ssh", Status.FAIL, f"{over}: {error}", f"check `ssh {spec.host}` by hand")
+            )
             continue
         clock, skipped = measured.get(n), probes[n].malformed
         rows.append(
@@ -254,7 +259,7 @@ def ssh_checks(
                 n,
                 "ssh",
                 Status.PASS,
-                "connected, host key verified"
+                ("local node, no ssh" if spec.is_local else f"connected {over}, host key verified")
                 + (f", round trip {clock.rtt * 1000:.1f} ms" if clock is not None else "")
                 + f" (all nodes connected in {connect_s:.2f}s)"
                 + (f"; {skipped} malformed probe line(s) skipped" if skipped else ""),

@@ -1,4 +1,5 @@
-"""The only module that talks SSH.
+"""The cluster, node framing and the paramiko transport; `transport: openssh` and `ssh -G`
+live in sessions/openssh.py, paramiko's host-key checks in sessions/hostkeys.py.
 
 Design points, each learned the hard way:
 - Host settings come from OpenSSH's own resolver (`ssh -G`), because fabric's
@@ -10,26 +11,35 @@ Design points, each learned the hard way:
   parses them, and the local keyboard is never read by a remote command.
 - Login shells print noise (conda, pyenv): only output between our markers counts.
 - Cluster-wide calls return a per-node Outcome, so one dead node never aborts the rest.
+- `ssh.password: prompt` is asked once a process and lives in memory only: never in a
+  record, a log line or an error message.
 """
 
 from __future__ import annotations
 
+import getpass
 import os
+import re
 import secrets
 import select
 import shlex
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from .config import HostKeyPolicy, NodeSpec, SshPolicy
+from . import hostkeys
+from .config import NodeSpec, PasswordMode, SshPolicy, SshTransport
+from .errors import MntuiError
 from .results import GroupResult, NodeError, Outcome
+
+if TYPE_CHECKING:
+    from .openssh import SshSettings
 
 __all__ = ["Cluster", "GroupResult", "LocalNode", "Node", "NodeError", "Outcome", "RemoteNode"]
 
@@ -99,22 +109,7 @@ def unwrap(node: str, raw: str, stderr: str, seconds: float, seq: int = 0) -> Re
     return Result(int(code), body, stderr, seconds)
 
 
-# -- resolving hosts the way OpenSSH does -------------------------------------------
-
-
-@dataclass(frozen=True)
-class SshSettings:
-    alias: str
-    hostname: str
-    port: int
-    user: str
-    identity_files: tuple[str, ...]
-    identities_only: bool
-    proxy_jump: str | None
-    proxy_command: str | None
-    strict_host_key_checking: str
-    known_hosts: tuple[str, ...]
-    global_known_hosts: tuple[str, ...]
+# -- resolving hosts the way OpenSSH does (sessions/openssh.py) ------------------------
 
 
 def ssh_base_argv(ssh_config: str | None) -> list[str]:
@@ -125,41 +120,9 @@ def ssh_base_argv(ssh_config: str | None) -> list[str]:
 
 
 def resolve(alias: str, ssh_config: str | None, *, port: int | None = None) -> SshSettings:
-    argv = ssh_base_argv(ssh_config) + (["-p", str(port)] if port else []) + ["-G", "--", alias]
-    try:
-        proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise NodeError(alias, f"cannot run `ssh -G`: {exc}") from None
-    if proc.returncode != 0:
-        raise NodeError(alias, f"`ssh -G` failed: {proc.stderr.strip() or proc.returncode}")
-    opts: dict[str, list[str]] = {}
-    for line in proc.stdout.splitlines():
-        key, _, value = line.partition(" ")
-        opts.setdefault(key.lower(), []).append(value)
+    from .openssh import resolve as ssh_g
 
-    def one(key: str, default: str = "") -> str:
-        return opts.get(key, [default])[0]
-
-    def files(key: str) -> tuple[str, ...]:
-        return tuple(os.path.expanduser(p) for v in opts.get(key, []) for p in v.split())
-
-    jump = one("proxyjump", "none")
-    pcmd = one("proxycommand", "none")
-    return SshSettings(
-        alias=alias,
-        hostname=one("hostname", alias),
-        port=int(one("port", "22")),
-        user=one("user") or os.environ.get("USER", "root"),
-        identity_files=files("identityfile"),
-        identities_only=one("identitiesonly", "no") == "yes",
-        proxy_jump=None if jump == "none" else jump,
-        proxy_command=None if pcmd == "none" else pcmd,
-        strict_host_key_checking=one("stricthostkeychecking", "ask"),
-        known_hosts=files("userknownhostsfile"),
-        global_known_hosts=files("globalknownhostsfile"),
-    )
+    return ssh_g(alias, ssh_config, port=port)
 
 
 # -- nodes ------------------------------------------------------------------------
@@ -217,8 +180,10 @@ class RemoteNode:
 
     is_local = False
 
-    def __init__(self, name: str, host: str, policy: SshPolicy) -> None:
-        self.name, self.host, self.policy = name, host, policy
+    def __init__(
+        self, name: str, host: str, policy: SshPolicy, prompt: Callable[[str], str] | None = None
+    ) -> None:
+        self.name, self.host, self.policy, self._prompt = name, host, policy, prompt
         self._lock = threading.Lock()
         self._shell_lock = threading.Lock()
         self._conn: Any = None
@@ -230,7 +195,11 @@ class RemoteNode:
         with self._lock:
             if self._transport() is None:
                 self.settings = resolve(self.host, self.policy.config)
-                self._conn = _open(self.name, self.settings, self.policy)
+                try:
+                    password = password_for(self.policy, self._prompt)
+                except MntuiError as exc:
+                    raise NodeError(self.name, str(exc)) from None
+                self._conn = _open(self.name, self.settings, self.policy, password)
 
     def _transport(self) -> Any:
         client = getattr(self._conn, "client", None)
@@ -329,34 +298,17 @@ class RemoteNode:
             conn.close()
 
 
-class _AcceptNew:
-    """OpenSSH's `accept-new`: record an unknown key; a changed key still fails."""
-
-    def __init__(self, known_hosts: str) -> None:
-        self.known_hosts = known_hosts
-
-    def missing_host_key(self, client, hostname, key):  # type: ignore[no-untyped-def]
-        from paramiko.hostkeys import HostKeyEntry
-
-        client.get_host_keys().add(hostname, key.get_name(), key)
-        path = Path(self.known_hosts)
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with path.open("a") as fh:
-            fh.write(HostKeyEntry([hostname], key).to_line() or "")
+def _where(s: SshSettings) -> str:
+    return f"{s.user}@{s.hostname}:{s.port}" + (f" via {s.proxy_jump}" if s.proxy_jump else "")
 
 
-def _host_key_policy(s: SshSettings, policy: SshPolicy) -> HostKeyPolicy:
-    if policy.host_key is not None:
-        return policy.host_key
-    if s.strict_host_key_checking in ("accept-new", "no", "off", "false"):
-        return HostKeyPolicy.ACCEPT_NEW
-    return HostKeyPolicy.STRICT
-
-
-def _connection(name: str, s: SshSettings, policy: SshPolicy, gateway: object | None):  # type: ignore[no-untyped-def]
+def _connection(s: SshSettings, policy: SshPolicy, gateway: object | None, password: str | None):  # type: ignore[no-untyped-def]
+    """`gateway`: the previous ProxyJump hop's connection, or a ProxyCommand socket
+    (handed to paramiko as is: fabric would re-expand a command string's tokens)."""
     import fabric
     import paramiko
 
+    sock = {"sock": gateway} if isinstance(gateway, paramiko.ProxyCommand) else {}
     keys = [f for f in s.identity_files if os.path.exists(f)]
     timeout = policy.connect_timeout
     conn = fabric.Connection(
@@ -365,31 +317,48 @@ def _connection(name: str, s: SshSettings, policy: SshPolicy, gateway: object | 
         port=s.port,
         connect_timeout=timeout,
         config=fabric.Config(ssh_config=paramiko.SSHConfig()),
-        gateway=gateway if gateway is not None else False,
+        gateway=gateway if gateway is not None and not sock else False,
         connect_kwargs={
+            **sock,
             "key_filename": keys,
             "look_for_keys": not s.identities_only,
             "allow_agent": not s.identities_only,
             "banner_timeout": timeout,
             "auth_timeout": timeout,
             "channel_timeout": timeout,
+            **({"password": password} if password is not None else {}),
         },
     )
-    client = conn.client
-    for f in s.global_known_hosts:
-        if os.path.isfile(f):
-            client.load_system_host_keys(f)
-    for f in s.known_hosts:
-        if os.path.isfile(f):
-            client.load_host_keys(f)
-    if _host_key_policy(s, policy) is HostKeyPolicy.ACCEPT_NEW and s.known_hosts:
-        client.set_missing_host_key_policy(_AcceptNew(s.known_hosts[0]))
-    else:
-        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    paramiko_name = s.hostname if s.port == 22 else f"[{s.hostname}]:{s.port}"
+    hostkeys.install(conn.client, hostkeys.check_for(s, policy, _where(s)), paramiko_name)
     return conn
 
 
-def _open(name: str, s: SshSettings, policy: SshPolicy):  # type: ignore[no-untyped-def]
+def _proxy(s: SshSettings) -> Any:
+    """OpenSSH runs ProxyCommand as `$SHELL -c "exec CMD"`; paramiko splits its string
+    with shlex, so hand it exactly that argv."""
+    import paramiko
+
+    shell = os.environ.get("SHELL") or "/bin/sh"
+    return paramiko.ProxyCommand(shlex.join([shell, "-c", f"exec {s.proxy_command}"]))
+
+
+def _offered(conn: Any, user: str) -> str:
+    """The server's auth methods, asked with `none` on the connection that failed."""
+    import paramiko
+
+    transport = conn.client.get_transport()
+    try:
+        if transport is not None and transport.is_active():
+            transport.auth_none(user)
+    except paramiko.BadAuthenticationType as exc:
+        return ",".join(exc.allowed_types)
+    except (paramiko.SSHException, OSError, EOFError):
+        pass
+    return "unknown"
+
+
+def _open(name: str, s: SshSettings, policy: SshPolicy, password: str | None):  # type: ignore[no-untyped-def]
     import paramiko
 
     gateway: object | None = None
@@ -397,17 +366,18 @@ def _open(name: str, s: SshSettings, policy: SshPolicy):  # type: ignore[no-unty
         for hop in s.proxy_jump.split(","):  # first hop is dialled first
             host, _, port = hop.rpartition(":") if hop.count(":") == 1 else (hop, "", "")
             hs = resolve(host, policy.config, port=int(port) if port else None)
-            gateway = _connection(name, hs, policy, gateway)
+            gateway = _connection(hs, policy, gateway, password)
     elif s.proxy_command:
-        gateway = (
-            s.proxy_command.replace("%h", shlex.quote(s.hostname))
-            .replace("%p", str(s.port))
-            .replace("%r", shlex.quote(s.user))
-        )
-    conn = _connection(name, s, policy, gateway)
-    where = f"{s.user}@{s.hostname}:{s.port}" + (f" via {s.proxy_jump}" if s.proxy_jump else "")
+        try:
+            gateway = _proxy(s)
+        except (paramiko.SSHException, OSError) as exc:
+            raise NodeError(name, f"cannot start ProxyCommand for {s.alias}: {exc}") from None
+    conn = _connection(s, policy, gateway, password)
+    where = _where(s)
     try:
         conn.open()
+    except hostkeys.HostKeyRefused as exc:
+        raise NodeError(name, str(exc)) from None
     except paramiko.BadHostKeyException as exc:
         raise NodeError(
             name,
@@ -415,18 +385,18 @@ def _open(name: str, s: SshSettings, policy: SshPolicy):  # type: ignore[no-unty
             f"{exc.key.get_fingerprint().hex()}); refusing to connect. If the node "
             f"was reinstalled, remove the old key with `ssh-keygen -R`",
         ) from None
+    except paramiko.AuthenticationException:
+        offered = _offered(conn, s.user)
+        conn.close()
+        hint = ""
+        if password is None and re.search(r"password|keyboard-interactive", offered):
+            hint = "; for a password set `ssh: {password: prompt}` or `transport: openssh`"
+        raise NodeError(
+            name,
+            f"authentication failed for {where} over paramiko (server offers: {offered}){hint}",
+        ) from None
     except paramiko.SSHException as exc:
-        text = str(exc)
-        if "not found in known_hosts" in text:
-            raise NodeError(
-                name,
-                f"host key of {where} is not in known_hosts "
-                f"({', '.join(s.known_hosts)}); connect once with `ssh {s.alias}` "
-                f"or set `ssh: {{host_key: accept-new}}`",
-            ) from None
-        if isinstance(exc, paramiko.AuthenticationException):
-            raise NodeError(name, f"authentication failed for {where}: {text}") from None
-        raise NodeError(name, f"cannot connect to {where}: {text}") from None
+        raise NodeError(name, f"cannot connect to {where}: {exc}") from None
     except (OSError, EOFError) as exc:
         reason = (
             "timed out"
@@ -442,21 +412,58 @@ def _open(name: str, s: SshSettings, policy: SshPolicy):  # type: ignore[no-unty
     return conn
 
 
+# -- ssh.password: prompt -------------------------------------------------------------
+
+_password_lock = threading.Lock()
+_password: list[str] = []  # at most one, asked once a process; kept in memory only
+
+
+def password_for(policy: SshPolicy, prompt: Callable[[str], str] | None) -> str | None:
+    if policy.password is not PasswordMode.PROMPT:
+        return None
+    with _password_lock:
+        if not _password:
+            if prompt is None:
+                if not sys.stdin.isatty():
+                    raise MntuiError(
+                        "ssh.password is 'prompt' but there is no terminal to ask on: "
+                        "run mntui in a terminal, or use keys"
+                    )
+                prompt = getpass.getpass
+            _password.append(prompt("SSH password (used for every node): "))
+        return _password[0]
+
+
+def forget_password() -> None:
+    with _password_lock:
+        _password.clear()
+
+
 # -- the cluster --------------------------------------------------------------------
 
 
 class Cluster:
     """The job's nodes, each behind its own persistent connection."""
 
-    def __init__(self, specs: Iterable[NodeSpec], policy: SshPolicy) -> None:
+    def __init__(
+        self,
+        specs: Iterable[NodeSpec],
+        policy: SshPolicy,
+        *,
+        prompt: Callable[[str], str] | None = None,
+    ) -> None:
+        """`prompt` asks for `ssh.password: prompt` (default: getpass on the terminal)."""
+        from .openssh import OpenSshNode
+
         self.policy = policy
         self.nodes: dict[str, Node] = {}
         for spec in specs:
-            self.nodes[spec.name] = (
-                LocalNode(spec.name, spec.host, policy.command_timeout)
-                if spec.is_local
-                else RemoteNode(spec.name, spec.host, policy)
-            )
+            if spec.is_local:
+                self.nodes[spec.name] = LocalNode(spec.name, spec.host, policy.command_timeout)
+            elif policy.transport is SshTransport.OPENSSH:
+                self.nodes[spec.name] = OpenSshNode(spec.name, spec.host, policy)
+            else:
+                self.nodes[spec.name] = RemoteNode(spec.name, spec.host, policy, prompt)
         self._pool = ThreadPoolExecutor(
             max_workers=max(4, min(128, len(self.nodes))), thread_name_prefix="mntui-node"
         )
@@ -497,11 +504,20 @@ class Cluster:
         return self.map(lambda node: node.run(scripts[node.name], timeout), scripts)
 
     def close(self) -> None:
-        for node in self.nodes.values():
+        """All nodes at once: an openssh node's close is an `ssh -O exit` round trip."""
+
+        def close(node: Node) -> None:
             try:
                 node.close()
             except Exception:
                 pass
+
+        # Threads of their own: the pool's may all be stuck on the commands this unblocks.
+        threads = [threading.Thread(target=close, args=(n,)) for n in self.nodes.values()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(15)
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> Cluster:

@@ -148,11 +148,21 @@ class FakeCluster:
         prefix: str = "node",
         node_env: dict[str, dict[str, str]] | None = None,
         node_hosts: dict[str, str] | None = None,
+        *,
+        host_ca: bool = False,
+        password_users: dict[str, str] | None = None,
     ) -> None:
         """`node_hosts`: extra /etc/hosts lines for a node, seen by it alone (its sshd runs in
-        a mount namespace of its own): a node whose resolver disagrees with the others."""
+        a mount namespace of its own): a node whose resolver disagrees with the others.
+        `host_ca`: every node also presents a host certificate signed by `root/host_ca`;
+        `known_hosts_ca` trusts that CA alone (an `@cert-authority` line).
+        `password_users`: node name -> local user (see `add_login_user`) that node accepts,
+        by password or keyboard-interactive only."""
         self.root = root
         self.node_hosts = node_hosts or {}
+        self.password_users = password_users or {}
+        self.host_ca = root / "host_ca" if host_ca else None
+        self.known_hosts_ca = root / "known_hosts_ca"
         self.nodes: list[FakeNode] = []
         root.mkdir(parents=True, exist_ok=True)
         os.chmod(root, 0o700)
@@ -212,6 +222,7 @@ class FakeCluster:
                 subprocess.run(
                     ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(hostkey)], check=True
                 )
+            cert = self._certify(node, hostkey)
             env = {
                 "TMUX_TMPDIR": str(node.dir / "tmux"),
                 "PATH": path,
@@ -224,13 +235,10 @@ class FakeCluster:
 Port {node.port}
 ListenAddress 127.0.0.1
 HostKey {hostkey}
-PidFile none
+{cert}PidFile none
 UsePAM no
 PermitRootLogin prohibit-password
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-PubkeyAuthentication yes
-AuthorizedKeysFile {self.root / "authorized_keys"}
+{self._auth_lines(node)}AuthorizedKeysFile {self.root / "authorized_keys"}
 StrictModes no
 X11Forwarding no
 PrintMotd no
@@ -244,6 +252,9 @@ SetEnv {setenv}
             pub = (node.dir / "ssh_host_ed25519_key.pub").read_text().split()
             known.append(f"[127.0.0.1]:{node.port} {pub[0]} {pub[1]}")
         self.known_hosts.write_text("\n".join(known) + "\n")
+        if self.host_ca is not None:
+            ca = (self.root / "host_ca.pub").read_text().split()
+            self.known_hosts_ca.write_text(f"@cert-authority [127.0.0.1]:* {ca[0]} {ca[1]}\n")
         # The per-host blocks sit in an Included file: fabric alone would not see them.
         inc = self.root / "ssh_config.d"
         inc.mkdir(exist_ok=True)
@@ -252,6 +263,11 @@ SetEnv {setenv}
     HostName 127.0.0.1
     Port {n.port}
 """
+            + (
+                f"    User {self.password_users[n.name]}\n    BatchMode no\n"
+                if n.name in self.password_users
+                else ""
+            )
             for n in self.nodes
         ]
         (inc / "nodes.conf").write_text("\n".join(blocks))
@@ -266,6 +282,37 @@ Host *
     BatchMode yes
     LogLevel ERROR
 """)
+
+    def _certify(self, node: FakeNode, hostkey: Path) -> str:
+        """Sign the node's host key with the cluster's host CA; the sshd_config line for it."""
+        if self.host_ca is None:
+            return ""
+        if not self.host_ca.exists():
+            subprocess.run(
+                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.host_ca)],
+                check=True,
+            )
+        cert = hostkey.parent / f"{hostkey.name}-cert.pub"
+        if not cert.exists():
+            subprocess.run(
+                [
+                    *("ssh-keygen", "-q", "-s", str(self.host_ca), "-h", "-I", node.name),
+                    *("-n", f"127.0.0.1,{node.name}", f"{hostkey}.pub"),
+                ],
+                check=True,
+                capture_output=True,
+            )
+        return f"HostCertificate {cert}\n"
+
+    def _auth_lines(self, node: FakeNode) -> str:
+        if node.name in self.password_users:
+            return (
+                "PasswordAuthentication yes\nKbdInteractiveAuthentication yes\n"
+                "PubkeyAuthentication no\n"
+            )
+        return (
+            "PasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\n"
+        )
 
     # -- lifecycle ------------------------------------------------------------------
     def start(self, timeout: float = 20) -> FakeCluster:
@@ -349,3 +396,23 @@ Host *
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def add_login_user(password: str) -> str:
+    """A throwaway local user that logs in with `password` (root only); remove it with
+    `remove_login_user`. With `UsePAM no` sshd checks the shadow hash itself."""
+    name = f"mntuipw{os.getpid() % 100000}"
+    subprocess.run(["useradd", "-M", "-d", "/nonexistent", "-s", "/bin/sh", name], check=True)
+    digest = subprocess.run(
+        ["openssl", "passwd", "-6", "-stdin"],
+        input=password,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    subprocess.run(["usermod", "-p", digest, name], check=True)
+    return name
+
+
+def remove_login_user(name: str) -> None:
+    subprocess.run(["userdel", name], capture_output=True)

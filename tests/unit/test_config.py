@@ -236,7 +236,13 @@ def test_absent_settings_take_the_dataclass_defaults() -> None:
 @pytest.mark.parametrize("section", sorted(SECTIONS))
 def test_every_field_of_a_section_is_a_key_and_nothing_else(section: str) -> None:
     cls = SECTIONS[section]
-    given = {"ready_pattern": "log", "config": "sub/x", "host_key": "strict", "slow_fraction": 0.25}
+    given = {
+        "ready_pattern": "log",
+        "config": "sub/x",
+        "host_key": "strict",
+        "slow_fraction": 0.25,
+        "password": "prompt",
+    }
     for f in fields(cls):
         value = f.default
         value = list(type(value))[-1].value if isinstance(value, StrEnum) else given.get(f.name, 7)
