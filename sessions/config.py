@@ -537,6 +537,8 @@ class NodeSpec:
     )
     setup: tuple[str, ...] = field(default=(), metadata=_meta(_lines, shared=True))
     workdir: str | None = field(default=None, metadata=_meta(_workdir, shared=True))
+    # this node's processes (a hostfile's `slots=N`); None: the job's nproc_per_node
+    nproc_per_node: int | None = field(default=None, metadata=_meta(_count(MAX_NPROC)))
 
     @property
     def is_local(self) -> bool:
@@ -658,6 +660,14 @@ class JobConfig:
     @property
     def all_ports(self) -> tuple[int, ...]:
         return (self.master_port, *[p for p in self.ports if p != self.master_port])
+
+    def nproc(self, node: NodeSpec) -> int:
+        """The node's processes: its own count, else the job's."""
+        return node.nproc_per_node or self.nproc_per_node
+
+    @property
+    def world_size(self) -> int:
+        return sum(self.nproc(n) for n in self.nodes)
 
     def node(self, name: str) -> NodeSpec:
         for n in self.nodes:

@@ -82,6 +82,7 @@ class NodeRecord:
     tag: str
     run_dir: str
     started_at: float | None = None
+    nproc: int | None = None  # the node's processes (None: recorded before nodes could differ)
 
 
 @dataclass
@@ -111,7 +112,10 @@ class RunRecord:
             os.path.abspath(config),
             plan.master_addr,
             plan.master_port,
-            [NodeRecord(n.node, n.host, n.rank, n.session, n.tag, n.run_dir) for n in plan.nodes],
+            [
+                NodeRecord(n.node, n.host, n.rank, n.session, n.tag, n.run_dir, nproc=n.nproc)
+                for n in plan.nodes
+            ],
         )
 
     @property
