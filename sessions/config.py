@@ -20,12 +20,15 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ClusterShell.NodeSet import NodeSet, NodeSetException
 
 from .notify import NotifyEvent, NotifyPolicy, check_webhook_url
 from .yamlmarks import ConfigError, Document, Path_, format_path, load, loads
+
+if TYPE_CHECKING:
+    from .nodesource import NodeSource
 
 __all__ = [
     "LOCAL_HOSTS",
@@ -644,6 +647,8 @@ class JobConfig:
     progress_pattern: str | None = field(default=None, metadata=_meta(_progress_pattern))
     # nodes that replace one that broke twice in a row (ranks are given when they join)
     spares: tuple[NodeSpec, ...] = field(default=(), metadata=_meta())
+    # where `nodes: {hostfile: ...}` / `{slurm: ...}` took the nodes from; None: the list
+    nodes_from: NodeSource | None = None
 
     @property
     def grace(self) -> float:
@@ -701,10 +706,12 @@ def _build(doc: Document) -> JobConfig:
         if top[required] is None:
             raise doc.error((required,), "required: expected a value, got nothing")
     settings = _read(doc, JobConfig, top, ())
-    nodes = _node_specs(doc, top, _node_entries(doc, top["nodes"]))
+    source, listed = _node_source(doc, top["nodes"], settings["job"])
+    nodes = _node_specs(doc, top, _node_entries(doc, listed), lenient=source is not None)
     main = _main(doc, top, nodes)
     spares = _spares(doc, top, nodes)
-    cfg = JobConfig(path=doc.file, nodes=_ranked(nodes, main), main=main, spares=spares, **settings)
+    ranked = _ranked(nodes, main)
+    cfg = JobConfig(doc.file, nodes=ranked, main=main, spares=spares, nodes_from=source, **settings)
     _check_launch(doc, cfg.launch)
     return replace(cfg, ssh=_ssh_relative(doc.file, cfg.ssh))
 
@@ -753,11 +760,34 @@ def _ssh_relative(file: str, ssh: SshPolicy) -> SshPolicy:
 Entry = tuple[str, dict[str, Any], Path_]
 
 
+def _node_source(doc: Document, value: Any, job: str) -> tuple[NodeSource | None, Any]:
+    """`nodes: {hostfile: PATH}` or `{slurm: JOBID | auto}`: read now (or as the job's
+    run recorded them), as a list of node mappings; a plain list passes through, and
+    never loads nodesource (nor calls Slurm)."""
+    if not isinstance(value, dict):
+        return None, value
+    from . import nodesource
+
+    source = nodesource.resolve(doc, value, ("nodes",), job)
+    listed = [
+        {"name": n.name, **({"nproc_per_node": n.slots} if n.slots else {})} for n in source.nodes
+    ]
+    return source, listed
+
+
 def _node_specs(
-    doc: Document, top: Mapping[str, Any], entries: list[Entry], *, overrides: bool = True
+    doc: Document,
+    top: Mapping[str, Any],
+    entries: list[Entry],
+    *,
+    overrides: bool = True,
+    lenient: bool = False,
 ) -> list[NodeSpec]:
+    """`lenient`: nodes from a hostfile or Slurm differ from one read to the next, so
+    overrides of nodes not given this time are skipped, not refused."""
     shared = _read(doc, NodeSpec, top, (), SHARED_KEYS)
-    named = _overrides(doc, top, [name for name, _, _ in entries]) if overrides else {}
+    names = [name for name, _, _ in entries]
+    named = _overrides(doc, top, names, lenient) if overrides else {}
     checks = _checks(NodeSpec)
     merging = _keys(NodeSpec, "merge")
     specs: list[NodeSpec] = []
@@ -774,7 +804,7 @@ def _node_specs(
 
 
 def _overrides(
-    doc: Document, top: Mapping[str, Any], names: list[str]
+    doc: Document, top: Mapping[str, Any], names: list[str], lenient: bool = False
 ) -> dict[str, dict[str, tuple[Any, Path_]]]:
     raw = top.get("overrides")
     if raw is None:
@@ -784,6 +814,9 @@ def _overrides(
     out: dict[str, dict[str, tuple[Any, Path_]]] = {}
     for name, o in raw.items():
         where: Path_ = ("overrides", name)
+        if name not in names and lenient:
+            _mapping(doc, o, where, NODE_KEYS - {"name"})
+            continue
         if name not in names:
             raise doc.error(where, f"unknown node {name!r}; nodes are {NodeSet.fromlist(names)}")
         m = _mapping(doc, o, where, NODE_KEYS - {"name"})
@@ -801,7 +834,8 @@ def _node_entries(doc: Document, value: Any, key: str = "nodes") -> list[Entry]:
     else:
         raise doc.error(
             (key,),
-            f"expected a node set like 'g[369-376]' or a non-empty list, got {_kind(value)}",
+            f"expected a node set like 'g[369-376]', a non-empty list, {{hostfile: PATH}} "
+            f"or {{slurm: JOBID}}, got {_kind(value)}",
         )
     out: list[Entry] = []
     seen: dict[str, Path_] = {}

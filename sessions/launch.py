@@ -195,6 +195,7 @@ def launch(
     attempt: Attempt | None = None,
 ) -> LaunchResult:
     """Launch the job; raises LaunchError with nothing of this run left running."""
+    check_nodes_fresh(cfg, attempt)
     own = cluster is None
     cluster = cluster or Cluster(cfg.nodes, cfg.ssh)
     count = attempt.number if attempt is not None else 0
@@ -217,6 +218,7 @@ def _launch(
     _connect(cluster, plan, on_event)
     _check_nodes(cfg, cluster, plan, restart, on_event)
     record = RunRecord.from_plan(plan, cfg.path)
+    record.node_source = cfg.nodes_from.to_record() if cfg.nodes_from is not None else None
     record.chain = attempt.chain if attempt is not None else plan.run_id
     record.attempt = attempt.number if attempt is not None else 0
     record.attempts = [dict(e) for e in attempt.earlier] if attempt is not None else []
@@ -246,6 +248,16 @@ def _launch(
         Event(None, None, Phase.RUNNING, f"all {plan.nnodes} node(s) started, run {plan.run_id}")
     )
     return LaunchResult(plan, record, started, ready_at)
+
+
+def check_nodes_fresh(cfg: JobConfig, attempt: Attempt | None) -> None:
+    """A new run goes to the nodes its source gives now; the nodes an earlier run
+    recorded serve that run's commands, and its restarts, only."""
+    source = cfg.nodes_from
+    if attempt is None and source is not None and source.run is not None:
+        raise LaunchError(
+            f"nodes: not launching on the nodes run {source.run} recorded: {source.why}"
+        )
 
 
 def _connect(cluster: Cluster, plan: Plan, on_event: EventSink) -> None:

@@ -103,6 +103,9 @@ class RunRecord:
     attempt: int = 0  # 0: the first launch; N: the Nth restart
     attempts: list[dict[str, Any]] = field(default_factory=list)  # the chain's earlier ends
     history: list[dict[str, Any]] = field(default_factory=list)
+    # nodes from a hostfile or Slurm: the source and the nodes it gave at launch, so the
+    # run's later commands see them after the allocation ends (nodesource.NodeSource)
+    node_source: dict[str, Any] | None = None
 
     @classmethod
     def from_plan(cls, plan: Plan, config: str) -> RunRecord:
