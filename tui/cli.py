@@ -242,6 +242,9 @@ def _check_verbs(verb: Verb) -> None:
         help="smoke test timeout, seconds (more than 0, at most 3600)",
     )
 
+    p = verb("nodes", "the job's nodes as a command sees them: ranks, nproc, where from")
+    p.add_argument("--json", action="store_true")
+
     p = verb("demo", "run the bundled 2-node CPU demo: launch, show training, kill")
     p.add_argument(
         "--seconds",
@@ -273,6 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "watch": cmd_watch,
             "report": cmd_report,
             "doctor": cmd_doctor,
+            "nodes": cmd_nodes,
         }[args.cmd]
         return handler(cfg, args)
     except UsageError as exc:
@@ -500,6 +504,16 @@ def cmd_doctor(cfg: JobConfig, args: argparse.Namespace) -> int:
         say(doctor.format_rows(rows))
         say(f"{len(cfg.nodes)} node(s), {len(rows)} checks in {time.time() - t0:.1f}s")
     return ExitCode(doctor.exit_code(rows))
+
+
+def cmd_nodes(cfg: JobConfig, args: argparse.Namespace) -> int:
+    import json
+
+    from mntui.sessions.nodesource import format_listing, listing
+
+    data = listing(cfg)
+    say(json.dumps(data, indent=2) if args.json else format_listing(data))
+    return ExitCode.OK
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
