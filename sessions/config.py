@@ -43,6 +43,7 @@ __all__ = [
     "ReadyMode",
     "RestartPolicy",
     "SshPolicy",
+    "SyncPolicy",
     "WatchPolicy",
     "check_seconds",
     "load_config",
@@ -623,6 +624,32 @@ class RestartPolicy:
     reset_after: float = field(default=1800.0, metadata=_meta(_seconds(maximum=30 * DAY)))
 
 
+def _flag(doc: Document, value: Any, path: Path_) -> bool:
+    if not isinstance(value, bool):
+        raise doc.error(path, f"expected true or false, got {_kind(value)}")
+    return value
+
+
+@dataclass(frozen=True)
+class SyncPolicy:
+    # a local directory copied into every node's workdir before a launch
+    source: str = field(metadata=_meta(_text))  # relative to the config
+    excludes: tuple[str, ...] = field(default=(), metadata=_meta(_lines))  # rsync patterns
+    gitignore: bool = field(default=True, metadata=_meta(_flag))  # honour .gitignore files
+    # remove what the source lacks from the workdir (excluded files stay)
+    delete: bool = field(default=False, metadata=_meta(_flag))
+
+
+def _sync(doc: Document, value: Any, path: Path_) -> SyncPolicy:
+    m = _mapping(doc, value, path, _keys(SyncPolicy))
+    if m.get("source") is None:
+        message = "required: the local directory to copy into every node's workdir"
+        raise doc.error((*path, "source"), message)
+    policy = SyncPolicy(**_read(doc, SyncPolicy, m, path))
+    source = Path(doc.file).parent / os.path.expanduser(policy.source)
+    return replace(policy, source=str(source))
+
+
 @dataclass(frozen=True)
 class JobConfig:
     path: str
@@ -649,6 +676,8 @@ class JobConfig:
     spares: tuple[NodeSpec, ...] = field(default=(), metadata=_meta())
     # where `nodes: {hostfile: ...}` / `{slurm: ...}` took the nodes from; None: the list
     nodes_from: NodeSource | None = None
+    # copy the code to every node before a launch (`launch --no-sync` skips it)
+    sync: SyncPolicy | None = field(default=None, metadata=_meta(_sync))
 
     @property
     def grace(self) -> float:
@@ -713,7 +742,15 @@ def _build(doc: Document) -> JobConfig:
     ranked = _ranked(nodes, main)
     cfg = JobConfig(doc.file, nodes=ranked, main=main, spares=spares, nodes_from=source, **settings)
     _check_launch(doc, cfg.launch)
+    _check_sync(doc, cfg)
     return replace(cfg, ssh=_ssh_relative(doc.file, cfg.ssh))
+
+
+def _check_sync(doc: Document, cfg: JobConfig) -> None:
+    bare = [n.name for n in cfg.nodes if n.workdir is None]
+    if cfg.sync is not None and bare:
+        message = f"copies into each node's workdir, and {NodeSet.fromlist(bare)} has none"
+        raise doc.error(("sync",), message + ": set workdir")
 
 
 def _spares(doc: Document, top: Mapping[str, Any], nodes: list[NodeSpec]) -> tuple[NodeSpec, ...]:

@@ -217,6 +217,8 @@ def _launch(
 ) -> LaunchResult:
     _connect(cluster, plan, on_event)
     _check_nodes(cfg, cluster, plan, restart, on_event)
+    if cfg.sync is not None and attempt is None:  # a restart runs the code it ran before
+        _sync(cfg, on_event)
     record = RunRecord.from_plan(plan, cfg.path)
     record.node_source = cfg.nodes_from.to_record() if cfg.nodes_from is not None else None
     record.chain = attempt.chain if attempt is not None else plan.run_id
@@ -258,6 +260,18 @@ def check_nodes_fresh(cfg: JobConfig, attempt: Attempt | None) -> None:
         raise LaunchError(
             f"nodes: not launching on the nodes run {source.run} recorded: {source.why}"
         )
+
+
+def _sync(cfg: JobConfig, on_event: EventSink) -> None:
+    from .sync import SyncError, sync_nodes
+
+    try:
+        sync_nodes(cfg, on_event=on_event)
+    except SyncError as exc:
+        what = f"code sync failed on {len(exc.failures)} node(s); nothing was started"
+        raise LaunchError(what, exc.details) from None
+    except MntuiError as exc:  # the source is no directory: one line, for the app too
+        raise LaunchError(f"{exc}; nothing was started") from None
 
 
 def _connect(cluster: Cluster, plan: Plan, on_event: EventSink) -> None:

@@ -177,6 +177,7 @@ def _launch_verbs(verb: Verb) -> None:
         action="store_true",
         help="do not start the watchdog that tears the job down when a node fails",
     )
+    p.add_argument("--no-sync", action="store_true", help="skip the config's code sync")
 
     p = verb("kill", "kill every process of the job on every node")
     p.add_argument(
@@ -327,6 +328,10 @@ def cmd_launch(cfg: JobConfig, args: argparse.Namespace) -> int:
     from mntui.sessions import launch, plan
     from mntui.sessions.remote import NodeError
 
+    if args.no_sync:
+        from dataclasses import replace
+
+        cfg = replace(cfg, sync=None)
     if not args.no_ui and not args.dry_run:
         from mntui.tui.app import run_app
 
