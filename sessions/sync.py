@@ -1,10 +1,12 @@
 """Code sync before a launch: the local tree into every node's workdir (`sync:`).
 
 One rsync per node, all at once, over `ssh -F <the job's ssh_config>` as `mntui attach`
-runs it, so it reaches the hosts the job's own connections reach; only what changed
-travels (rsync's size and mtime check). `.gitignore` files are honoured and `.git`
-travels, so every node holds the commit the launch came from: doctor's commit check
-agrees by construction. A local node (`host: localhost`) gets a plain local rsync.
+runs it, so it reaches the hosts the job's own connections reach. `.gitignore` files are
+honoured and `.git` travels, so every node holds the commit the launch came from:
+doctor's commit check agrees by construction. Only what changed travels, compared by
+content (--checksum): git's refs are 41 bytes at every commit, and a node's stale ref
+written in the same second as the local one passed rsync's size-and-mtime check, which
+left that node on the old commit. A local node (`host: localhost`) gets a local rsync.
 
 A login shell that prints on stdout (conda, pyenv) breaks rsync's protocol ("is your
 shell clean?"), so the ssh side runs through a relay, this module run with `python -m`,
@@ -83,7 +85,7 @@ def rsync_argv(cfg: JobConfig, spec: NodeSpec, marker: str) -> list[str]:
     policy, workdir = cfg.sync, spec.workdir
     if policy is None or workdir is None:
         raise UsageError(f"{cfg.path}: sync needs a `sync:` section and {spec.name}'s workdir")
-    argv = ["rsync", "--archive", "--stats", f"--timeout={RSYNC_TIMEOUT}"]
+    argv = ["rsync", "--archive", "--checksum", "--stats", f"--timeout={RSYNC_TIMEOUT}"]
     argv += ["--delete"] if policy.delete else []
     argv += ["--filter=:- .gitignore"] if policy.gitignore else []
     argv += [f"--exclude={x}" for x in policy.excludes]
