@@ -271,9 +271,10 @@ def parse_job(text: str) -> SlurmJob:
         if eq:
             found.setdefault(key, []).append(value)
     for key in _JOB_FIELDS:
-        if len(found.get(key, ())) != 1:
-            how = "no" if key not in found else "more than one (in the job's name or comment?)"
-            raise ValueError(f"{how} {key}= in scontrol's answer")
+        if key not in found:
+            raise ValueError(f"no {key}= in scontrol's answer")
+        if len(found[key]) > 1:
+            raise ValueError(f"{key}= more than once in scontrol's answer (in a job name?)")
     user = re.fullmatch(r"([^()]*)\(([0-9]{1,10})\)", found["UserId"][0])
     if user is None:
         raise ValueError(f"unreadable UserId={found['UserId'][0]!r}")
@@ -443,6 +444,6 @@ def format_listing(data: dict[str, Any]) -> str:
         (str(n["rank"]), n["node"], n["host"], str(n["nproc"]), "main" if n["main"] else "worker")
         for n in data["nodes"]
     ]
-    widths = [max(len(row[i]) for row in table) for i in range(4)]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) for row in table]
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in table]
     return "\n".join(line.rstrip() for line in lines)
