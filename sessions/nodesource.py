@@ -348,8 +348,7 @@ def show_job(job_id: str) -> SlurmJob:
     if res.returncode != 0:
         said = _first_line(res.stderr or res.stdout)
         if "Invalid job id" in said:
-            return_msg = f"no {name}: it never existed or ended long ago (Slurm forgets it)"
-            raise ValueError(return_msg)
+            raise ValueError(f"no {name}: it never existed or ended long ago (Slurm forgets it)")
         raise ValueError(f"{name}: scontrol failed: {said or f'exit {res.returncode}'}")
     try:
         return parse_job(res.stdout)
