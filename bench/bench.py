@@ -3,6 +3,7 @@
     .venv/bin/python bench/bench.py                 # N = 1, 8, 32, 64; 5 repetitions
     .venv/bin/python bench/bench.py --nodes 8 --reps 3
     .venv/bin/python bench/bench.py --transports    # openssh vs paramiko, N = 8, 32
+    .venv/bin/python bench/bench.py --nodes 0 --app-ticks 0 --sync-nodes 8 --reps 3
 
 Every repetition runs each contender once, in turn (interleaved), so a noisy
 neighbour slows all of them alike; the table gives median and min-max, and the ratio
@@ -16,6 +17,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -227,6 +229,64 @@ def bench_transports(root: Path, n: int, reps: int) -> dict[str, object]:
     return {"n": n, "results": results}
 
 
+def make_tree(root: Path, mb: int, file_kb: int = 50) -> list[Path]:
+    """`mb` MB of random bytes in files of `file_kb` kB, 50 to a directory."""
+    files = []
+    for i in range(mb * 1000 // file_kb):
+        path = root / f"d{i // 50:03d}" / f"f{i:05d}.bin"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(os.urandom(file_kb * 1000))
+        files.append(path)
+    return files
+
+
+def bench_sync(root: Path, n: int, mb: int, reps: int) -> dict[str, list[float]]:
+    """`sync:` to N nodes (all at once, through the noise relay, by content) against a
+    sequential `rsync -a` loop over the same ssh_config: a first sync, then one file changed."""
+    from mntui.sessions.sync import sync_nodes
+
+    fc = FakeCluster(root / "sync", n).start()
+    for node in fc.nodes:  # the plain loop needs a login shell that is quiet on stdout
+        (node.home / ".bashrc").write_text('echo "conda: base environment activated" >&2\n')
+    src = root / "sync-src"
+    files = make_tree(src, mb)
+    results: dict[str, list[float]] = {}
+    try:
+        for rep in range(reps):
+            nodes = ", ".join(f"node{i}" for i in range(n))
+            cfg = parse_config(
+                f"job: bsync\nnodes: [{nodes}]\nworkdir: ~/mntui-{rep}\ncommand: x\n"
+                f"sync: {{source: {src}, gitignore: false}}\nssh: {{config: {fc.ssh_config}}}\n",
+                str(root / "bsync.yaml"),
+            )
+
+            def loop(rep: int = rep) -> None:
+                for i in range(n):
+                    subprocess.run(
+                        ["rsync", "-a", "-e", f"ssh -F {fc.ssh_config}", f"{src}/",
+                         f"node{i}:{fc.nodes[i].home}/loop-{rep}/"],
+                        check=True,
+                        stdin=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )  # fmt: skip
+
+            for phase in ("first sync", "one file changed"):
+                if phase != "first sync":
+                    files[rep % len(files)].write_bytes(os.urandom(50_000))
+                mntui = timed(lambda cfg=cfg: sync_nodes(cfg))
+                results.setdefault(f"sync {mb} MB, {phase}: mntui, all nodes at once", []).append(
+                    mntui
+                )
+                results.setdefault(f"sync {mb} MB, {phase}: sequential rsync loop", []).append(
+                    timed(loop)
+                )
+    finally:
+        fc.stop()
+        shutil.rmtree(root / "sync", ignore_errors=True)  # N x reps copies of the tree
+        shutil.rmtree(src, ignore_errors=True)
+    return results
+
+
 def app_scale(ticks: int, nodes: int = 64, table: bool = False) -> dict[str, float]:
     """The app fed 64 nodes x 8 GPUs of recorded data at 1 Hz: per-tick work and CPU share."""
     import asyncio
@@ -290,6 +350,8 @@ def summarize(
     runs: list[dict[str, object]],
     cold: dict[str, list[float]],
     app: dict[str, dict[str, float]] | None = None,
+    sync: dict[str, list[float]] | None = None,
+    sync_nodes: int = 0,
 ) -> str:
     lines = [
         "| N | measurement | median ms | min-max ms | ratio to floor |",
@@ -313,6 +375,13 @@ def summarize(
             f"| - | cold start: {name} | {med * 1000:.1f} | {min(vals) * 1000:.1f}-{max(vals) * 1000:.1f} "
             f"| {med / base:.2f}x of `python -c pass` |"
         )
+    for name, vals in (sync or {}).items():
+        med = statistics.median(vals)
+        base = statistics.median((sync or {})[name.split(":")[0] + ": sequential rsync loop"])
+        lines.append(
+            f"| {sync_nodes} | {name} | {med * 1000:.0f} | {min(vals) * 1000:.0f}-{max(vals) * 1000:.0f} "
+            f"| {med / base:.2f}x of the loop |"
+        )
     for view, m in (app or {}).items():
         lines.append(
             f"| 64x8 GPUs | app at 1 Hz, {view}: CPU per tick (update+draw) | {m['tick_median_ms']:.1f} | "
@@ -325,7 +394,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--nodes", default=None, help="comma-separated node counts (1,8,32,64)")
+    ap.add_argument(
+        "--nodes", default=None, help="comma-separated node counts (1,8,32,64; 0: none)"
+    )
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--no-slow", action="store_true", help="skip the sequential ssh loop")
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
@@ -337,9 +408,11 @@ def main() -> int:
     ap.add_argument(
         "--app-ticks", type=int, default=20, help="1 Hz ticks of the 64x8 app run (0: skip)"
     )
+    ap.add_argument("--sync-nodes", type=int, default=0, help="nodes of the sync run (0: skip)")
+    ap.add_argument("--sync-mb", type=int, default=50, help="MB of random files the sync copies")
     args = ap.parse_args()
     nodes = args.nodes or ("8,32" if args.transports else "1,8,32,64")
-    counts = [int(x) for x in nodes.split(",")]
+    counts = [int(x) for x in nodes.split(",") if x.strip() and int(x) > 0]
     root = Path(tempfile.mkdtemp(prefix="mntui-bench-", dir=os.path.expanduser("~")))
     os.environ.setdefault("XDG_STATE_HOME", str(root / "state"))
     runs = []
@@ -357,7 +430,11 @@ def main() -> int:
             "grid": app_scale(args.app_ticks, table=False),
             "table": app_scale(args.app_ticks, table=True),
         }
-    table = summarize(runs, cold, app)
+    sync = {}
+    if args.sync_nodes:
+        print(f"== sync, {args.sync_nodes} nodes x {args.sync_mb} MB", file=sys.stderr, flush=True)
+        sync = bench_sync(root, args.sync_nodes, args.sync_mb, args.reps)
+    table = summarize(runs, cold, app, sync, args.sync_nodes)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     meta = {
         "date": time.strftime("%Y-%m-%d"),
@@ -367,7 +444,7 @@ def main() -> int:
     }
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / f"{stamp}.json").write_text(
-        json.dumps({**meta, "runs": runs, "cold_start": cold, "app": app}, indent=2)
+        json.dumps({**meta, "runs": runs, "cold_start": cold, "app": app, "sync": sync}, indent=2)
     )
     print(f"mntui benchmark, {meta['date']}, {meta['machine']}, {args.reps} repetitions\n")
     print(table)

@@ -12,19 +12,23 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import re
 import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ClusterShell.NodeSet import NodeSet, NodeSetException
 
 from .notify import NotifyEvent, NotifyPolicy, check_webhook_url
 from .shellsyntax import ere_problem, quoted_placeholders
 from .yamlmarks import ConfigError, Document, Path_, format_path, load, loads
+
+if TYPE_CHECKING:
+    from .nodesource import NodeSource
 
 __all__ = [
     "LOCAL_HOSTS",
@@ -39,6 +43,7 @@ __all__ = [
     "ReadyMode",
     "RestartPolicy",
     "SshPolicy",
+    "SyncPolicy",
     "WatchPolicy",
     "check_seconds",
     "load_config",
@@ -418,6 +423,8 @@ class NodeSpec:
     )
     setup: tuple[str, ...] = field(default=(), metadata=_meta(_lines, shared=True))
     workdir: str | None = field(default=None, metadata=_meta(_workdir, shared=True))
+    # this node's processes (a hostfile's `slots=N`); None: the job's nproc_per_node
+    nproc_per_node: int | None = field(default=None, metadata=_meta(_count(MAX_NPROC)))
 
     @property
     def is_local(self) -> bool:
@@ -504,6 +511,32 @@ class RestartPolicy:
     reset_after: float = field(default=1800.0, metadata=_meta(_seconds(maximum=30 * DAY)))
 
 
+def _flag(doc: Document, value: Any, path: Path_) -> bool:
+    if not isinstance(value, bool):
+        raise doc.error(path, f"expected true or false, got {_kind(value)}")
+    return value
+
+
+@dataclass(frozen=True)
+class SyncPolicy:
+    # a local directory copied into every node's workdir before a launch
+    source: str = field(metadata=_meta(_text))  # relative to the config
+    excludes: tuple[str, ...] = field(default=(), metadata=_meta(_lines))  # rsync patterns
+    gitignore: bool = field(default=True, metadata=_meta(_flag))  # honour .gitignore files
+    # remove what the source lacks from the workdir (excluded files stay)
+    delete: bool = field(default=False, metadata=_meta(_flag))
+
+
+def _sync(doc: Document, value: Any, path: Path_) -> SyncPolicy:
+    m = _mapping(doc, value, path, _keys(SyncPolicy))
+    if m.get("source") is None:
+        message = "required: the local directory to copy into every node's workdir"
+        raise doc.error((*path, "source"), message)
+    policy = SyncPolicy(**_read(doc, SyncPolicy, m, path))
+    source = Path(doc.file).parent / os.path.expanduser(policy.source)
+    return replace(policy, source=str(source))
+
+
 @dataclass(frozen=True)
 class JobConfig:
     path: str
@@ -528,6 +561,10 @@ class JobConfig:
     progress_pattern: str | None = field(default=None, metadata=_meta(_progress_pattern))
     # nodes that replace one that broke twice in a row (ranks are given when they join)
     spares: tuple[NodeSpec, ...] = field(default=(), metadata=_meta())
+    # where `nodes: {hostfile: ...}` / `{slurm: ...}` took the nodes from; None: the list
+    nodes_from: NodeSource | None = None
+    # copy the code to every node before a launch (`launch --no-sync` skips it)
+    sync: SyncPolicy | None = field(default=None, metadata=_meta(_sync))
 
     @property
     def grace(self) -> float:
@@ -544,6 +581,14 @@ class JobConfig:
     @property
     def all_ports(self) -> tuple[int, ...]:
         return (self.master_port, *[p for p in self.ports if p != self.master_port])
+
+    def nproc(self, node: NodeSpec) -> int:
+        """The node's processes: its own count, else the job's."""
+        return node.nproc_per_node or self.nproc_per_node
+
+    @property
+    def world_size(self) -> int:
+        return sum(self.nproc(n) for n in self.nodes)
 
     def node(self, name: str) -> NodeSpec:
         for n in self.nodes:
@@ -577,12 +622,22 @@ def _build(doc: Document) -> JobConfig:
         if top[required] is None:
             raise doc.error((required,), "required: expected a value, got nothing")
     settings = _read(doc, JobConfig, top, ())
-    nodes = _node_specs(doc, top, _node_entries(doc, top["nodes"]))
+    source, listed = _node_source(doc, top["nodes"], settings["job"])
+    nodes = _node_specs(doc, top, _node_entries(doc, listed), lenient=source is not None)
     main = _main(doc, top, nodes)
     spares = _spares(doc, top, nodes)
-    cfg = JobConfig(path=doc.file, nodes=_ranked(nodes, main), main=main, spares=spares, **settings)
+    ranked = _ranked(nodes, main)
+    cfg = JobConfig(doc.file, nodes=ranked, main=main, spares=spares, nodes_from=source, **settings)
     _check_launch(doc, cfg.launch)
+    _check_sync(doc, cfg)
     return replace(cfg, ssh=_ssh_relative(doc.file, cfg.ssh))
+
+
+def _check_sync(doc: Document, cfg: JobConfig) -> None:
+    bare = [n.name for n in cfg.nodes if n.workdir is None]
+    if cfg.sync is not None and bare:
+        message = f"copies into each node's workdir, and {NodeSet.fromlist(bare)} has none"
+        raise doc.error(("sync",), message + ": set workdir")
 
 
 def _spares(doc: Document, top: Mapping[str, Any], nodes: list[NodeSpec]) -> tuple[NodeSpec, ...]:
@@ -629,11 +684,34 @@ def _ssh_relative(file: str, ssh: SshPolicy) -> SshPolicy:
 Entry = tuple[str, dict[str, Any], Path_]
 
 
+def _node_source(doc: Document, value: Any, job: str) -> tuple[NodeSource | None, Any]:
+    """`nodes: {hostfile: PATH}` or `{slurm: JOBID | auto}`: read now (or as the job's
+    run recorded them), as a list of node mappings; a plain list passes through, and
+    never loads nodesource (nor calls Slurm)."""
+    if not isinstance(value, dict):
+        return None, value
+    from . import nodesource
+
+    source = nodesource.resolve(doc, value, ("nodes",), job)
+    listed = [
+        {"name": n.name, **({"nproc_per_node": n.slots} if n.slots else {})} for n in source.nodes
+    ]
+    return source, listed
+
+
 def _node_specs(
-    doc: Document, top: Mapping[str, Any], entries: list[Entry], *, overrides: bool = True
+    doc: Document,
+    top: Mapping[str, Any],
+    entries: list[Entry],
+    *,
+    overrides: bool = True,
+    lenient: bool = False,
 ) -> list[NodeSpec]:
+    """`lenient`: nodes from a hostfile or Slurm differ from one read to the next, so
+    overrides of nodes not given this time are skipped, not refused."""
     shared = _read(doc, NodeSpec, top, (), SHARED_KEYS)
-    named = _overrides(doc, top, [name for name, _, _ in entries]) if overrides else {}
+    names = [name for name, _, _ in entries]
+    named = _overrides(doc, top, names, lenient) if overrides else {}
     checks = _checks(NodeSpec)
     merging = _keys(NodeSpec, "merge")
     specs: list[NodeSpec] = []
@@ -650,7 +728,7 @@ def _node_specs(
 
 
 def _overrides(
-    doc: Document, top: Mapping[str, Any], names: list[str]
+    doc: Document, top: Mapping[str, Any], names: list[str], lenient: bool = False
 ) -> dict[str, dict[str, tuple[Any, Path_]]]:
     raw = top.get("overrides")
     if raw is None:
@@ -660,6 +738,9 @@ def _overrides(
     out: dict[str, dict[str, tuple[Any, Path_]]] = {}
     for name, o in raw.items():
         where: Path_ = ("overrides", name)
+        if name not in names and lenient:
+            _mapping(doc, o, where, NODE_KEYS - {"name"})
+            continue
         if name not in names:
             raise doc.error(where, f"unknown node {name!r}; nodes are {NodeSet.fromlist(names)}")
         m = _mapping(doc, o, where, NODE_KEYS - {"name"})
@@ -677,7 +758,8 @@ def _node_entries(doc: Document, value: Any, key: str = "nodes") -> list[Entry]:
     else:
         raise doc.error(
             (key,),
-            f"expected a node set like 'g[369-376]' or a non-empty list, got {_kind(value)}",
+            f"expected a node set like 'g[369-376]', a non-empty list, {{hostfile: PATH}} "
+            f"or {{slurm: JOBID}}, got {_kind(value)}",
         )
     out: list[Entry] = []
     seen: dict[str, Path_] = {}

@@ -195,6 +195,7 @@ def launch(
     attempt: Attempt | None = None,
 ) -> LaunchResult:
     """Launch the job; raises LaunchError with nothing of this run left running."""
+    check_nodes_fresh(cfg, attempt)
     own = cluster is None
     cluster = cluster or Cluster(cfg.nodes, cfg.ssh)
     count = attempt.number if attempt is not None else 0
@@ -216,7 +217,10 @@ def _launch(
 ) -> LaunchResult:
     _connect(cluster, plan, on_event)
     _check_nodes(cfg, cluster, plan, restart, on_event)
+    if cfg.sync is not None and attempt is None:  # a restart runs the code it ran before
+        _sync(cfg, on_event)
     record = RunRecord.from_plan(plan, cfg.path)
+    record.node_source = cfg.nodes_from.to_record() if cfg.nodes_from is not None else None
     record.chain = attempt.chain if attempt is not None else plan.run_id
     record.attempt = attempt.number if attempt is not None else 0
     record.attempts = [dict(e) for e in attempt.earlier] if attempt is not None else []
@@ -246,6 +250,28 @@ def _launch(
         Event(None, None, Phase.RUNNING, f"all {plan.nnodes} node(s) started, run {plan.run_id}")
     )
     return LaunchResult(plan, record, started, ready_at)
+
+
+def check_nodes_fresh(cfg: JobConfig, attempt: Attempt | None) -> None:
+    """A new run goes to the nodes its source gives now; the nodes an earlier run
+    recorded serve that run's commands, and its restarts, only."""
+    source = cfg.nodes_from
+    if attempt is None and source is not None and source.run is not None:
+        raise LaunchError(
+            f"nodes: not launching on the nodes run {source.run} recorded: {source.why}"
+        )
+
+
+def _sync(cfg: JobConfig, on_event: EventSink) -> None:
+    from .sync import SyncError, sync_nodes
+
+    try:
+        sync_nodes(cfg, on_event=on_event)
+    except SyncError as exc:
+        what = f"code sync failed on {len(exc.failures)} node(s); nothing was started"
+        raise LaunchError(what, exc.details) from None
+    except MntuiError as exc:  # the source is no directory: one line, for the app too
+        raise LaunchError(f"{exc}; nothing was started") from None
 
 
 def _connect(cluster: Cluster, plan: Plan, on_event: EventSink) -> None:

@@ -42,6 +42,7 @@ class NodePlan:
     host: str
     rank: int
     is_main: bool
+    nproc: int  # this node's processes: a hostfile's slots can differ from node to node
     session: str
     tag: str
     run_dir: str  # relative to the node's $HOME
@@ -89,7 +90,7 @@ def build_plan(
 ) -> Plan:
     """`extra_env` adds per-node variables mntui decides at launch (e.g. PATH of a local node)."""
     nnodes = len(cfg.nodes)
-    world = nnodes * cfg.nproc_per_node
+    world = cfg.world_size  # the sum over the nodes: their nproc can differ
     plans = []
     for spec in cfg.nodes:  # the config keeps the main first, at rank 0
         values: dict[str, str | int] = {
@@ -97,7 +98,7 @@ def build_plan(
             "nnodes": nnodes,
             "master_addr": master_addr,
             "master_port": cfg.master_port,
-            "nproc_per_node": cfg.nproc_per_node,
+            "nproc_per_node": cfg.nproc(spec),  # this node's: torchrun's rank math needs it
             "node": spec.name,
             "restart_count": restart_count,
         }
@@ -125,6 +126,7 @@ def build_plan(
                 host=spec.host,
                 rank=spec.rank,
                 is_main=spec.name == cfg.main,
+                nproc=cfg.nproc(spec),
                 session=session,
                 tag=tag,
                 run_dir=run_dir,
@@ -191,6 +193,7 @@ def describe(plan: Plan) -> str:
         lines += [
             f"== {n.node} (host {n.host}, rank {n.rank}, {role}) tmux session {n.session}",
             f"   run dir ~/{n.run_dir}",
+            f"   nproc_per_node {n.nproc}",
             f"   tag {TAG_VAR}={n.tag}",
             "   launch.sh:",
         ]

@@ -82,6 +82,7 @@ class NodeRecord:
     tag: str
     run_dir: str
     started_at: float | None = None
+    nproc: int | None = None  # the node's processes (None: recorded before nodes could differ)
 
 
 @dataclass
@@ -102,6 +103,9 @@ class RunRecord:
     attempt: int = 0  # 0: the first launch; N: the Nth restart
     attempts: list[dict[str, Any]] = field(default_factory=list)  # the chain's earlier ends
     history: list[dict[str, Any]] = field(default_factory=list)
+    # nodes from a hostfile or Slurm: the source and the nodes it gave at launch, so the
+    # run's later commands see them after the allocation ends (nodesource.NodeSource)
+    node_source: dict[str, Any] | None = None
 
     @classmethod
     def from_plan(cls, plan: Plan, config: str) -> RunRecord:
@@ -111,7 +115,10 @@ class RunRecord:
             os.path.abspath(config),
             plan.master_addr,
             plan.master_port,
-            [NodeRecord(n.node, n.host, n.rank, n.session, n.tag, n.run_dir) for n in plan.nodes],
+            [
+                NodeRecord(n.node, n.host, n.rank, n.session, n.tag, n.run_dir, nproc=n.nproc)
+                for n in plan.nodes
+            ],
         )
 
     @property

@@ -177,6 +177,7 @@ def _launch_verbs(verb: Verb) -> None:
         action="store_true",
         help="do not start the watchdog that tears the job down when a node fails",
     )
+    p.add_argument("--no-sync", action="store_true", help="skip the config's code sync")
 
     p = verb("kill", "kill every process of the job on every node")
     p.add_argument(
@@ -242,6 +243,9 @@ def _check_verbs(verb: Verb) -> None:
         help="smoke test timeout, seconds (more than 0, at most 3600)",
     )
 
+    p = verb("nodes", "the job's nodes as a command sees them: ranks, nproc, where from")
+    p.add_argument("--json", action="store_true")
+
     p = verb("demo", "run the bundled 2-node CPU demo: launch, show training, kill")
     p.add_argument(
         "--seconds",
@@ -273,6 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "watch": cmd_watch,
             "report": cmd_report,
             "doctor": cmd_doctor,
+            "nodes": cmd_nodes,
         }[args.cmd]
         return handler(cfg, args)
     except UsageError as exc:
@@ -323,6 +328,10 @@ def cmd_launch(cfg: JobConfig, args: argparse.Namespace) -> int:
     from mntui.sessions import launch, plan
     from mntui.sessions.remote import NodeError
 
+    if args.no_sync:
+        from dataclasses import replace
+
+        cfg = replace(cfg, sync=None)
     if not args.no_ui and not args.dry_run:
         from mntui.tui.app import run_app
 
@@ -500,6 +509,16 @@ def cmd_doctor(cfg: JobConfig, args: argparse.Namespace) -> int:
         say(doctor.format_rows(rows))
         say(f"{len(cfg.nodes)} node(s), {len(rows)} checks in {time.time() - t0:.1f}s")
     return ExitCode(doctor.exit_code(rows))
+
+
+def cmd_nodes(cfg: JobConfig, args: argparse.Namespace) -> int:
+    import json
+
+    from mntui.sessions.nodesource import format_listing, listing
+
+    data = listing(cfg)
+    say(json.dumps(data, indent=2) if args.json else format_listing(data))
+    return ExitCode.OK
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

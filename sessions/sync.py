@@ -1,0 +1,281 @@
+"""Code sync before a launch: the local tree into every node's workdir (`sync:`).
+
+One rsync per node, all at once, over `ssh -F <the job's ssh_config>` as `mntui attach`
+runs it, so it reaches the hosts the job's own connections reach. `.gitignore` files are
+honoured and `.git` travels, so every node holds the commit the launch came from:
+doctor's commit check agrees by construction. Only what changed travels, compared by
+content (--checksum): git's refs are 41 bytes at every commit, and a node's stale ref
+written in the same second as the local one passed rsync's size-and-mtime check, which
+left that node on the old commit. A local node (`host: localhost`) gets a local rsync.
+
+A login shell that prints on stdout (conda, pyenv) breaks rsync's protocol ("is your
+shell clean?"), so the ssh side runs through a relay, this module run with `python -m`,
+that drops what arrives before a marker the remote command prints.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import secrets
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .errors import MntuiError, UsageError
+from .events import Event, Phase
+
+if TYPE_CHECKING:
+    from .config import JobConfig, NodeSpec
+
+RSYNC_TIMEOUT = 120  # seconds without I/O before rsync gives a node up
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+@dataclass(frozen=True)
+class SyncEvent(Event):
+    """A node's sync: the numbers for the app, a line for the CLI."""
+
+    files: int | None = None  # regular files sent
+    sent: int | None = None  # bytes on the wire
+    seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class SyncStats:
+    files: int | None
+    sent: int | None
+    seconds: float
+
+    def describe(self) -> str:
+        files = "? files" if self.files is None else f"{self.files} file(s)"
+        sent = "" if self.sent is None else f", {_size(self.sent)} sent"
+        return f"{files}{sent} in {self.seconds:.1f}s"
+
+
+class SyncError(MntuiError):
+    def __init__(self, failures: Mapping[str, str]) -> None:
+        self.failures = dict(failures)
+        self.details = "\n".join(f"  {n}: {why}" for n, why in failures.items())
+        super().__init__(f"code sync failed on {len(failures)} node(s)\n{self.details}")
+
+
+# ---- the plan: one rsync command line per node (pure) --------------------------------
+
+
+def remote_dest(workdir: str) -> str:
+    """The workdir as rsync's remote path, which is relative to the node's home."""
+    if workdir in ("~", "~/"):
+        return "."
+    return workdir[2:] if workdir.startswith("~/") else workdir
+
+
+def rsync_argv(cfg: JobConfig, spec: NodeSpec, marker: str) -> list[str]:
+    from .config import HostKeyPolicy
+    from .remote import ssh_base_argv
+
+    policy, workdir = cfg.sync, spec.workdir
+    if policy is None or workdir is None:
+        raise UsageError(f"{cfg.path}: sync needs a `sync:` section and {spec.name}'s workdir")
+    argv = ["rsync", "--archive", "--checksum", "--stats", f"--timeout={RSYNC_TIMEOUT}"]
+    argv += ["--delete"] if policy.delete else []
+    argv += ["--filter=:- .gitignore"] if policy.gitignore else []
+    argv += [f"--exclude={x}" for x in policy.excludes]
+    source = policy.source.rstrip("/") + "/"
+    if spec.is_local:
+        return [*argv, source, os.path.expanduser(workdir).rstrip("/") + "/"]
+    if spec.host.startswith("-"):
+        raise UsageError(f"{cfg.path}: {spec.name}: host {spec.host!r} starts with '-'")
+    ssh = [*ssh_base_argv(cfg.ssh.config), "-o", "BatchMode=yes"]
+    ssh += ["-o", f"ConnectTimeout={math.ceil(cfg.ssh.connect_timeout)}"]
+    if cfg.ssh.host_key is not None:
+        strict = "yes" if cfg.ssh.host_key is HostKeyPolicy.STRICT else "accept-new"
+        ssh += ["-o", f"StrictHostKeyChecking={strict}"]
+    relay = [sys.executable, "-m", "mntui.sessions.sync", marker, *ssh]
+    dest = remote_dest(workdir)
+    # `cd`: to $HOME, where mntui's scripts resolve ~/ too (sshd starts in the passwd home)
+    rsync_path = f"cd && mkdir -p -- {shlex.quote(dest)} && printf %s {marker} && exec rsync"
+    host = f"[{spec.host}]" if ":" in spec.host else spec.host
+    return [*argv, "-e", shlex.join(relay), f"--rsync-path={rsync_path}", source, f"{host}:{dest}/"]
+
+
+# ---- reading rsync's answers (its stderr carries the node's login-shell noise) -------
+
+_STATS = {
+    "files": re.compile(r"Number of regular files transferred: ([0-9,]{1,20})"),
+    "sent": re.compile(r"Total bytes sent: ([0-9,]{1,20})"),
+}
+
+
+def parse_stats(stdout: str, seconds: float) -> SyncStats:
+    found: dict[str, int] = {}
+    for line in stdout.splitlines():
+        for key, rx in _STATS.items():
+            m = rx.fullmatch(line.strip())
+            if m and key not in found:
+                found[key] = int(m[1].replace(",", ""))
+    return SyncStats(found.get("files"), found.get("sent"), seconds)
+
+
+def rsync_error(stderr: str, code: int) -> str:
+    """One line: the cause rsync or ssh gave, not rsync's closing summary."""
+    lines = [_CONTROL.sub("?", x.strip())[:300] for x in stderr.splitlines() if x.strip()]
+    generic = ("rsync error:", "rsync: connection unexpectedly closed", "(see the rsync man")
+    causes = [x for x in lines if not x.startswith(generic)]
+    said = causes[-1] if causes else (lines[-1] if lines else "no message")
+    return f"{said} (rsync exit {code})"
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "kB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{n} B"
+
+
+# ---- running it ------------------------------------------------------------------
+
+
+class _Runs:
+    """The rsync processes under way, so an interrupt stops them all."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.procs: list[subprocess.Popen[str]] = []
+        self.stopped = False
+
+    def start(self, argv: list[str]) -> subprocess.Popen[str] | None:
+        with self.lock:
+            if self.stopped:
+                return None
+            proc = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                errors="replace",
+            )
+            self.procs.append(proc)
+            return proc
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopped = True
+            for proc in self.procs:
+                if proc.poll() is None:
+                    proc.terminate()
+
+
+def sync_nodes(
+    cfg: JobConfig, *, on_event: Callable[[Event], None] = lambda e: None
+) -> dict[str, SyncStats]:
+    """rsync the source into every node's workdir at once; raises SyncError naming each
+    node that failed (the others are synced)."""
+    if cfg.sync is None:
+        return {}
+    if not Path(cfg.sync.source).is_dir():
+        raise UsageError(f"{cfg.path} sync.source: {cfg.sync.source} is not a directory")
+    marker = f"__MNTUI_SYNC_{secrets.token_hex(8)}__"
+    runs = _Runs()
+    pool = ThreadPoolExecutor(max_workers=min(32, len(cfg.nodes)), thread_name_prefix="sync")
+    try:
+        futures = {n.name: pool.submit(_one, cfg, n, marker, runs, on_event) for n in cfg.nodes}
+        results = {name: f.result() for name, f in futures.items()}
+    except BaseException:
+        runs.stop()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    failed = {n: r for n, r in results.items() if isinstance(r, str)}
+    if failed:
+        raise SyncError(failed)
+    return {n: r for n, r in results.items() if isinstance(r, SyncStats)}
+
+
+def _one(
+    cfg: JobConfig,
+    spec: NodeSpec,
+    marker: str,
+    runs: _Runs,
+    on_event: Callable[[Event], None],
+) -> SyncStats | str:
+    """One node: its stats, or why it failed (said as an event too)."""
+    argv = rsync_argv(cfg, spec, marker)
+    where = argv[-1] if spec.is_local else f"{spec.host}:{spec.workdir}"
+    on_event(SyncEvent(spec.name, spec.rank, Phase.NOTICE, f"sync -> {where}"))
+    t0 = time.monotonic()
+    try:
+        if spec.is_local:
+            os.makedirs(argv[-1], exist_ok=True)
+        proc = runs.start(argv)
+    except OSError as exc:
+        proc, why = None, f"{exc.strerror or exc}"
+    else:
+        why = "interrupted"
+    if proc is not None:
+        out, err = proc.communicate()
+        if proc.returncode == 0:
+            stats = parse_stats(out, time.monotonic() - t0)
+            message = f"synced {stats.describe()}"
+            on_event(
+                SyncEvent(
+                    spec.name,
+                    spec.rank,
+                    Phase.NOTICE,
+                    message,
+                    files=stats.files,
+                    sent=stats.sent,
+                    seconds=stats.seconds,
+                )
+            )
+            return stats
+        why = rsync_error(err, proc.returncode)
+    on_event(Event(spec.name, spec.rank, Phase.FAILED, f"sync failed: {why}"))
+    return why
+
+
+# ---- the relay: `python -m mntui.sessions.sync MARKER ssh ...` -------------------------
+
+
+def relay(marker: bytes, command: list[str]) -> int:
+    """Run `command` (ssh) with our stdin and stderr, and copy its stdout from just after
+    `marker`: what a login shell printed before it never reaches rsync."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    fd, tail, found = proc.stdout.fileno(), b"", False
+    try:
+        while chunk := os.read(fd, 1 << 16):
+            if found:
+                _write(chunk)
+                continue
+            tail += chunk
+            at = tail.find(marker)
+            if at >= 0:
+                found = True
+                _write(tail[at + len(marker) :])
+            else:
+                tail = tail[-len(marker) :]
+    except (BrokenPipeError, KeyboardInterrupt):
+        proc.terminate()
+    return proc.wait()
+
+
+def _write(data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(1, view) :]
+
+
+if __name__ == "__main__":
+    sys.exit(relay(sys.argv[1].encode(), sys.argv[2:]))
