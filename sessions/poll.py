@@ -69,7 +69,36 @@ class NodeSnapshot:
 
 
 PORTS_EVERY = 10  # polls between listening-port scans (`ss -p` walks every fd: 6 ms)
-SCAN_EVERY = 10  # polls between full tag scans; in between, the known processes' tree
+# Polls between full tag scans (grep of every /proc/*/environ). In between, the poll
+# walks the tree of the PIDs it knows and of the pane's process: that sees a new child,
+# an exit and a reparented worker (its ppid is re-read) on the very next poll; only a
+# tagged process outside that tree (a daemon that double-forked between two polls)
+# waits for the scan.
+SCAN_EVERY = 10
+
+# mntui_poll_tree PID... -> those PIDs and all their descendants, one a line, read from
+# /proc/*/task/*/children with builtins only. A children file ends without a newline,
+# so `read` returns EOF on it: the line it read counts all the same (lib.sh's
+# mntui_tree drops it, and never descends).
+_TREE = """mntui_poll_tree() {
+  _seen=" "
+  _todo="$*"
+  while [ -n "$_todo" ]; do
+    _next=""
+    for _p in $_todo; do
+      case "$_seen" in *" $_p "*) continue ;; esac
+      [ -d "/proc/$_p" ] || continue
+      _seen="$_seen$_p "
+      for _c in "/proc/$_p"/task/*/children; do
+        _k=""
+        read -r _k 2>/dev/null <"$_c" || :
+        _next="$_next $_k"
+      done
+    done
+    _todo=$_next
+  done
+  for _p in $_seen; do echo "$_p"; done
+}"""
 
 
 def _pane_lines(rec: NodeRecord, pane_pid: int | None) -> str:
@@ -101,10 +130,11 @@ def poll_script(
     """Steady-state polls spawn few processes: node clock and sysconf come on the first
     poll only, tmux is asked only when the pane's process is gone, ports every few polls."""
     known = " ".join(str(p) for p in sorted(known_pids))
+    seeds = " ".join(str(p) for p in sorted(known_pids | ({pane_pid} if pane_pid else set())))
     scan = (
         f"mntui_scan {shlex.quote(run_pattern(rec.tag))}"
-        if full_scan or not known_pids
-        else f"mntui_tree {known}"
+        if full_scan or not seeds
+        else f"mntui_poll_tree {seeds}"
     )
     once = (
         "printf '@NOW %s\\n' \"$(date +%s.%N)\"\n"
@@ -113,6 +143,7 @@ def poll_script(
         else ""
     )
     return f"""{SHELL_LIB}
+{_TREE}
 d={run_dir_word(rec.run_dir)}
 {once}
 read -r up _ </proc/uptime && printf '@UP %s\\n' "$up"
@@ -406,6 +437,12 @@ class Poller:
         self._state = {
             n.node: _NodeState(offset=(from_offsets or {}).get(n.node, 0)) for n in record.nodes
         }
+        self.polls = 0  # rounds polled: one poll stream per run is checked by counting
+
+    def offsets(self) -> dict[str, int]:
+        """Where each log's next read starts: between two polls, the end of what the
+        snapshots so far carried (an agent's subscriber gets the bytes before it)."""
+        return {n: max(0, st.offset) for n, st in self._state.items()}
 
     def tail_from_end(self) -> None:
         """Skip what the log already holds (a viewer that joins late starts at the end)."""
@@ -454,6 +491,7 @@ class Poller:
             rec = self.record.node(o.node)
             return NodeSnapshot(rec.node, rec.rank, time.time(), reachable=False, error=o.error)
 
+        self.polls += 1
         results = self.cluster.map(
             self.poll_node,
             [n.node for n in self.record.nodes],
@@ -473,3 +511,17 @@ def snapshot_dict(
     if state is not None:
         d["state"], d["why"] = state, why
     return d
+
+
+def snapshot_wire(s: NodeSnapshot) -> Any:
+    """The agent's form of a snapshot: every field, log bytes as base64 (exact bytes)."""
+    from .wire import encode
+
+    return encode(s)
+
+
+def snapshot_from_wire(data: Any) -> NodeSnapshot:
+    """The same NodeSnapshot back, or wire.WireError: checked field by field."""
+    from .wire import decode
+
+    return decode(NodeSnapshot, data)
