@@ -166,6 +166,13 @@ class AgentClient:
     def close(self) -> None:
         self.sock.close()
 
+    def shutdown(self) -> None:
+        """Wake a thread that waits for a reply (from another thread): it sees the end."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
     def __enter__(self) -> AgentClient:
         return self
 

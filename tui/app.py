@@ -147,6 +147,7 @@ class MntuiApp(Operations):
         self.subscribed = False  # the agent's stream feeds the views: no polls of our own
         self.agent_tried = 0.0  # monotonic time of the last try to reach the agent
         self.agent_snaps = 0  # snapshots that came from the agent
+        self.agent_client: AgentClient | None = None
         self.agent_offsets: tuple[int, dict[str, int]] = (-1, {})  # where its stream left
         self.started = time.time()
         self.table_mode = len(cfg.nodes) > TABLE_ABOVE
@@ -202,6 +203,7 @@ class MntuiApp(Operations):
         if self.header_timer is not None:
             self.header_timer.stop()
         self.hand_over_watchdog()
+        self.stop_following()
         if self.cluster is not None:
             self.cluster.close()
 
@@ -224,6 +226,7 @@ class MntuiApp(Operations):
                 self.log_event(f"watchdog: {exc}")
         self.generation += 1
         self.subscribed = False
+        self.stop_following()
         if self.lock is None and self.polling_enabled:
             self.try_agent(START_BACK)
         else:
@@ -243,6 +246,7 @@ class MntuiApp(Operations):
         client, via = try_connect(record.dir)
         why = via.detail
         if client is not None:
+            self.agent_client = client
             with client:
                 try:
                     why = self._stream(client, record, generation, back, via.detail)
@@ -274,6 +278,12 @@ class MntuiApp(Operations):
             elif kind == "end":
                 return str(msg.get("why", "the agent ended the stream"))
         return "the stream ended"
+
+    def stop_following(self) -> None:
+        """End the stream's worker now (it waits in recv): closing the app, another run."""
+        client, self.agent_client = self.agent_client, None
+        if client is not None:
+            client.shutdown()
 
     def on_agent_following(self, message: AgentFollowing) -> None:
         if message.generation == self.generation:
