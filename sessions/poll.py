@@ -126,6 +126,7 @@ def poll_script(
     pane_pid: int | None = None,
     ports: bool = True,
     full_scan: bool = True,
+    keep: int | None = None,
 ) -> str:
     """Steady-state polls spawn few processes: node clock and sysconf come on the first
     poll only, tmux is asked only when the pane's process is gone, ports every few polls."""
@@ -168,13 +169,27 @@ done </proc/meminfo
 # shellcheck disable=SC2046 # size and mtime, one a word
 set -- $(stat -c '%s %Y' "$d/output.log" 2>/dev/null)
 printf '@LOGSTAT %s\\n' "$*"
-if [ "${{1:-0}}" -gt {offset} ]; then
+{_log_lines(offset, keep)}
+echo "@END"
+"""
+
+
+def _log_lines(offset: int, keep: int | None) -> str:
+    """Bytes of output.log from `offset`; with `keep`, its last `keep` bytes instead (a
+    viewer that joins late), exactly those before the size just printed."""
+    if keep is None:
+        return f"""if [ "${{1:-0}}" -gt {offset} ]; then
   printf '@LOG '
   tail -c +{offset + 1} "$d/output.log" | head -c {LOG_CHUNK} | base64 -w0
   echo
-fi
-echo "@END"
-"""
+fi"""
+    keep = min(keep, LOG_CHUNK)
+    return f"""if [ "${{1:-0}}" -gt 0 ]; then
+  s=$(($1 > {keep} ? $1 - {keep} : 0))
+  printf '@LOG '
+  tail -c +$((s + 1)) "$d/output.log" | head -c $(($1 - s)) | base64 -w0
+  echo
+fi"""
 
 
 # -- reading the answer: pure ------------------------------------------------------
@@ -456,28 +471,30 @@ class Poller:
     def poll_node(self, node: Node) -> NodeSnapshot:
         rec = self.record.node(node.name)
         st = self._state[node.name]
-        skip = st.offset < 0  # "from the end": this poll reads no log, only its size
+        # "From the end": this poll reads the log's last `keep` bytes, and follows from its size.
+        tail = st.keep if st.offset < 0 else None
         t0 = time.monotonic()
         try:
             script = poll_script(
                 rec,
-                1 << 62 if skip else st.offset,
+                max(0, st.offset),
                 frozenset(st.cmdlines),
                 st.first,
                 self.gpus,
                 st.pane_pid,
                 ports=st.polls % PORTS_EVERY == 0,
                 full_scan=st.polls % SCAN_EVERY == 0,
+                keep=tail,
             )
             st.polls += 1
             res = node.run(script, timeout=20)
         except NodeError as exc:
             return NodeSnapshot(rec.node, rec.rank, time.time(), reachable=False, error=exc.message)
-        if skip:
+        if tail is not None:
             st.offset = 0
         snap = parse_poll(rec, res.stdout, st, time.monotonic() - t0, self.gpus)
-        if skip:
-            st.offset = max(0, (snap.log_size or 0) - st.keep)
+        if tail is not None:
+            st.offset = snap.log_size or 0
         return snap
 
     def poll(

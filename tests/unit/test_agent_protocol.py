@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import threading
 from pathlib import Path
 
@@ -108,8 +109,7 @@ def test_another_users_connection_is_refused() -> None:
     """SO_PEERCRED says who connected; an agent owned by another uid refuses us."""
     assert agentclient.peer_uid(socket.socketpair()[0]) == os.getuid()
     with serve_pair(Agent("job", uid=os.getuid() + 1)) as sock:
-        sock.sendall(message(op="hello"))
-        reply = next(read_messages(sock))
+        reply = next(read_messages(sock))  # said before any request is read
     assert reply["ok"] is False and "refused: peer uid" in reply["error"]
 
 
@@ -162,3 +162,63 @@ def test_no_agent_file_means_direct(tmp_path: Path) -> None:
     assert client is None and via.name == "direct" and "no agent" in via.detail
     (tmp_path / agentclient.AGENT_FILE).write_text('{"socket": 1, "pid": "x"}')
     assert "unreadable" in agentclient.try_connect(tmp_path)[1].detail
+
+
+# -- the poll script pieces this issue added, under dash and shellcheck ----------------
+
+
+def test_a_late_viewer_reads_exactly_the_last_bytes_before_the_size(tmp_path: Path) -> None:
+    """`status` and the app start near the end of each log: the first poll carries the
+    last `keep` bytes (STEP on a one-shot status), and the next one follows from the size."""
+    import subprocess
+
+    from mntui.sessions.poll import parse_answer, poll_script
+    from mntui.sessions.runs import NodeRecord
+
+    run = tmp_path / "run"
+    run.mkdir()
+    data = bytes(range(256)) * 40 + b"step 7\npartial"
+    (run / "output.log").write_bytes(data)
+    rec = NodeRecord("n1", "h", 0, "none", "tag/none", "run")
+    env = {**os.environ, "HOME": str(tmp_path)}
+    for keep, want in ((100, data[-100:]), (0, b""), (10**6, data)):
+        script = poll_script(rec, 0, frozenset(), True, gpus=False, ports=False, keep=keep)
+        assert subprocess.run(["dash", "-n"], input=script, text=True).returncode == 0
+        check = subprocess.run(
+            [str(Path(sys.executable).parent / "shellcheck"), "-s", "sh", "-"],
+            input=script,
+            capture_output=True,
+            text=True,
+        )
+        assert check.returncode == 0, check.stdout
+        out = subprocess.run(["dash", "-s"], input=script, capture_output=True, text=True, env=env)
+        a = parse_answer(out.stdout)
+        assert a.log_size == len(data) and a.log == want[-65536:] and a.malformed == 0
+
+
+def test_the_poll_tree_descends_into_children(tmp_path: Path) -> None:
+    """/proc/PID/task/TID/children ends without a newline: `read` sees EOF on it, and
+    lib.sh's mntui_tree therefore never descended."""
+    import subprocess
+
+    from mntui.sessions.poll import _TREE
+
+    parent = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60 & wait"])
+    try:
+        kids: list[str] = []
+        for _ in range(100):
+            kids = Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split()
+            if len(kids) == 2:
+                break
+            threading.Event().wait(0.02)
+        out = subprocess.run(
+            ["dash", "-c", f"{_TREE}\nmntui_poll_tree {parent.pid} 999999999"],
+            capture_output=True,
+            text=True,
+        )
+        assert sorted(out.stdout.split()) == sorted([str(parent.pid), *kids]), out
+    finally:
+        for kid in Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split():
+            os.kill(int(kid), 9)
+        parent.kill()
+        parent.wait()
