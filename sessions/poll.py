@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import re
 import shlex
+import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +28,7 @@ from .remote import Cluster, Node, NodeError, Outcome
 from .runs import NodeRecord, RunRecord
 
 LOG_CHUNK = 64 * 1024
+ROUND_WAIT = 5.0  # seconds a poll round waits for a node before it counts as unreachable
 
 
 @dataclass(frozen=True)
@@ -453,6 +456,9 @@ class Poller:
             n.node: _NodeState(offset=(from_offsets or {}).get(n.node, 0)) for n in record.nodes
         }
         self.polls = 0  # rounds polled: one poll stream per run is checked by counting
+        self.round_wait = ROUND_WAIT
+        self._inflight: dict[str, Future[NodeSnapshot]] = {}
+        self._sent: dict[str, float] = {}
 
     def offsets(self) -> dict[str, int]:
         """Where each log's next read starts: between two polls, the end of what the
@@ -500,21 +506,66 @@ class Poller:
     def poll(
         self, on_node: Callable[[NodeSnapshot], object] | None = None
     ) -> dict[str, NodeSnapshot]:
-        """Poll every node at once; `on_node` gets each snapshot the moment it arrives."""
+        """Poll every node at once; `on_node` gets each snapshot the moment it arrives.
 
-        def snapshot(o: Outcome[NodeSnapshot]) -> NodeSnapshot:
-            if o.value is not None:
-                return o.value
-            rec = self.record.node(o.node)
-            return NodeSnapshot(rec.node, rec.rank, time.time(), reachable=False, error=o.error)
-
+        A node that has not answered within `round_wait` holds back no one: it is
+        unreachable for this round, and its poll, still running, is not sent again;
+        its answer (log bytes included) comes with the first round after it returns.
+        A hung sshd once held every round, and so the watchdog, for the 20 s timeout."""
         self.polls += 1
-        results = self.cluster.map(
-            self.poll_node,
-            [n.node for n in self.record.nodes],
-            on_result=(lambda o: on_node(snapshot(o))) if on_node else None,
-        )
-        return {name: snapshot(o) for name, o in results.items()}
+        pending: dict[Future[NodeSnapshot], str] = {}
+        for n in self.record.nodes:
+            fut = self._inflight.get(n.node)
+            if fut is None:
+                fut = self._inflight[n.node] = self._submit(n.node)
+            pending[fut] = n.node
+        out: dict[str, NodeSnapshot] = {}
+        deadline = time.monotonic() + self.round_wait
+        waiting = set(pending)
+        while waiting:
+            left = deadline - time.monotonic()
+            done, waiting = wait(waiting, timeout=max(0.0, left), return_when=FIRST_COMPLETED)
+            if not done:
+                break
+            for fut in done:
+                name = pending[fut]
+                del self._inflight[name]
+                out[name] = self._answer(name, fut)
+                if on_node:
+                    on_node(out[name])
+        for fut in waiting:
+            name = pending[fut]
+            late = time.monotonic() - self._sent[name]
+            out[name] = self._unreachable(name, f"no answer for {late:.1f}s (poll still running)")
+            if on_node:
+                on_node(out[name])
+        return {n.node: out[n.node] for n in self.record.nodes}
+
+    def _submit(self, name: str) -> Future[NodeSnapshot]:
+        """One node's poll on a daemon thread: a hung node never keeps a command from
+        exiting (a pool's threads are joined at exit)."""
+        fut: Future[NodeSnapshot] = Future()
+        self._sent[name] = time.monotonic()
+
+        def run() -> None:
+            try:
+                fut.set_result(self.poll_node(self.cluster.nodes[name]))
+            except BaseException as exc:  # a bug on one node must not hide the others
+                fut.set_exception(exc)
+
+        threading.Thread(target=run, name=f"mntui-poll-{name}", daemon=True).start()
+        return fut
+
+    def _answer(self, name: str, fut: Future[NodeSnapshot]) -> NodeSnapshot:
+        exc = fut.exception()
+        if exc is None:
+            return fut.result()
+        error = Outcome[NodeSnapshot].failure(name, exc).error
+        return self._unreachable(name, error or type(exc).__name__)
+
+    def _unreachable(self, name: str, error: str) -> NodeSnapshot:
+        rec = self.record.node(name)
+        return NodeSnapshot(rec.node, rec.rank, time.time(), reachable=False, error=error)
 
 
 def snapshot_dict(

@@ -205,6 +205,44 @@ def test_a_new_child_and_a_reparented_one_are_seen_on_the_next_poll(
     assert cfg.mntui(path, "kill").returncode == 0
 
 
+def test_a_hung_node_holds_back_no_other_node(fake: FakeCluster, cfg: Cfg) -> None:
+    """A node whose sshd stopped answering is unreachable after `round_wait`, not after
+    the 20 s command timeout, and is not asked again while its poll is still out."""
+    job = "hung"
+    path = cfg.write(listener_job(job, free_port(), nodes="[node0, node2]"))
+    assert cfg.mntui(path, "launch", "--no-ui").returncode == 0
+    config, record = load_config(path), latest(job)
+    assert record is not None
+    with Cluster(config.nodes, config.ssh) as cluster:
+        poller = Poller(record, cluster, gpus=False)
+        poller.round_wait = 1.0
+        assert all(s.reachable for s in poller.poll().values())
+        sshd = _tree(fake.node("node2").proc.pid)  # type: ignore[union-attr]  # and our session
+        try:
+            for pid in sshd:
+                os.kill(pid, signal.SIGSTOP)
+            for _ in range(2):
+                snaps = poller.poll()
+                assert snaps["node0"].reachable and not snaps["node2"].reachable
+                assert "poll still running" in (snaps["node2"].error or "")
+            assert poller._state["node2"].polls == 2  # the hung poll was not sent again
+        finally:
+            for pid in sshd:
+                os.kill(pid, signal.SIGCONT)
+        wait_for(lambda: poller.poll()["node2"].reachable, 30, what="node2 back")
+    assert cfg.mntui(path, "kill").returncode == 0
+
+
+def _tree(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for f in Path(f"/proc/{p}/task").glob("*/children"):
+            todo += [int(c) for c in f.read_text().split()]
+    return out
+
+
 def _sleep_600(job: str) -> int | None:
     for pid in tagged(job):
         if Path(f"/proc/{pid}/cmdline").read_bytes() == b"sleep\x00600\x00":
