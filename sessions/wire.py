@@ -17,7 +17,7 @@ import json
 import socket
 import types
 import typing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from enum import Enum
 from functools import cache
 from typing import Any, TypeVar
@@ -46,78 +46,127 @@ def encode(obj: Any) -> Any:
     return obj
 
 
-@cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
 def decode(cls: type[T], data: Any, where: str = "") -> T:
     """`data` as an instance of the dataclass `cls`, or WireError naming the field."""
-    where = where or cls.__name__
-    if not isinstance(data, dict):
-        raise WireError(f"{where}: expected an object, got {type(data).__name__}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    unknown = set(data) - set(fields)
-    if unknown:
-        raise WireError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
-    hints = _hints(cls)  # type: ignore[arg-type]
-    values = {}
-    for name, f in fields.items():
-        if name in data:
-            values[name] = _value(hints[name], data[name], f"{where}.{name}")
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise WireError(f"{where}: missing field {name}")
-    return cls(**values)
+    try:
+        return _converter(cls)(data)  # type: ignore[no-any-return]
+    except WireError as exc:
+        raise _at(where or cls.__name__, exc) from None
 
 
-def _value(tp: Any, v: Any, where: str) -> Any:
+Convert = Callable[[Any], Any]
+
+
+def _at(part: str, exc: WireError) -> WireError:
+    """The error one level up: its path gets `part` in front (built only on failure)."""
+    text = str(exc)
+    return WireError(f"{part}{text if text.startswith(('.', '[')) else ': ' + text}")
+
+
+@cache
+def _converter(tp: Any) -> Convert:
+    """A checker-and-builder for values of type `tp`, made once per type: a 64-node x
+    8-GPU snapshot is decoded every second in the app."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (types.UnionType, typing.Union):
-        if v is None and type(None) in args:
-            return None
         real = [a for a in args if a is not type(None)]
         if len(real) != 1:
-            raise WireError(f"{where}: unsupported type {tp}")
-        return _value(real[0], v, where)
+            raise TypeError(f"unsupported type {tp}")
+        inner = _converter(real[0])
+        return lambda v: None if v is None else inner(v)
     if origin is tuple:
-        if not isinstance(v, list):
-            raise WireError(f"{where}: expected a list")
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_value(args[0], x, f"{where}[{i}]") for i, x in enumerate(v))
-        if len(v) != len(args):
-            raise WireError(f"{where}: expected {len(args)} items, got {len(v)}")
-        pairs = enumerate(zip(args, v, strict=True))
-        return tuple(_value(a, x, f"{where}[{i}]") for i, (a, x) in pairs)
+        return _tuple(args)
     if dataclasses.is_dataclass(tp):
-        return decode(tp, v, where)  # type: ignore[arg-type]
-    return _scalar(tp, v, where)
-
-
-def _scalar(tp: Any, v: Any, where: str) -> Any:
+        return _dataclass(tp)  # type: ignore[arg-type]
     if isinstance(tp, type) and issubclass(tp, Enum):
+        return _enum(tp)
+    return _scalar(tp)
+
+
+def _tuple(args: tuple[Any, ...]) -> Convert:
+    many = len(args) == 2 and args[1] is Ellipsis
+    items = [_converter(a) for a in (args[:1] if many else args)]
+
+    def convert(v: Any) -> Any:
+        if type(v) is not list:
+            raise WireError("expected a list")
+        if not many and len(v) != len(items):
+            raise WireError(f"expected {len(items)} items, got {len(v)}")
+        out = []
+        for i, x in enumerate(v):
+            try:
+                out.append(items[0 if many else i](x))
+            except WireError as exc:
+                raise _at(f"[{i}]", exc) from None
+        return tuple(out)
+
+    return convert
+
+
+def _dataclass(cls: type) -> Convert:
+    hints = typing.get_type_hints(cls)
+    fields = [
+        (
+            f.name,
+            _converter(hints[f.name]),
+            f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+        )
+        for f in dataclasses.fields(cls)
+    ]
+    names = {name for name, _, _ in fields}
+
+    def build(data: Any) -> Any:
+        if type(data) is not dict:
+            raise WireError(f"expected an object, got {type(data).__name__}")
+        if not data.keys() <= names:
+            raise WireError(f"unknown field(s) {', '.join(sorted(data.keys() - names))}")
+        values = {}
+        for name, convert, required in fields:
+            if name in data:
+                try:
+                    values[name] = convert(data[name])
+                except WireError as exc:
+                    raise _at(f".{name}", exc) from None
+            elif required:
+                raise WireError(f"missing field {name}")
+        return cls(**values)
+
+    return build
+
+
+def _enum(tp: type[Enum]) -> Convert:
+    def convert(v: Any) -> Any:
         try:
             return tp(v)
         except ValueError:
-            raise WireError(f"{where}: {v!r} is not a {tp.__name__}") from None
-    ok = {
-        bool: isinstance(v, bool),
-        int: isinstance(v, int) and not isinstance(v, bool),
-        float: isinstance(v, int | float) and not isinstance(v, bool),
-        str: isinstance(v, str),
-        bytes: isinstance(v, str),
-    }
-    if tp not in ok:
-        raise WireError(f"{where}: unsupported type {tp}")
-    if not ok[tp]:
-        raise WireError(f"{where}: expected {tp.__name__}, got {type(v).__name__}")
-    if tp is float:
-        return float(v)
+            raise WireError(f"{v!r} is not a {tp.__name__}") from None
+
+    return convert
+
+
+def _scalar(tp: Any) -> Convert:
     if tp is bytes:
-        try:
-            return base64.b64decode(v, validate=True)
-        except (binascii.Error, ValueError):
-            raise WireError(f"{where}: not base64") from None
-    return v
+
+        def b64(v: Any) -> bytes:
+            if type(v) is not str:
+                raise WireError(f"expected bytes (base64), got {type(v).__name__}")
+            try:
+                return base64.b64decode(v, validate=True)
+            except (binascii.Error, ValueError):
+                raise WireError("not base64") from None
+
+        return b64
+    accept = {bool: (bool,), int: (int,), float: (int, float), str: (str,)}.get(tp)
+    if accept is None:
+        raise TypeError(f"unsupported type {tp}")
+    name = tp.__name__
+
+    def check(v: Any) -> Any:
+        if type(v) not in accept:  # exact: True is no int, and no str subclass either
+            raise WireError(f"expected {name}, got {type(v).__name__}")
+        return float(v) if tp is float else v
+
+    return check
 
 
 # -- framing ------------------------------------------------------------------------
