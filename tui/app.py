@@ -66,6 +66,8 @@ from .widgets import (
 )
 
 LOG_KEEP = 5000  # lines of log kept per node in the app
+TABLE_ABOVE = 16  # nodes above which the app opens in the compact table view
+START_BACK = 16 * 1024  # bytes of existing log shown when the app opens on a running job
 AGENT_RETRY = 2.0  # seconds between tries to reach the agent while polling directly
 AGENT_SILENCE = 10.0  # an agent that sends nothing for this long (x interval) is gone
 
@@ -88,10 +90,6 @@ class AgentGone(Message):
     def __init__(self, generation: int, why: str) -> None:
         super().__init__()
         self.generation, self.why = generation, why
-
-
-TABLE_ABOVE = 16  # nodes above which the app opens in the compact table view
-START_BACK = 16 * 1024  # bytes of existing log shown when the app opens on a running job
 
 
 class MntuiApp(Operations):
