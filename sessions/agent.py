@@ -5,9 +5,10 @@ what it has (the latest snapshots and verdicts) and acting on those connections 
 reads, a kill, a live report) turns every `mntui status` from N SSH handshakes into one
 local round trip, and lets the app subscribe to the same poll stream instead of polling
 every node a second time. The protocol is newline-delimited JSON, versioned (wire.py):
-a request `{"v": 1, "op": ...}`, then one reply, or for kill/report/subscribe an
-acknowledgement at once and more messages after it (a client gives up within a second
-on an agent that does not answer, and goes direct).
+a request `{"v": 1, "op": ...}`, then one reply (status), or an acknowledgement at once
+and the answer after it (logs, kill, report, subscribe): a client gives up within a
+second on an agent that does not answer (a stopped one, or a socket that outlives a
+killed agent for a moment), and goes direct.
 
 One agent serves a whole restart chain: the supervisor attaches each attempt's run and
 detaches it when the attempt ends; detaching waits for requests that are using the
@@ -41,7 +42,7 @@ from .runs import RunRecord
 from .states import Verdict
 from .wire import WireError, encode, message, read_messages
 
-FIRST_SNAPSHOT_WAIT = 3.0  # a request right after attach waits for the first poll
+FIRST_SNAPSHOT_WAIT = 0.5  # a request right after attach waits for the first poll
 DETACH_WAIT = 120.0  # at most, for requests still using the run's connections
 IDLE_CLOSE = 60.0  # a connection that sends nothing for this long is closed
 QUEUE = 16  # snapshots a subscriber may be behind before it is let go
@@ -259,6 +260,7 @@ class Agent:
             dirs = {n.node: n.run_dir for n in t.record.nodes}
             if set(want) - set(dirs):
                 raise Refused(f"unknown node(s): {', '.join(sorted(set(want) - set(dirs)))}")
+            conn.sendall(message(ok=True, accepted=True))  # at once: the nodes may take a while
 
             def one(node: Node) -> dict[str, Any]:
                 kind, n = want[node.name]
@@ -271,7 +273,7 @@ class Agent:
 
             res = t.cluster.map(one, list(want))
         out = {n: o.value if o.value is not None else {"error": o.error} for n, o in res.items()}
-        conn.sendall(message(ok=True, nodes=out))
+        conn.sendall(message(kind="done", nodes=out))
         return True
 
     def _kill(self, conn: socket.socket, msg: dict[str, Any]) -> bool:

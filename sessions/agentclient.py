@@ -38,6 +38,7 @@ from .wire import WireError, decode, message, read_messages
 
 AGENT_FILE = "agent.json"
 CONNECT_TIMEOUT = 1.0  # a live agent answers at once; a stale socket is refused at once
+FIRST_REPLY = 1.0  # every request's first reply (the answer, or an acknowledgement)
 SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes with its NUL
 
 
@@ -152,7 +153,7 @@ class AgentClient:
             raise AgentUnavailable(f"agent pid {self.pid}: {msg.get('error', 'refused')}")
         return msg
 
-    def request(self, op: str, timeout: float = 10.0, **fields: Any) -> dict[str, Any]:
+    def request(self, op: str, timeout: float = FIRST_REPLY, **fields: Any) -> dict[str, Any]:
         self.send(op, **fields)
         return self.reply(timeout)
 
@@ -257,7 +258,7 @@ def kill(
     If the agent goes away midway, AgentUnavailable: a direct kill may follow (a kill
     is safe to repeat)."""
     client.send("kill", nodes=list(names) if names else None, grace=grace)
-    for msg in client.stream(first=2 * CONNECT_TIMEOUT, timeout=grace + 90):
+    for msg in client.stream(first=FIRST_REPLY, timeout=grace + 90):
         kind = msg.get("kind")
         try:
             if kind == "event":
@@ -277,9 +278,10 @@ def read_logs(
 ) -> dict[str, dict[str, Any]]:
     """Per node: {"lines", "offset"} for {"lines": n}, {"data" (bytes), "offset",
     "size"} for {"offset": n}, or {"error"}; read on the agent's connections."""
-    msg = client.request(
-        "logs", timeout=60, run=run_id, nodes={n: dict(w) for n, w in want.items()}
-    )
+    client.send("logs", run=run_id, nodes={n: dict(w) for n, w in want.items()})
+    replies = client.stream(first=FIRST_REPLY, timeout=60)
+    next(replies)  # accepted
+    msg = next(replies)
     out: dict[str, dict[str, Any]] = {}
     try:
         for name in want:
@@ -315,7 +317,7 @@ def _log_answer(name: str, got: dict[str, Any]) -> dict[str, Any]:
 def live_report(client: AgentClient, run_id: str, timeout: float) -> tuple[str, dict[str, Any]]:
     """(text, JSON) of a report taken now by the agent, on its connections."""
     client.send("report", run=run_id)
-    for msg in client.stream(first=2 * CONNECT_TIMEOUT, timeout=timeout):
+    for msg in client.stream(first=FIRST_REPLY, timeout=timeout):
         if msg.get("kind") == "done":
             text, data = msg.get("text"), msg.get("report")
             if isinstance(text, str) and isinstance(data, dict):

@@ -19,13 +19,16 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import gpu as gpumod
 from . import tmux
 from .procs import B64, INT, SHELL_LIB, b64_bytes, b64_text, node_lines, run_dir_word, run_pattern
-from .remote import Cluster, Node, NodeError, Outcome
+from .results import NodeError, Outcome
 from .runs import NodeRecord, RunRecord
+
+if TYPE_CHECKING:  # remote's SSH machinery is not needed to read a snapshot (`status`)
+    from .remote import Cluster, Node
 
 LOG_CHUNK = 64 * 1024
 ROUND_WAIT = 5.0  # seconds a poll round waits for a node before it counts as unreachable

@@ -49,7 +49,8 @@ def encode(obj: Any) -> Any:
 def decode(cls: type[T], data: Any, where: str = "") -> T:
     """`data` as an instance of the dataclass `cls`, or WireError naming the field."""
     try:
-        return _converter(cls)(data)  # type: ignore[no-any-return]
+        made: T = _converter(cls)(data)  # type: ignore[arg-type]
+        return made
     except WireError as exc:
         raise _at(where or cls.__name__, exc) from None
 

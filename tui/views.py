@@ -13,6 +13,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from mntui.sessions.agentclient import (
     AgentClient,
@@ -25,14 +26,16 @@ from mntui.sessions.agentclient import (
 )
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import ExitCode
-from mntui.sessions.logs import LineSplitter, LogChunk
 from mntui.sessions.poll import NodeSnapshot, snapshot_dict
 from mntui.sessions.progress import NodeProgress
-from mntui.sessions.remote import Cluster, NodeError
 from mntui.sessions.runs import NodeRecord, RunRecord
 from mntui.sessions.states import NodeState, Verdict
 
 from . import cells
+
+if TYPE_CHECKING:  # the SSH side (remote, logs) is imported where a path needs it
+    from mntui.sessions.logs import LogChunk
+    from mntui.sessions.remote import Cluster
 
 STEP_BACK = 16 * 1024  # bytes of each log `status` reads to find the last step
 
@@ -185,7 +188,9 @@ def _status_direct(
     cfg: JobConfig, record: RunRecord, as_json: bool, watch: bool, via: Via, say: Say
 ) -> ExitCode:
     from mntui.sessions import progress
+    from mntui.sessions.logs import LineSplitter
     from mntui.sessions.poll import Poller
+    from mntui.sessions.remote import Cluster
     from mntui.sessions.states import derive
 
     pattern = progress.compile_pattern(cfg.progress_pattern or progress.DEFAULT_PATTERN)
@@ -247,6 +252,8 @@ class AgentLogs:
         return {n: g.get("error") or (g["lines"], g["offset"]) for n, g in got.items()}
 
     def read(self, offsets: Mapping[str, int]) -> Read:
+        from mntui.sessions.logs import LogChunk
+
         got = read_logs(self.client, self.run_id, {n: {"offset": o} for n, o in offsets.items()})
         return {
             n: g.get("error") or LogChunk(g["data"], g["offset"], g["size"], None)
@@ -262,6 +269,8 @@ class Following:
     direct reads that take over neither repeat nor skip a line."""
 
     def __init__(self, selected: Sequence[NodeRecord], prefixed: bool, say: Say) -> None:
+        from mntui.sessions.logs import LineSplitter
+
         self.selected, self.prefixed, self.say = selected, prefixed, say
         self.offsets: dict[str, int] | None = None
         self.splitters = {n.node: LineSplitter() for n in selected}
@@ -300,6 +309,8 @@ def cmd_logs(
                     via = Via(False, str(exc))
     if verbose:
         say(f"mntui: {via.describe()}", err=True)
+    from mntui.sessions.remote import Cluster
+
     with Cluster([cfg.node(n.node) for n in selected], cfg.ssh) as cluster:
         if fetch:
             return _fetch(record, selected, cluster, say)
@@ -364,6 +375,7 @@ def _fetch(
 ) -> ExitCode:
     """Copy every node's output.log into the local run record, byte for byte."""
     from mntui.sessions.logs import read_new
+    from mntui.sessions.remote import NodeError
 
     out_dir = record.dir / "logs"
     out_dir.mkdir(parents=True, exist_ok=True)

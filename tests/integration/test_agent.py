@@ -122,18 +122,20 @@ def test_a_stale_socket_falls_back_to_direct_connections(fake: FakeCluster, cfg:
         assert res.returncode != 0 and "PermissionError" in res.stderr, res
     os.kill(pid, signal.SIGKILL)  # the agent we started, by its PID
     wait_for(lambda: not alive([pid]), 10, what="agent dead")
-
-    client, via = agentclient.try_connect(record.dir)
-    assert client is None and "stale socket" in via.detail
+    # Refused at once; or, while the kernel still closes a dying process' sockets (its
+    # main thread a zombie already), accepted and never answered: FIRST_REPLY, then direct.
     res = cfg.mntui(path, "status", "--json", "-v")
     data = json.loads(res.stdout)
-    assert data["via"] == "direct" and "stale socket" in res.stderr, res.stderr
+    assert data["via"] == "direct" and re.search(STALE, res.stderr), res.stderr
     assert {p["pid"] for p in data["nodes"][1]["procs"]} == set(tagged(job, "node1"))
     res = cfg.mntui(path, "logs", "-n", "1", "node0", "-v")
     assert res.stdout.splitlines() == ["serving"] and "direct" in res.stderr
     res = cfg.mntui(path, "kill", "-v")
     assert res.returncode == 0 and "direct connections" in res.stderr, res.stderr
     assert not tagged(job) and not port_listening(port)
+
+
+STALE = r"stale socket, the agent is gone|did not answer in time"
 
 
 def _nobody() -> list[str] | None:
