@@ -4,9 +4,9 @@
     .venv/bin/python bench/bench.py --faults 10                 # fault -> whole job down
 
 Cold rows: a fresh `mntui status --json`, `kill`, `logs -n 5` process with the run's
-agent and without it (its agent.json moved aside: the fallback path), against the cold
-floor (a fresh Python process that opens N paramiko connections and runs `true`) and
-pdsh, interleaved, per repetition. Fault rows: a real 2-node torchrun job (gloo, CPU)
+agent (its watchdog polling meanwhile) and without one (`launch --no-watch`: the
+direct path), against the cold floor (a fresh Python process that opens N paramiko
+connections and runs `true`) and pdsh, interleaved, per repetition. Fault rows: a real 2-node torchrun job (gloo, CPU)
 with its watchdog; the time from the fault to the last tagged process gone.
 """
 
@@ -68,14 +68,6 @@ def _timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - t0
 
 
-def _agent_file(job: str) -> Path:
-    from mntui.sessions.runs import latest
-
-    rec = latest(job)
-    assert rec is not None
-    return rec.dir / "agent.json"
-
-
 def _launch_with_agent(cfg: Path, job: str) -> None:
     _mntui(cfg, "launch", "--no-ui")
     wait_for(lambda: _via(cfg) == "agent", 60, interval=0.2, what="the agent")
@@ -85,14 +77,6 @@ def _via(cfg: Path) -> str:
     res = _mntui(cfg, "status", "--json", check=False)
     m = re.search(r'"via": "(\w+)"', res.stdout)
     return m[1] if m else ""
-
-
-def _hidden(job: str) -> Callable[[], None]:
-    """Move the run's agent.json aside (commands go direct); returns the undo."""
-    f = _agent_file(job)
-    off = f.with_name("agent.json.off")
-    f.rename(off)
-    return lambda: off.rename(f)
 
 
 def cold_n(root: Path, n: int, reps: int) -> dict[str, list[float]]:
@@ -111,18 +95,18 @@ def cold_n(root: Path, n: int, reps: int) -> dict[str, list[float]]:
     floor = [sys.executable, "-c", FLOOR, "127.0.0.1", fc.user, str(fc.key), *ports]
     try:
         for _ in range(reps):
+            # With the agent: its watchdog polls the N nodes every second meanwhile.
             _launch_with_agent(cfg, job)
-            add("cold floor: fresh process, N paramiko connections + `true`",
-                lambda: subprocess.run(floor, check=True))  # fmt: skip
             add("`mntui status --json`, agent", lambda: _mntui(cfg, "status", "--json"))
             add("`mntui logs -n 5`, agent", lambda: _mntui(cfg, "logs", "-n", "5"))
-            undo = _hidden(job)
+            add("`mntui kill`, agent", lambda: _mntui(cfg, "kill"))
+            # Without: no watchdog runs (as with `launch --no-watch`), nothing polls.
+            _mntui(cfg, "launch", "--no-ui", "--no-watch")
+            add("cold floor: fresh process, N paramiko connections + `true`",
+                lambda: subprocess.run(floor, check=True))  # fmt: skip
             add("`mntui status --json`, no agent", lambda: _mntui(cfg, "status", "--json"))
             add("`mntui logs -n 5`, no agent", lambda: _mntui(cfg, "logs", "-n", "5"))
-            undo()
             add("pdsh -R ssh: status command", lambda: pdsh(fc, n, STATUS_CMD))
-            add("`mntui kill`, agent", lambda: _mntui(cfg, "kill"))
-            _mntui(cfg, "launch", "--no-ui", "--no-watch")
             add("`mntui kill`, no agent", lambda: _mntui(cfg, "kill"))
     finally:
         subprocess.run(["tmux", "kill-server"], capture_output=True)
