@@ -29,6 +29,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "bench"))
 
 from fakecluster import FakeCluster, free_port  # noqa: E402
 
@@ -410,7 +411,10 @@ def main() -> int:
     )
     ap.add_argument("--sync-nodes", type=int, default=0, help="nodes of the sync run (0: skip)")
     ap.add_argument("--sync-mb", type=int, default=50, help="MB of random files the sync copies")
+    _agent_args(ap)
     args = ap.parse_args()
+    if args.cold or args.faults:
+        return agent_main(args)
     nodes = args.nodes or ("8,32" if args.transports else "1,8,32,64")
     counts = [int(x) for x in nodes.split(",") if x.strip() and int(x) > 0]
     root = Path(tempfile.mkdtemp(prefix="mntui-bench-", dir=os.path.expanduser("~")))
@@ -448,6 +452,39 @@ def main() -> int:
     )
     print(f"mntui benchmark, {meta['date']}, {meta['machine']}, {args.reps} repetitions\n")
     print(table)
+    return 0
+
+
+# -- the run's agent (issue 13): cold commands and fault reaction, in agentbench.py ----
+
+
+def _agent_args(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--cold", default="", help="node counts for the cold-command rows, e.g. 8,32")
+    ap.add_argument("--cold-reps", type=int, default=5)
+    ap.add_argument("--faults", type=int, default=0, help="faults of each kind (0: skip)")
+    ap.add_argument("--fault-kinds", default="launcher,rank-exit,frozen,unreachable")
+
+
+def agent_main(args: argparse.Namespace) -> int:
+    import agentbench
+
+    root = Path(tempfile.mkdtemp(prefix="mntui-agentbench-", dir=os.path.expanduser("~")))
+    agentbench._isolate(root)
+    cold = {}
+    for n in [int(x) for x in args.cold.split(",") if x]:
+        print(f"== cold commands, N={n}", file=sys.stderr, flush=True)
+        cold[n] = agentbench.cold_n(root, n, args.cold_reps)
+    faults = {}
+    if args.faults:
+        print("== faults", file=sys.stderr, flush=True)
+        faults = agentbench.faults(root, args.faults, args.fault_kinds.split(","))
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / f"agent-{stamp}.json").write_text(
+        json.dumps({"date": time.strftime("%Y-%m-%d"), "cold": cold, "faults": faults}, indent=2)
+    )
+    print(agentbench.table(cold, faults))
+    shutil.rmtree(root, ignore_errors=True)
     return 0
 
 

@@ -14,18 +14,24 @@ from __future__ import annotations
 
 import re
 import shlex
+import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import gpu as gpumod
 from . import tmux
 from .procs import B64, INT, SHELL_LIB, b64_bytes, b64_text, node_lines, run_dir_word, run_pattern
-from .remote import Cluster, Node, NodeError, Outcome
+from .results import NodeError, Outcome
 from .runs import NodeRecord, RunRecord
 
+if TYPE_CHECKING:  # remote's SSH machinery is not needed to read a snapshot (`status`)
+    from .remote import Cluster, Node
+
 LOG_CHUNK = 64 * 1024
+ROUND_WAIT = 5.0  # seconds a poll round waits for a node before it counts as unreachable
 
 
 @dataclass(frozen=True)
@@ -69,7 +75,36 @@ class NodeSnapshot:
 
 
 PORTS_EVERY = 10  # polls between listening-port scans (`ss -p` walks every fd: 6 ms)
-SCAN_EVERY = 10  # polls between full tag scans; in between, the known processes' tree
+# Polls between full tag scans (grep of every /proc/*/environ). In between, the poll
+# walks the tree of the PIDs it knows and of the pane's process: that sees a new child,
+# an exit and a reparented worker (its ppid is re-read) on the very next poll; only a
+# tagged process outside that tree (a daemon that double-forked between two polls)
+# waits for the scan.
+SCAN_EVERY = 10
+
+# mntui_poll_tree PID... -> those PIDs and all their descendants, one a line, read from
+# /proc/*/task/*/children with builtins only. A children file ends without a newline,
+# so `read` returns EOF on it: the line it read counts all the same (lib.sh's
+# mntui_tree drops it, and never descends).
+_TREE = """mntui_poll_tree() {
+  _seen=" "
+  _todo="$*"
+  while [ -n "$_todo" ]; do
+    _next=""
+    for _p in $_todo; do
+      case "$_seen" in *" $_p "*) continue ;; esac
+      [ -d "/proc/$_p" ] || continue
+      _seen="$_seen$_p "
+      for _c in "/proc/$_p"/task/*/children; do
+        _k=""
+        read -r _k 2>/dev/null <"$_c" || :
+        _next="$_next $_k"
+      done
+    done
+    _todo=$_next
+  done
+  for _p in $_seen; do echo "$_p"; done
+}"""
 
 
 def _pane_lines(rec: NodeRecord, pane_pid: int | None) -> str:
@@ -97,14 +132,16 @@ def poll_script(
     pane_pid: int | None = None,
     ports: bool = True,
     full_scan: bool = True,
+    keep: int | None = None,
 ) -> str:
     """Steady-state polls spawn few processes: node clock and sysconf come on the first
     poll only, tmux is asked only when the pane's process is gone, ports every few polls."""
     known = " ".join(str(p) for p in sorted(known_pids))
+    seeds = " ".join(str(p) for p in sorted(known_pids | ({pane_pid} if pane_pid else set())))
     scan = (
         f"mntui_scan {shlex.quote(run_pattern(rec.tag))}"
-        if full_scan or not known_pids
-        else f"mntui_tree {known}"
+        if full_scan or not seeds
+        else f"mntui_poll_tree {seeds}"
     )
     once = (
         "printf '@NOW %s\\n' \"$(date +%s.%N)\"\n"
@@ -113,6 +150,7 @@ def poll_script(
         else ""
     )
     return f"""{SHELL_LIB}
+{_TREE}
 d={run_dir_word(rec.run_dir)}
 {once}
 read -r up _ </proc/uptime && printf '@UP %s\\n' "$up"
@@ -137,13 +175,27 @@ done </proc/meminfo
 # shellcheck disable=SC2046 # size and mtime, one a word
 set -- $(stat -c '%s %Y' "$d/output.log" 2>/dev/null)
 printf '@LOGSTAT %s\\n' "$*"
-if [ "${{1:-0}}" -gt {offset} ]; then
+{_log_lines(offset, keep)}
+echo "@END"
+"""
+
+
+def _log_lines(offset: int, keep: int | None) -> str:
+    """Bytes of output.log from `offset`; with `keep`, its last `keep` bytes instead (a
+    viewer that joins late), exactly those before the size just printed."""
+    if keep is None:
+        return f"""if [ "${{1:-0}}" -gt {offset} ]; then
   printf '@LOG '
   tail -c +{offset + 1} "$d/output.log" | head -c {LOG_CHUNK} | base64 -w0
   echo
-fi
-echo "@END"
-"""
+fi"""
+    keep = min(keep, LOG_CHUNK)
+    return f"""if [ "${{1:-0}}" -gt 0 ]; then
+  s=$(($1 > {keep} ? $1 - {keep} : 0))
+  printf '@LOG '
+  tail -c +$((s + 1)) "$d/output.log" | head -c $(($1 - s)) | base64 -w0
+  echo
+fi"""
 
 
 # -- reading the answer: pure ------------------------------------------------------
@@ -406,6 +458,15 @@ class Poller:
         self._state = {
             n.node: _NodeState(offset=(from_offsets or {}).get(n.node, 0)) for n in record.nodes
         }
+        self.polls = 0  # rounds polled: one poll stream per run is checked by counting
+        self.round_wait = ROUND_WAIT
+        self._inflight: dict[str, Future[NodeSnapshot]] = {}
+        self._sent: dict[str, float] = {}
+
+    def offsets(self) -> dict[str, int]:
+        """Where each log's next read starts: between two polls, the end of what the
+        snapshots so far carried (an agent's subscriber gets the bytes before it)."""
+        return {n: max(0, st.offset) for n, st in self._state.items()}
 
     def tail_from_end(self) -> None:
         """Skip what the log already holds (a viewer that joins late starts at the end)."""
@@ -419,47 +480,95 @@ class Poller:
     def poll_node(self, node: Node) -> NodeSnapshot:
         rec = self.record.node(node.name)
         st = self._state[node.name]
-        skip = st.offset < 0  # "from the end": this poll reads no log, only its size
+        # "From the end": this poll reads the log's last `keep` bytes, and follows from its size.
+        tail = st.keep if st.offset < 0 else None
         t0 = time.monotonic()
         try:
             script = poll_script(
                 rec,
-                1 << 62 if skip else st.offset,
+                max(0, st.offset),
                 frozenset(st.cmdlines),
                 st.first,
                 self.gpus,
                 st.pane_pid,
                 ports=st.polls % PORTS_EVERY == 0,
                 full_scan=st.polls % SCAN_EVERY == 0,
+                keep=tail,
             )
             st.polls += 1
             res = node.run(script, timeout=20)
         except NodeError as exc:
             return NodeSnapshot(rec.node, rec.rank, time.time(), reachable=False, error=exc.message)
-        if skip:
+        if tail is not None:
             st.offset = 0
         snap = parse_poll(rec, res.stdout, st, time.monotonic() - t0, self.gpus)
-        if skip:
-            st.offset = max(0, (snap.log_size or 0) - st.keep)
+        if tail is not None:
+            st.offset = snap.log_size or 0
         return snap
 
     def poll(
         self, on_node: Callable[[NodeSnapshot], object] | None = None
     ) -> dict[str, NodeSnapshot]:
-        """Poll every node at once; `on_node` gets each snapshot the moment it arrives."""
+        """Poll every node at once; `on_node` gets each snapshot the moment it arrives.
 
-        def snapshot(o: Outcome[NodeSnapshot]) -> NodeSnapshot:
-            if o.value is not None:
-                return o.value
-            rec = self.record.node(o.node)
-            return NodeSnapshot(rec.node, rec.rank, time.time(), reachable=False, error=o.error)
+        A node that has not answered within `round_wait` holds back no one: it is
+        unreachable for this round, and its poll, still running, is not sent again;
+        its answer (log bytes included) comes with the first round after it returns.
+        A hung sshd once held every round, and so the watchdog, for the 20 s timeout."""
+        self.polls += 1
+        pending: dict[Future[NodeSnapshot], str] = {}
+        for n in self.record.nodes:
+            fut = self._inflight.get(n.node)
+            if fut is None:
+                fut = self._inflight[n.node] = self._submit(n.node)
+            pending[fut] = n.node
+        out: dict[str, NodeSnapshot] = {}
+        deadline = time.monotonic() + self.round_wait
+        waiting = set(pending)
+        while waiting:
+            left = deadline - time.monotonic()
+            done, waiting = wait(waiting, timeout=max(0.0, left), return_when=FIRST_COMPLETED)
+            if not done:
+                break
+            for fut in done:
+                name = pending[fut]
+                del self._inflight[name]
+                out[name] = self._answer(name, fut)
+                if on_node:
+                    on_node(out[name])
+        for fut in waiting:
+            name = pending[fut]
+            late = time.monotonic() - self._sent[name]
+            out[name] = self._unreachable(name, f"no answer for {late:.1f}s (poll still running)")
+            if on_node:
+                on_node(out[name])
+        return {n.node: out[n.node] for n in self.record.nodes}
 
-        results = self.cluster.map(
-            self.poll_node,
-            [n.node for n in self.record.nodes],
-            on_result=(lambda o: on_node(snapshot(o))) if on_node else None,
-        )
-        return {name: snapshot(o) for name, o in results.items()}
+    def _submit(self, name: str) -> Future[NodeSnapshot]:
+        """One node's poll on a daemon thread: a hung node never keeps a command from
+        exiting (a pool's threads are joined at exit)."""
+        fut: Future[NodeSnapshot] = Future()
+        self._sent[name] = time.monotonic()
+
+        def run() -> None:
+            try:
+                fut.set_result(self.poll_node(self.cluster.nodes[name]))
+            except BaseException as exc:  # a bug on one node must not hide the others
+                fut.set_exception(exc)
+
+        threading.Thread(target=run, name=f"mntui-poll-{name}", daemon=True).start()
+        return fut
+
+    def _answer(self, name: str, fut: Future[NodeSnapshot]) -> NodeSnapshot:
+        exc = fut.exception()
+        if exc is None:
+            return fut.result()
+        error = Outcome[NodeSnapshot].failure(name, exc).error
+        return self._unreachable(name, error or type(exc).__name__)
+
+    def _unreachable(self, name: str, error: str) -> NodeSnapshot:
+        rec = self.record.node(name)
+        return NodeSnapshot(rec.node, rec.rank, time.time(), reachable=False, error=error)
 
 
 def snapshot_dict(
@@ -473,3 +582,17 @@ def snapshot_dict(
     if state is not None:
         d["state"], d["why"] = state, why
     return d
+
+
+def snapshot_wire(s: NodeSnapshot) -> Any:
+    """The agent's form of a snapshot: every field, log bytes as base64 (exact bytes)."""
+    from .wire import encode
+
+    return encode(s)
+
+
+def snapshot_from_wire(data: Any) -> NodeSnapshot:
+    """The same NodeSnapshot back, or wire.WireError: checked field by field."""
+    from .wire import decode
+
+    return decode(NodeSnapshot, data)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import IO, Any
 
+from .agent import Agent, start_agent
 from .config import JobConfig
 from .events import Event, Phase
 from .launch import Attempt, LaunchError, launch
@@ -87,13 +88,18 @@ class Supervisor:
         self.chain = Chain(cfg, record, _earlier(record))
         self.on_event = on_event
         self.notifier = make_notifier(cfg)
+        self.agent: Agent | None = None
 
     def run(self) -> WatchEnd:
         """Watch attempt after attempt until one ends for good; then give pending
-        notifications a bounded moment (the teardown is long done)."""
+        notifications a bounded moment (the teardown is long done). The run's agent
+        serves the whole chain, attempt after attempt."""
+        self.agent = start_agent(self.chain.cfg.job, self.on_event)
         try:
             return self._run()
         finally:
+            if self.agent is not None:
+                self.agent.stop()
             self.notifier.drain(DRAIN)
 
     def _run(self) -> WatchEnd:
@@ -118,8 +124,9 @@ class Supervisor:
         try:
             with Cluster(chain.cfg.nodes, chain.cfg.ssh) as cluster:
                 dog = Watchdog(
-                    chain.cfg, chain.record, cluster, on_event=self.on_event, notifier=self.notifier
-                )
+                    chain.cfg, chain.record, cluster, on_event=self.on_event,
+                    notifier=self.notifier, agent=self.agent,
+                )  # fmt: skip
                 return dog.run(), dog.obs.last_output
         finally:
             lock.close()

@@ -19,6 +19,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import IO
 
+from .agent import Agent
 from .config import Action, JobConfig
 from .errors import MntuiError, log_exception, private_dir, state_dir
 from .events import Event, Phase
@@ -87,8 +88,10 @@ class Watchdog:
         on_event: Callable[[Event], None] = lambda e: None,
         on_snapshots: Callable[[dict[str, NodeSnapshot], dict[str, Verdict]], None] | None = None,
         notifier: Notifier | None = None,
+        agent: Agent | None = None,
     ) -> None:
         self.cfg, self.record, self.cluster, self.on_event = cfg, record, cluster, on_event
+        self.agent = agent  # serves this run's snapshots and connections while it watches
         self.on_snapshots = on_snapshots
         self.judge = Judge(cfg.watch)
         self.poller = Poller(record, cluster)
@@ -114,6 +117,9 @@ class Watchdog:
         self.flag_slow()
         if self.on_snapshots:
             self.on_snapshots(snaps, verdicts)
+        if self.agent is not None:
+            steps = self.obs.tracker.snapshot() if self.obs.tracker is not None else {}
+            self.agent.publish(snaps, verdicts, steps, self.obs.progress, self.poller.offsets())
         for t in triggers:
             if t.action is Action.NOTIFY:
                 self.on_event(
@@ -174,7 +180,17 @@ class Watchdog:
         return WatchEnd(WatchOutcome.FAILED if failed else WatchOutcome.FINISHED, report=built)
 
     def run(self, stop: Callable[[], bool] = lambda: False) -> WatchEnd:
-        """Watch until the job ends, is torn down, or a user's kill stands us down."""
+        """Watch until the job ends, is torn down, or a user's kill stands us down; the
+        agent serves this run meanwhile (and finishes its requests before we return)."""
+        if self.agent is None:
+            return self._run(stop)
+        self.agent.attach(self.cfg, self.record, self.cluster)
+        try:
+            return self._run(stop)
+        finally:
+            self.agent.detach()
+
+    def _run(self, stop: Callable[[], bool]) -> WatchEnd:
         idle = 0
         while not stop():
             t0 = time.monotonic()

@@ -5,6 +5,10 @@ handlers on the UI thread only update views. A poll is re-armed when the previou
 has finished, so a slow node can never stack polls up. The watchdog runs here too,
 under the same lock as `mntui watch`, so the two never both act.
 
+One poll stream per run: when a headless watchdog watches the run, the app subscribes
+to its agent (sessions/agent.py) and only renders what that agent polled; it polls the
+nodes itself only when no agent answers (and tries the agent again now and then).
+
 Drawing is never allowed to stop the watchdog: on each poll the judge decides (and a
 teardown starts) before any view is touched, and every view update runs through
 `draw`, which logs a failure instead of raising it. Widgets are held by reference, and
@@ -24,14 +28,16 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid
+from textual.message import Message
 from textual.timer import Timer
 from textual.widgets import DataTable, Footer, RichLog
 from textual.worker import Worker, WorkerState
 
 from mntui.sessions import notify
+from mntui.sessions.agentclient import AgentClient, AgentUnavailable, decode_status, try_connect
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import ExitCode, log_exception
-from mntui.sessions.events import Event
+from mntui.sessions.events import Event, Phase
 from mntui.sessions.logs import LineSplitter
 from mntui.sessions.poll import NodeSnapshot, Poller
 from mntui.sessions.postmortem import Observations, observations, observe
@@ -62,6 +68,28 @@ from .widgets import (
 LOG_KEEP = 5000  # lines of log kept per node in the app
 TABLE_ABOVE = 16  # nodes above which the app opens in the compact table view
 START_BACK = 16 * 1024  # bytes of existing log shown when the app opens on a running job
+AGENT_RETRY = 2.0  # seconds between tries to reach the agent while polling directly
+AGENT_SILENCE = 10.0  # an agent that sends nothing for this long (x interval) is gone
+
+
+class AgentBacklog(Message):
+    """The bytes of each log before the agent's stream starts."""
+
+    def __init__(self, logs: dict[str, bytes], generation: int) -> None:
+        super().__init__()
+        self.logs, self.generation = logs, generation
+
+
+class AgentFollowing(Message):
+    def __init__(self, generation: int, via: str) -> None:
+        super().__init__()
+        self.generation, self.via = generation, via
+
+
+class AgentGone(Message):
+    def __init__(self, generation: int, why: str) -> None:
+        super().__init__()
+        self.generation, self.why = generation, why
 
 
 class MntuiApp(Operations):
@@ -114,6 +142,11 @@ class MntuiApp(Operations):
         self.generation = 0  # bumped when a new poller replaces the old one
         self.poll_timer_pending = False
         self.poll_inflight = False
+        self.subscribed = False  # the agent's stream feeds the views: no polls of our own
+        self.agent_tried = 0.0  # monotonic time of the last try to reach the agent
+        self.agent_snaps = 0  # snapshots that came from the agent
+        self.agent_client: AgentClient | None = None
+        self.agent_offsets: tuple[int, dict[str, int]] = (-1, {})  # where its stream left
         self.started = time.time()
         self.table_mode = len(cfg.nodes) > TABLE_ABOVE
         self.table_columns: list[Any] = []
@@ -168,6 +201,7 @@ class MntuiApp(Operations):
         if self.header_timer is not None:
             self.header_timer.stop()
         self.hand_over_watchdog()
+        self.stop_following()
         if self.cluster is not None:
             self.cluster.close()
 
@@ -189,11 +223,97 @@ class MntuiApp(Operations):
                 self.watcher = f"headless (pid {exc.holder})"
                 self.log_event(f"watchdog: {exc}")
         self.generation += 1
+        self.subscribed = False
+        self.stop_following()
+        if self.lock is None and self.polling_enabled:
+            self.try_agent(START_BACK)
+        else:
+            self.schedule_poll(0)
+
+    # -- the agent's stream ----------------------------------------------------------
+    def try_agent(self, back: int) -> None:
+        """Follow the agent's poll stream; until it answers (or if it does not), no poll
+        of our own runs: the stream's first message or AgentGone decides."""
+        assert self.record is not None
+        self.subscribed = True
+        self.agent_tried = time.monotonic()
+        self.follow_agent(self.record, self.generation, back)
+
+    @work(thread=True, group="agent", exit_on_error=False)
+    def follow_agent(self, record: RunRecord, generation: int, back: int) -> None:
+        client, via = try_connect(record.dir)
+        why = via.detail
+        if client is not None:
+            self.agent_client = client
+            with client:
+                try:
+                    why = self._stream(client, record, generation, back, via.detail)
+                except AgentUnavailable as exc:
+                    why = str(exc)
+        self.post_message(AgentGone(generation, why))
+
+    def _stream(
+        self, client: AgentClient, record: RunRecord, generation: int, back: int, via: str
+    ) -> str:
+        nodes = [n.node for n in record.nodes]
+        client.send("subscribe", run=record.run_id, back=back)
+        silence = AGENT_SILENCE * max(1.0, self.cfg.watch.interval)
+        for msg in client.stream(first=4.0, timeout=silence):
+            if generation != self.generation:
+                return "another run is shown"
+            kind = msg.get("kind")
+            if kind is None:
+                self.post_message(AgentFollowing(generation, via))
+            elif kind == "backlog":
+                self.post_message(AgentBacklog(_backlog(msg.get("logs")), generation))
+            elif kind == "snapshot":
+                snaps = decode_status(msg, nodes).snaps
+                self.agent_snaps += 1
+                self.agent_offsets = (generation, {n: s.log_size or 0 for n, s in snaps.items()})
+                for snap in snaps.values():
+                    self.post_message(NodeSnap(snap))
+                self.post_message(PollDone(snaps))
+            elif kind == "end":
+                return str(msg.get("why", "the agent ended the stream"))
+        return "the stream ended"
+
+    def stop_following(self) -> None:
+        """End the stream's worker now (it waits in recv): closing the app, another run."""
+        client, self.agent_client = self.agent_client, None
+        if client is not None:
+            client.shutdown()
+
+    def on_agent_following(self, message: AgentFollowing) -> None:
+        if message.generation == self.generation:
+            self.watcher = "headless (agent)"
+            self.log_event(f"following the run's agent: {message.via}")
+
+    def on_agent_backlog(self, message: AgentBacklog) -> None:
+        if message.generation == self.generation:
+            for node, data in message.logs.items():
+                if node in self.views:
+                    self.apply_log(node, data)
+
+    def on_agent_gone(self, message: AgentGone) -> None:
+        """Poll directly from where the stream left each log (no line twice, none lost)."""
+        if message.generation != self.generation or self.record is None:
+            return
+        following = self.watcher == "headless (agent)"
+        self.subscribed = False
+        if following:
+            self.watcher = "none"
+            self.log_event(f"agent: {message.why}; polling the nodes directly")
+        generation, offsets = self.agent_offsets
+        if generation == self.generation and self.cluster is not None:
+            self.poller = Poller(self.record, self.cluster, from_offsets=offsets)
         self.schedule_poll(0)
 
     def schedule_poll(self, delay: float) -> None:
-        """One poll chain only: a poll starts when none is running or already scheduled."""
-        if not self.polling_enabled or self.poll_timer_pending or self.poll_inflight:
+        """One poll chain only: a poll starts when none is running or already scheduled,
+        and none while the agent's stream feeds the views."""
+        if self.subscribed or not self.polling_enabled:
+            return
+        if self.poll_timer_pending or self.poll_inflight:
             return
         self.poll_timer_pending = True
         if delay > 0:
@@ -225,9 +345,13 @@ class MntuiApp(Operations):
         view = self.views[snap.node]
         view.snap = snap
         view.verdict = verdict or self.judge.verdicts({snap.node: snap})[snap.node]
-        new_lines = bool(snap.new_output)
+        self.apply_log(snap.node, snap.new_output)
+
+    def apply_log(self, node: str, data: bytes) -> None:
+        view = self.views[node]
+        new_lines = bool(data)
         if new_lines:
-            lines = self.splitters[snap.node].feed(snap.new_output)
+            lines = self.splitters[node].feed(data)
             view.log = ((view.log or []) + lines)[-LOG_KEEP:]
         self.draw("node pane", lambda: self.redraw_node(view, new_lines))
 
@@ -243,9 +367,18 @@ class MntuiApp(Operations):
         finally:
             if message.generation is not None:
                 self.schedule_poll(self.cfg.watch.interval)  # re-armed only when this one is done
+                self.retry_agent()
         if self.table_mode:
             self.draw("table", self.refresh_table)
         self.draw("header", self.refresh_header)
+
+    def retry_agent(self) -> None:
+        """Polling directly for a run someone else watches: its agent may have started
+        since (a watchdog just launched takes a moment to serve)."""
+        if self.lock is not None or self.record is None or not self.record.status.is_live:
+            return
+        if time.monotonic() - self.agent_tried >= AGENT_RETRY and not self.subscribed:
+            self.try_agent(0)
 
     def watch_over(self, snaps: dict[str, NodeSnapshot]) -> None:
         """The watchdog's turn, before any drawing: judge, and act on what it decides."""
@@ -365,9 +498,22 @@ class MntuiApp(Operations):
 
     @work(thread=True, exclusive=True, group="ops", exit_on_error=False)
     def do_kill(self, then_launch: bool) -> None:
+        """On the agent's open connections while we follow it; else (or if it goes away
+        midway: a kill is safe to repeat) on ours."""
+        from mntui.sessions import agentclient
         from mntui.sessions.kill import stop_job, summarize
 
         assert self.cluster is not None
+        if self.subscribed and self.record is not None:
+            client, _ = try_connect(self.record.dir)
+            if client is not None:
+                with client:
+                    try:
+                        done = agentclient.kill(client, None, self.cfg.grace, self.post_event)
+                        self.post_message(KillDone(*done, then_launch))
+                        return
+                    except AgentUnavailable as exc:
+                        self.post_event(Event(None, None, Phase.NOTICE, f"agent: {exc}"))
         clean, summary = summarize(
             self.cfg.job, stop_job(self.cfg, self.cluster, on_event=self.post_event)
         )
@@ -550,3 +696,17 @@ def run_app(
     app = MntuiApp(cfg, launch_now=launch_now, restart=restart, watchdog=watchdog)
     app.run()
     return app.return_code or ExitCode.OK
+
+
+def _backlog(logs: object) -> dict[str, bytes]:
+    """The backlog message's logs: base64 per node; anything else is skipped."""
+    import base64
+    import binascii
+
+    out: dict[str, bytes] = {}
+    for node, data in (logs if isinstance(logs, dict) else {}).items():
+        try:
+            out[str(node)] = base64.b64decode(data, validate=True) if isinstance(data, str) else b""
+        except (binascii.Error, ValueError):
+            continue
+    return out

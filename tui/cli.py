@@ -23,6 +23,7 @@ from mntui.sessions.errors import ExitCode, MntuiError, UsageError, log_exceptio
 from mntui.sessions.events import Event
 
 if TYPE_CHECKING:
+    from mntui.sessions.agentclient import Via
     from mntui.sessions.runs import RunRecord
 
 DEFAULT_CONFIG = "mntui.yaml"
@@ -186,6 +187,7 @@ def _launch_verbs(verb: Verb) -> None:
         help="seconds between SIGTERM and SIGKILL, 0 to 3600 (default: config)",
     )
     p.add_argument("nodes", nargs="*", help="only these nodes (default: all)")
+    _verbose(p)
 
     p = verb("cleanup", "free the job's ports: name who holds them, kill if ours")
     p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
@@ -203,6 +205,7 @@ def _watch_verbs(verb: Verb) -> None:
     p.add_argument("--json", action="store_true", help="the whole snapshot as JSON")
     p.add_argument("--watch", action="store_true", help="refresh in place until Ctrl+C")
     p.add_argument("--run", help="a run id (default: the latest)")
+    _verbose(p)
 
     p = verb("logs", "the job's output: all nodes interleaved, or some")
     p.add_argument("nodes", nargs="*")
@@ -221,6 +224,7 @@ def _watch_verbs(verb: Verb) -> None:
         help="copy every node's output.log into the local run record",
     )
     p.add_argument("--run", help="a run id (default: the latest)")
+    _verbose(p)
 
     p = verb("watch", "the watchdog, in the foreground")
     p.add_argument("--run", help="a run id (default: the latest)")
@@ -228,6 +232,16 @@ def _watch_verbs(verb: Verb) -> None:
     p = verb("report", "why the run ended: which rank broke first, and why (live: stacks now)")
     p.add_argument("--json", action="store_true", help="the whole report as JSON")
     p.add_argument("--run", help="a run id (default: the latest)")
+    _verbose(p)
+
+
+def _verbose(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="say on stderr whether the run's agent answered, or direct connections (and why)",
+    )
 
 
 def _check_verbs(verb: Verb) -> None:
@@ -388,20 +402,21 @@ def find_run(cfg: JobConfig, run_id: str | None) -> RunRecord:
 def cmd_status(cfg: JobConfig, args: argparse.Namespace) -> int:
     from mntui.tui.views import cmd_status as view
 
-    return view(cfg, find_run(cfg, args.run), args.json, args.watch, say)
+    return view(cfg, find_run(cfg, args.run), args.json, args.watch, say, args.verbose)
 
 
 def cmd_logs(cfg: JobConfig, args: argparse.Namespace) -> int:
     from mntui.tui.views import cmd_logs as view
 
     nodes = check_nodes(cfg, args.nodes)
-    return view(cfg, find_run(cfg, args.run), nodes, args.follow, args.lines, args.fetch, say)
+    record = find_run(cfg, args.run)
+    return view(cfg, record, nodes, args.follow, args.lines, args.fetch, say, args.verbose)
 
 
 def cmd_report(cfg: JobConfig, args: argparse.Namespace) -> int:
     from mntui.tui.report_view import cmd_report as view
 
-    return view(cfg, find_run(cfg, args.run), args.json, say)
+    return view(cfg, find_run(cfg, args.run), args.json, say, args.verbose)
 
 
 def cmd_watch(cfg: JobConfig, args: argparse.Namespace) -> int:
@@ -410,20 +425,45 @@ def cmd_watch(cfg: JobConfig, args: argparse.Namespace) -> int:
     return view(cfg, find_run(cfg, args.run), say)
 
 
-def run_kill(cfg: JobConfig, names: list[str] | None, grace: float | None, t0: float) -> bool:
+def run_kill(
+    cfg: JobConfig, names: list[str] | None, grace: float | None, t0: float, verbose: bool = False
+) -> bool:
+    """On the agent's open connections when the job's latest run has one (no handshakes);
+    directly when it has none or it goes away midway (a kill is safe to repeat)."""
+    from mntui.sessions import agentclient
+    from mntui.sessions.runs import latest
+
+    record = latest(cfg.job)
+    client, via = agentclient.try_connect(record.dir) if record is not None else (None, None)
+    if client is not None:
+        with client:
+            try:
+                clean, text = agentclient.kill(
+                    client, names, cfg.grace if grace is None else grace, printer(t0)
+                )
+                return _killed(clean, text, t0, via if verbose else None)
+            except agentclient.AgentUnavailable as exc:
+                via = agentclient.Via(False, f"{exc}; killing directly")
     from mntui.sessions.kill import stop_job, summarize
     from mntui.sessions.remote import Cluster
 
     with Cluster(cfg.nodes, cfg.ssh) as cluster:
         results = stop_job(cfg, cluster, names=names, grace=grace, on_event=printer(t0))
     clean, text = summarize(cfg.job, results)
+    via = via or agentclient.Via(False, "no run recorded")
+    return _killed(clean, text, t0, via if verbose else None)
+
+
+def _killed(clean: bool, text: str, t0: float, via: Via | None) -> bool:
+    if via is not None:
+        say(f"mntui: {via.describe()}", err=True)
     say(f"{text} ({time.time() - t0:.1f}s)", err=not clean)
     return clean
 
 
 def cmd_kill(cfg: JobConfig, args: argparse.Namespace) -> int:
     nodes = check_nodes(cfg, args.nodes)
-    clean = run_kill(cfg, nodes or None, args.grace, time.time())
+    clean = run_kill(cfg, nodes or None, args.grace, time.time(), args.verbose)
     return ExitCode.OK if clean else ExitCode.FAILED
 
 

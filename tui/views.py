@@ -1,6 +1,10 @@
 """Headless views: `mntui status`, `mntui logs`, `mntui watch`.
 
 Text for a terminal or a pipe, never Textual: these run over a bare SSH session.
+`status` and `logs` ask the run's agent (its watchdog process, which holds every
+node's connection) when one serves the run, and open their own connections when none
+does or it stops answering; the engine's heavier modules are imported only on the
+path that needs them.
 """
 
 from __future__ import annotations
@@ -9,18 +13,29 @@ import json
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
+from mntui.sessions.agentclient import (
+    AgentClient,
+    AgentStatus,
+    AgentUnavailable,
+    Via,
+    fetch_status,
+    read_logs,
+    try_connect,
+)
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import ExitCode
-from mntui.sessions.logs import LineSplitter, last_lines, read_new
-from mntui.sessions.poll import NodeSnapshot, Poller, snapshot_dict
-from mntui.sessions.postmortem import observations, observe
+from mntui.sessions.poll import NodeSnapshot, snapshot_dict
 from mntui.sessions.progress import NodeProgress
-from mntui.sessions.remote import Cluster, NodeError
 from mntui.sessions.runs import NodeRecord, RunRecord
-from mntui.sessions.states import NodeState, Verdict, derive
+from mntui.sessions.states import NodeState, Verdict
 
 from . import cells
+
+if TYPE_CHECKING:  # the SSH side (remote, logs) is imported where a path needs it
+    from mntui.sessions.logs import LogChunk
+    from mntui.sessions.remote import Cluster
 
 STEP_BACK = 16 * 1024  # bytes of each log `status` reads to find the last step
 
@@ -93,6 +108,7 @@ def status_json(
     code: ExitCode,
     indent: int | None,
     progress: Mapping[str, NodeProgress] | None = None,
+    via: str = "direct",
 ) -> str:
     nodes = []
     for n in record.nodes:
@@ -109,33 +125,171 @@ def status_json(
             "chain": record.chain,
             "cause": record.cause,
             "exit_code": int(code),
+            "via": via,
             "nodes": nodes,
         },
         indent=indent,
     )
 
 
-def cmd_status(cfg: JobConfig, record: RunRecord, as_json: bool, watch: bool, say: Say) -> ExitCode:
-    with Cluster(cfg.nodes, cfg.ssh) as cluster:
-        cluster.connect()  # in parallel; an unreachable node shows up in its row
+def _show_status(
+    record: RunRecord,
+    st: AgentStatus,
+    as_json: bool,
+    watch: bool,
+    via: Via,
+    say: Say,
+    restarts: int = 0,
+) -> ExitCode:
+    code = overall_exit(st.verdicts)
+    if as_json:
+        indent = None if watch else 2
+        say(status_json(record, st.snaps, st.verdicts, code, indent, st.progress, via.name))
+    else:
+        if watch and sys.stdout.isatty():
+            say("\033[H\033[2J", end="")
+        say(status_table(record, st.snaps, st.verdicts, st.progress, st.summary, restarts))
+    return code
+
+
+def cmd_status(
+    cfg: JobConfig, record: RunRecord, as_json: bool, watch: bool, say: Say, verbose: bool = False
+) -> ExitCode:
+    """Through the run's agent when one serves it (its latest poll, one local round trip);
+    otherwise, or when it stops answering, over direct connections."""
+    client, via = try_connect(record.dir)
+    if client is not None:
+        with client:
+            try:
+                return _status_via_agent(cfg, record, client, as_json, watch, via, say, verbose)
+            except AgentUnavailable as exc:
+                via = Via(False, str(exc))
+    if verbose:
+        say(f"mntui: {via.describe()}", err=True)
+    return _status_direct(cfg, record, as_json, watch, via, say)
+
+
+def _status_via_agent(
+    cfg: JobConfig,
+    record: RunRecord,
+    client: AgentClient,
+    as_json: bool,
+    watch: bool,
+    via: Via,
+    say: Say,
+    verbose: bool,
+) -> ExitCode:
+    nodes = [n.node for n in record.nodes]
+    st = fetch_status(client, record.run_id, nodes)
+    if verbose:
+        say(f"mntui: {via.describe()}", err=True)
+    while True:
+        code = _show_status(record, st, as_json, watch, via, say, cfg.restart.max)
+        if not watch:
+            return code
+        time.sleep(cfg.watch.interval)
+        st = fetch_status(client, record.run_id, nodes)
+
+
+def _status_direct(
+    cfg: JobConfig, record: RunRecord, as_json: bool, watch: bool, via: Via, say: Say
+) -> ExitCode:
+    from mntui.sessions import progress
+    from mntui.sessions.logs import LineSplitter
+    from mntui.sessions.poll import Poller
+    from mntui.sessions.remote import Cluster
+    from mntui.sessions.states import derive
+
+    pattern = progress.compile_pattern(cfg.progress_pattern or progress.DEFAULT_PATTERN)
+    tracker = progress.ProgressTracker(pattern)  # not postmortem's Observations: its
+    splitters = {n.node: LineSplitter() for n in record.nodes}  # imports cost 80 ms
+    ranks = {n.node: n.rank for n in record.nodes}
+    with Cluster(cfg.nodes, cfg.ssh) as cluster:  # a node that cannot be reached: its row
         poller = Poller(record, cluster)
         poller.start_near_end(STEP_BACK)
-        obs = observations(cfg, record)
         while True:
             snaps = poller.poll()
             verdicts = {n: derive(s, cfg.watch.stall_after) for n, s in snaps.items()}
-            observe(obs, snaps, verdicts)
-            steps = obs.tracker.snapshot() if obs.tracker is not None else {}
-            code = overall_exit(verdicts)
-            if as_json:
-                say(status_json(record, snaps, verdicts, code, None if watch else 2, steps))
-            else:
-                if watch and sys.stdout.isatty():
-                    say("\033[H\033[2J", end="")
-                say(status_table(record, snaps, verdicts, steps, obs.progress, cfg.restart.max))
+            now = time.time()
+            for node, snap in snaps.items():
+                tracker.feed(node, splitters[node].feed(snap.new_output), now)
+            steps = tracker.snapshot(now)
+            summary = progress.describe(steps, ranks)
+            st = AgentStatus(snaps, verdicts, steps, summary, now)
+            code = _show_status(record, st, as_json, watch, via, say, cfg.restart.max)
             if not watch:
                 return code
             time.sleep(cfg.watch.interval)
+
+
+# -- logs --------------------------------------------------------------------------
+
+Read = dict[str, "LogChunk | str"]  # per node: the chunk, or why it could not be read
+
+
+class DirectLogs:
+    """Log reads over our own connections, every node at once."""
+
+    def __init__(self, cluster: Cluster, selected: Sequence[NodeRecord]) -> None:
+        self.cluster, self.dirs = cluster, {n.node: n.run_dir for n in selected}
+
+    def tail(self, lines: int) -> dict[str, tuple[list[str], int] | str]:
+        from mntui.sessions.logs import last_lines
+
+        got = self.cluster.map(lambda node: last_lines(node, self.dirs[node.name], lines))
+        return {n: o.value if o.value is not None else o.error or "?" for n, o in got.items()}
+
+    def read(self, offsets: Mapping[str, int]) -> Read:
+        from mntui.sessions.logs import read_new
+
+        got = self.cluster.map(
+            lambda node: read_new(node, self.dirs[node.name], offsets[node.name]), list(offsets)
+        )
+        return {n: o.value if o.value is not None else o.error or "?" for n, o in got.items()}
+
+
+class AgentLogs:
+    """The same reads on the agent's open connections."""
+
+    def __init__(self, client: AgentClient, run_id: str, selected: Sequence[NodeRecord]) -> None:
+        self.client, self.run_id, self.names = client, run_id, [n.node for n in selected]
+
+    def tail(self, lines: int) -> dict[str, tuple[list[str], int] | str]:
+        got = read_logs(self.client, self.run_id, {n: {"lines": lines} for n in self.names})
+        return {n: g.get("error") or (g["lines"], g["offset"]) for n, g in got.items()}
+
+    def read(self, offsets: Mapping[str, int]) -> Read:
+        from mntui.sessions.logs import LogChunk
+
+        got = read_logs(self.client, self.run_id, {n: {"offset": o} for n, o in offsets.items()})
+        return {
+            n: g.get("error") or LogChunk(g["data"], g["offset"], g["size"], None)
+            for n, g in got.items()
+        }
+
+
+LogSource = DirectLogs | AgentLogs
+
+
+class Following:
+    """Where each node's log is read from; kept when the agent goes away midway, so the
+    direct reads that take over neither repeat nor skip a line."""
+
+    def __init__(self, selected: Sequence[NodeRecord], prefixed: bool, say: Say) -> None:
+        from mntui.sessions.logs import LineSplitter
+
+        self.selected, self.prefixed, self.say = selected, prefixed, say
+        self.offsets: dict[str, int] | None = None
+        self.splitters = {n.node: LineSplitter() for n in selected}
+        self.failed = False
+        self.rank = {n.node: n.rank for n in selected}
+
+    def show(self, node: str, line: str) -> None:
+        self.say(f"[{node}:{self.rank[node]}] {line}" if self.prefixed else line)
+
+    def error(self, node: str, text: str) -> None:
+        self.say(f"[{node}:{self.rank[node]}] mntui: {text}", err=True)
+        self.failed = True
 
 
 def cmd_logs(
@@ -146,72 +300,79 @@ def cmd_logs(
     lines: int | None,
     fetch: bool,
     say: Say,
+    verbose: bool = False,
 ) -> ExitCode:
     selected = [n for n in record.nodes if not nodes or n.node in nodes]
+    state = Following(selected, len(selected) > 1 or not nodes, say)
+    via = Via(False, "--fetch copies over its own connections")
+    if not fetch:
+        client, via = try_connect(record.dir)
+        if client is not None:
+            with client:
+                try:
+                    source = AgentLogs(client, record.run_id, selected)
+                    return _logs(source, state, lines, follow, via if verbose else None)
+                except AgentUnavailable as exc:
+                    via = Via(False, str(exc))
+    if verbose:
+        say(f"mntui: {via.describe()}", err=True)
+    from mntui.sessions.remote import Cluster
+
     with Cluster([cfg.node(n.node) for n in selected], cfg.ssh) as cluster:
         if fetch:
             return _fetch(record, selected, cluster, say)
-        prefixed = len(selected) > 1 or not nodes
-
-        def show(n: NodeRecord, line: str) -> None:
-            say(f"[{n.node}:{n.rank}] {line}" if prefixed else line)
-
-        offsets = _start_offsets(cluster, selected, lines, show, say)
-        return _follow(cluster, selected, offsets, follow, show, say)
+        return _logs(DirectLogs(cluster, selected), state, lines, follow, None)
 
 
-def _start_offsets(
-    cluster: Cluster,
-    selected: Sequence[NodeRecord],
-    lines: int | None,
-    show: Callable[[NodeRecord, str], None],
-    say: Say,
-) -> dict[str, int]:
+def _logs(
+    source: LogSource, state: Following, lines: int | None, follow: bool, via: Via | None
+) -> ExitCode:
+    if state.offsets is None:
+        state.offsets = _start_offsets(source, state, lines)
+        if via is not None:  # said once the agent has answered
+            state.say(f"mntui: {via.describe()}", err=True)
+    return _follow(source, state, follow)
+
+
+def _start_offsets(source: LogSource, state: Following, lines: int | None) -> dict[str, int]:
     """Where each node's log is read from: its start, or its last `lines` lines (shown)."""
+    if lines is None:
+        return {n.node: 0 for n in state.selected}
     offsets: dict[str, int] = {}
-    for n in selected:
-        try:
-            if lines is not None:
-                tail, offsets[n.node] = last_lines(cluster.nodes[n.node], n.run_dir, lines)
-                for line in tail:
-                    show(n, line)
-            else:
-                offsets[n.node] = 0
-        except NodeError as exc:
-            say(f"[{n.node}:{n.rank}] mntui: {exc.message}", err=True)
+    got = source.tail(lines)
+    for n in state.selected:
+        answer = got[n.node]
+        if isinstance(answer, str):
+            state.error(n.node, answer)
+            continue
+        tail, offsets[n.node] = answer
+        for line in tail:
+            state.show(n.node, line)
     return offsets
 
 
-def _follow(
-    cluster: Cluster,
-    selected: Sequence[NodeRecord],
-    offsets: dict[str, int],
-    follow: bool,
-    show: Callable[[NodeRecord, str], None],
-    say: Say,
-) -> ExitCode:
-    splitters = {n.node: LineSplitter() for n in selected}
-    failed = False
+def _follow(source: LogSource, state: Following, follow: bool) -> ExitCode:
+    assert state.offsets is not None
+    offsets = state.offsets
     while True:
         idle = True
-        for n in selected:
-            if n.node not in offsets:
+        got = source.read(offsets) if offsets else {}
+        for n in state.selected:
+            chunk = got.get(n.node)
+            if chunk is None:
                 continue
-            try:
-                chunk = read_new(cluster.nodes[n.node], n.run_dir, offsets[n.node])
-            except NodeError as exc:
-                say(f"[{n.node}:{n.rank}] mntui: {exc.message}", err=True)
-                failed = True
+            if isinstance(chunk, str):  # said, and tried again on the next read
+                state.error(n.node, chunk)
                 continue
             offsets[n.node] = chunk.offset
             idle = idle and chunk.offset >= chunk.size
-            for line in splitters[n.node].feed(chunk.data):
-                show(n, line)
+            for line in state.splitters[n.node].feed(chunk.data):
+                state.show(n.node, line)
         if not follow and idle:
-            for n in selected:
-                for line in splitters[n.node].flush():
-                    show(n, line)
-            return ExitCode.FAILED if failed else ExitCode.OK
+            for n in state.selected:
+                for line in state.splitters[n.node].flush():
+                    state.show(n.node, line)
+            return ExitCode.FAILED if state.failed else ExitCode.OK
         if idle:
             time.sleep(0.3)
 
@@ -220,6 +381,9 @@ def _fetch(
     record: RunRecord, selected: Sequence[NodeRecord], cluster: Cluster, say: Say
 ) -> ExitCode:
     """Copy every node's output.log into the local run record, byte for byte."""
+    from mntui.sessions.logs import read_new
+    from mntui.sessions.remote import NodeError
+
     out_dir = record.dir / "logs"
     out_dir.mkdir(parents=True, exist_ok=True)
     ok = True

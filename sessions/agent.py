@@ -1,0 +1,420 @@
+"""The run's agent: its watchdog process answers on a local socket.
+
+The watchdog already holds one connection per node and polls every `interval`. Serving
+what it has (the latest snapshots and verdicts) and acting on those connections (log
+reads, a kill, a live report) turns every `mntui status` from N SSH handshakes into one
+local round trip, and lets the app subscribe to the same poll stream instead of polling
+every node a second time. The protocol is newline-delimited JSON, versioned (wire.py):
+a request `{"v": 1, "op": ...}`, then one reply (status), or an acknowledgement at once
+and the answer after it (logs, kill, report, subscribe): a client gives up within a
+second on an agent that does not answer (a stopped one, or a socket that outlives a
+killed agent for a moment), and goes direct.
+
+One agent serves a whole restart chain: the supervisor attaches each attempt's run and
+detaches it when the attempt ends; detaching waits for requests that are using the
+run's connections (a kill through the agent ends the watch, and must finish first).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import math
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from queue import Empty, Full, Queue
+from typing import Any
+
+from .agentclient import AGENT_FILE, SUN_PATH_MAX, AgentUnavailable, make_private, peer_uid
+from .agentclient import socket_path as agent_socket_path
+from .config import JobConfig
+from .events import Event, Phase
+from .poll import NodeSnapshot, snapshot_wire
+from .progress import NodeProgress
+from .remote import Cluster, Node
+from .runs import RunRecord
+from .states import Verdict
+from .wire import WireError, encode, message, read_messages
+
+FIRST_SNAPSHOT_WAIT = 0.5  # a request right after attach waits for the first poll
+DETACH_WAIT = 120.0  # at most, for requests still using the run's connections
+IDLE_CLOSE = 60.0  # a connection that sends nothing for this long is closed
+QUEUE = 16  # snapshots a subscriber may be behind before it is let go
+MAX_BACK = 1 << 20  # bytes of each log a subscriber may ask for up front
+
+
+class Refused(Exception):
+    """A request this agent cannot serve; the reason goes back to the client."""
+
+
+@dataclass(frozen=True)
+class Target:
+    cfg: JobConfig
+    record: RunRecord
+    cluster: Cluster
+
+
+@dataclass(frozen=True)
+class Latest:
+    """The last poll, encoded once for every client."""
+
+    payload: dict[str, Any]  # run_id, at, nodes (wire form), verdicts, progress, summary
+    offsets: Mapping[str, int]  # where each log's next poll reads from
+    stream: bytes  # the subscribers' message: log bytes included
+
+
+def _status_form(payload: dict[str, Any]) -> dict[str, Any]:
+    """The payload without the poll's log bytes: status has no use for them."""
+    nodes = {n: {**d, "new_output": ""} for n, d in payload["nodes"].items()}
+    return {**payload, "nodes": nodes}
+
+
+class Agent:
+    def __init__(self, job: str, uid: int | None = None) -> None:
+        self.job = job
+        self.path = agent_socket_path(job)
+        self.uid = os.getuid() if uid is None else uid
+        self._lock = threading.Condition()
+        self._target: Target | None = None
+        self._latest: Latest | None = None
+        self._inflight = 0
+        self._subs: list[Queue[bytes | None]] = []
+        self._listener: socket.socket | None = None
+        self._ino: int | None = None
+        self._ops: dict[str, Callable[[socket.socket, dict[str, Any]], bool]] = {
+            "hello": self._hello,
+            "status": self._status,
+            "logs": self._logs,
+            "kill": self._kill,
+            "report": self._report,
+            "subscribe": self._subscribe,
+        }
+
+    # -- lifecycle --------------------------------------------------------------------
+    def start(self) -> Agent:
+        """Bind the socket (a stale one of this job is replaced: the newest agent serves)."""
+        make_private(self.path.parent)
+        if len(str(self.path)) > SUN_PATH_MAX:
+            raise AgentUnavailable(f"socket path too long: {self.path}")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        try:
+            sock.bind(str(self.path))
+            os.chmod(self.path, 0o600)
+            sock.listen(64)
+        except OSError as exc:
+            sock.close()
+            raise AgentUnavailable(f"cannot serve on {self.path}: {exc.strerror}") from None
+        self._ino = os.stat(self.path).st_ino
+        self._listener = sock
+        threading.Thread(target=self._accept, args=(sock,), name="mntui-agent", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self.detach()
+        sock, self._listener = self._listener, None
+        if sock is None:
+            return
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)  # wakes the accept loop
+        sock.close()
+        with contextlib.suppress(OSError):
+            if os.stat(self.path).st_ino == self._ino:  # not a newer agent's socket
+                self.path.unlink()
+
+    def attach(self, cfg: JobConfig, record: RunRecord, cluster: Cluster) -> None:
+        with self._lock:
+            self._target, self._latest = Target(cfg, record, cluster), None
+        data = {"socket": str(self.path), "pid": os.getpid(), "run_id": record.run_id}
+        _write_private(record.dir / AGENT_FILE, json.dumps(data))
+
+    def detach(self, wait: float = DETACH_WAIT) -> None:
+        """No new requests; wait for those using the run's connections; end the streams."""
+        with self._lock:
+            target, self._target, self._latest = self._target, None, None
+            deadline = time.monotonic() + wait
+            while self._inflight and (left := deadline - time.monotonic()) > 0:
+                self._lock.wait(left)
+            subs, self._subs = self._subs, []
+        for q in subs:
+            _end(q, message(kind="end", why="the run is no longer watched"))
+        if target is not None:
+            with contextlib.suppress(OSError):
+                (target.record.dir / AGENT_FILE).unlink()
+
+    def publish(
+        self,
+        snaps: Mapping[str, NodeSnapshot],
+        verdicts: Mapping[str, Verdict],
+        progress: Mapping[str, NodeProgress],
+        summary: str,
+        offsets: Mapping[str, int],
+    ) -> None:
+        """One poll's results, for status requests and every subscriber."""
+        target = self._target
+        if target is None:
+            return
+        payload = {
+            "run_id": target.record.run_id,
+            "at": time.time(),
+            "nodes": {n: snapshot_wire(s) for n, s in snaps.items()},
+            "verdicts": {n: encode(v) for n, v in verdicts.items()},
+            "progress": {n: encode(p) for n, p in progress.items()},
+            "summary": summary,
+        }
+        latest = Latest(payload, dict(offsets), message(kind="snapshot", **payload))
+        with self._lock:
+            self._latest = latest
+            self._lock.notify_all()
+            subs = list(self._subs)
+        for q in subs:
+            try:
+                q.put_nowait(latest.stream)
+            except Full:  # a subscriber that cannot keep up is let go, never waited for
+                self._drop(q)
+
+    # -- serving ----------------------------------------------------------------------
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.serve, args=(conn,), daemon=True).start()
+
+    def serve(self, conn: socket.socket) -> None:
+        """One client: its requests in order, until it closes (or subscribes)."""
+        with conn:
+            conn.settimeout(IDLE_CLOSE)
+            try:
+                uid = peer_uid(conn)
+                if uid != self.uid:
+                    conn.sendall(message(ok=False, error=f"refused: peer uid {uid}"))
+                    return
+                for msg in read_messages(conn):
+                    handler = self._ops.get(str(msg.get("op")))
+                    try:
+                        if handler is None:
+                            raise Refused(f"unknown op {msg.get('op')!r}")
+                        if not handler(conn, msg):
+                            return
+                    except Refused as exc:
+                        conn.sendall(message(ok=False, error=str(exc)))
+            except WireError as exc:
+                with contextlib.suppress(OSError):
+                    conn.sendall(message(ok=False, error=str(exc)))
+            except OSError:
+                return
+
+    @contextlib.contextmanager
+    def _using(self, run: object = None) -> Iterator[Target]:
+        """The attached run, held until the request is done (detach waits for it)."""
+        with self._lock:
+            t = self._target
+            if t is None:
+                raise Refused("no run attached (between two attempts of a restart chain)")
+            if run is not None and run != t.record.run_id:
+                raise Refused(f"the agent watches run {t.record.run_id}, not {run}")
+            self._inflight += 1
+        try:
+            yield t
+        finally:
+            with self._lock:
+                self._inflight -= 1
+                self._lock.notify_all()
+
+    def _wait_latest(self) -> Latest:
+        deadline = time.monotonic() + FIRST_SNAPSHOT_WAIT
+        with self._lock:
+            while self._latest is None and (left := deadline - time.monotonic()) > 0:
+                self._lock.wait(left)
+            if self._latest is None:
+                raise Refused("no poll yet")
+            return self._latest
+
+    def _hello(self, conn: socket.socket, msg: dict[str, Any]) -> bool:
+        t = self._target
+        run = t.record.run_id if t is not None else None
+        conn.sendall(message(ok=True, pid=os.getpid(), job=self.job, run_id=run))
+        return True
+
+    def _status(self, conn: socket.socket, msg: dict[str, Any]) -> bool:
+        with self._using(msg.get("run")):
+            latest = self._wait_latest()
+        conn.sendall(message(ok=True, pid=os.getpid(), **_status_form(latest.payload)))
+        return True
+
+    def _logs(self, conn: socket.socket, msg: dict[str, Any]) -> bool:
+        """`nodes`: {node: {"offset": n}} (bytes from there) or {node: {"lines": n}}."""
+        from .logs import last_lines, read_new
+
+        want = _log_requests(msg.get("nodes"))
+        with self._using(msg.get("run")) as t:
+            dirs = {n.node: n.run_dir for n in t.record.nodes}
+            if set(want) - set(dirs):
+                raise Refused(f"unknown node(s): {', '.join(sorted(set(want) - set(dirs)))}")
+            conn.sendall(message(ok=True, accepted=True))  # at once: the nodes may take a while
+
+            def one(node: Node) -> dict[str, Any]:
+                kind, n = want[node.name]
+                if kind == "lines":
+                    lines, size = last_lines(node, dirs[node.name], n)
+                    return {"lines": lines, "offset": size}
+                c = read_new(node, dirs[node.name], n)
+                data = base64.b64encode(c.data).decode()
+                return {"data": data, "offset": c.offset, "size": c.size}
+
+            res = t.cluster.map(one, list(want))
+        out = {n: o.value if o.value is not None else {"error": o.error} for n, o in res.items()}
+        conn.sendall(message(kind="done", nodes=out))
+        return True
+
+    def _kill(self, conn: socket.socket, msg: dict[str, Any]) -> bool:
+        from .kill import stop_job, summarize
+
+        names, grace = _kill_args(msg)
+        send = threading.Lock()
+
+        def tell(data: bytes) -> None:
+            with send, contextlib.suppress(OSError):  # a client that left: the kill goes on
+                conn.sendall(data)
+
+        with self._using() as t:
+            tell(message(ok=True, accepted=True, pid=os.getpid()))
+            results = stop_job(
+                t.cfg,
+                t.cluster,
+                names=names,
+                grace=grace,
+                on_event=lambda e: tell(message(kind="event", event=encode(e))),
+            )
+            clean, text = summarize(t.cfg.job, results)
+            tell(message(kind="done", clean=clean, text=text))
+        return True
+
+    def _report(self, conn: socket.socket, msg: dict[str, Any]) -> bool:
+        from .postmortem import report_now
+        from .report import render, to_json
+
+        with self._using(msg.get("run")) as t:
+            conn.sendall(message(ok=True, accepted=True, pid=os.getpid()))
+            built = report_now(t.cfg, t.record, t.cluster)
+            conn.sendall(message(kind="done", text=render(built), report=to_json(built)))
+        return True
+
+    def _subscribe(self, conn: socket.socket, msg: dict[str, Any]) -> bool:
+        """The poll stream: the last `back` bytes of each log, the latest snapshot, then
+        every poll's snapshots, log bytes included, in order."""
+        back = msg.get("back", 0)
+        if not isinstance(back, int) or isinstance(back, bool) or not 0 <= back <= MAX_BACK:
+            raise Refused(f"back: a number of bytes from 0 to {MAX_BACK}")
+        q: Queue[bytes | None] = Queue(QUEUE)
+        with self._using(msg.get("run")) as t:
+            latest = self._wait_latest()
+            with self._lock:
+                latest = self._latest or latest  # registered with the offsets it names
+                self._subs.append(q)
+            conn.sendall(message(ok=True, pid=os.getpid(), run_id=t.record.run_id))
+            if back:
+                conn.sendall(message(kind="backlog", logs=_backlog(t, latest.offsets, back)))
+            conn.sendall(message(kind="snapshot", **_status_form(latest.payload)))
+        conn.settimeout(None)
+        try:
+            while (item := q.get()) is not None:
+                conn.sendall(item)
+        finally:
+            self._drop(q)
+        return False
+
+    def _drop(self, q: Queue[bytes | None]) -> None:
+        with self._lock:
+            if q in self._subs:
+                self._subs.remove(q)
+        _end(q, None)
+
+
+def _end(q: Queue[bytes | None], last: bytes | None) -> None:
+    """Make room and end a subscriber's stream (its thread sends `last`, then stops)."""
+    while True:
+        try:
+            q.get_nowait()
+        except Empty:
+            break
+    with contextlib.suppress(Full):
+        if last is not None:
+            q.put_nowait(last)
+        q.put_nowait(None)
+
+
+def _backlog(t: Target, offsets: Mapping[str, int], back: int) -> dict[str, str]:
+    """Each node's log bytes [offset - back, offset): what came before the stream."""
+    from .logs import parse_read, read_script
+
+    dirs = {n.node: n.run_dir for n in t.record.nodes}
+
+    def one(node: Node) -> str:
+        end = offsets.get(node.name, 0)
+        start = max(0, end - back)
+        if end <= start:
+            return ""
+        out = node.run(read_script(dirs[node.name], start, end - start)).stdout
+        return base64.b64encode(parse_read(out, start).data).decode()
+
+    got = t.cluster.map(one, list(dirs))
+    return {n: v for n, v in got.succeeded.items() if v}
+
+
+def _log_requests(nodes: object) -> dict[str, tuple[str, int]]:
+    if not isinstance(nodes, dict) or not nodes:
+        raise Refused("nodes: an object of node -> {offset: n} or {lines: n}")
+    out = {}
+    for name, want in nodes.items():
+        if not isinstance(want, dict) or len(want) != 1:
+            raise Refused(f"nodes.{name}: {{offset: n}} or {{lines: n}}")
+        (kind, n), *_ = want.items()
+        if kind not in ("offset", "lines") or not isinstance(n, int) or isinstance(n, bool):
+            raise Refused(f"nodes.{name}: {{offset: n}} or {{lines: n}}")
+        if not 0 <= n < 1 << 62:
+            raise Refused(f"nodes.{name}: {kind} out of range")
+        out[name] = (kind, n)
+    return out
+
+
+def _kill_args(msg: dict[str, Any]) -> tuple[list[str] | None, float | None]:
+    names, grace = msg.get("nodes"), msg.get("grace")
+    if names is not None and not (
+        isinstance(names, list) and names and all(isinstance(n, str) for n in names)
+    ):
+        raise Refused("nodes: a list of node names, or null for all")
+    if grace is not None and (
+        not isinstance(grace, int | float)
+        or isinstance(grace, bool)
+        or not math.isfinite(grace)
+        or not 0 <= grace <= 3600
+    ):
+        raise Refused("grace: seconds from 0 to 3600, or null")
+    return names, grace
+
+
+def _write_private(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def start_agent(job: str, on_event: Callable[[Event], None]) -> Agent | None:
+    """The watchdog serves when it can; when it cannot, it still watches (and says why)."""
+    try:
+        return Agent(job).start()
+    except AgentUnavailable as exc:
+        on_event(Event(None, None, Phase.NOTICE, f"agent: not serving: {exc}"))
+        return None
