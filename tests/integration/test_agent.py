@@ -134,6 +134,7 @@ def test_a_stale_socket_falls_back_to_direct_connections(fake: FakeCluster, cfg:
     res = cfg.mntui(path, "kill", "-v")
     assert res.returncode == 0 and "direct connections" in res.stderr, res.stderr
     assert not tagged(job) and not port_listening(port)
+    agentclient.read_agent_file(record.dir)[0].unlink()  # the socket file we left stale
 
 
 STALE = r"stale socket, the agent is gone|did not answer in time"
