@@ -12,6 +12,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -133,6 +134,7 @@ def test_a_stale_socket_falls_back_to_direct_connections(fake: FakeCluster, cfg:
     res = cfg.mntui(path, "kill", "-v")
     assert res.returncode == 0 and "direct connections" in res.stderr, res.stderr
     assert not tagged(job) and not port_listening(port)
+    agentclient.read_agent_file(record.dir)[0].unlink()  # the socket file we left stale
 
 
 STALE = r"stale socket, the agent is gone|did not answer in time"
@@ -264,3 +266,20 @@ def _ppid(pid: int) -> int:
 
 
 pytestmark = pytest.mark.timeout(240)
+
+
+def test_the_agent_bench_rows_keep_running(tmp_path: Path) -> None:
+    """`bench.py --cold` at N = 2, one repetition: it runs and prints its table (timings
+    are not judged here)."""
+    repo = Path(__file__).resolve().parents[2]
+    res = subprocess.run(
+        [sys.executable, str(repo / "bench" / "bench.py"), "--cold", "2", "--cold-reps", "1",
+         "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "`mntui status --json`, agent" in res.stdout and "no agent" in res.stdout
+    data = json.loads(next(tmp_path.glob("agent-*.json")).read_text())
+    assert set(data["cold"]["2"]) >= {"`mntui kill`, agent", "`mntui kill`, no agent"}
