@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ClusterShell.NodeSet import NodeSet, NodeSetException
 
-from .notify import NotifyEvent, NotifyPolicy, check_webhook_url
+from .notices import NotifyEvent, NotifyPolicy, check_webhook_url
 from .shellsyntax import ere_problem, quoted_placeholders
 from .yamlmarks import ConfigError, Document, Path_, format_path, load, loads
 

@@ -84,8 +84,8 @@ SCAN_EVERY = 10
 
 # mntui_poll_tree PID... -> those PIDs and all their descendants, one a line, read from
 # /proc/*/task/*/children with builtins only. A children file ends without a newline,
-# so `read` returns EOF on it: the line it read counts all the same (lib.sh's
-# mntui_tree drops it, and never descends).
+# so `read` returns EOF on it: the line it read counts all the same (a walk that
+# reads `read -r x <f && ...` drops it, and never descends).
 _TREE = """mntui_poll_tree() {
   _seen=" "
   _todo="$*"

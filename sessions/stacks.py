@@ -90,15 +90,15 @@ pids=$(mntui_scan {shlex.quote(pattern)} | tr '\\n' ' ')
 spy=$(command -v py-spy 2>/dev/null)
 for p in $pids; do
   [ -n "$spy" ] && break
-  jobpath=$(tr '\\0' '\\n' <"/proc/$p/environ" 2>/dev/null | sed -n 's/^PATH=//p')
+  jobpath=$(tr '\\0' '\\n' 2>/dev/null <"/proc/$p/environ" | sed -n 's/^PATH=//p')
   spy=$(PATH="$jobpath" command -v py-spy 2>/dev/null)
 done
 if [ -z "$spy" ]; then echo "{m}NOSPY"; exit 0; fi
 tmp=$(mktemp -d) || exit 1
 for p in $pids; do
-  rank=$(tr '\\0' '\\n' <"/proc/$p/environ" 2>/dev/null | sed -n 's/^RANK=\\([0-9]*\\)$/\\1/p')
+  rank=$(tr '\\0' '\\n' 2>/dev/null <"/proc/$p/environ" | sed -n 's/^RANK=\\([0-9]*\\)$/\\1/p')
   [ -n "$rank" ] || continue
-  read -r s <"/proc/$p/stat" 2>/dev/null || continue
+  read -r s 2>/dev/null <"/proc/$p/stat" || continue
   s=${{s#*) }}; st=${{s%% *}}
   case $st in T|t) nb=--nonblocking ;; *) nb= ;; esac
   echo "{m}RANK $p $rank $st"

@@ -20,7 +20,7 @@
 # with a newline leaves a line with no ") " at all: _s is then not a stat line, which
 # callers treat as "alive, unreadable" (never as gone).
 mntui_stat() {
-  read -r _s <"/proc/$1/stat" 2>/dev/null || return 1
+  read -r _s 2>/dev/null <"/proc/$1/stat" || return 1  # 2> first: a gone PID says nothing
   while :; do
     case $_s in
       *") "*) _s=${_s#*) } ;;
@@ -52,26 +52,6 @@ mntui_scan() {
     case "$mntui_self" in *" $_p "*) continue ;; esac
     echo "$_p"
   done
-}
-
-# mntui_tree PID... -> those PIDs and all their descendants, one a line, read from
-# /proc/*/task/*/children: builtins only. A job's processes all descend from its pane.
-mntui_tree() {
-  _seen=" "
-  _todo="$*"
-  while [ -n "$_todo" ]; do
-    _next=""
-    for _p in $_todo; do
-      case "$_seen" in *" $_p "*) continue ;; esac
-      [ -d "/proc/$_p" ] || continue
-      _seen="$_seen$_p "
-      for _c in "/proc/$_p"/task/*/children; do
-        read -r _k <"$_c" 2>/dev/null && _next="$_next $_k"
-      done
-    done
-    _todo=$_next
-  done
-  for _p in $_seen; do echo "$_p"; done
 }
 
 # mntui_alive PID... -> those that still exist and are not zombies, one a line.

@@ -198,7 +198,7 @@ def test_a_late_viewer_reads_exactly_the_last_bytes_before_the_size(tmp_path: Pa
 
 def test_the_poll_tree_descends_into_children(tmp_path: Path) -> None:
     """/proc/PID/task/TID/children ends without a newline: `read` sees EOF on it, and
-    lib.sh's mntui_tree therefore never descended."""
+    the old walk in lib.sh (`read ... && ...`) therefore never descended."""
     import subprocess
 
     from mntui.sessions.poll import _TREE
