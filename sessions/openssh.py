@@ -38,7 +38,7 @@ from pathlib import Path
 
 from .config import HostKeyPolicy, SshPolicy
 from .errors import private_dir, state_dir
-from .remote import Result, find_end, frame, ssh_base_argv, unwrap
+from .remote import Result, ShellNode, find_end, frame, ssh_base_argv, unwrap
 from .results import NodeError
 
 # -- resolving hosts the way OpenSSH does -------------------------------------------
@@ -227,18 +227,13 @@ def why(host: str, stderr: str, asked: bool) -> str:
     return f"cannot connect to {host} over openssh {said}"
 
 
-class OpenSshNode:
+class OpenSshNode(ShellNode):
     """A node behind the system `ssh`: one private master, one long-lived `sh -s` on it."""
 
-    is_local = False
-
     def __init__(self, name: str, host: str, policy: SshPolicy) -> None:
-        self.name, self.host, self.policy = name, host, policy
-        self._lock = threading.Lock()
-        self._shell_lock = threading.Lock()
+        super().__init__(name, host, policy)
         self._path: str | None = None  # the master's ControlPath while it runs
         self._shell: subprocess.Popen[bytes] | None = None
-        self._seq = 0
 
     def _ssh(self, *opts: str) -> list[str]:
         return [*ssh_base_argv(self.policy.config), "-o", f"ControlPath={self._path}", *opts]
@@ -309,15 +304,6 @@ class OpenSshNode:
             stderr=subprocess.PIPE,
             start_new_session=True,  # Ctrl+C in the terminal must not cut a kill short
         )
-
-    def run(self, script: str, timeout: float | None = None) -> Result:
-        timeout = timeout or self.policy.command_timeout
-        if self._shell_lock.acquire(blocking=False):
-            try:
-                return self._run_on_shell(script, timeout)
-            finally:
-                self._shell_lock.release()
-        return self._run_exec(script, timeout)
 
     def _run_on_shell(self, script: str, timeout: float) -> Result:
         if self._shell is None or self._shell.poll() is not None:

@@ -169,26 +169,48 @@ class LocalNode:
         pass
 
 
-class RemoteNode:
-    """A node behind one persistent SSH connection, reopened once if it dropped.
+class ShellNode:
+    """A remote node with one long-lived `sh` (either transport).
 
-    Commands go to a long-lived `sh` on that connection, so a slow login shell
-    (`pyenv init` is 150 ms here) is paid once per node, not once per command. A
-    second command arriving while that shell is busy (a poll during a kill) gets its
-    own exec channel instead of waiting.
+    Commands go to that shell, so a slow login shell (`pyenv init` is 150 ms here) is
+    paid once per node, not once per command. A second command arriving while the shell
+    is busy (a poll during a kill) gets a one-off exec of its own instead of waiting.
     """
 
     is_local = False
 
+    def __init__(self, name: str, host: str, policy: SshPolicy) -> None:
+        self.name, self.host, self.policy = name, host, policy
+        self._lock = threading.Lock()
+        self._shell_lock = threading.Lock()
+        self._seq = 0
+
+    def run(self, script: str, timeout: float | None = None) -> Result:
+        timeout = timeout or self.policy.command_timeout
+        if self._shell_lock.acquire(blocking=False):
+            try:
+                return self._run_on_shell(script, timeout)
+            finally:
+                self._shell_lock.release()
+        return self._run_exec(script, timeout)
+
+    def _run_on_shell(self, script: str, timeout: float) -> Result:
+        raise NotImplementedError
+
+    def _run_exec(self, script: str, timeout: float) -> Result:
+        raise NotImplementedError
+
+
+class RemoteNode(ShellNode):
+    """A node behind one persistent paramiko connection, reopened once if it dropped."""
+
     def __init__(
         self, name: str, host: str, policy: SshPolicy, prompt: Callable[[str], str] | None = None
     ) -> None:
-        self.name, self.host, self.policy, self._prompt = name, host, policy, prompt
-        self._lock = threading.Lock()
-        self._shell_lock = threading.Lock()
+        super().__init__(name, host, policy)
+        self._prompt = prompt
         self._conn: Any = None
         self._shell: Any = None
-        self._seq = 0
         self.settings: SshSettings | None = None
 
     def open(self) -> None:
@@ -220,15 +242,6 @@ class RemoteNode:
         except (paramiko.SSHException, OSError, EOFError, AttributeError) as exc:
             self.close()
             raise NodeError(self.name, f"connection lost: {exc}") from None
-
-    def run(self, script: str, timeout: float | None = None) -> Result:
-        timeout = timeout or self.policy.command_timeout
-        if self._shell_lock.acquire(blocking=False):
-            try:
-                return self._run_on_shell(script, timeout)
-            finally:
-                self._shell_lock.release()
-        return self._run_exec(script, timeout)
 
     def _run_on_shell(self, script: str, timeout: float) -> Result:
         if self._shell is None or self._shell.closed or self._shell.exit_status_ready():
