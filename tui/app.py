@@ -28,13 +28,12 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid
-from textual.message import Message
 from textual.timer import Timer
 from textual.widgets import DataTable, Footer, RichLog
 from textual.worker import Worker, WorkerState
 
 from mntui.sessions import notify
-from mntui.sessions.agentclient import AgentClient, AgentUnavailable, decode_status, try_connect
+from mntui.sessions.agentclient import AgentClient, AgentUnavailable, try_connect
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import ExitCode, log_exception
 from mntui.sessions.events import Event, Phase
@@ -46,6 +45,7 @@ from mntui.sessions.runs import RunRecord, latest
 from mntui.sessions.states import Verdict
 from mntui.sessions.watch import Judge, LockHeld, Trigger, acquire_lock, make_notifier, teardown
 
+from .following import Following
 from .messages import (
     EngineEvent,
     KillDone,
@@ -54,7 +54,6 @@ from .messages import (
     Notice,
     PollDone,
 )
-from .ops import Operations
 from .render import kill_preview, overall_state, table_row
 from .widgets import (
     ConfirmScreen,
@@ -68,31 +67,9 @@ from .widgets import (
 LOG_KEEP = 5000  # lines of log kept per node in the app
 TABLE_ABOVE = 16  # nodes above which the app opens in the compact table view
 START_BACK = 16 * 1024  # bytes of existing log shown when the app opens on a running job
-AGENT_RETRY = 2.0  # seconds between tries to reach the agent while polling directly
-AGENT_SILENCE = 10.0  # an agent that sends nothing for this long (x interval) is gone
 
 
-class AgentBacklog(Message):
-    """The bytes of each log before the agent's stream starts."""
-
-    def __init__(self, logs: dict[str, bytes], generation: int) -> None:
-        super().__init__()
-        self.logs, self.generation = logs, generation
-
-
-class AgentFollowing(Message):
-    def __init__(self, generation: int, via: str) -> None:
-        super().__init__()
-        self.generation, self.via = generation, via
-
-
-class AgentGone(Message):
-    def __init__(self, generation: int, why: str) -> None:
-        super().__init__()
-        self.generation, self.why = generation, why
-
-
-class MntuiApp(Operations):
+class MntuiApp(Following):
     TITLE = "mntui"
     CSS = """
     #grid { layout: grid; grid-size: 2; grid-gutter: 0 1; grid-rows: 16; overflow-y: auto; }
@@ -222,6 +199,12 @@ class MntuiApp(Operations):
             except LockHeld as exc:
                 self.watcher = f"headless (pid {exc.holder})"
                 self.log_event(f"watchdog: {exc}")
+            if self.lock is not None and self.cfg.restart.max > 0:
+                from mntui.sessions.watch import start_detached
+
+                self.release_lock()  # restarts are the headless supervisor's: it keeps
+                start_detached(self.cfg, record)  # the chain going after the app quits
+                self.watcher = "headless"
         self.generation += 1
         self.subscribed = False
         self.stop_following()
@@ -229,84 +212,6 @@ class MntuiApp(Operations):
             self.try_agent(START_BACK)
         else:
             self.schedule_poll(0)
-
-    # -- the agent's stream ----------------------------------------------------------
-    def try_agent(self, back: int) -> None:
-        """Follow the agent's poll stream; until it answers (or if it does not), no poll
-        of our own runs: the stream's first message or AgentGone decides."""
-        assert self.record is not None
-        self.subscribed = True
-        self.agent_tried = time.monotonic()
-        self.follow_agent(self.record, self.generation, back)
-
-    @work(thread=True, group="agent", exit_on_error=False)
-    def follow_agent(self, record: RunRecord, generation: int, back: int) -> None:
-        client, via = try_connect(record.dir)
-        why = via.detail
-        if client is not None:
-            self.agent_client = client
-            with client:
-                try:
-                    why = self._stream(client, record, generation, back, via.detail)
-                except AgentUnavailable as exc:
-                    why = str(exc)
-        self.post_message(AgentGone(generation, why))
-
-    def _stream(
-        self, client: AgentClient, record: RunRecord, generation: int, back: int, via: str
-    ) -> str:
-        nodes = [n.node for n in record.nodes]
-        client.send("subscribe", run=record.run_id, back=back)
-        silence = AGENT_SILENCE * max(1.0, self.cfg.watch.interval)
-        for msg in client.stream(first=4.0, timeout=silence):
-            if generation != self.generation:
-                return "another run is shown"
-            kind = msg.get("kind")
-            if kind is None:
-                self.post_message(AgentFollowing(generation, via))
-            elif kind == "backlog":
-                self.post_message(AgentBacklog(_backlog(msg.get("logs")), generation))
-            elif kind == "snapshot":
-                snaps = decode_status(msg, nodes).snaps
-                self.agent_snaps += 1
-                self.agent_offsets = (generation, {n: s.log_size or 0 for n, s in snaps.items()})
-                for snap in snaps.values():
-                    self.post_message(NodeSnap(snap))
-                self.post_message(PollDone(snaps))
-            elif kind == "end":
-                return str(msg.get("why", "the agent ended the stream"))
-        return "the stream ended"
-
-    def stop_following(self) -> None:
-        """End the stream's worker now (it waits in recv): closing the app, another run."""
-        client, self.agent_client = self.agent_client, None
-        if client is not None:
-            client.shutdown()
-
-    def on_agent_following(self, message: AgentFollowing) -> None:
-        if message.generation == self.generation:
-            self.watcher = "headless (agent)"
-            self.log_event(f"following the run's agent: {message.via}")
-
-    def on_agent_backlog(self, message: AgentBacklog) -> None:
-        if message.generation == self.generation:
-            for node, data in message.logs.items():
-                if node in self.views:
-                    self.apply_log(node, data)
-
-    def on_agent_gone(self, message: AgentGone) -> None:
-        """Poll directly from where the stream left each log (no line twice, none lost)."""
-        if message.generation != self.generation or self.record is None:
-            return
-        following = self.watcher == "headless (agent)"
-        self.subscribed = False
-        if following:
-            self.watcher = "none"
-            self.log_event(f"agent: {message.why}; polling the nodes directly")
-        generation, offsets = self.agent_offsets
-        if generation == self.generation and self.cluster is not None:
-            self.poller = Poller(self.record, self.cluster, from_offsets=offsets)
-        self.schedule_poll(0)
 
     def schedule_poll(self, delay: float) -> None:
         """One poll chain only: a poll starts when none is running or already scheduled,
@@ -361,6 +266,8 @@ class MntuiApp(Operations):
             if message.generation != self.generation:  # from a replaced poller
                 self.schedule_poll(0)
                 return
+        if self.follow_chain():
+            return
         try:
             if message.snaps:
                 self.watch_over(message.snaps)
@@ -372,13 +279,21 @@ class MntuiApp(Operations):
             self.draw("table", self.refresh_table)
         self.draw("header", self.refresh_header)
 
-    def retry_agent(self) -> None:
-        """Polling directly for a run someone else watches: its agent may have started
-        since (a watchdog just launched takes a moment to serve)."""
-        if self.lock is not None or self.record is None or not self.record.status.is_live:
-            return
-        if time.monotonic() - self.agent_tried >= AGENT_RETRY and not self.subscribed:
-            self.try_agent(0)
+    def follow_chain(self) -> bool:
+        """A restart's next attempt (same chain, a newer run) replaces the run shown; the
+        headless supervisor launched it, and its agent serves the new run too."""
+        rec = self.record
+        if rec is None or rec.chain is None or self.lock is not None:
+            return False
+        newest = latest(self.cfg.job)
+        if newest is None or newest.run_id == rec.run_id or newest.chain != rec.chain:
+            return False
+        self.log_event(f"attempt {newest.attempt + 1}: following run {newest.run_id}")
+        for v in self.views.values():
+            v.log = []
+        self.splitters = {n: LineSplitter() for n in self.views}
+        self.attach_run(newest, watch_here=False)
+        return True
 
     def watch_over(self, snaps: dict[str, NodeSnapshot]) -> None:
         """The watchdog's turn, before any drawing: judge, and act on what it decides."""
@@ -696,17 +611,3 @@ def run_app(
     app = MntuiApp(cfg, launch_now=launch_now, restart=restart, watchdog=watchdog)
     app.run()
     return app.return_code or ExitCode.OK
-
-
-def _backlog(logs: object) -> dict[str, bytes]:
-    """The backlog message's logs: base64 per node; anything else is skipped."""
-    import base64
-    import binascii
-
-    out: dict[str, bytes] = {}
-    for node, data in (logs if isinstance(logs, dict) else {}).items():
-        try:
-            out[str(node)] = base64.b64decode(data, validate=True) if isinstance(data, str) else b""
-        except (binascii.Error, ValueError):
-            continue
-    return out

@@ -1,0 +1,54 @@
+"""The app shows a restart chain: when the headless supervisor relaunches the job, the
+app moves on to the new attempt by itself."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from fakecluster import FakeCluster
+from helpers import Cfg, free_port
+
+from mntui.sessions.config import load_config
+from mntui.sessions.runs import latest
+from mntui.tui.app import MntuiApp
+
+
+def test_the_app_follows_the_next_attempt(fake: FakeCluster, cfg: Cfg) -> None:
+    port = free_port()
+    path = cfg.write(f"""
+    job: tchain
+    nodes: [node0, node1]
+    master_port: {port}
+    command: >-
+      echo "attempt $MNTUI_RESTART_COUNT on {{node}}";
+      if [ "$MNTUI_RESTART_COUNT" = 0 ] && [ {{node_rank}} = 1 ]; then sleep 2; exit 3; fi;
+      exec sleep 300
+    launch: {{ready: log, ready_pattern: "attempt", ready_timeout: 20}}
+    restart: {{max: 1, backoff: 1}}
+    kill: {{grace: 2}}
+    """)
+    assert cfg.mntui(str(path), "launch", "--no-ui", watch=True).returncode == 0
+    first = latest("tchain")
+    assert first is not None
+
+    async def run() -> tuple[str, list[str]]:
+        app = MntuiApp(load_config(path), record=first)
+        async with app.run_test() as pilot:
+            deadline = time.monotonic() + 90
+            while (
+                app.record is None
+                or app.record.run_id == first.run_id
+                or not any("attempt 1 on node1" in ln for ln in app.views["node1"].log or [])
+            ):
+                assert time.monotonic() < deadline, "the app stayed on the first attempt"
+                await pilot.pause(0.2)
+            shown: Any = app.record
+            return shown.run_id, list(app.views["node1"].log or [])
+
+    run_id, lines = asyncio.run(run())
+    newest = latest("tchain")
+    assert newest is not None and run_id == newest.run_id and newest.attempt == 1
+    assert not any("attempt 0" in ln for ln in lines)  # the old attempt's lines are gone
+    assert cfg.mntui(str(path), "kill").returncode == 0
