@@ -8,8 +8,9 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fakecluster import FakeCluster, free_port
@@ -125,3 +126,33 @@ def tagged_anywhere(job: str) -> list[int]:
     from fakecluster import alive, pids_with_env
 
     return alive(pids_with_env(f"MNTUI_RUN={_re.escape(job)}/.*"))
+
+
+def freeze_a_worker(fake: FakeCluster, job: str, script: str, node: str = "node1") -> int:
+    """Once both nodes train, stop one of `node`'s ranks (a worker running `script`, not
+    torchrun) with SIGSTOP, as a hung GPU or a stuck collective would; its PID."""
+    import signal
+
+    from fakecluster import cmdline, tagged, wait_for
+
+    wait_for(
+        lambda: all(step_count(fake.node(n).log(job)) >= 2 for n in ("node0", "node1")),
+        60,
+        what="both nodes training",
+    )
+    worker = next(
+        p
+        for p in tagged(job, node)
+        if script in cmdline(p) and "torch.distributed.run" not in cmdline(p)
+    )
+    os.kill(worker, signal.SIGSTOP)
+    return worker
+
+
+async def until(pilot: Any, cond: Callable[[], object], timeout: float, what: str) -> None:
+    """Pilot's wait: poll `cond` between UI ticks, fail loudly at the deadline."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        await pilot.pause(0.1)

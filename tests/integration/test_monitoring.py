@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from fakecluster import FakeCluster, cmdline, port_listening, tagged, wait_for
-from helpers import Cfg, free_port, listener_job, step_count, torch_job
+from helpers import Cfg, free_port, freeze_a_worker, listener_job, step_count, torch_job
 
 from mntui.sessions.config import load_config
 from mntui.sessions.poll import Poller
@@ -37,17 +37,7 @@ def test_watchdog_tears_down_a_frozen_job(fake: FakeCluster, cfg: Cfg) -> None:
     )
     res = cfg.mntui(path, "launch", "--no-ui", watch=True)
     assert res.returncode == 0 and "watchdog running" in res.stdout, res.stdout + res.stderr
-    wait_for(
-        lambda: all(step_count(fake.node(n).log(job)) >= 2 for n in ("node0", "node1")),
-        60,
-        what="both nodes training",
-    )
-    worker = next(
-        p
-        for p in tagged(job, "node1")
-        if "train.py" in cmdline(p) and "torch.distributed.run" not in cmdline(p)
-    )
-    os.kill(worker, signal.SIGSTOP)
+    freeze_a_worker(fake, job, "train.py")
     frozen_at = time.time()
     wait_for(
         lambda: not tagged(job, "node0") and not tagged(job, "node1"), 30, what="whole job down"

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from fakecluster import FakeCluster, cmdline, tagged, wait_for
-from helpers import REPO, Cfg, free_port, step_count
+from helpers import REPO, Cfg, free_port, freeze_a_worker, step_count
 from hookserver import serving
 
 from mntui.sessions.runs import latest
@@ -105,17 +105,7 @@ def test_frozen_worker_report_has_stacks_and_teardown_waits_at_most_the_budget(
 ) -> None:
     job = f"rfrozen{budget}"
     launch_faulty(fake, cfg, job, "", extra=f"watch: {{frozen_after: 1, capture_budget: {budget}}}")
-    wait_for(
-        lambda: all(step_count(fake.node(n).log(job)) >= 2 for n in ("node0", "node1")),
-        60,
-        what="both nodes training",
-    )
-    worker = next(
-        p
-        for p in tagged(job, "node1")
-        if "faulty_train.py" in cmdline(p) and "torch" not in cmdline(p)
-    )
-    os.kill(worker, signal.SIGSTOP)
+    freeze_a_worker(fake, job, "faulty_train.py")
     frozen_at = time.time()
     wait_for(lambda: not tagged(job), 40, what="whole job down")
     down = time.time() - frozen_at

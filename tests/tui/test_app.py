@@ -7,24 +7,15 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable
 
 from fakecluster import FakeCluster, port_listening, tagged
-from helpers import Cfg, listener_job
+from helpers import Cfg, listener_job, until
 
 from mntui.sessions.config import load_config
 from mntui.sessions.states import NodeState
 from mntui.tui.app import MntuiApp
 from mntui.tui.widgets import ConfirmScreen, NodePane
-
-
-async def until(pilot: Any, cond: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        await pilot.pause(0.1)
 
 
 def run(coro: Awaitable[None]) -> None:

@@ -4,12 +4,9 @@ in drawing must never stop the poll, the judge or the teardown."""
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
-from typing import Any
 
 from fakecluster import FakeCluster, tagged
-from helpers import Cfg, free_port
+from helpers import Cfg, free_port, until
 
 from mntui.sessions.config import load_config
 from mntui.sessions.runs import RunStatus, latest
@@ -45,14 +42,6 @@ class BrokenViews(MntuiApp):
     def redraw_node(self, view: NodeView, new_lines: bool) -> None:
         self.broke("pane")
         super().redraw_node(view, new_lines)
-
-
-async def until(pilot: Any, cond: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        await pilot.pause(0.1)
 
 
 def test_failing_views_do_not_stop_the_apps_watchdog(fake: FakeCluster, cfg: Cfg) -> None:
