@@ -18,6 +18,7 @@ from pathlib import Path
 
 from . import evidence, progress, report, stacks
 from .config import JobConfig
+from .errors import log_exception
 from .logs import LineSplitter
 from .poll import NodeSnapshot
 from .procs import run_pattern
@@ -150,6 +151,29 @@ def make_report(
     )
     save(record, built)
     return built
+
+
+def try_report(
+    cfg: JobConfig,
+    record: RunRecord,
+    cluster: Cluster,
+    obs: Observations,
+    *,
+    trigger: tuple[str, NodeState, str] | None,
+    taken: Stacks | None,
+    ended_at: float | None,
+    ending: Ending,
+) -> FailureReport | None:
+    """`make_report` for a watchdog: a report that cannot be built is logged, never a
+    reason for the watchdog (and the job's guard) to die."""
+    try:
+        return make_report(
+            cfg, record, cluster, obs, trigger=trigger, taken=taken, ended_at=ended_at,
+            ending=ending,
+        )  # fmt: skip
+    except Exception as exc:
+        log_exception(f"report of {record.job} {record.run_id}", exc)
+        return None
 
 
 def _write_private(path: Path, text: str) -> None:

@@ -13,11 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .config import JobConfig
-from .errors import log_exception
 from .events import Event, Phase
 from .judge import Trigger
 from .kill import kill_job, not_clean
-from .postmortem import HUNG, Observations, Stacks, capture_stacks, make_report
+from .postmortem import HUNG, Observations, capture_stacks, try_report
 from .remote import Cluster
 from .report import Ending, FailureReport
 from .runs import RunRecord, RunStatus
@@ -58,7 +57,10 @@ def teardown(
     ended = time.time()
     # An unreachable culprit cannot be killed: the others being clean is what counts.
     dirty = [n for n in not_clean(results) if n != t.node or t.state is not NodeState.UNREACHABLE]
-    built = _report(cfg, record, cluster, obs, t, taken, ended)
+    built = try_report(
+        cfg, record, cluster, obs, trigger=(t.node, t.state, t.why), taken=taken,
+        ended_at=ended, ending=Ending.TORN_DOWN,
+    )  # fmt: skip
     culprit = next((n for n in built.nodes if n.node == t.node), None) if built else None
 
     def torn_down(r: RunRecord) -> None:
@@ -81,23 +83,3 @@ def teardown(
     if built is not None:
         on_event(Event(None, None, Phase.NOTICE, f"report: {built.headline} (`mntui report`)"))
     return Teardown(not dirty, built)
-
-
-def _report(
-    cfg: JobConfig,
-    record: RunRecord,
-    cluster: Cluster,
-    obs: Observations,
-    t: Trigger,
-    taken: Stacks | None,
-    ended: float,
-) -> FailureReport | None:
-    """A report that cannot be built is logged, never a reason for the watchdog to die."""
-    try:
-        return make_report(
-            cfg, record, cluster, obs, trigger=(t.node, t.state, t.why), taken=taken,
-            ended_at=ended, ending=Ending.TORN_DOWN,
-        )  # fmt: skip
-    except Exception as exc:
-        log_exception(f"report of {record.job} {record.run_id}", exc)
-        return None

@@ -21,12 +21,12 @@ from typing import IO
 
 from .agent import Agent
 from .config import Action, JobConfig
-from .errors import MntuiError, log_exception, private_dir, state_dir
+from .errors import MntuiError, private_dir, state_dir
 from .events import Event, Phase
 from .judge import Judge, Trigger, trigger_kind
 from .notify import Notice, Notifier, NotifyEvent
 from .poll import NodeSnapshot, Poller
-from .postmortem import make_report, observations, observe
+from .postmortem import observations, observe, try_report
 from .remote import Cluster
 from .report import Ending, FailureReport
 from .runs import RunRecord, RunStatus, read_status
@@ -163,13 +163,10 @@ class Watchdog:
         text = f"job is no longer running ({status.value if status else 'no exit code'})"
         built = None
         if failed:
-            try:
-                built = make_report(
-                    self.cfg, self.record, self.cluster, self.obs, trigger=None, taken=None,
-                    ended_at=time.time(), ending=Ending.ENDED,
-                )  # fmt: skip
-            except Exception as exc:
-                log_exception(f"report of {self.record.job} {self.record.run_id}", exc)
+            built = try_report(
+                self.cfg, self.record, self.cluster, self.obs, trigger=None, taken=None,
+                ended_at=time.time(), ending=Ending.ENDED,
+            )  # fmt: skip
             if built is not None:
                 text += f"; report: {built.headline}"
         self.on_event(Event(None, None, Phase.KILLED, text + "; watchdog exits"))

@@ -12,38 +12,17 @@ import time
 from typing import IO
 
 from textual import work
-from textual.message import Message
 
 from mntui.sessions.agentclient import AgentClient, AgentUnavailable, decode_status, try_connect
 from mntui.sessions.poll import Poller
 from mntui.sessions.runs import RunRecord
 
-from .messages import NodeSnap, PollDone
+from .messages import AgentBacklog, AgentFollowing, AgentGone, NodeSnap, PollDone
 from .ops import Operations
 from .widgets import NodeView
 
 AGENT_RETRY = 2.0  # seconds between tries to reach the agent while polling directly
 AGENT_SILENCE = 10.0  # an agent that sends nothing for this long (x interval) is gone
-
-
-class AgentBacklog(Message):
-    """The bytes of each log before the agent's stream starts."""
-
-    def __init__(self, logs: dict[str, bytes], generation: int) -> None:
-        super().__init__()
-        self.logs, self.generation = logs, generation
-
-
-class AgentFollowing(Message):
-    def __init__(self, generation: int, via: str) -> None:
-        super().__init__()
-        self.generation, self.via = generation, via
-
-
-class AgentGone(Message):
-    def __init__(self, generation: int, why: str) -> None:
-        super().__init__()
-        self.generation, self.why = generation, why
 
 
 class Following(Operations):

@@ -75,3 +75,23 @@ class ReportReady(Message):
     def __init__(self, title: str, text: str) -> None:
         super().__init__()
         self.title, self.text = title, text
+
+
+class AgentBacklog(Message):
+    """The bytes of each log before the agent's stream starts."""
+
+    def __init__(self, logs: dict[str, bytes], generation: int) -> None:
+        super().__init__()
+        self.logs, self.generation = logs, generation
+
+
+class AgentFollowing(Message):
+    def __init__(self, generation: int, via: str) -> None:
+        super().__init__()
+        self.generation, self.via = generation, via
+
+
+class AgentGone(Message):
+    def __init__(self, generation: int, why: str) -> None:
+        super().__init__()
+        self.generation, self.why = generation, why
