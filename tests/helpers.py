@@ -9,11 +9,14 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import libtmux
 import pytest
-from fakecluster import FakeCluster, free_port
+from fakecluster import FakeCluster, free_port, wait_for
+from libtmux.exc import LibTmuxException
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_JOB = REPO / "sessions" / "jobs" / "ddp_demo.py"
@@ -133,7 +136,7 @@ def freeze_a_worker(fake: FakeCluster, job: str, script: str, node: str = "node1
     torchrun) with SIGSTOP, as a hung GPU or a stuck collective would; its PID."""
     import signal
 
-    from fakecluster import cmdline, tagged, wait_for
+    from fakecluster import cmdline, tagged
 
     wait_for(
         lambda: all(step_count(fake.node(n).log(job)) >= 2 for n in ("node0", "node1")),
@@ -156,3 +159,21 @@ async def until(pilot: Any, cond: Callable[[], object], timeout: float, what: st
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
         await pilot.pause(0.1)
+
+
+@contextmanager
+def terminal(sock: Path) -> Iterator[libtmux.Server]:
+    """A private tmux server standing in for the user's terminal, stopped at the end.
+
+    The server exits by itself once its last pane's command ends (`mntui attach` after a detach),
+    so stopping it races that exit: tmux then answers "server exited unexpectedly". Only a
+    server still alive after that is an error.
+    """
+    server = libtmux.Server(socket_path=str(sock))
+    try:
+        yield server
+    finally:
+        try:
+            server.kill()
+        except LibTmuxException:
+            wait_for(lambda: not server.is_alive(), 10, what=f"the tmux server on {sock} gone")

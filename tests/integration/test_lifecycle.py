@@ -14,7 +14,7 @@ from pathlib import Path
 
 import libtmux
 from fakecluster import FakeCluster, port_listening, tagged, wait_for
-from helpers import Cfg, free_port, listener_job
+from helpers import Cfg, free_port, listener_job, terminal
 
 from mntui.sessions.config import load_config
 from mntui.sessions.kill import kill_job
@@ -249,9 +249,7 @@ def test_attach_argv_and_a_real_attach(fake: FakeCluster, cfg: Cfg, tmp_path: Pa
 
     assert cfg.mntui(path, "launch", "--no-ui").returncode == 0
     # A real terminal: a pane of a private tmux server runs `mntui attach node1`.
-    sock = tmp_path / "outer.sock"
-    server = libtmux.Server(socket_path=str(sock))
-    try:
+    with terminal(tmp_path / "outer.sock") as server:
         cmd = shlex.join(
             [sys.executable, "-m", "mntui.tui.cli", "-c", str(path), "attach", "node1"]
         )
@@ -271,8 +269,6 @@ def test_attach_argv_and_a_real_attach(fake: FakeCluster, cfg: Cfg, tmp_path: Pa
         wait_for(
             lambda: not fake.node("node1").tmux("list-clients").stdout.strip(), 10, what="detached"
         )
-    finally:
-        server.kill()
     assert cfg.mntui(path, "kill").returncode == 0
 
 

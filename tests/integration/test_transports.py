@@ -12,12 +12,11 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import libtmux
 import pytest
 import test_lifecycle as lifecycle
 import test_monitoring as monitoring
 from fakecluster import FakeCluster, add_login_user, remove_login_user, wait_for
-from helpers import Cfg, free_port, step_count, torch_job
+from helpers import Cfg, free_port, step_count, terminal, torch_job
 
 from mntui.sessions.config import NodeSpec, PasswordMode, SshPolicy, SshTransport
 from mntui.sessions.errors import state_dir
@@ -253,8 +252,7 @@ def test_openssh_asks_a_person_in_a_terminal_one_node_at_a_time(
     per node and never two at once; the answer reaches ssh, not mntui."""
     cluster_, _ = pwnodes
     path = OpenSshCfg(cluster_, tmp_path).write("job: tterm\nnodes: [pnode0, pnode1]\ncommand: x\n")
-    server = libtmux.Server(socket_path=str(tmp_path / "term.sock"))
-    try:
+    with terminal(tmp_path / "term.sock") as server:
         cmd = shlex.join([sys.executable, "-m", "mntui.tui.cli", "-c", str(path), "doctor"])
         session = server.new_session(
             "term", window_command=f"env -u SSH_ASKPASS {cmd}; sleep 120", x=200, y=60
@@ -271,8 +269,6 @@ def test_openssh_asks_a_person_in_a_terminal_one_node_at_a_time(
             pane.cmd("send-keys", "-l", PASSWORD)
             pane.cmd("send-keys", "Enter")
         wait_for(lambda: screen().count("connected over openssh") == 2, 90, what="doctor rows")
-    finally:
-        server.kill()
 
 
 def test_doctor_names_the_transport_and_the_offered_methods(
