@@ -144,7 +144,7 @@ def node_checks(n: str, p: Probe, spec: NodeSpec, cfg: JobConfig) -> list[Check]
     rows = [tmux_check(n, p), workdir_check(n, p, spec)]
     if p.workdir is None:
         return rows
-    rows.append(python_check(n, p, cfg.nproc_per_node))
+    rows.append(python_check(n, p, cfg.nproc(spec)))  # a hostfile's slots differ by node
     rows.append(stacks_check(n, p))
     if p.git is not None:
         rows.append(git_check(n, p.git))

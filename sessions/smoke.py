@@ -190,9 +190,10 @@ class _Follow:
                 self.results.append(r)
 
 
-def _collect(
-    cluster: Cluster, plan: Plan, token: str, want: int, timeout: float
-) -> dict[str, _Follow]:
+def _collect(cluster: Cluster, plan: Plan, token: str, timeout: float) -> dict[str, _Follow]:
+    """Until every rank of every node reported (a node's count is its own nproc), or each
+    node's job ended and its log is read, or the deadline."""
+    want = {np.node: np.nproc for np in plan.nodes}
     follow = {np.node: _Follow() for np in plan.nodes}
     run_dirs = {np.node: np.run_dir for np in plan.nodes}
     deadline = time.monotonic() + timeout + 15
@@ -202,16 +203,17 @@ def _collect(
         )
         for n, chunk in chunks.succeeded.items():  # an unanswered read is retried next round
             follow[n].feed(chunk, token)
-        if all(len(f.results) >= want or f.complete for f in follow.values()):
+        if all(len(f.results) >= want[n] or f.complete for n, f in follow.items()):
             break
         time.sleep(0.5)
     return follow
 
 
-def _rows(follow: dict[str, _Follow], want: int, timeout: float) -> list[Check]:
+def _rows(follow: dict[str, _Follow], plan: Plan, timeout: float) -> list[Check]:
     rows: list[Check] = []
+    wants = {np.node: np.nproc for np in plan.nodes}
     for n, f in follow.items():
-        got = f.results
+        got, want = f.results, wants[n]
         fix = "see the tcp / ifname / versions checks"
         rows += [verdict(n, "allreduce", r.ok, r.detail, fix, Status.FAIL) for r in got]
         if len(got) < want:
@@ -255,7 +257,7 @@ def allreduce(cfg: JobConfig, cluster: Cluster, timeout: float = 60.0) -> list[C
             kill_job(smoke, cluster, names=list(dict.fromkeys(attempted)))
         return [_not_started(cfg.main, exc)]
     try:
-        follow = _collect(cluster, result.plan, token, cfg.nproc_per_node, timeout)
+        follow = _collect(cluster, result.plan, token, timeout)
     finally:
         kill_job(smoke, cluster, names=[np.node for np in result.plan.nodes])
-    return _rows(follow, cfg.nproc_per_node, timeout)
+    return _rows(follow, result.plan, timeout)

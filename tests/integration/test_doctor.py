@@ -28,11 +28,13 @@ def status(rs: list[dict[str, Any]], node: str, check: str) -> list[str]:
 
 
 def test_healthy_cluster_passes_with_allreduce(fake: FakeCluster, cfg: Cfg) -> None:
+    """From a hostfile whose slots differ: each node's ranks are counted by its own slots."""
+    (cfg.tmp / "hosts").write_text("node0 slots=2\nnode1 slots=1\n")
     path = cfg.write(f"""
     job: dhealthy
-    nodes: [node0, node1]
+    nodes: {{hostfile: hosts}}
     master_port: {free_port()}
-    nproc_per_node: 2
+    nproc_per_node: 4
     env: {{GLOO_SOCKET_IFNAME: lo, OMP_NUM_THREADS: "1"}}
     command: sleep 1
     """)
@@ -55,7 +57,8 @@ def test_healthy_cluster_passes_with_allreduce(fake: FakeCluster, cfg: Cfg) -> N
         "allreduce",
     } <= checks
     smoke = [r for r in rs if r["check"] == "allreduce"]
-    assert len(smoke) == 4 and all("sum 6.0 (expected 6.0)" in r["detail"] for r in smoke)
+    assert [r["node"] for r in smoke] == ["node0", "node0", "node1"]
+    assert all("sum 3.0 (expected 3.0)" in r["detail"] for r in smoke)
     assert all(re.search(r"latency \d+ us, algbw [\d.]+ GB/s", r["detail"]) for r in smoke)
     assert not [s for n in fake.nodes for s in n.sessions() if s.startswith("dhealthy")]
     assert not [s for n in fake.nodes for s in n.sessions() if "dhealthy" in s]
