@@ -1,5 +1,6 @@
-"""The cluster, node framing and the paramiko transport; `transport: openssh` and `ssh -G`
-live in sessions/openssh.py, paramiko's host-key checks in sessions/hostkeys.py.
+"""The cluster, node framing and the paramiko transport; `transport: openssh` lives in
+sessions/openssh.py, `ssh -G` in sessions/sshresolve.py, paramiko's host-key checks in
+sessions/hostkeys.py.
 
 Design points, each learned the hard way:
 - Host settings come from OpenSSH's own resolver (`ssh -G`), because fabric's
@@ -31,15 +32,13 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from . import hostkeys
 from .config import NodeSpec, PasswordMode, SshPolicy, SshTransport
 from .errors import MntuiError
 from .results import GroupResult, NodeError, Outcome
-
-if TYPE_CHECKING:
-    from .openssh import SshSettings
+from .sshresolve import SshSettings, resolve
 
 __all__ = ["Cluster", "GroupResult", "LocalNode", "Node", "NodeError", "Outcome", "RemoteNode"]
 
@@ -107,22 +106,6 @@ def unwrap(node: str, raw: str, stderr: str, seconds: float, seq: int = 0) -> Re
     body = raw[start + len(begin) : stop]
     code = raw[stop + len(end) :].split(maxsplit=1)[0]
     return Result(int(code), body, stderr, seconds)
-
-
-# -- resolving hosts the way OpenSSH does (sessions/openssh.py) ------------------------
-
-
-def ssh_base_argv(ssh_config: str | None) -> list[str]:
-    argv = ["ssh"]
-    if ssh_config:
-        argv += ["-F", os.path.expanduser(ssh_config)]
-    return argv
-
-
-def resolve(alias: str, ssh_config: str | None, *, port: int | None = None) -> SshSettings:
-    from .openssh import resolve as ssh_g
-
-    return ssh_g(alias, ssh_config, port=port)
 
 
 # -- nodes ------------------------------------------------------------------------
