@@ -27,7 +27,7 @@ from pathlib import Path
 
 from .config import HostKeyPolicy, SshPolicy
 from .errors import private_dir, state_dir
-from .remote import Result, ShellNode, find_end, frame, unwrap
+from .nodeshell import Result, ShellNode, find_end, frame, unwrap
 from .results import NodeError
 from .sshresolve import ssh_base_argv
 
