@@ -406,7 +406,7 @@ def cmd_status(cfg: JobConfig, args: argparse.Namespace) -> int:
 
 
 def cmd_logs(cfg: JobConfig, args: argparse.Namespace) -> int:
-    from mntui.tui.views import cmd_logs as view
+    from mntui.tui.logs_view import cmd_logs as view
 
     nodes = check_nodes(cfg, args.nodes)
     record = find_run(cfg, args.run)
