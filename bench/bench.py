@@ -36,8 +36,9 @@ from fakecluster import FakeCluster, free_port  # noqa: E402
 from mntui.sessions.config import parse_config  # noqa: E402
 from mntui.sessions.kill import kill_job  # noqa: E402
 from mntui.sessions.launch import launch  # noqa: E402
+from mntui.sessions.paramikonode import RemoteNode  # noqa: E402
 from mntui.sessions.poll import Poller  # noqa: E402
-from mntui.sessions.remote import Cluster, RemoteNode  # noqa: E402
+from mntui.sessions.remote import Cluster  # noqa: E402
 
 STATUS_CMD = "tmux ls 2>/dev/null; cat /proc/loadavg; ss -Hltn | wc -l"
 

@@ -13,14 +13,14 @@ killed agent for a moment), and goes direct.
 One agent serves a whole restart chain: the supervisor attaches each attempt's run and
 detaches it when the attempt ends; detaching waits for requests that are using the
 run's connections (a kill through the agent ends the watch, and must finish first).
+The socket is sessions/agentsocket.py's; what the requests that reach the nodes do is
+sessions/agentrequests.py's.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
-import math
 import os
 import socket
 import threading
@@ -31,33 +31,31 @@ from pathlib import Path
 from queue import Empty, Full, Queue
 from typing import Any
 
-from .agentclient import AGENT_FILE, SUN_PATH_MAX, AgentUnavailable, make_private, peer_uid
+from .agentclient import AGENT_FILE, AgentUnavailable
 from .agentclient import socket_path as agent_socket_path
+from .agentrequests import (
+    Target,
+    backlog,
+    kill_args,
+    log_requests,
+    serve_kill,
+    serve_logs,
+    serve_report,
+)
+from .agentsocket import AgentSocket, Refused
 from .config import JobConfig
 from .events import Event, Phase
 from .poll import NodeSnapshot, snapshot_wire
 from .progress import NodeProgress
-from .remote import Cluster, Node
+from .remote import Cluster
 from .runs import RunRecord
 from .states import Verdict
-from .wire import WireError, encode, message, read_messages
+from .wire import encode, message
 
 FIRST_SNAPSHOT_WAIT = 0.5  # a request right after attach waits for the first poll
 DETACH_WAIT = 120.0  # at most, for requests still using the run's connections
-IDLE_CLOSE = 60.0  # a connection that sends nothing for this long is closed
 QUEUE = 16  # snapshots a subscriber may be behind before it is let go
 MAX_BACK = 1 << 20  # bytes of each log a subscriber may ask for up front
-
-
-class Refused(Exception):
-    """A request this agent cannot serve; the reason goes back to the client."""
-
-
-@dataclass(frozen=True)
-class Target:
-    cfg: JobConfig
-    record: RunRecord
-    cluster: Cluster
 
 
 @dataclass(frozen=True)
@@ -75,19 +73,17 @@ def _status_form(payload: dict[str, Any]) -> dict[str, Any]:
     return {**payload, "nodes": nodes}
 
 
-class Agent:
+class Agent(AgentSocket):
+    """The run it serves, its latest poll, and the subscribers to its poll stream."""
+
     def __init__(self, job: str, uid: int | None = None) -> None:
         self.job = job
-        self.path = agent_socket_path(job)
-        self.uid = os.getuid() if uid is None else uid
         self._lock = threading.Condition()
         self._target: Target | None = None
         self._latest: Latest | None = None
         self._inflight = 0
         self._subs: list[Queue[bytes | None]] = []
-        self._listener: socket.socket | None = None
-        self._ino: int | None = None
-        self._ops: dict[str, Callable[[socket.socket, dict[str, Any]], bool]] = {
+        ops = {
             "hello": self._hello,
             "status": self._status,
             "logs": self._logs,
@@ -95,39 +91,12 @@ class Agent:
             "report": self._report,
             "subscribe": self._subscribe,
         }
+        super().__init__(agent_socket_path(job), os.getuid() if uid is None else uid, ops)
 
     # -- lifecycle --------------------------------------------------------------------
-    def start(self) -> Agent:
-        """Bind the socket (a stale one of this job is replaced: the newest agent serves)."""
-        make_private(self.path.parent)
-        if len(str(self.path)) > SUN_PATH_MAX:
-            raise AgentUnavailable(f"socket path too long: {self.path}")
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
-        try:
-            sock.bind(str(self.path))
-            os.chmod(self.path, 0o600)
-            sock.listen(64)
-        except OSError as exc:
-            sock.close()
-            raise AgentUnavailable(f"cannot serve on {self.path}: {exc.strerror}") from None
-        self._ino = os.stat(self.path).st_ino
-        self._listener = sock
-        threading.Thread(target=self._accept, args=(sock,), name="mntui-agent", daemon=True).start()
-        return self
-
     def stop(self) -> None:
         self.detach()
-        sock, self._listener = self._listener, None
-        if sock is None:
-            return
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)  # wakes the accept loop
-        sock.close()
-        with contextlib.suppress(OSError):
-            if os.stat(self.path).st_ino == self._ino:  # not a newer agent's socket
-                self.path.unlink()
+        super().stop()
 
     def attach(self, cfg: JobConfig, record: RunRecord, cluster: Cluster) -> None:
         with self._lock:
@@ -181,38 +150,6 @@ class Agent:
                 self._drop(q)
 
     # -- serving ----------------------------------------------------------------------
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self.serve, args=(conn,), daemon=True).start()
-
-    def serve(self, conn: socket.socket) -> None:
-        """One client: its requests in order, until it closes (or subscribes)."""
-        with conn:
-            conn.settimeout(IDLE_CLOSE)
-            try:
-                uid = peer_uid(conn)
-                if uid != self.uid:
-                    conn.sendall(message(ok=False, error=f"refused: peer uid {uid}"))
-                    return
-                for msg in read_messages(conn):
-                    handler = self._ops.get(str(msg.get("op")))
-                    try:
-                        if handler is None:
-                            raise Refused(f"unknown op {msg.get('op')!r}")
-                        if not handler(conn, msg):
-                            return
-                    except Refused as exc:
-                        conn.sendall(message(ok=False, error=str(exc)))
-            except WireError as exc:
-                with contextlib.suppress(OSError):
-                    conn.sendall(message(ok=False, error=str(exc)))
-            except OSError:
-                return
-
     @contextlib.contextmanager
     def _using(self, run: object = None) -> Iterator[Target]:
         """The attached run, held until the request is done (detach waits for it)."""
@@ -253,60 +190,21 @@ class Agent:
 
     def _logs(self, conn: socket.socket, msg: dict[str, Any]) -> bool:
         """`nodes`: {node: {"offset": n}} (bytes from there) or {node: {"lines": n}}."""
-        from .logs import last_lines, read_new
-
-        want = _log_requests(msg.get("nodes"))
+        want = log_requests(msg.get("nodes"))
         with self._using(msg.get("run")) as t:
-            dirs = {n.node: n.run_dir for n in t.record.nodes}
-            if set(want) - set(dirs):
-                raise Refused(f"unknown node(s): {', '.join(sorted(set(want) - set(dirs)))}")
-            conn.sendall(message(ok=True, accepted=True))  # at once: the nodes may take a while
-
-            def one(node: Node) -> dict[str, Any]:
-                kind, n = want[node.name]
-                if kind == "lines":
-                    lines, size = last_lines(node, dirs[node.name], n)
-                    return {"lines": lines, "offset": size}
-                c = read_new(node, dirs[node.name], n)
-                data = base64.b64encode(c.data).decode()
-                return {"data": data, "offset": c.offset, "size": c.size}
-
-            res = t.cluster.map(one, list(want))
-        out = {n: o.value if o.value is not None else {"error": o.error} for n, o in res.items()}
-        conn.sendall(message(kind="done", nodes=out))
+            done = serve_logs(conn, t, want)
+        conn.sendall(done)
         return True
 
     def _kill(self, conn: socket.socket, msg: dict[str, Any]) -> bool:
-        from .kill import stop_job, summarize
-
-        names, grace = _kill_args(msg)
-        send = threading.Lock()
-
-        def tell(data: bytes) -> None:
-            with send, contextlib.suppress(OSError):  # a client that left: the kill goes on
-                conn.sendall(data)
-
+        names, grace = kill_args(msg)
         with self._using() as t:
-            tell(message(ok=True, accepted=True, pid=os.getpid()))
-            results = stop_job(
-                t.cfg,
-                t.cluster,
-                names=names,
-                grace=grace,
-                on_event=lambda e: tell(message(kind="event", event=encode(e))),
-            )
-            clean, text = summarize(t.cfg.job, results)
-            tell(message(kind="done", clean=clean, text=text))
+            serve_kill(conn, t, names, grace)
         return True
 
     def _report(self, conn: socket.socket, msg: dict[str, Any]) -> bool:
-        from .postmortem import report_now
-        from .report import render, to_json
-
         with self._using(msg.get("run")) as t:
-            conn.sendall(message(ok=True, accepted=True, pid=os.getpid()))
-            built = report_now(t.cfg, t.record, t.cluster)
-            conn.sendall(message(kind="done", text=render(built), report=to_json(built)))
+            serve_report(conn, t)
         return True
 
     def _subscribe(self, conn: socket.socket, msg: dict[str, Any]) -> bool:
@@ -323,7 +221,7 @@ class Agent:
                 self._subs.append(q)
             conn.sendall(message(ok=True, pid=os.getpid(), run_id=t.record.run_id))
             if back:
-                conn.sendall(message(kind="backlog", logs=_backlog(t, latest.offsets, back)))
+                conn.sendall(message(kind="backlog", logs=backlog(t, latest.offsets, back)))
             conn.sendall(message(kind="snapshot", **_status_form(latest.payload)))
         conn.settimeout(None)
         try:
@@ -351,56 +249,6 @@ def _end(q: Queue[bytes | None], last: bytes | None) -> None:
         if last is not None:
             q.put_nowait(last)
         q.put_nowait(None)
-
-
-def _backlog(t: Target, offsets: Mapping[str, int], back: int) -> dict[str, str]:
-    """Each node's log bytes [offset - back, offset): what came before the stream."""
-    from .logs import parse_read, read_script
-
-    dirs = {n.node: n.run_dir for n in t.record.nodes}
-
-    def one(node: Node) -> str:
-        end = offsets.get(node.name, 0)
-        start = max(0, end - back)
-        if end <= start:
-            return ""
-        out = node.run(read_script(dirs[node.name], start, end - start)).stdout
-        return base64.b64encode(parse_read(out, start).data).decode()
-
-    got = t.cluster.map(one, list(dirs))
-    return {n: v for n, v in got.succeeded.items() if v}
-
-
-def _log_requests(nodes: object) -> dict[str, tuple[str, int]]:
-    if not isinstance(nodes, dict) or not nodes:
-        raise Refused("nodes: an object of node -> {offset: n} or {lines: n}")
-    out = {}
-    for name, want in nodes.items():
-        if not isinstance(want, dict) or len(want) != 1:
-            raise Refused(f"nodes.{name}: {{offset: n}} or {{lines: n}}")
-        (kind, n), *_ = want.items()
-        if kind not in ("offset", "lines") or not isinstance(n, int) or isinstance(n, bool):
-            raise Refused(f"nodes.{name}: {{offset: n}} or {{lines: n}}")
-        if not 0 <= n < 1 << 62:
-            raise Refused(f"nodes.{name}: {kind} out of range")
-        out[name] = (kind, n)
-    return out
-
-
-def _kill_args(msg: dict[str, Any]) -> tuple[list[str] | None, float | None]:
-    names, grace = msg.get("nodes"), msg.get("grace")
-    if names is not None and not (
-        isinstance(names, list) and names and all(isinstance(n, str) for n in names)
-    ):
-        raise Refused("nodes: a list of node names, or null for all")
-    if grace is not None and (
-        not isinstance(grace, int | float)
-        or isinstance(grace, bool)
-        or not math.isfinite(grace)
-        or not 0 <= grace <= 3600
-    ):
-        raise Refused("grace: seconds from 0 to 3600, or null")
-    return names, grace
 
 
 def _write_private(path: Path, text: str) -> None:

@@ -6,7 +6,7 @@ to tmux directly and detaching returns to their shell, not to mntui.
 
 from __future__ import annotations
 
-from . import remote, tmux
+from . import sshresolve, tmux
 from .config import JobConfig
 
 
@@ -19,7 +19,7 @@ def attach_argv(
     if spec.is_local:
         return tmux.attach_argv(session, inside_tmux=inside)
     remote_cmd = tmux.remote_attach_command(session)
-    return [*remote.ssh_base_argv(cfg.ssh.config), "-t", "--", spec.host, remote_cmd]
+    return [*sshresolve.ssh_base_argv(cfg.ssh.config), "-t", "--", spec.host, remote_cmd]
 
 
 def attach_all_argv(cfg: JobConfig, *, inside_tmux: bool | None = None) -> list[str]:

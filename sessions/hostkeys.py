@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from .config import HostKeyPolicy, SshPolicy
 
 if TYPE_CHECKING:
-    from .openssh import SshSettings
+    from .sshresolve import SshSettings
 
 
 class Marker(StrEnum):

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import NoReturn
 
-from . import logs, remote, tmux
+from . import logs, sshresolve, tmux
 from .config import JobConfig, ReadyMode
 from .errors import MntuiError
 from .events import Event, Phase
@@ -68,7 +68,7 @@ def master_addr(cfg: JobConfig) -> str:
     main = cfg.main_node
     if main.is_local:
         return "127.0.0.1"
-    return remote.resolve(main.host, cfg.ssh.config).hostname
+    return sshresolve.resolve(main.host, cfg.ssh.config).hostname
 
 
 def local_env(cfg: JobConfig) -> dict[str, dict[str, str]]:

@@ -80,7 +80,7 @@ def remote_dest(workdir: str) -> str:
 
 def rsync_argv(cfg: JobConfig, spec: NodeSpec, marker: str) -> list[str]:
     from .config import HostKeyPolicy
-    from .remote import ssh_base_argv
+    from .sshresolve import ssh_base_argv
 
     policy, workdir = cfg.sync, spec.workdir
     if policy is None or workdir is None:

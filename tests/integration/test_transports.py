@@ -20,7 +20,8 @@ from helpers import Cfg, free_port, step_count, terminal, torch_job
 
 from mntui.sessions.config import NodeSpec, PasswordMode, SshPolicy, SshTransport
 from mntui.sessions.errors import state_dir
-from mntui.sessions.remote import Cluster, forget_password
+from mntui.sessions.paramikonode import forget_password
+from mntui.sessions.remote import Cluster
 
 TRANSPORTS = [SshTransport.PARAMIKO, SshTransport.OPENSSH]
 

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 from recorded import h100_node
 
+from mntui.sessions.config import load_config
 from mntui.sessions.errors import ExitCode, UsageError
 from mntui.sessions.states import NodeState, Verdict
-from mntui.tui import cli
+from mntui.tui import cliargs
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "configs" / "demo.yaml"
@@ -39,7 +40,7 @@ def mntui(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[st
 HAMMER = """
 import sys, threading
 from mntui.sessions.events import Event, Phase
-from mntui.tui.cli import printer
+from mntui.tui.output import printer
 
 sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
 show = printer(0.0)
@@ -105,7 +106,7 @@ def test_bad_numbers_are_one_line_and_exit_2(args: tuple[str, ...]) -> None:
 
 
 def test_good_numbers_parse() -> None:
-    ap = cli.build_parser()
+    ap = cliargs.build_parser()
     assert ap.parse_args(["kill", "--grace", "0"]).grace == 0.0
     assert ap.parse_args(["kill", "--grace", "2.5"]).grace == 2.5
     assert ap.parse_args(["doctor", "--timeout", "90"]).timeout == 90.0
@@ -134,7 +135,7 @@ def test_config_before_or_after_the_verb(tmp_path: Path) -> None:
 
 
 def test_config_after_the_verb_wins_and_is_kept_when_absent(tmp_path: Path) -> None:
-    ap = cli.build_parser()
+    ap = cliargs.build_parser()
     assert ap.parse_args(["-c", "a.yaml", "kill"]).config == "a.yaml"
     assert ap.parse_args(["kill", "-c", "b.yaml"]).config == "b.yaml"
     assert ap.parse_args(["-c", "a.yaml", "kill", "-c", "b.yaml"]).config == "b.yaml"
@@ -157,10 +158,10 @@ def test_help_names_the_config_it_would_use(tmp_path: Path) -> None:
 
 
 def test_unknown_node_is_a_usage_error_everywhere(tmp_path: Path) -> None:
-    cfg = cli.load_config(DEMO)
-    assert cli.check_nodes(cfg, ["node1", "node0"]) == ["node1", "node0"]
+    cfg = load_config(DEMO)
+    assert cliargs.check_nodes(cfg, ["node1", "node0"]) == ["node1", "node0"]
     with pytest.raises(UsageError, match=r"unknown node 'nope'; nodes are node0, node1"):
-        cli.check_nodes(cfg, ["node0", "nope"])
+        cliargs.check_nodes(cfg, ["node0", "nope"])
     for args in (("kill", "nope"), ("logs", "nope"), ("attach", "nope", "--print")):
         res = mntui(*args, "-c", str(DEMO), cwd=tmp_path)
         assert res.returncode == ExitCode.USAGE, (args, res.stderr)

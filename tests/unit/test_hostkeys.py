@@ -15,7 +15,8 @@ import pytest
 
 from mntui.sessions import hostkeys
 from mntui.sessions.hostkeys import Marker, Verdict
-from mntui.sessions.openssh import control_dir, expand, resolve
+from mntui.sessions.openssh import control_dir
+from mntui.sessions.sshresolve import expand, resolve
 
 
 def blob(keytype: str, body: bytes) -> bytes:

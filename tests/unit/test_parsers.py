@@ -15,6 +15,7 @@ from fakecluster import free_port, wait_for
 
 from mntui.sessions.kill import free_script, holders_script, kill_script, parse_free, parse_kill
 from mntui.sessions.logs import LineSplitter, parse_read
+from mntui.sessions.nodeshell import BEGIN, END, find_end, frame, unwrap
 from mntui.sessions.procs import (
     SHELL_LIB,
     PortHolder,
@@ -23,7 +24,7 @@ from mntui.sessions.procs import (
     parse_listeners,
     parse_procs,
 )
-from mntui.sessions.remote import BEGIN, END, NodeError, find_end, frame, unwrap
+from mntui.sessions.results import NodeError
 
 
 def b64(text: str) -> str:

@@ -1,0 +1,129 @@
+"""The app's drawing: the node panes, the table, the header and the event log.
+
+A base class of the app, kept apart so the app module stays one concept. Drawing is never
+allowed to stop the watchdog: every view update runs through `draw`, which logs a failure
+instead of raising it. Widgets are held by reference, and a widget that is gone (the app
+is closing) is skipped, never looked up.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from textual.widgets import DataTable, RichLog
+
+from mntui.sessions.errors import log_exception
+from mntui.sessions.events import Event
+
+from .following import Following
+from .messages import EngineEvent
+from .render import overall_state, table_row
+from .widgets import HeaderBar, LogScreen, NodePane, NodeView
+
+
+class Drawing(Following):
+    """The views of MntuiApp; the app keeps the state named here."""
+
+    header: HeaderBar
+    panes: dict[str, NodePane]
+    table: DataTable[Any]
+    table_mode: bool
+    table_columns: list[Any]
+    table_cells: dict[str, tuple[object, ...]]
+    events: RichLog
+    draw_failed: set[str]
+    started: float
+
+    def post_event(self, event: Event) -> None:
+        self.post_message(EngineEvent(event))
+
+    def on_engine_event(self, message: EngineEvent) -> None:
+        self.log_event(message.event.format(self.started))
+
+    def log_event(self, text: str) -> None:
+        """`text` (node output, error texts) goes in as written: the log has markup off."""
+
+        def write() -> None:
+            if self.events.is_attached:
+                self.events.write(text)
+
+        self.draw("event log", write)
+
+    def draw(self, what: str, update: Callable[[], object]) -> None:
+        """Run a view update; a failure is written to the error log and shown once per
+        kind, never raised: the poll chain and the watchdog must outlive any drawing bug."""
+        try:
+            update()
+        except Exception as exc:
+            if what in self.draw_failed:
+                return
+            self.draw_failed.add(what)
+            log = log_exception(f"app: drawing the {what}", exc)
+            try:
+                self.notify(
+                    f"could not draw the {what}: {type(exc).__name__}: {exc}"
+                    + (f" (traceback in {log})" if log else ""),
+                    severity="error",
+                    timeout=15,
+                )
+            except Exception:
+                pass
+
+    def tick(self) -> None:
+        self.draw("header", self.refresh_header)
+
+    def redraw_node(self, view: NodeView, new_lines: bool) -> None:
+        if new_lines:
+            for screen in self.screen_stack:
+                if isinstance(screen, LogScreen) and screen.view is view and screen.is_attached:
+                    screen.append_new()
+        pane = self.panes[view.node]
+        if not self.table_mode and pane.is_attached:
+            pane.refresh_view()
+
+    def refresh_views(self) -> None:
+        if self.table_mode:
+            self.refresh_table()
+        else:
+            for pane in self.panes.values():
+                if pane.is_attached:
+                    pane.refresh_view()
+
+    def refresh_table(self) -> None:
+        """Rows are added once; later only the cells that changed are touched."""
+        table = self.table
+        if not table.is_attached:
+            return
+        for v in self.views.values():
+            row = table_row(v.node, v.rank, v.snap, v.verdict)
+            if v.node not in table.rows:
+                table.add_row(*row, key=v.node)
+                continue
+            old = self.table_cells.get(v.node)
+            for i, (col, value) in enumerate(zip(self.table_columns, row, strict=False)):
+                if (
+                    old is None
+                    or str(old[i]) != str(value)
+                    or getattr(old[i], "style", None) != getattr(value, "style", None)
+                ):
+                    table.update_cell(v.node, col, value)
+            self.table_cells[v.node] = row
+
+    def refresh_header(self) -> None:
+        rec = self.record
+        elapsed = ""
+        if rec is not None:
+            secs = int(time.time() - rec.created_at)
+            elapsed = f"  {secs // 3600}:{secs // 60 % 60:02d}:{secs % 60:02d}"
+        who = f"watchdog {self.watcher}"
+        w = self.cfg.watch
+        text = (
+            f"{self.cfg.job}  run {rec.run_id if rec else '-'}{elapsed}  "
+            f"{overall_state(list(self.views.values()), self.record is not None)}  "
+            f"[{who}: on failure {w.on_failure.value}, on stall {w.on_stall.value}]"
+            + (f"  {self.busy}..." if self.busy else "")
+        )
+        if self.header.is_attached:
+            self.header.set_text(text)
