@@ -13,8 +13,8 @@ from fakecluster import FakeCluster, tagged, wait_for
 from helpers import Cfg, free_port, step_count, torch_job
 from slurm import OneHostSlurm
 
-from mntui.sessions.nodesource import _hostnames, expand_nodelist
 from mntui.sessions.runs import latest
+from mntui.sessions.slurmjobs import expand_nodelist, scontrol_hostnames
 
 
 def nodes_json(cfg: Cfg, path: Path, **kw: object) -> dict:  # type: ignore[type-arg]
@@ -196,7 +196,7 @@ def test_node_lists_expand_through_scontrol(
     by_scontrol: bool,
 ) -> None:
     monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
-    assert (_hostnames(nodelist) is not None) is by_scontrol
+    assert (scontrol_hostnames(nodelist) is not None) is by_scontrol
     assert list(expand_nodelist(nodelist)) == names
 
 
@@ -204,7 +204,7 @@ def test_broken_node_lists_are_refused(
     slurm: OneHostSlurm, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
-    assert _hostnames("x[1-3") is None  # scontrol prints `x]` for it
+    assert scontrol_hostnames("x[1-3") is None  # scontrol prints `x]` for it
     for bad in ("x[1-3", "g[1-100000]", ""):
         with pytest.raises(ValueError):
             expand_nodelist(bad)

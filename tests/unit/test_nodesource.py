@@ -20,13 +20,12 @@ from mntui.sessions.nodesource import (
     choose,
     format_listing,
     from_record,
-    job_problem,
     listing,
     parse_hostfile,
-    parse_job,
 )
 from mntui.sessions.plan import build_plan
 from mntui.sessions.runs import NodeRecord, RunRecord, RunStatus
+from mntui.sessions.slurmjobs import job_problem, parse_job
 from mntui.sessions.sync import parse_stats, remote_dest, rsync_argv, rsync_error
 
 TORCHRUN = (
