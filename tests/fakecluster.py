@@ -151,14 +151,19 @@ class FakeCluster:
         *,
         host_ca: bool = False,
         password_users: dict[str, str] | None = None,
+        gssapi: dict[str, dict[str, str]] | None = None,
     ) -> None:
         """`node_hosts`: extra /etc/hosts lines for a node, seen by it alone (its sshd runs in
         a mount namespace of its own): a node whose resolver disagrees with the others.
         `host_ca`: every node also presents a host certificate signed by `root/host_ca`;
         `known_hosts_ca` trusts that CA alone (an `@cert-authority` line).
         `password_users`: node name -> local user (see `add_login_user`) that node accepts,
-        by password or keyboard-interactive only."""
+        by password or keyboard-interactive only.
+        `gssapi`: node name -> its sshd's Kerberos environment (KRB5_CONFIG, KRB5_KTNAME:
+        see tests/kdc.py); that node accepts gssapi-with-mic only, and its host block asks
+        for it."""
         self.root = root
+        self.gssapi = gssapi or {}
         self.node_hosts = node_hosts or {}
         self.password_users = password_users or {}
         self.host_ca = root / "host_ca" if host_ca else None
@@ -268,6 +273,11 @@ SetEnv {setenv}
                 if n.name in self.password_users
                 else ""
             )
+            + (
+                "    GSSAPIAuthentication yes\n    GSSAPIDelegateCredentials no\n"
+                if n.name in self.gssapi
+                else ""
+            )
             for n in self.nodes
         ]
         (inc / "nodes.conf").write_text("\n".join(blocks))
@@ -305,6 +315,12 @@ Host *
         return f"HostCertificate {cert}\n"
 
     def _auth_lines(self, node: FakeNode) -> str:
+        if node.name in self.gssapi:  # ssh asks for host/127.0.0.1, not host/$(hostname)
+            return (
+                "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+                "PubkeyAuthentication no\nGSSAPIAuthentication yes\n"
+                "GSSAPIStrictAcceptorCheck no\nAuthenticationMethods gssapi-with-mic\n"
+            )
         if node.name in self.password_users:
             return (
                 "PasswordAuthentication yes\nKbdInteractiveAuthentication yes\n"
@@ -335,7 +351,10 @@ Host *
                         str(hosts),
                         *argv,
                     ]
-                node.proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+                env = {**os.environ, **self.gssapi[node.name]} if node.name in self.gssapi else None
+                node.proc = subprocess.Popen(
+                    argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env
+                )
         for node in self.nodes:
             port = node.port
             wait_for(lambda port=port: self._banner(port), timeout, what=f"sshd of {node.name}")
