@@ -66,6 +66,8 @@ def why(host: str, stderr: str, asked: bool) -> str:
         hint = ""
         if not asked and re.search(r"password|keyboard-interactive", offered):
             hint = "; it needs a person: run mntui in a terminal, or set SSH_ASKPASS"
+        elif "gssapi" in offered:  # a Kerberos login: the usual cause is an expired ticket
+            hint = "; a Kerberos login: is your ticket valid? (`klist`; `kinit` renews it)"
         return f"authentication failed for {host} over openssh (server offers: {offered}){hint}"
     if re.search(r"REVOKED|was revoked", stderr):
         return f"host key of {host} is marked @revoked; refusing to connect {said}"

@@ -114,6 +114,8 @@ def connect(name: str, s: SshSettings, policy: SshPolicy, password: str | None):
         hint = ""
         if password is None and re.search(r"password|keyboard-interactive", offered):
             hint = "; for a password set `ssh: {password: prompt}` or `transport: openssh`"
+        elif "gssapi" in offered:  # mntui does not hand paramiko a GSSAPI context
+            hint = "; a Kerberos login needs `ssh: {transport: openssh}`"
         raise NodeError(
             name,
             f"authentication failed for {where} over paramiko (server offers: {offered}){hint}",

@@ -96,6 +96,7 @@ def test_openssh_without_a_ticket_fails_at_once(
         lines = lines_of(res.stderr, node)
         assert len(lines) == 1, res.stderr
         assert "over openssh (server offers: gssapi-with-mic)" in lines[0], res.stderr
+        assert "is your ticket valid? (`klist`; `kinit` renews it)" in lines[0], res.stderr
     assert "Traceback" not in res.stderr
     assert took < 20, f"no ticket took {took:.1f}s"
     assert not knodes.node("knode0").run_dirs("tnokrb") and tagged("tnokrb") == []
@@ -114,4 +115,5 @@ def test_paramiko_names_the_offered_method(kdc: Kdc, knodes: FakeCluster, tmp_pa
     lines = lines_of(res.stderr, "knode0")
     assert len(lines) == 1, res.stderr
     assert "over paramiko (server offers: gssapi-with-mic)" in lines[0], res.stderr
+    assert lines[0].endswith("a Kerberos login needs `ssh: {transport: openssh}`"), res.stderr
     assert "Traceback" not in res.stderr and not knodes.node("knode0").run_dirs("tpkrb")
