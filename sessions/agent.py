@@ -31,8 +31,8 @@ from pathlib import Path
 from queue import Empty, Full, Queue
 from typing import Any
 
-from .agentclient import AGENT_FILE, AgentUnavailable
-from .agentclient import socket_path as agent_socket_path
+from .agentplace import AGENT_FILE, AgentUnavailable
+from .agentplace import socket_path as agent_socket_path
 from .agentrequests import (
     Target,
     backlog,

@@ -1,12 +1,8 @@
-"""Reaching a run's agent: where its socket is, who may talk to it, and the client.
+"""Talking to a run's agent: the client, and its answers decoded.
 
 The agent is the run's watchdog process: it holds a connection to every node already,
-so `mntui status` through it is one local round trip instead of N SSH handshakes. Its
-socket is a filesystem socket in a directory of ours alone (0700, owned by us, checked
-on both sides), named by a short hash of (state dir, job): a test's state dir can be
-longer than the 108 bytes a socket path may have. The run's state dir records the
-path (`agent.json`), since the watchdog, started in tmux, may not share our
-$XDG_RUNTIME_DIR. Both ends check the peer's uid (SO_PEERCRED).
+so `mntui status` through it is one local round trip instead of N SSH handshakes.
+Where it listens and who may talk to it is agentplace.py's.
 
 Anything wrong (no agent.json, a stale socket, an agent that does not answer within a
 second, one that serves another run) is AgentUnavailable: the caller falls back to
@@ -18,88 +14,22 @@ from __future__ import annotations
 import base64
 import binascii
 import errno
-import hashlib
-import json
 import os
 import socket
-import stat
-import struct
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import MntuiError, state_dir
+from .agentplace import AgentUnavailable, check_private, peer_uid, read_agent_file
 from .events import Event
 from .poll import NodeSnapshot, snapshot_from_wire
 from .progress import NodeProgress
 from .states import Verdict
 from .wire import WireError, decode, message, read_messages
 
-AGENT_FILE = "agent.json"
 CONNECT_TIMEOUT = 1.0  # a live agent answers at once; a stale socket is refused at once
 FIRST_REPLY = 1.0  # every request's first reply (the answer, or an acknowledgement)
-SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes with its NUL
-
-
-class AgentUnavailable(MntuiError):
-    """No agent can serve this request; the reason is for --verbose."""
-
-
-def runtime_dir() -> Path:
-    """$XDG_RUNTIME_DIR/mntui, or /tmp/mntui-<uid> where there is none."""
-    base = os.environ.get("XDG_RUNTIME_DIR")
-    if base and os.path.isdir(base) and len(base) < 60:
-        return Path(base) / "mntui"
-    return Path(f"/tmp/mntui-{os.getuid()}")
-
-
-def socket_path(job: str) -> Path:
-    key = hashlib.sha256(f"{state_dir()}\0{job}".encode()).hexdigest()[:16]
-    return runtime_dir() / f"{key}.sock"
-
-
-def check_private(directory: Path) -> None:
-    """The socket's directory must be a real directory of ours that no one else can
-    enter: another user's /tmp/mntui-<uid> would let them stand in for the agent."""
-    try:
-        st = os.lstat(directory)
-    except OSError as exc:
-        raise AgentUnavailable(f"{directory}: {exc.strerror}") from None
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise AgentUnavailable(
-            f"{directory} is not a private directory of uid {os.getuid()} "
-            f"(owner {st.st_uid}, mode {stat.filemode(st.st_mode)}): not used"
-        )
-
-
-def make_private(directory: Path) -> Path:
-    try:
-        directory.mkdir(mode=0o700, exist_ok=True)
-    except OSError as exc:
-        raise AgentUnavailable(f"{directory}: {exc.strerror}") from None
-    check_private(directory)
-    return directory
-
-
-def peer_uid(sock: socket.socket) -> int:
-    """The uid of the process at the other end of a Unix socket (the kernel's word)."""
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return int(struct.unpack("3i", creds)[1])
-
-
-def read_agent_file(run_dir: Path) -> tuple[Path, int]:
-    """(socket path, agent pid) as the agent recorded them in the run's state dir."""
-    try:
-        data = json.loads((run_dir / AGENT_FILE).read_text())
-        path, pid = data["socket"], data["pid"]
-    except FileNotFoundError:
-        raise AgentUnavailable("no agent serves this run") from None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise AgentUnavailable(f"unreadable {AGENT_FILE}: {exc}") from None
-    if not isinstance(path, str) or not isinstance(pid, int) or len(path) > SUN_PATH_MAX:
-        raise AgentUnavailable(f"unreadable {AGENT_FILE}")
-    return Path(path), pid
 
 
 class AgentClient:

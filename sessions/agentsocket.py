@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Self
 
-from .agentclient import SUN_PATH_MAX, AgentUnavailable, make_private, peer_uid
+from .agentplace import SUN_PATH_MAX, AgentUnavailable, make_private, peer_uid
 from .wire import WireError, message, read_messages
 
 IDLE_CLOSE = 60.0  # a connection that sends nothing for this long is closed

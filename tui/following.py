@@ -13,7 +13,8 @@ from typing import IO
 
 from textual import work
 
-from mntui.sessions.agentclient import AgentClient, AgentUnavailable, decode_status, try_connect
+from mntui.sessions.agentclient import AgentClient, decode_status, try_connect
+from mntui.sessions.agentplace import AgentUnavailable
 from mntui.sessions.poll import Poller
 from mntui.sessions.runs import RunRecord
 

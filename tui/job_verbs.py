@@ -78,7 +78,7 @@ def run_kill(
 ) -> bool:
     """On the agent's open connections when the job's latest run has one (no handshakes);
     directly when it has none or it goes away midway (a kill is safe to repeat)."""
-    from mntui.sessions import agentclient
+    from mntui.sessions import agentclient, agentplace
     from mntui.sessions.runs import latest
 
     record = latest(cfg.job)
@@ -90,7 +90,7 @@ def run_kill(
                     client, names, cfg.grace if grace is None else grace, printer(t0)
                 )
                 return _killed(clean, text, t0, via if verbose else None)
-            except agentclient.AgentUnavailable as exc:
+            except agentplace.AgentUnavailable as exc:
                 via = agentclient.Via(False, f"{exc}; killing directly")
     from mntui.sessions.kill import stop_job, summarize
     from mntui.sessions.remote import Cluster

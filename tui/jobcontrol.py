@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from textual import work
 
-from mntui.sessions.agentclient import AgentUnavailable, try_connect
+from mntui.sessions.agentclient import try_connect
+from mntui.sessions.agentplace import AgentUnavailable
 from mntui.sessions.events import Event, Phase
 from mntui.sessions.logs import LineSplitter
 

@@ -13,7 +13,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from mntui.sessions.agentclient import AgentClient, AgentUnavailable, Via, read_logs, try_connect
+from mntui.sessions.agentclient import AgentClient, Via, read_logs, try_connect
+from mntui.sessions.agentplace import AgentUnavailable
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import ExitCode
 from mntui.sessions.runs import NodeRecord, RunRecord

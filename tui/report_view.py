@@ -12,7 +12,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from mntui.sessions.agentclient import AgentUnavailable, Via, live_report, try_connect
+from mntui.sessions.agentclient import Via, live_report, try_connect
+from mntui.sessions.agentplace import AgentUnavailable
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import ExitCode
 from mntui.sessions.runs import RunRecord

@@ -15,14 +15,8 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 
-from mntui.sessions.agentclient import (
-    AgentClient,
-    AgentStatus,
-    AgentUnavailable,
-    Via,
-    fetch_status,
-    try_connect,
-)
+from mntui.sessions.agentclient import AgentClient, AgentStatus, Via, fetch_status, try_connect
+from mntui.sessions.agentplace import AgentUnavailable
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import ExitCode
 from mntui.sessions.poll import NodeSnapshot, snapshot_dict

@@ -21,7 +21,7 @@ import pytest
 from fakecluster import FakeCluster, alive, pids_with_env, port_listening, wait_for
 from helpers import Cfg, free_port, listener_job
 
-from mntui.sessions import agentclient
+from mntui.sessions import agentclient, agentplace
 from mntui.sessions.config import load_config
 from mntui.sessions.poll import Poller
 from mntui.sessions.remote import Cluster
@@ -48,7 +48,7 @@ def launched_with_agent(cfg: Cfg, job: str) -> tuple[Path, RunRecord, int]:
         with client:
             try:
                 agentclient.fetch_status(client, record.run_id, ["node0", "node1"])
-            except agentclient.AgentUnavailable:
+            except agentplace.AgentUnavailable:
                 return False
         return True
 
@@ -90,7 +90,7 @@ def test_agent_serves_status_logs_report_and_kill_to_several_clients(
     kinds = [m.get("kind") for m in stream_until_end(stream)]
     assert kinds[-1] == "end"
     subscriber.close()
-    wait_for(lambda: not (record.dir / agentclient.AGENT_FILE).exists(), 15, what="agent gone")
+    wait_for(lambda: not (record.dir / agentplace.AGENT_FILE).exists(), 15, what="agent gone")
     assert agentclient.try_connect(record.dir)[0] is None
 
 
@@ -101,7 +101,7 @@ def stream_until_end(stream: Any) -> list[dict[str, Any]]:
             out.append(msg)
             if msg.get("kind") == "end":
                 break
-    except agentclient.AgentUnavailable:
+    except agentplace.AgentUnavailable:
         pass
     return out
 
@@ -109,11 +109,11 @@ def stream_until_end(stream: Any) -> list[dict[str, Any]]:
 def test_a_stale_socket_falls_back_to_direct_connections(fake: FakeCluster, cfg: Cfg) -> None:
     job = "agentstale"
     path, record, port = launched_with_agent(cfg, job)
-    _, pid = agentclient.read_agent_file(record.dir)
+    _, pid = agentplace.read_agent_file(record.dir)
     assert pid in alive([pid])
     other = _nobody()
     if other is not None:  # another user cannot even reach the socket's directory
-        sock_path, _ = agentclient.read_agent_file(record.dir)
+        sock_path, _ = agentplace.read_agent_file(record.dir)
         probe = "import socket; socket.socket(socket.AF_UNIX).connect(__import__('sys').argv[1])"
         res = subprocess.run(
             [*other, "/usr/bin/python3", "-c", probe, str(sock_path)],
@@ -134,7 +134,7 @@ def test_a_stale_socket_falls_back_to_direct_connections(fake: FakeCluster, cfg:
     res = cfg.mntui(path, "kill", "-v")
     assert res.returncode == 0 and "direct connections" in res.stderr, res.stderr
     assert not tagged(job) and not port_listening(port)
-    agentclient.read_agent_file(record.dir)[0].unlink()  # the socket file we left stale
+    agentplace.read_agent_file(record.dir)[0].unlink()  # the socket file we left stale
 
 
 STALE = r"stale socket, the agent is gone|did not answer in time"

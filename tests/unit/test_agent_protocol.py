@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from recorded import h100_node
 
-from mntui.sessions import agentclient
+from mntui.sessions import agentclient, agentplace
 from mntui.sessions.agent import Agent
 from mntui.sessions.events import Event, Phase
 from mntui.sessions.poll import JobProc, NodeSnapshot, snapshot_from_wire, snapshot_wire
@@ -107,7 +107,7 @@ def serve_pair(agent: Agent) -> socket.socket:
 
 def test_another_users_connection_is_refused() -> None:
     """SO_PEERCRED says who connected; an agent owned by another uid refuses us."""
-    assert agentclient.peer_uid(socket.socketpair()[0]) == os.getuid()
+    assert agentplace.peer_uid(socket.socketpair()[0]) == os.getuid()
     with serve_pair(Agent("job", uid=os.getuid() + 1)) as sock:
         reply = next(read_messages(sock))  # said before any request is read
     assert reply["ok"] is False and "refused: peer uid" in reply["error"]
@@ -136,15 +136,15 @@ def test_requests_are_checked_and_answered_in_order() -> None:
 
 def test_socket_directory_must_be_ours_and_private(tmp_path: Path) -> None:
     d = tmp_path / "sockets"
-    agentclient.make_private(d)
+    agentplace.make_private(d)
     assert d.stat().st_mode & 0o777 == 0o700
     d.chmod(0o755)
-    with pytest.raises(agentclient.AgentUnavailable, match="not a private directory"):
-        agentclient.check_private(d)
+    with pytest.raises(agentplace.AgentUnavailable, match="not a private directory"):
+        agentplace.check_private(d)
     link = tmp_path / "link"
     link.symlink_to(d)
-    with pytest.raises(agentclient.AgentUnavailable, match="not a private directory"):
-        agentclient.check_private(link)
+    with pytest.raises(agentplace.AgentUnavailable, match="not a private directory"):
+        agentplace.check_private(link)
 
 
 def test_socket_path_fits_sun_path_whatever_the_state_dir(
@@ -152,15 +152,15 @@ def test_socket_path_fits_sun_path_whatever_the_state_dir(
 ) -> None:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / ("x" * 200)))
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
-    a, b = agentclient.socket_path("job"), agentclient.socket_path("other")
-    assert a != b and len(str(a)) < agentclient.SUN_PATH_MAX
+    a, b = agentplace.socket_path("job"), agentplace.socket_path("other")
+    assert a != b and len(str(a)) < agentplace.SUN_PATH_MAX
     assert a.parent == Path(f"/tmp/mntui-{os.getuid()}")
 
 
 def test_no_agent_file_means_direct(tmp_path: Path) -> None:
     client, via = agentclient.try_connect(tmp_path)
     assert client is None and via.name == "direct" and "no agent" in via.detail
-    (tmp_path / agentclient.AGENT_FILE).write_text('{"socket": 1, "pid": "x"}')
+    (tmp_path / agentplace.AGENT_FILE).write_text('{"socket": 1, "pid": "x"}')
     assert "unreadable" in agentclient.try_connect(tmp_path)[1].detail
 
 
