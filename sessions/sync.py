@@ -10,7 +10,8 @@ left that node on the old commit. A local node (`host: localhost`) gets a local 
 
 A login shell that prints on stdout (conda, pyenv) breaks rsync's protocol ("is your
 shell clean?"), so the ssh side runs through a relay (sessions/relay.py) that drops what
-arrives before a marker the remote command prints.
+arrives before a marker the remote command prints. Git mode
+(`sync: {git: ...}`, sessions/gitsync.py) shares the ssh command, the relay and the fan-out.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class SyncEvent(Event):
     files: int | None = None  # regular files sent
     sent: int | None = None  # bytes on the wire
     seconds: float | None = None
+    commit: str | None = None  # git mode: the commit the node is now at
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class SyncStats:
     files: int | None
     sent: int | None
     seconds: float
+    commit: str | None = None  # git mode
 
     def describe(self) -> str:
         files = "? files" if self.files is None else f"{self.files} file(s)"
@@ -197,12 +200,16 @@ class Runs:
 def sync_nodes(
     cfg: JobConfig, *, on_event: Callable[[Event], None] = lambda e: None
 ) -> dict[str, SyncStats]:
-    """rsync the source into every node's workdir at once; raises SyncError naming each
-    node that failed (the others are synced)."""
+    """rsync the source into every node's workdir at once (or, in git mode, check out the
+    local HEAD there); raises SyncError naming each node that failed (the others synced)."""
     if cfg.sync is None:
         return {}
     if not Path(cfg.sync.source).is_dir():
         raise UsageError(f"{cfg.path} sync.source: {cfg.sync.source} is not a directory")
+    if cfg.sync.git is not None:
+        from .gitsync import sync_commit
+
+        return sync_commit(cfg, on_event=on_event)
     marker = f"__MNTUI_SYNC_{secrets.token_hex(8)}__"
     return fan_out(cfg.nodes, lambda spec, runs: _one(cfg, spec, marker, runs, on_event))
 
