@@ -80,7 +80,7 @@ def parse_status(z: str) -> tuple[tuple[str, ...], int]:
     return tuple(changed), untracked
 
 
-def read_head(source: str) -> LocalHead:
+def read_head(source: str, config: str = "") -> LocalHead:
     def git(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             ["git", "-C", source, *args], capture_output=True, text=True, env=git_env(None)
@@ -89,8 +89,8 @@ def read_head(source: str) -> LocalHead:
     top = git("rev-parse", "--show-toplevel")
     if top.returncode != 0:
         raise UsageError(
-            f"sync.source: {source} is not in a git repository (sync.git syncs a commit): "
-            "git init it, or drop sync.git to copy it by rsync"
+            f"{config} sync.source: {source} is in no git repository (sync.git syncs the "
+            "HEAD of one): set sync.source to a directory of it, or drop sync.git to rsync"
         )
     repo = top.stdout.strip()
     sha = git("rev-parse", "-q", "--verify", "HEAD^{commit}").stdout.strip()
@@ -180,7 +180,7 @@ def sync_commit(
     """Every node's clone detached at the local HEAD, all at once; raises SyncError naming
     each node that failed (the others are synced), MntuiError before any node is touched."""
     assert cfg.sync is not None and cfg.sync.git is not None
-    head = read_head(cfg.sync.source)
+    head = read_head(cfg.sync.source, cfg.path)
     for line in local_notices(head, cfg.sync.git):
         on_event(Event(None, None, Phase.NOTICE, line))
     if cfg.sync.git.push is not None:

@@ -75,10 +75,10 @@ def test_launch_checks_out_the_local_commit_on_every_node(fake: FakeCluster, cfg
     name = "tgitsync"
     src = make_repo(cfg.tmp)
     old = head(src)
-    works = {"node0": clone_on(fake, "node0", src, name), "node1": fake.node("node1").home}
-    works["node1"] /= f"{name}-code"
-    works["node1"].mkdir()
-    git(works["node1"], "init", "-q")  # an empty clone-to-be: no commit yet
+    empty = fake.node("node1").home / f"{name}-code"
+    empty.mkdir()
+    git(empty, "init", "-q")  # a clone-to-be, with no commit yet
+    works = {"node0": clone_on(fake, "node0", src, name), "node1": empty}
     sha = commit(src, "v2")  # never pushed anywhere: only the local repo has it
     assert not has(works["node0"], f"{sha}^{{commit}}")
     path = cfg.write(job(name))
@@ -91,11 +91,8 @@ def test_launch_checks_out_the_local_commit_on_every_node(fake: FakeCluster, cfg
         )
         line = rf"{node}\[\d\]\s+notice\s+synced: at {sha[:12]} \({was[node]}\) in [\d.]+s"
         assert re.search(line, res.stdout), res.stdout
-        assert (
-            head(work) == sha
-            and detached(work)
-            and git(work, "rev-parse", "refs/mntui/sync").strip() == sha
-        )
+        assert head(work) == sha and detached(work)
+        assert git(work, "rev-parse", "refs/mntui/sync").strip() == sha
         assert "runs v2" in fake.node(node).log(name)
     assert res.stdout.index("synced") < res.stdout.index("starting")
 

@@ -341,8 +341,12 @@ def test_local_head_and_what_stays_behind(tmp_path: Path) -> None:
 
 def test_a_source_without_commits_is_refused(tmp_path: Path) -> None:
     (tmp_path / "plain").mkdir()
-    with pytest.raises(UsageError, match=r"plain is not in a git repository \(sync.git syncs"):
-        read_head(str(tmp_path / "plain"))
+    with pytest.raises(UsageError) as err:
+        read_head(str(tmp_path / "plain"), "job.yaml")
+    assert str(err.value) == (
+        f"job.yaml sync.source: {tmp_path / 'plain'} is in no git repository (sync.git syncs "
+        "the HEAD of one): set sync.source to a directory of it, or drop sync.git to rsync"
+    )
     git(tmp_path / "plain", "init", "-q")
     with pytest.raises(MntuiError, match=r"plain has no commit yet: commit, then launch"):
         read_head(str(tmp_path / "plain"))
