@@ -2,10 +2,11 @@
 the commit into the clone holding the workdir and checks it out, and the parsers of
 what it and git say.
 
-Every refusal happens before the node's work tree or refs are touched, and is said as one
-line of ours (the run's marker, a word, at most two numbers or commit ids) on stderr; the
-rest of a node's output (a login shell's noise, git's own lines) is data, read only for
-the one line that says why a node failed.
+Our refusals come before anything is received, so they leave the clone as it was; git's
+checkout, the last step, refuses on its own terms (an untracked file in the way) and
+also leaves the work tree as it was. Each is said as one line of ours (the run's marker,
+a word, at most two numbers or commit ids) on stderr; the rest of a node's output (a
+login shell's noise, git's own lines) is data, read only for the line that says why.
 """
 
 from __future__ import annotations
