@@ -517,19 +517,53 @@ def _flag(doc: Document, value: Any, path: Path_) -> bool:
     return value
 
 
+class GitCheckout(StrEnum):
+    SAME_COMMIT = "same-commit"  # every node's clone detached at the local HEAD's commit
+
+
+def _git_remote(doc: Document, value: Any, path: Path_) -> str:
+    text = _text(doc, value, path)
+    if text.startswith("-"):
+        raise doc.error(path, f"{text!r} starts with '-': name a remote (origin) or give its URL")
+    return text
+
+
+@dataclass(frozen=True)
+class GitSync:
+    checkout: GitCheckout = field(
+        default=GitCheckout.SAME_COMMIT, metadata=_meta(_choice(GitCheckout))
+    )
+    # also `git push <this> HEAD` (the current branch) before the nodes: the run's commit
+    # is then published too; None: the commit goes to the nodes only
+    push: str | None = field(default=None, metadata=_meta(_git_remote))
+    # sync HEAD although the local tree has uncommitted changes (they stay behind)
+    allow_dirty: bool = field(default=False, metadata=_meta(_flag))
+
+
 @dataclass(frozen=True)
 class SyncPolicy:
-    # a local directory copied into every node's workdir before a launch
-    source: str = field(metadata=_meta(_text))  # relative to the config
-    excludes: tuple[str, ...] = field(default=(), metadata=_meta(_lines))  # rsync patterns
-    gitignore: bool = field(default=True, metadata=_meta(_flag))  # honour .gitignore files
+    # rsync mode: a local directory copied into every node's workdir before a launch;
+    # git mode: a directory of the local repository whose HEAD every node checks out
+    source: str = field(default=".", metadata=_meta(_text))  # relative to the config
+    # rsync patterns
+    excludes: tuple[str, ...] = field(default=(), metadata=_meta(_lines, rsync=True))
+    # honour .gitignore files
+    gitignore: bool = field(default=True, metadata=_meta(_flag, rsync=True))
     # remove what the source lacks from the workdir (excluded files stay)
-    delete: bool = field(default=False, metadata=_meta(_flag))
+    delete: bool = field(default=False, metadata=_meta(_flag, rsync=True))
+    # git mode instead of rsync: see sessions/gitsync.py
+    git: GitSync | None = field(default=None, metadata=_meta(_section(GitSync)))
 
 
 def _sync(doc: Document, value: Any, path: Path_) -> SyncPolicy:
     m = _mapping(doc, value, path, _keys(SyncPolicy))
-    if m.get("source") is None:
+    if "git" in m and m["git"] is None:
+        raise doc.error((*path, "git"), "expected a mapping ({checkout: same-commit}), got nothing")
+    rsync_only = [k for k in m if k in _keys(SyncPolicy, "rsync")]
+    if m.get("git") is not None and rsync_only:
+        message = "an rsync setting, but sync.git syncs a commit instead: keep one of the two"
+        raise doc.error((*path, rsync_only[0]), message)
+    if m.get("git") is None and m.get("source") is None:
         message = "required: the local directory to copy into every node's workdir"
         raise doc.error((*path, "source"), message)
     policy = SyncPolicy(**_read(doc, SyncPolicy, m, path))

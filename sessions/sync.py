@@ -9,8 +9,9 @@ written in the same second as the local one passed rsync's size-and-mtime check,
 left that node on the old commit. A local node (`host: localhost`) gets a local rsync.
 
 A login shell that prints on stdout (conda, pyenv) breaks rsync's protocol ("is your
-shell clean?"), so the ssh side runs through a relay, this module run with `python -m`,
-that drops what arrives before a marker the remote command prints.
+shell clean?"), so the ssh side runs through a relay (sessions/relay.py) that drops what
+arrives before a marker the remote command prints. Git mode
+(`sync: {git: ...}`, sessions/gitsync.py) shares the ssh command, the relay and the fan-out.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class SyncEvent(Event):
     files: int | None = None  # regular files sent
     sent: int | None = None  # bytes on the wire
     seconds: float | None = None
+    commit: str | None = None  # git mode: the commit the node is now at
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class SyncStats:
     files: int | None
     sent: int | None
     seconds: float
+    commit: str | None = None  # git mode
 
     def describe(self) -> str:
         files = "? files" if self.files is None else f"{self.files} file(s)"
@@ -78,10 +81,31 @@ def remote_dest(workdir: str) -> str:
     return workdir[2:] if workdir.startswith("~/") else workdir
 
 
-def rsync_argv(cfg: JobConfig, spec: NodeSpec, marker: str) -> list[str]:
+def ssh_argv(cfg: JobConfig) -> list[str]:
+    """ssh as the job's connections reach the nodes: its ssh_config, never a prompt."""
     from .config import HostKeyPolicy
     from .sshresolve import ssh_base_argv
 
+    ssh = [*ssh_base_argv(cfg.ssh.config), "-o", "BatchMode=yes"]
+    ssh += ["-o", f"ConnectTimeout={math.ceil(cfg.ssh.connect_timeout)}"]
+    if cfg.ssh.host_key is not None:
+        strict = "yes" if cfg.ssh.host_key is HostKeyPolicy.STRICT else "accept-new"
+        ssh += ["-o", f"StrictHostKeyChecking={strict}"]
+    return ssh
+
+
+def relay_argv(marker: str, ssh: list[str]) -> list[str]:
+    return [sys.executable, "-m", "mntui.sessions.relay", marker, *ssh]
+
+
+def ssh_host(cfg: JobConfig, spec: NodeSpec) -> str:
+    """The node's host as rsync and git write it before the `:` of a remote path."""
+    if spec.host.startswith("-"):
+        raise UsageError(f"{cfg.path}: {spec.name}: host {spec.host!r} starts with '-'")
+    return f"[{spec.host}]" if ":" in spec.host else spec.host
+
+
+def rsync_argv(cfg: JobConfig, spec: NodeSpec, marker: str) -> list[str]:
     policy, workdir = cfg.sync, spec.workdir
     if policy is None or workdir is None:
         raise UsageError(f"{cfg.path}: sync needs a `sync:` section and {spec.name}'s workdir")
@@ -92,18 +116,11 @@ def rsync_argv(cfg: JobConfig, spec: NodeSpec, marker: str) -> list[str]:
     source = policy.source.rstrip("/") + "/"
     if spec.is_local:
         return [*argv, source, os.path.expanduser(workdir).rstrip("/") + "/"]
-    if spec.host.startswith("-"):
-        raise UsageError(f"{cfg.path}: {spec.name}: host {spec.host!r} starts with '-'")
-    ssh = [*ssh_base_argv(cfg.ssh.config), "-o", "BatchMode=yes"]
-    ssh += ["-o", f"ConnectTimeout={math.ceil(cfg.ssh.connect_timeout)}"]
-    if cfg.ssh.host_key is not None:
-        strict = "yes" if cfg.ssh.host_key is HostKeyPolicy.STRICT else "accept-new"
-        ssh += ["-o", f"StrictHostKeyChecking={strict}"]
-    relay = [sys.executable, "-m", "mntui.sessions.sync", marker, *ssh]
+    host = ssh_host(cfg, spec)
+    relay = relay_argv(marker, ssh_argv(cfg))
     dest = remote_dest(workdir)
     # `cd`: to $HOME, where mntui's scripts resolve ~/ too (sshd starts in the passwd home)
     rsync_path = f"cd && mkdir -p -- {shlex.quote(dest)} && printf %s {marker} && exec rsync"
-    host = f"[{spec.host}]" if ":" in spec.host else spec.host
     return [*argv, "-e", shlex.join(relay), f"--rsync-path={rsync_path}", source, f"{host}:{dest}/"]
 
 
@@ -146,15 +163,17 @@ def _size(n: int) -> str:
 # ---- running it ------------------------------------------------------------------
 
 
-class _Runs:
-    """The rsync processes under way, so an interrupt stops them all."""
+class Runs:
+    """The sync processes under way, so an interrupt stops them all."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.procs: list[subprocess.Popen[str]] = []
         self.stopped = False
 
-    def start(self, argv: list[str]) -> subprocess.Popen[str] | None:
+    def start(
+        self, argv: list[str], env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[str] | None:
         with self.lock:
             if self.stopped:
                 return None
@@ -165,6 +184,7 @@ class _Runs:
                 stdin=subprocess.DEVNULL,
                 text=True,
                 errors="replace",
+                env=env,
             )
             self.procs.append(proc)
             return proc
@@ -180,17 +200,28 @@ class _Runs:
 def sync_nodes(
     cfg: JobConfig, *, on_event: Callable[[Event], None] = lambda e: None
 ) -> dict[str, SyncStats]:
-    """rsync the source into every node's workdir at once; raises SyncError naming each
-    node that failed (the others are synced)."""
+    """rsync the source into every node's workdir at once (or, in git mode, check out the
+    local HEAD there); raises SyncError naming each node that failed (the others synced)."""
     if cfg.sync is None:
         return {}
     if not Path(cfg.sync.source).is_dir():
         raise UsageError(f"{cfg.path} sync.source: {cfg.sync.source} is not a directory")
+    if cfg.sync.git is not None:
+        from .gitsync import sync_commit
+
+        return sync_commit(cfg, on_event=on_event)
     marker = f"__MNTUI_SYNC_{secrets.token_hex(8)}__"
-    runs = _Runs()
-    pool = ThreadPoolExecutor(max_workers=min(32, len(cfg.nodes)), thread_name_prefix="sync")
+    return fan_out(cfg.nodes, lambda spec, runs: _one(cfg, spec, marker, runs, on_event))
+
+
+def fan_out(
+    nodes: tuple[NodeSpec, ...], one: Callable[[NodeSpec, Runs], SyncStats | str]
+) -> dict[str, SyncStats]:
+    """`one` on every node at once: its stats, or why it failed (SyncError names them all)."""
+    runs = Runs()
+    pool = ThreadPoolExecutor(max_workers=min(32, len(nodes)), thread_name_prefix="sync")
     try:
-        futures = {n.name: pool.submit(_one, cfg, n, marker, runs, on_event) for n in cfg.nodes}
+        futures = {n.name: pool.submit(one, n, runs) for n in nodes}
         results = {name: f.result() for name, f in futures.items()}
     except BaseException:
         runs.stop()
@@ -207,7 +238,7 @@ def _one(
     cfg: JobConfig,
     spec: NodeSpec,
     marker: str,
-    runs: _Runs,
+    runs: Runs,
     on_event: Callable[[Event], None],
 ) -> SyncStats | str:
     """One node: its stats, or why it failed (said as an event too)."""
@@ -243,39 +274,3 @@ def _one(
         why = rsync_error(err, proc.returncode)
     on_event(Event(spec.name, spec.rank, Phase.FAILED, f"sync failed: {why}"))
     return why
-
-
-# ---- the relay: `python -m mntui.sessions.sync MARKER ssh ...` -------------------------
-
-
-def relay(marker: bytes, command: list[str]) -> int:
-    """Run `command` (ssh) with our stdin and stderr, and copy its stdout from just after
-    `marker`: what a login shell printed before it never reaches rsync."""
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE)
-    assert proc.stdout is not None
-    fd, tail, found = proc.stdout.fileno(), b"", False
-    try:
-        while chunk := os.read(fd, 1 << 16):
-            if found:
-                _write(chunk)
-                continue
-            tail += chunk
-            at = tail.find(marker)
-            if at >= 0:
-                found = True
-                _write(tail[at + len(marker) :])
-            else:
-                tail = tail[-len(marker) :]
-    except (BrokenPipeError, KeyboardInterrupt):
-        proc.terminate()
-    return proc.wait()
-
-
-def _write(data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(1, view) :]
-
-
-if __name__ == "__main__":
-    sys.exit(relay(sys.argv[1].encode(), sys.argv[2:]))

@@ -293,7 +293,7 @@ def test_rsync_command_lines(tmp_path: Path) -> None:
     ]
     assert remote[7:9] == ["--exclude=*.ckpt", "--exclude=data/"]
     relay = remote[remote.index("-e") + 1]
-    assert relay.startswith(f"{sys.executable} -m mntui.sessions.sync MARK ssh -F ")
+    assert relay.startswith(f"{sys.executable} -m mntui.sessions.relay MARK ssh -F ")
     assert f"{tmp_path / 'ssh_config'} -o BatchMode=yes -o ConnectTimeout=8" in relay
     assert "--rsync-path=cd && mkdir -p -- 'my code' && printf %s MARK && exec rsync" in remote
     assert remote[-2:] == [f"{tmp_path / 'src'}/", "n0:my code/"]
