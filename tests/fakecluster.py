@@ -112,7 +112,10 @@ class FakeNode:
         return self.dir / "home"
 
     def run_dirs(self, job: str) -> list[Path]:
-        return sorted((self.home / ".mntui" / "runs" / job).glob(f"*/{self.name}"))
+        """Oldest first. Run ids order by the second only (`20261122-105313-8e89`): two
+        launches in one second are ordered by when their directory was made."""
+        dirs = (self.home / ".mntui" / "runs" / job).glob(f"*/{self.name}")
+        return sorted(dirs, key=lambda d: (d.parent.name[:15], d.parent.stat().st_ctime_ns))
 
     def log(self, job: str) -> str:
         dirs = self.run_dirs(job)
