@@ -10,19 +10,18 @@ fields that carry a check.
 
 from __future__ import annotations
 
-import functools
-import math
 import os
 import re
 import string
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from ClusterShell.NodeSet import NodeSet, NodeSetException
 
+from . import configchecks as ck
 from .notices import NotifyEvent, NotifyPolicy, check_webhook_url
 from .shellsyntax import ere_problem, quoted_placeholders
 from .yamlmarks import ConfigError, Document, Path_, format_path, load, loads
@@ -45,7 +44,6 @@ __all__ = [
     "SshPolicy",
     "SyncPolicy",
     "WatchPolicy",
-    "check_seconds",
     "load_config",
     "parse_config",
 ]
@@ -68,8 +66,6 @@ LOCAL_HOSTS = frozenset({"local", "localhost"})
 JOB_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
 NODE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-# C0 controls but tab and newline, and DEL: they cannot be passed on, or garble a terminal.
-CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 # Names mntui sets itself; letting the config override them would break the job.
 RESERVED_ENV = frozenset(
     {
@@ -88,58 +84,9 @@ MAX_NPROC = 1024
 HOUR = 3600.0
 DAY = 86400.0
 
-S = TypeVar("S")
-E = TypeVar("E", bound=StrEnum)
-# A check reads one YAML value at a path, or raises the ConfigError that names it.
-Check = Callable[[Document, Any, Path_], Any]
-
-
-def _meta(check: Check | None = None, **flags: bool) -> dict[str, Any]:
-    """A setting's field metadata: the check that reads its YAML key, and flags."""
-    return {"check": check, **flags}
-
-
-# ---- checks: (document, value, path) -> typed value ----------------------------------
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "nothing"
-    if isinstance(value, (dict, list)):
-        return {dict: "a mapping", list: "a list"}[type(value)]
-    return f"{type(value).__name__} {value!r}"
-
-
-def _suggest(key: str, allowed: set[str]) -> str | None:
-    import difflib
-
-    close = difflib.get_close_matches(key, sorted(allowed), n=1)
-    return close[0] if close else None
-
-
-def _mapping(doc: Document, value: Any, path: Path_, allowed: set[str]) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise doc.error(path, f"expected a mapping, got {_kind(value)}")
-    for key in value:
-        if key not in allowed:
-            hint = _suggest(key, allowed)
-            message = "unknown key" + (f" (did you mean {hint!r}?)" if hint else "")
-            raise doc.error((*path, key), message)
-    return value
-
-
-def _text(doc: Document, value: Any, path: Path_) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise doc.error(path, f"expected a non-empty string, got {_kind(value)}")
-    bad = CONTROL_RE.search(value)
-    if bad is not None:
-        what = "a NUL byte" if bad.group() == "\0" else f"control character {ord(bad.group()):#04x}"
-        raise doc.error(path, f"contains {what}")
-    return value
-
 
 def _job_name(doc: Document, value: Any, path: Path_) -> str:
-    job = _text(doc, value, path)
+    job = ck.text(doc, value, path)
     if not JOB_RE.match(job):
         message = "use letters, digits, '-' and '_' (it names tmux sessions and directories)"
         raise doc.error(path, message)
@@ -147,7 +94,7 @@ def _job_name(doc: Document, value: Any, path: Path_) -> str:
 
 
 def _workdir(doc: Document, value: Any, path: Path_) -> str:
-    text = _text(doc, value, path)
+    text = ck.text(doc, value, path)
     if text.startswith("~") and text != "~" and not text.startswith("~/"):
         user = text[1:].split("/", 1)[0]
         raise doc.error(
@@ -156,17 +103,9 @@ def _workdir(doc: Document, value: Any, path: Path_) -> str:
     return text
 
 
-def _lines(doc: Document, value: Any, path: Path_) -> tuple[str, ...]:
-    if isinstance(value, str):
-        return (value,)
-    if not isinstance(value, list):
-        raise doc.error(path, f"expected a string or a list of strings, got {_kind(value)}")
-    return tuple(_text(doc, v, (*path, i)) for i, v in enumerate(value))
-
-
 def _env(doc: Document, value: Any, path: Path_) -> dict[str, str]:
     if not isinstance(value, dict):
-        raise doc.error(path, f"expected a mapping, got {_kind(value)}")
+        raise doc.error(path, f"expected a mapping, got {ck.kind(value)}")
     out: dict[str, str] = {}
     for key, v in value.items():
         where = (*path, key)
@@ -176,118 +115,17 @@ def _env(doc: Document, value: Any, path: Path_) -> dict[str, str]:
             raise doc.error(where, "set by mntui itself; use the matching top-level key")
         text = doc.text(where)  # as written: YAML 1.1 would make 010 into 8, 1:30 into 90
         if v is None or isinstance(v, (dict, list)) or text is None:
-            raise doc.error(where, f"expected a string or number, got {_kind(v)}")
+            raise doc.error(where, f"expected a string or number, got {ck.kind(v)}")
         if "\0" in text:
             raise doc.error(where, "contains a NUL byte")
         out[key] = text
     return out
 
 
-def _port(doc: Document, value: Any, path: Path_) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
-        raise doc.error(path, f"expected a port number 1-65535, got {_kind(value)}")
-    return value
-
-
-def _ports(doc: Document, value: Any, path: Path_) -> tuple[int, ...]:
-    if not isinstance(value, list):
-        raise doc.error(path, f"expected a list, got {_kind(value)}")
-    return tuple(_port(doc, x, (*path, i)) for i, x in enumerate(value))
-
-
-def _count(maximum: int) -> Check:
-    def check(doc: Document, value: Any, path: Path_) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
-            raise doc.error(path, f"expected an integer >= 1 and <= {maximum}, got {_kind(value)}")
-        return value
-
-    return check
-
-
-def _duration(value: object, positive: bool, maximum: float) -> float | str:
-    """Seconds, or why `value` is not a usable duration. A NaN passes every `<` test and
-    silently disables a trigger; inf overflows a deadline; 0 expires every timeout."""
-    number = None if isinstance(value, bool) or not isinstance(value, (int, float)) else value
-    finite = number is not None and math.isfinite(number) and 0 <= number <= maximum
-    if finite and number is not None and (number > 0 or not positive):
-        return float(number)
-    low = "> 0" if positive else ">= 0"
-    return f"expected a number {low} and <= {maximum:g} (seconds), got {_kind(value)}"
-
-
-def check_seconds(value: object, name: str, *, positive: bool, maximum: float) -> float:
-    """A duration from the config or the command line, by one rule: a finite number in
-    [0, maximum], and > 0 when `positive`. Text is parsed first (`--grace 5`).
-
-    Raises ValueError("NAME: expected a number >= 0 and <= 3600 (seconds), got ...").
-    """
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            pass
-    seconds = _duration(value, positive, maximum)
-    if isinstance(seconds, str):
-        raise ValueError(f"{name}: {seconds}")
-    return seconds
-
-
-def _seconds(*, maximum: float, positive: bool = False, floor: float = 0.0) -> Check:
-    def check(doc: Document, value: Any, path: Path_) -> float:
-        seconds = _duration(value, positive, maximum)
-        if isinstance(seconds, str):
-            raise doc.error(path, seconds)
-        return max(floor, seconds)
-
-    return check
-
-
-def _fraction(doc: Document, value: Any, path: Path_) -> float:
-    ok = not isinstance(value, bool) and isinstance(value, (int, float))
-    if not ok or not math.isfinite(value) or not 0 < value <= 1:
-        raise doc.error(path, f"expected a fraction > 0 and <= 1, got {_kind(value)}")
-    return float(value)
-
-
-def _whole(low: int, high: int) -> Check:
-    def check(doc: Document, value: Any, path: Path_) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise doc.error(path, f"expected an integer >= {low} and <= {high}, got {_kind(value)}")
-        return value
-
-    return check
-
-
-def _exit_codes(*, zero: bool) -> Check:
-    """A list of exit codes, as launch.sh records them (0-255; torchrun reports -N)."""
-
-    def check(doc: Document, value: Any, path: Path_) -> frozenset[int]:
-        if not isinstance(value, list):
-            raise doc.error(path, f"expected a list of exit codes, got {_kind(value)}")
-        codes = [_whole(-64, 255)(doc, v, (*path, i)) for i, v in enumerate(value)]
-        if not zero and 0 in codes:
-            raise doc.error(path, "0 is a clean exit: a job is never restarted for it")
-        return frozenset(codes)
-
-    return check
-
-
-def _names_of(allowed: tuple[str, ...]) -> Check:
-    def check(doc: Document, value: Any, path: Path_) -> frozenset[str]:
-        items = value if isinstance(value, list) else [value]
-        for i, v in enumerate(items):
-            if v not in allowed:
-                where = (*path, i) if isinstance(value, list) else path
-                raise doc.error(where, f"expected one of {', '.join(allowed)}, got {v!r}")
-        return frozenset(items)
-
-    return check
-
-
 def _progress_pattern(doc: Document, value: Any, path: Path_) -> str:
     from .progress import compile_pattern  # a Python regex: mntui itself runs it
 
-    text = _text(doc, value, path)
+    text = ck.text(doc, value, path)
     try:
         compile_pattern(text)
     except ValueError as exc:
@@ -296,32 +134,21 @@ def _progress_pattern(doc: Document, value: Any, path: Path_) -> str:
 
 
 def _notify(doc: Document, value: Any, path: Path_) -> NotifyPolicy:
-    m = _mapping(doc, value, path, {"webhook", "command", "on", "timeout"})
-    webhook = _text(doc, m["webhook"], (*path, "webhook")) if m.get("webhook") else None
+    m = ck.mapping(doc, value, path, {"webhook", "command", "on", "timeout"})
+    webhook = ck.text(doc, m["webhook"], (*path, "webhook")) if m.get("webhook") else None
     if webhook is not None and (why := check_webhook_url(webhook)) is not None:
         raise doc.error((*path, "webhook"), why)
-    command = _text(doc, m["command"], (*path, "command")) if m.get("command") else None
+    command = ck.text(doc, m["command"], (*path, "command")) if m.get("command") else None
     events = tuple(e.value for e in NotifyEvent)
-    on = _names_of(events)(doc, m["on"], (*path, "on")) if m.get("on") is not None else events
+    on = ck.names_of(events)(doc, m["on"], (*path, "on")) if m.get("on") is not None else events
     timeout = 5.0
     if m.get("timeout") is not None:
-        timeout = _seconds(positive=True, maximum=600)(doc, m["timeout"], (*path, "timeout"))
+        timeout = ck.seconds(positive=True, maximum=600)(doc, m["timeout"], (*path, "timeout"))
     return NotifyPolicy(webhook, command, frozenset(NotifyEvent(e) for e in on), timeout)
 
 
-def _choice(enum: type[E]) -> Check:
-    def check(doc: Document, value: Any, path: Path_) -> E:
-        try:
-            return enum(value)
-        except ValueError:
-            choices = ", ".join(e.value for e in enum)
-            raise doc.error(path, f"expected one of {choices}, got {value!r}") from None
-
-    return check
-
-
 def _template(doc: Document, value: Any, path: Path_) -> str:
-    text = _text(doc, value, path)
+    text = ck.text(doc, value, path)
     try:
         parsed = list(string.Formatter().parse(text))
     except ValueError as exc:
@@ -345,41 +172,11 @@ def _template(doc: Document, value: Any, path: Path_) -> str:
 
 
 def _pattern(doc: Document, value: Any, path: Path_) -> str:
-    text = _text(doc, value, path)
+    text = ck.text(doc, value, path)
     problem = ere_problem(text)
     if problem is not None:
         raise doc.error(path, f"bad regular expression for grep -E: {problem}")
     return text
-
-
-def _section(cls: type[S]) -> Check:
-    """A nested mapping read into its own dataclass, keys and defaults from its fields."""
-
-    def check(doc: Document, value: Any, path: Path_) -> S:
-        m = _mapping(doc, value, path, _keys(cls))
-        return cls(**_read(doc, cls, m, path))
-
-    return check
-
-
-@functools.cache
-def _checks(cls: type) -> dict[str, Check]:
-    return {f.name: f.metadata["check"] for f in fields(cls) if f.metadata.get("check")}
-
-
-def _keys(cls: type, flag: str | None = None) -> set[str]:
-    return {f.name for f in fields(cls) if f.metadata and (flag is None or f.metadata.get(flag))}
-
-
-def _read(
-    doc: Document, cls: type, m: Mapping[str, Any], path: Path_, only: set[str] | None = None
-) -> dict[str, Any]:
-    """The given, non-null keys of `m` that are checked fields of `cls`, checked."""
-    return {
-        k: check(doc, m[k], (*path, k))
-        for k, check in _checks(cls).items()
-        if (only is None or k in only) and m.get(k) is not None
-    }
 
 
 # ---- the settings ---------------------------------------------------------------------
@@ -414,17 +211,17 @@ class PasswordMode(StrEnum):
 class NodeSpec:
     # `shared`: also a top-level key, the default of every node; `merge`: a node's own
     # mapping adds to the top-level one instead of replacing it.
-    name: str = field(metadata=_meta(_text))
-    host: str = field(metadata=_meta(_text))  # default: the node's name
+    name: str = field(metadata=ck.meta(ck.text))
+    host: str = field(metadata=ck.meta(ck.text))  # default: the node's name
     rank: int  # the main is 0, the others in listed order
-    command: str = field(metadata=_meta(_template, shared=True, required=True))
+    command: str = field(metadata=ck.meta(_template, shared=True, required=True))
     env: Mapping[str, str] = field(
-        default_factory=dict, metadata=_meta(_env, shared=True, merge=True)
+        default_factory=dict, metadata=ck.meta(_env, shared=True, merge=True)
     )
-    setup: tuple[str, ...] = field(default=(), metadata=_meta(_lines, shared=True))
-    workdir: str | None = field(default=None, metadata=_meta(_workdir, shared=True))
+    setup: tuple[str, ...] = field(default=(), metadata=ck.meta(ck.lines, shared=True))
+    workdir: str | None = field(default=None, metadata=ck.meta(_workdir, shared=True))
     # this node's processes (a hostfile's `slots=N`); None: the job's nproc_per_node
-    nproc_per_node: int | None = field(default=None, metadata=_meta(_count(MAX_NPROC)))
+    nproc_per_node: int | None = field(default=None, metadata=ck.meta(ck.count(MAX_NPROC)))
 
     @property
     def is_local(self) -> bool:
@@ -433,60 +230,64 @@ class NodeSpec:
 
 @dataclass(frozen=True)
 class LaunchPolicy:
-    ready: ReadyMode = field(default=ReadyMode.PORT, metadata=_meta(_choice(ReadyMode)))
+    ready: ReadyMode = field(default=ReadyMode.PORT, metadata=ck.meta(ck.choice(ReadyMode)))
     # grep -E, on the main's output
-    ready_pattern: str | None = field(default=None, metadata=_meta(_pattern))
-    ready_delay: float = field(default=10.0, metadata=_meta(_seconds(maximum=DAY)))
+    ready_pattern: str | None = field(default=None, metadata=ck.meta(_pattern))
+    ready_delay: float = field(default=10.0, metadata=ck.meta(ck.seconds(maximum=DAY)))
     ready_timeout: float = field(
-        default=300.0, metadata=_meta(_seconds(positive=True, maximum=DAY))
+        default=300.0, metadata=ck.meta(ck.seconds(positive=True, maximum=DAY))
     )
-    stagger: float = field(default=0.0, metadata=_meta(_seconds(maximum=HOUR)))
+    stagger: float = field(default=0.0, metadata=ck.meta(ck.seconds(maximum=HOUR)))
 
 
 @dataclass(frozen=True)
 class KillPolicy:
     # between SIGTERM and SIGKILL
-    grace: float = field(default=5.0, metadata=_meta(_seconds(maximum=HOUR)))
+    grace: float = field(default=5.0, metadata=ck.meta(ck.seconds(maximum=HOUR)))
 
 
 @dataclass(frozen=True)
 class SshPolicy:
-    config: str | None = field(default=None, metadata=_meta(_text))
+    config: str | None = field(default=None, metadata=ck.meta(ck.text))
     connect_timeout: float = field(
-        default=10.0, metadata=_meta(_seconds(positive=True, maximum=HOUR))
+        default=10.0, metadata=ck.meta(ck.seconds(positive=True, maximum=HOUR))
     )
     # None: follow ssh_config's StrictHostKeyChecking
-    host_key: HostKeyPolicy | None = field(default=None, metadata=_meta(_choice(HostKeyPolicy)))
+    host_key: HostKeyPolicy | None = field(default=None, metadata=ck.meta(ck.choice(HostKeyPolicy)))
     command_timeout: float = field(
-        default=60.0, metadata=_meta(_seconds(positive=True, maximum=DAY))
+        default=60.0, metadata=ck.meta(ck.seconds(positive=True, maximum=DAY))
     )
     transport: SshTransport = field(
-        default=SshTransport.PARAMIKO, metadata=_meta(_choice(SshTransport))
+        default=SshTransport.PARAMIKO, metadata=ck.meta(ck.choice(SshTransport))
     )
     # None: keys and the agent only
-    password: PasswordMode | None = field(default=None, metadata=_meta(_choice(PasswordMode)))
+    password: PasswordMode | None = field(default=None, metadata=ck.meta(ck.choice(PasswordMode)))
 
 
 @dataclass(frozen=True)
 class WatchPolicy:
     # a node failed, orphaned, froze or stayed unreachable
-    on_failure: Action = field(default=Action.KILL_ALL, metadata=_meta(_choice(Action)))
-    on_stall: Action = field(default=Action.NOTIFY, metadata=_meta(_choice(Action)))
+    on_failure: Action = field(default=Action.KILL_ALL, metadata=ck.meta(ck.choice(Action)))
+    on_stall: Action = field(default=Action.NOTIFY, metadata=ck.meta(ck.choice(Action)))
     # seconds without output
-    stall_after: float = field(default=300.0, metadata=_meta(_seconds(positive=True, maximum=DAY)))
+    stall_after: float = field(
+        default=300.0, metadata=ck.meta(ck.seconds(positive=True, maximum=DAY))
+    )
     # a stop this short is a debugger (py-spy), not a hang
-    frozen_after: float = field(default=3.0, metadata=_meta(_seconds(maximum=DAY)))
+    frozen_after: float = field(default=3.0, metadata=ck.meta(ck.seconds(maximum=DAY)))
     # a node can miss polls while its sshd is busy
-    unreachable_after: float = field(default=30.0, metadata=_meta(_seconds(maximum=DAY)))
+    unreachable_after: float = field(default=30.0, metadata=ck.meta(ck.seconds(maximum=DAY)))
     # seconds between polls; below 0.1 the polls would pile up
     interval: float = field(
-        default=1.0, metadata=_meta(_seconds(positive=True, maximum=HOUR, floor=0.1))
+        default=1.0, metadata=ck.meta(ck.seconds(positive=True, maximum=HOUR, floor=0.1))
     )
     # seconds for py-spy stacks of every rank before a hang's teardown; 0: none
-    capture_budget: float = field(default=10.0, metadata=_meta(_seconds(maximum=600)))
+    capture_budget: float = field(default=10.0, metadata=ck.meta(ck.seconds(maximum=600)))
     # a node below this fraction of the median step rate for slow_after is "slow"
-    slow_fraction: float = field(default=0.5, metadata=_meta(_fraction))
-    slow_after: float = field(default=120.0, metadata=_meta(_seconds(positive=True, maximum=DAY)))
+    slow_fraction: float = field(default=0.5, metadata=ck.meta(ck.fraction))
+    slow_after: float = field(
+        default=120.0, metadata=ck.meta(ck.seconds(positive=True, maximum=DAY))
+    )
 
 
 RESTARTABLE = ("failed", "orphaned", "frozen", "unreachable", "stalled")
@@ -497,24 +298,22 @@ USAGE_EXIT_CODES = frozenset({2, 97, 126, 127})
 
 @dataclass(frozen=True)
 class RestartPolicy:
-    max: int = field(default=0, metadata=_meta(_whole(0, 1000)))  # 0: never restart
+    max: int = field(default=0, metadata=ck.meta(ck.whole(0, 1000)))  # 0: never restart
     # the first delay; it doubles up to backoff_max
-    backoff: float = field(default=10.0, metadata=_meta(_seconds(maximum=DAY)))
-    backoff_max: float = field(default=300.0, metadata=_meta(_seconds(maximum=DAY)))
+    backoff: float = field(default=10.0, metadata=ck.meta(ck.seconds(maximum=DAY)))
+    backoff_max: float = field(default=300.0, metadata=ck.meta(ck.seconds(maximum=DAY)))
     on: frozenset[str] = field(
-        default=frozenset(RESTARTABLE) - {"stalled"}, metadata=_meta(_names_of(RESTARTABLE))
+        default=frozenset(RESTARTABLE) - {"stalled"}, metadata=ck.meta(ck.names_of(RESTARTABLE))
     )
     # restart only on these codes (None: any but not_on)
-    exit_codes: frozenset[int] | None = field(default=None, metadata=_meta(_exit_codes(zero=False)))
-    not_on: frozenset[int] = field(default=USAGE_EXIT_CODES, metadata=_meta(_exit_codes(zero=True)))
+    exit_codes: frozenset[int] | None = field(
+        default=None, metadata=ck.meta(ck.exit_codes(zero=False))
+    )
+    not_on: frozenset[int] = field(
+        default=USAGE_EXIT_CODES, metadata=ck.meta(ck.exit_codes(zero=True))
+    )
     # an attempt that made progress this long forgets earlier failures; 0: never
-    reset_after: float = field(default=1800.0, metadata=_meta(_seconds(maximum=30 * DAY)))
-
-
-def _flag(doc: Document, value: Any, path: Path_) -> bool:
-    if not isinstance(value, bool):
-        raise doc.error(path, f"expected true or false, got {_kind(value)}")
-    return value
+    reset_after: float = field(default=1800.0, metadata=ck.meta(ck.seconds(maximum=30 * DAY)))
 
 
 class GitCheckout(StrEnum):
@@ -522,7 +321,7 @@ class GitCheckout(StrEnum):
 
 
 def _git_remote(doc: Document, value: Any, path: Path_) -> str:
-    text = _text(doc, value, path)
+    text = ck.text(doc, value, path)
     if text.startswith("-"):
         raise doc.error(path, f"{text!r} starts with '-': name a remote (origin) or give its URL")
     return text
@@ -531,42 +330,42 @@ def _git_remote(doc: Document, value: Any, path: Path_) -> str:
 @dataclass(frozen=True)
 class GitSync:
     checkout: GitCheckout = field(
-        default=GitCheckout.SAME_COMMIT, metadata=_meta(_choice(GitCheckout))
+        default=GitCheckout.SAME_COMMIT, metadata=ck.meta(ck.choice(GitCheckout))
     )
     # also `git push <this> HEAD` (the current branch) before the nodes: the run's commit
     # is then published too; None: the commit goes to the nodes only
-    push: str | None = field(default=None, metadata=_meta(_git_remote))
+    push: str | None = field(default=None, metadata=ck.meta(_git_remote))
     # sync HEAD although the local tree has uncommitted changes (they stay behind)
-    allow_dirty: bool = field(default=False, metadata=_meta(_flag))
+    allow_dirty: bool = field(default=False, metadata=ck.meta(ck.flag))
 
 
 @dataclass(frozen=True)
 class SyncPolicy:
     # rsync mode: a local directory copied into every node's workdir before a launch;
     # git mode: a directory of the local repository whose HEAD every node checks out
-    source: str = field(default=".", metadata=_meta(_text))  # relative to the config
+    source: str = field(default=".", metadata=ck.meta(ck.text))  # relative to the config
     # rsync patterns
-    excludes: tuple[str, ...] = field(default=(), metadata=_meta(_lines, rsync=True))
+    excludes: tuple[str, ...] = field(default=(), metadata=ck.meta(ck.lines, rsync=True))
     # honour .gitignore files
-    gitignore: bool = field(default=True, metadata=_meta(_flag, rsync=True))
+    gitignore: bool = field(default=True, metadata=ck.meta(ck.flag, rsync=True))
     # remove what the source lacks from the workdir (excluded files stay)
-    delete: bool = field(default=False, metadata=_meta(_flag, rsync=True))
+    delete: bool = field(default=False, metadata=ck.meta(ck.flag, rsync=True))
     # git mode instead of rsync: see sessions/gitsync.py
-    git: GitSync | None = field(default=None, metadata=_meta(_section(GitSync)))
+    git: GitSync | None = field(default=None, metadata=ck.meta(ck.section(GitSync)))
 
 
 def _sync(doc: Document, value: Any, path: Path_) -> SyncPolicy:
-    m = _mapping(doc, value, path, _keys(SyncPolicy))
+    m = ck.mapping(doc, value, path, ck.keys(SyncPolicy))
     if "git" in m and m["git"] is None:
         raise doc.error((*path, "git"), "expected a mapping ({checkout: same-commit}), got nothing")
-    rsync_only = [k for k in m if k in _keys(SyncPolicy, "rsync")]
+    rsync_only = [k for k in m if k in ck.keys(SyncPolicy, "rsync")]
     if m.get("git") is not None and rsync_only:
         message = "an rsync setting, but sync.git syncs a commit instead: keep one of the two"
         raise doc.error((*path, rsync_only[0]), message)
     if m.get("git") is None and m.get("source") is None:
         message = "required: the local directory to copy into every node's workdir"
         raise doc.error((*path, "source"), message)
-    policy = SyncPolicy(**_read(doc, SyncPolicy, m, path))
+    policy = SyncPolicy(**ck.read(doc, SyncPolicy, m, path))
     source = Path(doc.file).parent / os.path.expanduser(policy.source)
     return replace(policy, source=str(source))
 
@@ -574,31 +373,33 @@ def _sync(doc: Document, value: Any, path: Path_) -> SyncPolicy:
 @dataclass(frozen=True)
 class JobConfig:
     path: str
-    job: str = field(metadata=_meta(_job_name, required=True))
-    nodes: tuple[NodeSpec, ...] = field(metadata=_meta(required=True))  # see _node_entries
-    main: str = field(metadata=_meta())  # default: the first node
-    master_port: int = field(default=29500, metadata=_meta(_port))
-    master_addr: str | None = field(default=None, metadata=_meta(_text))
-    ports: tuple[int, ...] = field(default=(), metadata=_meta(_ports))
-    nproc_per_node: int = field(default=1, metadata=_meta(_count(MAX_NPROC)))
+    job: str = field(metadata=ck.meta(_job_name, required=True))
+    nodes: tuple[NodeSpec, ...] = field(metadata=ck.meta(required=True))  # see _node_entries
+    main: str = field(metadata=ck.meta())  # default: the first node
+    master_port: int = field(default=29500, metadata=ck.meta(ck.port))
+    master_addr: str | None = field(default=None, metadata=ck.meta(ck.text))
+    ports: tuple[int, ...] = field(default=(), metadata=ck.meta(ck.ports))
+    nproc_per_node: int = field(default=1, metadata=ck.meta(ck.count(MAX_NPROC)))
     launch: LaunchPolicy = field(
-        default_factory=LaunchPolicy, metadata=_meta(_section(LaunchPolicy))
+        default_factory=LaunchPolicy, metadata=ck.meta(ck.section(LaunchPolicy))
     )
-    kill: KillPolicy = field(default_factory=KillPolicy, metadata=_meta(_section(KillPolicy)))
-    ssh: SshPolicy = field(default_factory=SshPolicy, metadata=_meta(_section(SshPolicy)))
-    watch: WatchPolicy = field(default_factory=WatchPolicy, metadata=_meta(_section(WatchPolicy)))
+    kill: KillPolicy = field(default_factory=KillPolicy, metadata=ck.meta(ck.section(KillPolicy)))
+    ssh: SshPolicy = field(default_factory=SshPolicy, metadata=ck.meta(ck.section(SshPolicy)))
+    watch: WatchPolicy = field(
+        default_factory=WatchPolicy, metadata=ck.meta(ck.section(WatchPolicy))
+    )
     restart: RestartPolicy = field(
-        default_factory=RestartPolicy, metadata=_meta(_section(RestartPolicy))
+        default_factory=RestartPolicy, metadata=ck.meta(ck.section(RestartPolicy))
     )
-    notify: NotifyPolicy = field(default_factory=NotifyPolicy, metadata=_meta(_notify))
+    notify: NotifyPolicy = field(default_factory=NotifyPolicy, metadata=ck.meta(_notify))
     # a Python regex with a group `step`; None: progress.DEFAULT_PATTERN
-    progress_pattern: str | None = field(default=None, metadata=_meta(_progress_pattern))
+    progress_pattern: str | None = field(default=None, metadata=ck.meta(_progress_pattern))
     # nodes that replace one that broke twice in a row (ranks are given when they join)
-    spares: tuple[NodeSpec, ...] = field(default=(), metadata=_meta())
+    spares: tuple[NodeSpec, ...] = field(default=(), metadata=ck.meta())
     # where `nodes: {hostfile: ...}` / `{slurm: ...}` took the nodes from; None: the list
     nodes_from: NodeSource | None = None
     # copy the code to every node before a launch (`launch --no-sync` skips it)
-    sync: SyncPolicy | None = field(default=None, metadata=_meta(_sync))
+    sync: SyncPolicy | None = field(default=None, metadata=ck.meta(_sync))
 
     @property
     def grace(self) -> float:
@@ -631,9 +432,9 @@ class JobConfig:
         raise KeyError(name)
 
 
-NODE_KEYS = _keys(NodeSpec)
-SHARED_KEYS = _keys(NodeSpec, "shared")
-TOP_KEYS = _keys(JobConfig) | SHARED_KEYS | {"overrides"}
+NODE_KEYS = ck.keys(NodeSpec)
+SHARED_KEYS = ck.keys(NodeSpec, "shared")
+TOP_KEYS = ck.keys(JobConfig) | SHARED_KEYS | {"overrides"}
 REQUIRED = [f.name for c in (JobConfig, NodeSpec) for f in fields(c) if f.metadata.get("required")]
 
 
@@ -649,13 +450,13 @@ def parse_config(text: str, name: str = "<config>") -> JobConfig:
 
 
 def _build(doc: Document) -> JobConfig:
-    top = _mapping(doc, doc.data if doc.data is not None else {}, (), TOP_KEYS)
+    top = ck.mapping(doc, doc.data if doc.data is not None else {}, (), TOP_KEYS)
     for required in REQUIRED:
         if required not in top:
             raise doc.error((), f"missing required key {required!r}")
         if top[required] is None:
             raise doc.error((required,), "required: expected a value, got nothing")
-    settings = _read(doc, JobConfig, top, ())
+    settings = ck.read(doc, JobConfig, top, ())
     source, listed = _node_source(doc, top["nodes"], settings["job"])
     nodes = _node_specs(doc, top, _node_entries(doc, listed), lenient=source is not None)
     main = _main(doc, top, nodes)
@@ -689,7 +490,7 @@ def _spares(doc: Document, top: Mapping[str, Any], nodes: list[NodeSpec]) -> tup
 def _main(doc: Document, top: Mapping[str, Any], nodes: list[NodeSpec]) -> str:
     if top.get("main") is None:
         return nodes[0].name
-    main = _text(doc, top["main"], ("main",))
+    main = ck.text(doc, top["main"], ("main",))
     names = [n.name for n in nodes]
     if main not in names:
         raise doc.error(("main",), f"unknown node {main!r}; nodes are {NodeSet.fromlist(names)}")
@@ -743,11 +544,11 @@ def _node_specs(
 ) -> list[NodeSpec]:
     """`lenient`: nodes from a hostfile or Slurm differ from one read to the next, so
     overrides of nodes not given this time are skipped, not refused."""
-    shared = _read(doc, NodeSpec, top, (), SHARED_KEYS)
+    shared = ck.read(doc, NodeSpec, top, (), SHARED_KEYS)
     names = [name for name, _, _ in entries]
     named = _overrides(doc, top, names, lenient) if overrides else {}
-    checks = _checks(NodeSpec)
-    merging = _keys(NodeSpec, "merge")
+    checks = ck.checks(NodeSpec)
+    merging = ck.keys(NodeSpec, "merge")
     specs: list[NodeSpec] = []
     for name, raw, path in entries:
         given = {k: (x, (*path, k)) for k, x in raw.items()}
@@ -768,16 +569,16 @@ def _overrides(
     if raw is None:
         return {}
     if not isinstance(raw, dict):
-        raise doc.error(("overrides",), f"expected a mapping, got {_kind(raw)}")
+        raise doc.error(("overrides",), f"expected a mapping, got {ck.kind(raw)}")
     out: dict[str, dict[str, tuple[Any, Path_]]] = {}
     for name, o in raw.items():
         where: Path_ = ("overrides", name)
         if name not in names and lenient:
-            _mapping(doc, o, where, NODE_KEYS - {"name"})
+            ck.mapping(doc, o, where, NODE_KEYS - {"name"})
             continue
         if name not in names:
             raise doc.error(where, f"unknown node {name!r}; nodes are {NodeSet.fromlist(names)}")
-        m = _mapping(doc, o, where, NODE_KEYS - {"name"})
+        m = ck.mapping(doc, o, where, NODE_KEYS - {"name"})
         out[name] = {k: (x, (*where, k)) for k, x in m.items()}
     return out
 
@@ -793,7 +594,7 @@ def _node_entries(doc: Document, value: Any, key: str = "nodes") -> list[Entry]:
         raise doc.error(
             (key,),
             f"expected a node set like 'g[369-376]', a non-empty list, {{hostfile: PATH}} "
-            f"or {{slurm: JOBID}}, got {_kind(value)}",
+            f"or {{slurm: JOBID}}, got {ck.kind(value)}",
         )
     out: list[Entry] = []
     seen: dict[str, Path_] = {}
@@ -825,13 +626,13 @@ def _node_item(
     """One entry of `nodes`, as (name, own keys) pairs; a node set of more than `room`
     nodes is refused before it is expanded."""
     if isinstance(item, dict):
-        raw = _mapping(doc, item, path, NODE_KEYS)
+        raw = ck.mapping(doc, item, path, NODE_KEYS)
         if "name" not in raw:
             raise doc.error(path, "a node mapping needs a 'name'")
-        name = _text(doc, raw["name"], (*path, "name"))
+        name = ck.text(doc, raw["name"], (*path, "name"))
         return [(name, {k: x for k, x in raw.items() if k != "name"})]
     if not isinstance(item, str):
-        raise doc.error(path, f"expected a node name or a mapping, got {_kind(item)}")
+        raise doc.error(path, f"expected a node name or a mapping, got {ck.kind(item)}")
     if _nodeset_bound(item) > room:  # before ClusterShell spends minutes on g[1-100000000]
         raise doc.error(path, _TOO_MANY)
     try:

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from ClusterShell.NodeSet import NodeSet
 
-from .config import CONTROL_RE, MAX_NODES, MAX_NPROC, NODE_RE
+from .config import MAX_NODES, MAX_NPROC, NODE_RE
+from .configchecks import CONTROL_RE
 from .slurmjobs import expand_nodelist, job_problem, show_job
 from .yamlmarks import ConfigError, Document, Path_
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from ClusterShell.NodeSet import NodeSet, NodeSetException
 
-from .config import CONTROL_RE, MAX_NODES, NODE_RE, _nodeset_bound
+from .config import MAX_NODES, NODE_RE, _nodeset_bound
+from .configchecks import CONTROL_RE
 
 SLURM_TIMEOUT = 20.0  # scontrol retries an unreachable slurmctld for MessageTimeout (10 s)
 

@@ -19,10 +19,10 @@ from mntui.sessions.config import (
     ReadyMode,
     SshPolicy,
     WatchPolicy,
-    check_seconds,
     load_config,
     parse_config,
 )
+from mntui.sessions.configchecks import check_seconds
 from mntui.sessions.plan import render_command
 
 REPO = Path(__file__).resolve().parents[2]
