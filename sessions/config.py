@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
@@ -22,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 from ClusterShell.NodeSet import NodeSet, NodeSetException
 
 from . import configchecks as ck
-from .notices import NotifyEvent, NotifyPolicy, check_webhook_url
-from .shellsyntax import ere_problem, quoted_placeholders
+from . import jobchecks as jc
+from .notices import NotifyPolicy
 from .yamlmarks import ConfigError, Document, Path_, format_path, load, loads
 
 if TYPE_CHECKING:
@@ -31,7 +30,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LOCAL_HOSTS",
-    "TEMPLATE_FIELDS",
     "Action",
     "ConfigError",
     "HostKeyPolicy",
@@ -48,135 +46,14 @@ __all__ = [
     "parse_config",
 ]
 
-TEMPLATE_FIELDS = (
-    "node_rank",
-    "nnodes",
-    "master_addr",
-    "master_port",
-    "nproc_per_node",
-    "node",
-    "restart_count",
-)
-# Placeholders whose value may need shell quoting. The others never do: integers, and
-# node names, whose characters (NODE_RE) shlex.quote leaves bare.
-QUOTED_FIELDS = frozenset({"master_addr"})
 # Hosts that run through a local runner, without SSH.
 LOCAL_HOSTS = frozenset({"local", "localhost"})
 
-JOB_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
 NODE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
-ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-# Names mntui sets itself; letting the config override them would break the job.
-RESERVED_ENV = frozenset(
-    {
-        "NODE_RANK",
-        "NNODES",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "WORLD_SIZE",
-        "MNTUI_RUN",
-        "MNTUI_RUN_DIR",
-        "MNTUI_RESTART_COUNT",
-    }
-)
 MAX_NODES = 4096  # one SSH connection and one thread per node
 MAX_NPROC = 1024
 HOUR = 3600.0
 DAY = 86400.0
-
-
-def _job_name(doc: Document, value: Any, path: Path_) -> str:
-    job = ck.text(doc, value, path)
-    if not JOB_RE.match(job):
-        message = "use letters, digits, '-' and '_' (it names tmux sessions and directories)"
-        raise doc.error(path, message)
-    return job
-
-
-def _workdir(doc: Document, value: Any, path: Path_) -> str:
-    text = ck.text(doc, value, path)
-    if text.startswith("~") and text != "~" and not text.startswith("~/"):
-        user = text[1:].split("/", 1)[0]
-        raise doc.error(
-            path, f"~{user} is not expanded (only ~ and ~/ are): write the full path, /home/{user}"
-        )
-    return text
-
-
-def _env(doc: Document, value: Any, path: Path_) -> dict[str, str]:
-    if not isinstance(value, dict):
-        raise doc.error(path, f"expected a mapping, got {ck.kind(value)}")
-    out: dict[str, str] = {}
-    for key, v in value.items():
-        where = (*path, key)
-        if not ENV_RE.match(key):
-            raise doc.error(where, "not a valid environment variable name")
-        if key in RESERVED_ENV:
-            raise doc.error(where, "set by mntui itself; use the matching top-level key")
-        text = doc.text(where)  # as written: YAML 1.1 would make 010 into 8, 1:30 into 90
-        if v is None or isinstance(v, (dict, list)) or text is None:
-            raise doc.error(where, f"expected a string or number, got {ck.kind(v)}")
-        if "\0" in text:
-            raise doc.error(where, "contains a NUL byte")
-        out[key] = text
-    return out
-
-
-def _progress_pattern(doc: Document, value: Any, path: Path_) -> str:
-    from .progress import compile_pattern  # a Python regex: mntui itself runs it
-
-    text = ck.text(doc, value, path)
-    try:
-        compile_pattern(text)
-    except ValueError as exc:
-        raise doc.error(path, str(exc)) from None
-    return text
-
-
-def _notify(doc: Document, value: Any, path: Path_) -> NotifyPolicy:
-    m = ck.mapping(doc, value, path, {"webhook", "command", "on", "timeout"})
-    webhook = ck.text(doc, m["webhook"], (*path, "webhook")) if m.get("webhook") else None
-    if webhook is not None and (why := check_webhook_url(webhook)) is not None:
-        raise doc.error((*path, "webhook"), why)
-    command = ck.text(doc, m["command"], (*path, "command")) if m.get("command") else None
-    events = tuple(e.value for e in NotifyEvent)
-    on = ck.names_of(events)(doc, m["on"], (*path, "on")) if m.get("on") is not None else events
-    timeout = 5.0
-    if m.get("timeout") is not None:
-        timeout = ck.seconds(positive=True, maximum=600)(doc, m["timeout"], (*path, "timeout"))
-    return NotifyPolicy(webhook, command, frozenset(NotifyEvent(e) for e in on), timeout)
-
-
-def _template(doc: Document, value: Any, path: Path_) -> str:
-    text = ck.text(doc, value, path)
-    try:
-        parsed = list(string.Formatter().parse(text))
-    except ValueError as exc:
-        message = f"bad template: {exc} (write {{{{ and }}}} for literal braces)"
-        raise doc.error(path, message) from None
-    for _, fname, spec, conv in parsed:
-        if fname is None:
-            continue
-        if fname not in TEMPLATE_FIELDS:
-            known = ", ".join(f"{{{f}}}" for f in TEMPLATE_FIELDS)
-            raise doc.error(path, f"unknown placeholder {{{fname}}}; known: {known}")
-        if spec or conv:
-            raise doc.error(path, f"placeholder {{{fname}}} takes no format spec or conversion")
-    for fname, quote in quoted_placeholders(parsed, QUOTED_FIELDS):
-        raise doc.error(
-            path,
-            f"placeholder {{{fname}}} inside {quote} quotes: it is substituted shell-quoted, "
-            f"and inside quotes that quoting is undone; take it out (--x={{{fname}}})",
-        )
-    return text
-
-
-def _pattern(doc: Document, value: Any, path: Path_) -> str:
-    text = ck.text(doc, value, path)
-    problem = ere_problem(text)
-    if problem is not None:
-        raise doc.error(path, f"bad regular expression for grep -E: {problem}")
-    return text
 
 
 # ---- the settings ---------------------------------------------------------------------
@@ -214,12 +91,12 @@ class NodeSpec:
     name: str = field(metadata=ck.meta(ck.text))
     host: str = field(metadata=ck.meta(ck.text))  # default: the node's name
     rank: int  # the main is 0, the others in listed order
-    command: str = field(metadata=ck.meta(_template, shared=True, required=True))
+    command: str = field(metadata=ck.meta(jc.template, shared=True, required=True))
     env: Mapping[str, str] = field(
-        default_factory=dict, metadata=ck.meta(_env, shared=True, merge=True)
+        default_factory=dict, metadata=ck.meta(jc.env, shared=True, merge=True)
     )
     setup: tuple[str, ...] = field(default=(), metadata=ck.meta(ck.lines, shared=True))
-    workdir: str | None = field(default=None, metadata=ck.meta(_workdir, shared=True))
+    workdir: str | None = field(default=None, metadata=ck.meta(jc.workdir, shared=True))
     # this node's processes (a hostfile's `slots=N`); None: the job's nproc_per_node
     nproc_per_node: int | None = field(default=None, metadata=ck.meta(ck.count(MAX_NPROC)))
 
@@ -232,7 +109,7 @@ class NodeSpec:
 class LaunchPolicy:
     ready: ReadyMode = field(default=ReadyMode.PORT, metadata=ck.meta(ck.choice(ReadyMode)))
     # grep -E, on the main's output
-    ready_pattern: str | None = field(default=None, metadata=ck.meta(_pattern))
+    ready_pattern: str | None = field(default=None, metadata=ck.meta(jc.pattern))
     ready_delay: float = field(default=10.0, metadata=ck.meta(ck.seconds(maximum=DAY)))
     ready_timeout: float = field(
         default=300.0, metadata=ck.meta(ck.seconds(positive=True, maximum=DAY))
@@ -320,13 +197,6 @@ class GitCheckout(StrEnum):
     SAME_COMMIT = "same-commit"  # every node's clone detached at the local HEAD's commit
 
 
-def _git_remote(doc: Document, value: Any, path: Path_) -> str:
-    text = ck.text(doc, value, path)
-    if text.startswith("-"):
-        raise doc.error(path, f"{text!r} starts with '-': name a remote (origin) or give its URL")
-    return text
-
-
 @dataclass(frozen=True)
 class GitSync:
     checkout: GitCheckout = field(
@@ -334,7 +204,7 @@ class GitSync:
     )
     # also `git push <this> HEAD` (the current branch) before the nodes: the run's commit
     # is then published too; None: the commit goes to the nodes only
-    push: str | None = field(default=None, metadata=ck.meta(_git_remote))
+    push: str | None = field(default=None, metadata=ck.meta(jc.git_remote))
     # sync HEAD although the local tree has uncommitted changes (they stay behind)
     allow_dirty: bool = field(default=False, metadata=ck.meta(ck.flag))
 
@@ -373,7 +243,7 @@ def _sync(doc: Document, value: Any, path: Path_) -> SyncPolicy:
 @dataclass(frozen=True)
 class JobConfig:
     path: str
-    job: str = field(metadata=ck.meta(_job_name, required=True))
+    job: str = field(metadata=ck.meta(jc.job_name, required=True))
     nodes: tuple[NodeSpec, ...] = field(metadata=ck.meta(required=True))  # see _node_entries
     main: str = field(metadata=ck.meta())  # default: the first node
     master_port: int = field(default=29500, metadata=ck.meta(ck.port))
@@ -391,9 +261,9 @@ class JobConfig:
     restart: RestartPolicy = field(
         default_factory=RestartPolicy, metadata=ck.meta(ck.section(RestartPolicy))
     )
-    notify: NotifyPolicy = field(default_factory=NotifyPolicy, metadata=ck.meta(_notify))
+    notify: NotifyPolicy = field(default_factory=NotifyPolicy, metadata=ck.meta(jc.notify))
     # a Python regex with a group `step`; None: progress.DEFAULT_PATTERN
-    progress_pattern: str | None = field(default=None, metadata=ck.meta(_progress_pattern))
+    progress_pattern: str | None = field(default=None, metadata=ck.meta(jc.progress_pattern))
     # nodes that replace one that broke twice in a row (ranks are given when they join)
     spares: tuple[NodeSpec, ...] = field(default=(), metadata=ck.meta())
     # where `nodes: {hostfile: ...}` / `{slurm: ...}` took the nodes from; None: the list

@@ -28,7 +28,7 @@ from .logs import LineSplitter, LogChunk, read_new
 from .plan import Plan
 from .remote import Cluster, Node, NodeError
 
-SMOKE_PREFIX = "_smoke-"  # `_` cannot start a user's job name (config.JOB_RE)
+SMOKE_PREFIX = "_smoke-"  # `_` cannot start a user's job name (jobchecks.JOB_RE)
 SMOKE_MARK = "MNTUI_SMOKE"
 
 # -- tcp: every worker dials the main's master port -----------------------------------

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from mntui.sessions import doctor, smoke, tmux
-from mntui.sessions.config import JOB_RE, JobConfig, parse_config
+from mntui.sessions.config import JobConfig, parse_config
 from mntui.sessions.doctor_checks import Status, ifname_checks, node_checks, workdir_check
 from mntui.sessions.errors import ExitCode
+from mntui.sessions.jobchecks import JOB_RE
 from mntui.sessions.kill import kill_script
 from mntui.sessions.plan import build_plan
 from mntui.sessions.procs import job_node_pattern, run_tag
