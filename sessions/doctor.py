@@ -25,12 +25,13 @@ from typing import Any
 
 from . import doctor_checks as verdicts
 from . import tmux
-from .config import JobConfig, NodeSpec
+from .config import JobConfig
 from .doctor_checks import Check, Git, Probe, Python, Status, exit_code, format_rows
 from .launch import master_addr
 from .plan import home_path
 from .procs import SHELL_LIB, job_node_pattern, parse_listeners, parse_procs
 from .remote import Cluster, GroupResult, Node
+from .settings import NodeSpec
 from .smoke import allreduce, tcp_check
 
 __all__ = ["Check", "Probe", "Status", "allreduce", "exit_code", "format_rows", "run_checks"]

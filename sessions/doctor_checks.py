@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from .config import JobConfig, NodeSpec
+from .config import JobConfig
 from .errors import ExitCode
+from .settings import NodeSpec
 
 
 class Status(StrEnum):

@@ -40,7 +40,8 @@ from .gitnode import (
 from .sync import Runs, SyncEvent, SyncStats, fan_out, relay_argv, remote_dest, ssh_argv, ssh_host
 
 if TYPE_CHECKING:
-    from .config import GitSync, JobConfig, NodeSpec
+    from .config import JobConfig
+    from .settings import GitSync, NodeSpec
 
 PUBLISH_TIMEOUT = 300  # seconds for `sync.git.push` to the user's remote
 _SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")

@@ -25,7 +25,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config import HostKeyPolicy, SshPolicy
+from .settings import HostKeyPolicy, SshPolicy
 
 if TYPE_CHECKING:
     from .sshresolve import SshSettings

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .config import Action, WatchPolicy
 from .poll import NodeSnapshot
+from .settings import Action, WatchPolicy
 from .states import NodeState, Verdict, derive
 
 

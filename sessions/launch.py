@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import NoReturn
 
 from . import logs, sshresolve, tmux
-from .config import JobConfig, ReadyMode
+from .config import JobConfig
 from .errors import MntuiError
 from .events import Event, Phase
 from .kill import kill_job
@@ -33,6 +33,7 @@ from .procs import (
 )
 from .remote import Cluster, GroupResult, Node, NodeError
 from .runs import RunRecord, RunStatus
+from .settings import ReadyMode
 
 EventSink = Callable[[Event], None]
 log_tail = logs.log_tail  # one function, in logs.py; watch.py imports it from here

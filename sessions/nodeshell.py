@@ -17,8 +17,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from .config import SshPolicy
 from .results import NodeError
+from .settings import SshPolicy
 
 _TOKEN = secrets.token_hex(6)
 BEGIN = f"__MNTUI_{_TOKEN}_BEGIN__"

@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 from ClusterShell.NodeSet import NodeSet
 
-from .config import MAX_NODES, MAX_NPROC, NODE_RE
+from .config import MAX_NODES, NODE_RE
 from .configchecks import CONTROL_RE
+from .settings import MAX_NPROC
 from .slurmjobs import expand_nodelist, job_problem, show_job
 from .yamlmarks import ConfigError, Document, Path_
 

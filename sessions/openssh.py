@@ -25,10 +25,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .config import HostKeyPolicy, SshPolicy
 from .errors import private_dir, state_dir
 from .nodeshell import Result, ShellNode, find_end, frame, unwrap
 from .results import NodeError
+from .settings import HostKeyPolicy, SshPolicy
 from .sshresolve import ssh_base_argv
 
 PERSIST = 60  # seconds a master outlives its last session: a crashed mntui leaves none

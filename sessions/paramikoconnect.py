@@ -16,8 +16,8 @@ import socket
 from typing import Any
 
 from . import hostkeys
-from .config import SshPolicy
 from .results import NodeError
+from .settings import SshPolicy
 from .sshresolve import SshSettings, resolve
 
 

@@ -16,11 +16,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .config import PasswordMode, SshPolicy
 from .errors import MntuiError
 from .nodeshell import Result, ShellNode, find_end, frame, unwrap
 from .paramikoconnect import connect
 from .results import NodeError
+from .settings import PasswordMode, SshPolicy
 from .sshresolve import SshSettings, resolve
 
 

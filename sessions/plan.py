@@ -16,8 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from . import tmux
-from .config import JobConfig, NodeSpec
+from .config import JobConfig
 from .procs import TAG_VAR, run_dir_word, run_tag
+from .settings import NodeSpec
 
 RUNS_DIR = ".mntui/runs"  # relative to the node user's $HOME
 

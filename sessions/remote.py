@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Protocol, TypeVar
 
-from .config import NodeSpec, SshPolicy, SshTransport
 from .nodeshell import LocalNode, Result
 from .paramikonode import RemoteNode
 from .results import GroupResult, NodeError, Outcome
+from .settings import NodeSpec, SshPolicy, SshTransport
 
 __all__ = ["Cluster", "GroupResult", "Node", "NodeError", "Outcome"]
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from .config import JobConfig, NodeSpec, RestartPolicy
+from .config import JobConfig
+from .settings import NodeSpec, RestartPolicy
 from .states import NodeState
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Any
 
-from .config import JobConfig, ReadyMode
+from .config import JobConfig
 from .doctor_checks import Check, Status, verdict
 from .events import Event, Phase
 from .kill import kill_job
@@ -27,6 +27,7 @@ from .launch import LaunchError, launch
 from .logs import LineSplitter, LogChunk, read_new
 from .plan import Plan
 from .remote import Cluster, Node, NodeError
+from .settings import ReadyMode
 
 SMOKE_PREFIX = "_smoke-"  # `_` cannot start a user's job name (jobchecks.JOB_RE)
 SMOKE_MARK = "MNTUI_SMOKE"

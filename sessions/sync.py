@@ -35,7 +35,8 @@ from .errors import MntuiError, UsageError
 from .events import Event, Phase
 
 if TYPE_CHECKING:
-    from .config import JobConfig, NodeSpec
+    from .config import JobConfig
+    from .settings import NodeSpec
 
 RSYNC_TIMEOUT = 120  # seconds without I/O before rsync gives a node up
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -83,7 +84,7 @@ def remote_dest(workdir: str) -> str:
 
 def ssh_argv(cfg: JobConfig) -> list[str]:
     """ssh as the job's connections reach the nodes: its ssh_config, never a prompt."""
-    from .config import HostKeyPolicy
+    from .settings import HostKeyPolicy
     from .sshresolve import ssh_base_argv
 
     ssh = [*ssh_base_argv(cfg.ssh.config), "-o", "BatchMode=yes"]

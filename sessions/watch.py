@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO
 
 from .agent import Agent
-from .config import Action, JobConfig
+from .config import JobConfig
 from .errors import MntuiError, private_dir, state_dir
 from .events import Event, Phase
 from .judge import Judge, Trigger, trigger_kind
@@ -30,6 +30,7 @@ from .postmortem import observations, observe, try_report
 from .remote import Cluster
 from .report import Ending, FailureReport
 from .runs import RunRecord, RunStatus, read_status
+from .settings import Action
 from .states import NodeState, Verdict
 from .teardown import Teardown, teardown
 

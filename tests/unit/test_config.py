@@ -11,19 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from mntui.sessions.config import (
-    ConfigError,
+from mntui.sessions.config import ConfigError, load_config, parse_config
+from mntui.sessions.configchecks import check_seconds
+from mntui.sessions.plan import render_command
+from mntui.sessions.settings import (
     HostKeyPolicy,
     KillPolicy,
     LaunchPolicy,
     ReadyMode,
     SshPolicy,
     WatchPolicy,
-    load_config,
-    parse_config,
 )
-from mntui.sessions.configchecks import check_seconds
-from mntui.sessions.plan import render_command
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mntui.sessions.config import ConfigError, GitCheckout, GitSync, JobConfig, parse_config
+from mntui.sessions.config import ConfigError, JobConfig, parse_config
 from mntui.sessions.errors import MntuiError, UsageError
 from mntui.sessions.gitnode import (
     SYNC_SCRIPT,
@@ -23,6 +23,7 @@ from mntui.sessions.gitnode import (
     refusal,
 )
 from mntui.sessions.gitsync import local_notices, parse_status, publish, read_head, sync_argv
+from mntui.sessions.settings import GitCheckout, GitSync
 from mntui.sessions.sync import SyncError, sync_nodes
 
 SHELLCHECK = shutil.which("shellcheck", path=str(Path(sys.executable).parent)) or "shellcheck"

@@ -6,13 +6,14 @@ import textwrap
 
 import pytest
 
-from mntui.sessions.config import RestartPolicy, parse_config
+from mntui.sessions.config import parse_config
 from mntui.sessions.restart import (
     AttemptEnd,
     decide,
     repeat_culprit,
     swap_in_spare,
 )
+from mntui.sessions.settings import RestartPolicy
 from mntui.sessions.states import NodeState
 
 F, FROZEN, STALLED = NodeState.FAILED, NodeState.FROZEN, NodeState.STALLED

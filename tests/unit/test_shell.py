@@ -14,10 +14,11 @@ import pytest
 from fakecluster import wait_for
 
 from mntui.sessions import doctor, kill, launch, logs, poll, tmux
-from mntui.sessions.config import ReadyMode, parse_config
+from mntui.sessions.config import parse_config
 from mntui.sessions.evidence import evidence_script
 from mntui.sessions.procs import SHELL_LIB, PortHolder
 from mntui.sessions.runs import RunRecord
+from mntui.sessions.settings import ReadyMode
 from mntui.sessions.smoke import smoke_config
 from mntui.sessions.stacks import capture_script
 
