@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from ClusterShell.NodeSet import NodeSet
 
-from .config import MAX_NODES, NODE_RE
 from .configchecks import CONTROL_RE
+from .confignodes import MAX_NODES, NODE_RE
 from .settings import MAX_NPROC
 from .slurmjobs import expand_nodelist, job_problem, show_job
 from .yamlmarks import ConfigError, Document, Path_

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from ClusterShell.NodeSet import NodeSet, NodeSetException
 
-from .config import MAX_NODES, NODE_RE, _nodeset_bound
 from .configchecks import CONTROL_RE
+from .confignodes import MAX_NODES, NODE_RE, nodeset_bound
 
 SLURM_TIMEOUT = 20.0  # scontrol retries an unreachable slurmctld for MessageTimeout (10 s)
 
@@ -134,7 +134,7 @@ def expand_nodelist(text: str) -> tuple[str, ...]:
     where scontrol refuses the list, as 22.05 does `gpu-[01-03]-ib`. Raises ValueError."""
     if not text or text == "(null)":
         raise ValueError("the job holds no nodes")
-    if _nodeset_bound(text) > MAX_NODES:
+    if nodeset_bound(text) > MAX_NODES:
         raise ValueError(f"node list {text[:80]!r}: more than {MAX_NODES} nodes")
     names = scontrol_hostnames(text)
     if names is None:
