@@ -63,7 +63,7 @@ def find_run(cfg: JobConfig, run_id: str | None) -> RunRecord:
 # -- the grammar ----------------------------------------------------------------------
 # Numbers are checked where they are typed: `--grace nan` or `--grace -100` once reached
 # the kill as a NaN or negative deadline. These are local until the shared validator of
-# sessions/config.py (issue 10 item 4) can serve the CLI too.
+# sessions/configchecks.py (check_seconds, issue 10 item 4) can serve the CLI too.
 MAX_LINES = 10_000_000
 
 
