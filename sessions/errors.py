@@ -36,6 +36,12 @@ class UsageError(MntuiError):
     """The user's input is wrong (a config, a flag, a node name): exit code 2."""
 
 
+class LaunchError(MntuiError):
+    def __init__(self, message: str, details: str = "") -> None:
+        self.message, self.details = message, details
+        super().__init__(message + ("\n" + details if details else ""))
+
+
 def state_dir() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
     return Path(base) / "mntui"

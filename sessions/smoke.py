@@ -21,9 +21,10 @@ from typing import Any
 
 from .config import JobConfig
 from .doctor_checks import Check, Status, verdict
+from .errors import LaunchError
 from .events import Event, Phase
 from .kill import kill_job
-from .launch import LaunchError, launch
+from .launch import launch
 from .logs import LineSplitter, LogChunk, read_new
 from .plan import Plan
 from .remote import Cluster, Node, NodeError

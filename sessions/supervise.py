@@ -18,8 +18,9 @@ from typing import IO, Any
 
 from .agent import Agent, start_agent
 from .config import JobConfig
+from .errors import LaunchError
 from .events import Event, Phase
-from .launch import Attempt, LaunchError, launch
+from .launch import Attempt, launch
 from .notify import Notice, NotifyEvent
 from .remote import Cluster, NodeError
 from .restart import AttemptEnd, Decision, decide, repeat_culprit, swap_in_spare

@@ -15,7 +15,7 @@ import time
 from typing import TYPE_CHECKING
 
 from mntui.sessions.config import JobConfig, load_config
-from mntui.sessions.errors import ExitCode
+from mntui.sessions.errors import ExitCode, LaunchError
 
 from .cliargs import check_nodes, demo_config_path
 from .output import printer, say
@@ -49,7 +49,7 @@ def cmd_launch(cfg: JobConfig, args: argparse.Namespace) -> int:
     t0 = time.time()
     try:
         result = launch.launch(cfg, on_event=printer(t0), restart=args.restart)
-    except launch.LaunchError as exc:
+    except LaunchError as exc:
         say(f"mntui: launch failed: {exc.message}", err=True)
         if exc.details:
             say(exc.details, err=True)
@@ -180,7 +180,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     with Cluster(cfg.nodes, cfg.ssh) as cluster:
         try:
             result = launch.launch(cfg, on_event=printer(t0), restart=True, cluster=cluster)
-        except launch.LaunchError as exc:
+        except LaunchError as exc:
             say(f"mntui: demo launch failed: {exc}", err=True)
             return ExitCode.FAILED
         say(f"== launched in {time.time() - t0:.1f}s; training output:")

@@ -12,6 +12,7 @@ from textual import work
 
 from mntui.sessions.agentclient import try_connect
 from mntui.sessions.agentplace import AgentUnavailable
+from mntui.sessions.errors import LaunchError
 from mntui.sessions.events import Event, Phase
 from mntui.sessions.logs import LineSplitter
 
@@ -43,7 +44,7 @@ class JobControl(Polling):
             result = launch.launch(
                 self.cfg, on_event=self.post_event, restart=restart, cluster=self.cluster
             )
-        except (launch.LaunchError, NodeError) as exc:
+        except (LaunchError, NodeError) as exc:
             self.post_message(LaunchDone(None, str(exc)))
             return
         if self.watchdog_enabled:

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from mntui.sessions.config import ConfigError, load_config, parse_config
-from mntui.sessions.launch import LaunchError, check_nodes_fresh
+from mntui.sessions.errors import LaunchError
+from mntui.sessions.launch import check_nodes_fresh
 from mntui.sessions.nodesource import (
     Listed,
     NodeSource,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from fakecluster import wait_for
 
-from mntui.sessions import doctor, kill, launch, logs, poll, tmux
+from mntui.sessions import doctor, kill, launch, logs, poll, startchecks, tmux
 from mntui.sessions.config import parse_config
 from mntui.sessions.evidence import evidence_script
 from mntui.sessions.procs import SHELL_LIB, PortHolder
@@ -84,9 +84,9 @@ def scripts() -> dict[str, tuple[str, str]]:
     out["logs-last"] = ("sh", logs.last_lines_script(rec.run_dir, 20))
     for mode in ReadyMode:
         moded = parse_config(CFG.replace("ready: log", f"ready: {mode.value}"))
-        out[f"ready-{mode.value}"] = ("sh", launch.ready_script(moded, plan.main))
-    out["preflight-main"] = ("sh", launch.preflight_script(cfg, "a-b_c", True))
-    out["preflight-worker"] = ("sh", launch.preflight_script(cfg, "n.0", False))
+        out[f"ready-{mode.value}"] = ("sh", startchecks.ready_script(moded, plan.main))
+    out["preflight-main"] = ("sh", startchecks.preflight_script(cfg, "a-b_c", True))
+    out["preflight-worker"] = ("sh", startchecks.preflight_script(cfg, "n.0", False))
     for spec in cfg.nodes:
         is_main = spec.name == cfg.main
         probe = doctor.probe_script(cfg, spec, "10.0.0.1", is_main, "00ff")
