@@ -43,8 +43,10 @@ def due(j: Judge, snaps: dict[str, NodeSnapshot], now: float) -> tuple[Deadline,
         (10.0, 1.0, [], 11.0),  # nothing due: the regular tick
         (10.0, 1.0, [10.4], 10.4 + WAKE_MARGIN),  # due before the tick: just after it
         (10.0, 1.0, [12.0, 10.6, 10.5], 10.5 + WAKE_MARGIN),  # the earliest
-        (10.0, 1.0, [10.98], 11.0),  # its margin would pass the tick: the tick decides
-        (10.0, 1.0, [30.0], 11.0),  # due later: the regular cadence
+        (10.0, 1.0, [10.98], 11.03),  # just after the tick: the tick waits, one round for both
+        (10.0, 1.0, [11.15], 11.2),
+        (10.0, 1.0, [11.3], 11.0),  # due later: the regular cadence
+        (10.0, 1.0, [30.0], 11.0),
         (10.0, 1.0, [9.0], 10.0 + MIN_GAP),  # already due: at once, but never a spin
         (10.0, 0.05, [9.0], 10.05),  # an interval below the gap keeps its own pace
         (10.0, 5.0, [11.0], 11.0 + WAKE_MARGIN),
@@ -63,6 +65,7 @@ def test_a_freeze_is_decided_by_the_first_poll_asked_after_frozen_after() -> Non
     (frozen,) = due(j, FROZEN, 103.2)
     wake = next_poll(102.9, 1.0, [frozen.at])
     assert wake == pytest.approx(103.0 + WAKE_MARGIN)  # not the tick at 103.9
+    assert next_poll(101.9, 1.0, [frozen.at]) == pytest.approx(103.0 + WAKE_MARGIN)  # one round
     triggers = j.judge(FROZEN, wake + 0.02, {"a": wake, "b": wake})[1]
     assert [(t.node, t.state, t.action) for t in triggers] == [
         ("a", NodeState.FROZEN, Action.KILL_ALL)
