@@ -70,7 +70,7 @@ class Judge:
     policy: WatchPolicy
     since: dict[str, tuple[NodeState, float]] = field(default_factory=dict)
     notified: set[tuple[str, NodeState]] = field(default_factory=set)
-    seen: dict[str, float] = field(default_factory=dict)  # when the last evidence was asked
+    seen: dict[str, float] = field(default_factory=dict)  # up to when the last evidence counts
 
     def verdicts(self, snaps: dict[str, NodeSnapshot]) -> dict[str, Verdict]:
         return {n: derive(s, self.policy.stall_after) for n, s in snaps.items()}
