@@ -89,10 +89,10 @@ def test_an_unreachable_node_is_decided_at_its_deadline_mid_round(
     dog.poller.round_wait = 4.0
     ended: list[WatchEnd] = []
     sshd: list[int] = []
-    try:
-        with cluster:
-            runner = threading.Thread(target=lambda: ended.append(dog.run()), daemon=True)
-            runner.start()
+    with cluster:
+        runner = threading.Thread(target=lambda: ended.append(dog.run()), daemon=True)
+        runner.start()
+        try:
             wait_for(lambda: rounds.seen, 20, what="a first round")
             sshd += _tree(fake.node("node1").proc.pid)  # type: ignore[union-attr]  # + ours
             for pid in sshd:
@@ -102,10 +102,10 @@ def test_an_unreachable_node_is_decided_at_its_deadline_mid_round(
             _, start, _ = rounds.first(NodeState.UNREACHABLE)
             assert 1.0 <= rounds.killing - start < 2.5, (rounds.killing, start, rounds.seen)
             wait_for(lambda: not tagged(job, "node0"), 15, what="node0's job down")
-    finally:
-        for pid in sshd:
-            os.kill(pid, signal.SIGCONT)
-    runner.join(60)
+        finally:
+            for pid in sshd:
+                os.kill(pid, signal.SIGCONT)
+        runner.join(60)  # the teardown's kill on node1 goes on once its sshd runs again
     assert ended and ended[0].outcome is WatchOutcome.TORN_DOWN, ended
     assert cfg.mntui(path, "kill").returncode == 0
     assert not tagged(job)
