@@ -180,8 +180,21 @@ def _signal(pids: list[int], sig: int) -> None:
             pass
 
 
-def one_fault(fc: FakeCluster, root: Path, kind: str, i: int) -> float:
-    """Launch, wait for training, inject `kind`, time until the job is down."""
+def _decided(job: str) -> bool:
+    """The job's watchdog has decided: its teardown line is in the run's watch.log."""
+    state = Path(os.environ["XDG_STATE_HOME"]) / "mntui" / job
+    for log in state.glob("*/watch.log"):
+        try:
+            if "tearing the job down" in log.read_text(errors="replace"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def one_fault(fc: FakeCluster, root: Path, kind: str, i: int) -> tuple[float, float | None]:
+    """Launch, wait for training, inject `kind`, time until the job is down; also when
+    the watchdog decided (None: the job ended before it did)."""
     job = f"f{kind[:4]}{i}"
     args = "--fail-rank 1 --fail-step 4 --how exit3" if kind == "rank-exit" else ""
     watch = "unreachable_after: 3" if kind == "unreachable" else ""
@@ -204,31 +217,42 @@ def one_fault(fc: FakeCluster, root: Path, kind: str, i: int) -> float:
         pid = wait_for(lambda: _worker(job, "node1"), 10, what="worker")  # type: ignore[assignment]
         wait_for(lambda: pid not in alive([pid]), 60, interval=0.01, what="the rank's exit")
     t0 = time.perf_counter()
+    decided: list[float] = []
+
+    def down() -> bool:
+        if not decided and _decided(job):
+            decided.append(time.perf_counter() - t0)
+        return not _tagged(job, "node0") and (node0_only or not _tagged(job, "node1"))
+
     try:
-        wait_for(
-            lambda: not _tagged(job, "node0") and (node0_only or not _tagged(job, "node1")),
-            120,
-            interval=0.02,
-            what=f"{kind}: job down",
-        )
-        return time.perf_counter() - t0
+        wait_for(down, 120, interval=0.02, what=f"{kind}: job down")
+        # The line is written before the kill starts; none: the job ended by itself.
+        return time.perf_counter() - t0, decided[0] if decided else None
     finally:
         _signal(stopped, signal.SIGCONT)
         _mntui(cfg, "kill", check=False)
         subprocess.run(["tmux", "kill-server"], capture_output=True)
 
 
-def faults(root: Path, reps: int, kinds: list[str]) -> dict[str, list[float]]:
+def faults(
+    root: Path, reps: int, kinds: list[str]
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """(fault -> job down, fault -> the watchdog's decision), per kind, in seconds."""
     fc = FakeCluster(root / "faults", 2).start()
     out: dict[str, list[float]] = {k: [] for k in kinds}
+    decided: dict[str, list[float]] = {k: [] for k in kinds}
     try:
         for i in range(reps):
             for kind in kinds:  # interleaved
-                out[kind].append(one_fault(fc, root, kind, i))
-                print(f"  {kind} #{i}: {out[kind][-1]:.2f}s", file=sys.stderr, flush=True)
+                took, when = one_fault(fc, root, kind, i)
+                out[kind].append(took)
+                if when is not None:
+                    decided[kind].append(when)
+                said = f", decided {when:.2f}s" if when is not None else ", no teardown"
+                print(f"  {kind} #{i}: {took:.2f}s{said}", file=sys.stderr, flush=True)
     finally:
         fc.stop()
-    return out
+    return out, decided
 
 
 def pct(vals: list[float], q: float) -> float:
@@ -237,7 +261,11 @@ def pct(vals: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, int(-(-q * len(s) // 1)) - 1))]
 
 
-def table(cold: dict[int, dict[str, list[float]]], fault: dict[str, list[float]]) -> str:
+def table(
+    cold: dict[int, dict[str, list[float]]],
+    fault: dict[str, list[float]],
+    decided: dict[str, list[float]] | None = None,
+) -> str:
     lines = ["| N | measurement | median ms | min-max ms | vs cold floor | vs pdsh |",
              "|---|---|---:|---:|---:|---:|"]  # fmt: skip
     for n, rows in cold.items():
@@ -252,11 +280,18 @@ def table(cold: dict[int, dict[str, list[float]]], fault: dict[str, list[float]]
                 f" | {med / floor:.2f}x | {pd / med:.1f}x faster |"
             )
     if fault:
-        lines += ["", "| fault (2 nodes, torchrun) | n | p50 s | p95 s | min-max s |",
-                  "|---|---:|---:|---:|---:|"]  # fmt: skip
+        lines += ["", "| fault (2 nodes, torchrun) | n | p50 s | p95 s | min-max s "
+                  "| decided: p50 s | p95 s | min-max s |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
         for kind, vals in fault.items():
+            d = (decided or {}).get(kind) or []
+            when = (
+                f"{pct(d, 0.5):.2f} | {pct(d, 0.95):.2f} | {min(d):.2f}-{max(d):.2f}"
+                if d
+                else "- | - | -"
+            )
             lines.append(
                 f"| {kind} | {len(vals)} | {pct(vals, 0.5):.2f} | {pct(vals, 0.95):.2f} "
-                f"| {min(vals):.2f}-{max(vals):.2f} |"
+                f"| {min(vals):.2f}-{max(vals):.2f} | {when} |"
             )
     return "\n".join(lines)

@@ -475,16 +475,28 @@ def agent_main(args: argparse.Namespace) -> int:
     for n in [int(x) for x in args.cold.split(",") if x]:
         print(f"== cold commands, N={n}", file=sys.stderr, flush=True)
         cold[n] = agentbench.cold_n(root, n, args.cold_reps)
-    faults = {}
+    faults: dict[str, list[float]] = {}
+    decided: dict[str, list[float]] = {}
     if args.faults:
         print("== faults", file=sys.stderr, flush=True)
-        faults = agentbench.faults(root, args.faults, args.fault_kinds.split(","))
+        faults, decided = agentbench.faults(root, args.faults, args.fault_kinds.split(","))
     stamp = time.strftime("%Y%m%d-%H%M%S")
     Path(args.out).mkdir(parents=True, exist_ok=True)
+    load = os.getloadavg()
     (Path(args.out) / f"agent-{stamp}.json").write_text(
-        json.dumps({"date": time.strftime("%Y-%m-%d"), "cold": cold, "faults": faults}, indent=2)
+        json.dumps(
+            {
+                "date": time.strftime("%Y-%m-%d"),
+                "cold": cold,
+                "faults": faults,
+                "decided": decided,  # fault -> the watchdog's teardown line, per kind
+                "load_at_end": load,
+            },
+            indent=2,
+        )
     )
-    print(agentbench.table(cold, faults))
+    print(agentbench.table(cold, faults, decided))
+    print(f"\nload average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     shutil.rmtree(root, ignore_errors=True)
     return 0
 

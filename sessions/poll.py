@@ -507,42 +507,68 @@ class Poller:
         return snap
 
     def poll(
-        self, on_node: Callable[[NodeSnapshot], object] | None = None
+        self,
+        on_node: Callable[[NodeSnapshot], object] | None = None,
+        *,
+        late_until: Mapping[str, float] | None = None,
     ) -> dict[str, NodeSnapshot]:
         """Poll every node at once; `on_node` gets each snapshot the moment it arrives.
 
         A node that has not answered within `round_wait` holds back no one: it is
         unreachable for this round, and its poll, still running, is not sent again;
         its answer (log bytes included) comes with the first round after it returns.
-        A hung sshd once held every round, and so the watchdog, for the 20 s timeout."""
+        A hung sshd once held every round, and so the watchdog, for the 20 s timeout.
+        `late_until` (time.monotonic()) waits less for such a node whose poll is still
+        out: the watchdog decides an unreachable node at its deadline, not 5 s later."""
         self.polls += 1
         pending: dict[Future[NodeSnapshot], str] = {}
+        cut: dict[Future[NodeSnapshot], float] = {}
+        start = time.monotonic()
         for n in self.record.nodes:
             fut = self._inflight.get(n.node)
+            limit = start + self.round_wait
             if fut is None:
                 fut = self._inflight[n.node] = self._submit(n.node)
-            pending[fut] = n.node
+            elif late_until is not None and n.node in late_until:
+                limit = min(limit, late_until[n.node])
+            pending[fut], cut[fut] = n.node, limit
+        out = self._gather(pending, cut, on_node)
+        return {n.node: out[n.node] for n in self.record.nodes}
+
+    def _gather(
+        self,
+        pending: Mapping[Future[NodeSnapshot], str],
+        cut: Mapping[Future[NodeSnapshot], float],
+        on_node: Callable[[NodeSnapshot], object] | None,
+    ) -> dict[str, NodeSnapshot]:
+        """Every answer that comes before its node's cut; the others are unreachable."""
         out: dict[str, NodeSnapshot] = {}
-        deadline = time.monotonic() + self.round_wait
         waiting = set(pending)
         while waiting:
-            left = deadline - time.monotonic()
-            done, waiting = wait(waiting, timeout=max(0.0, left), return_when=FIRST_COMPLETED)
-            if not done:
-                break
+            now = time.monotonic()
+            open_cuts = [cut[f] for f in waiting if cut[f] > now]
+            left = min(open_cuts) - now if open_cuts else 0.0  # 0: only what is done by now
+            done, waiting = wait(waiting, timeout=left, return_when=FIRST_COMPLETED)
             for fut in done:
                 name = pending[fut]
                 del self._inflight[name]
                 out[name] = self._answer(name, fut)
                 if on_node:
                     on_node(out[name])
+            if not done and not open_cuts:
+                break
         for fut in waiting:
             name = pending[fut]
             late = time.monotonic() - self._sent[name]
             out[name] = self._unreachable(name, f"no answer for {late:.1f}s (poll still running)")
             if on_node:
                 on_node(out[name])
-        return {n.node: out[n.node] for n in self.record.nodes}
+        return out
+
+    def asked(self) -> dict[str, float]:
+        """When each node's latest poll was sent (time.monotonic()): after a round, for a
+        node that answered, the earliest moment its answer can describe."""
+        return dict(self._sent)
 
     def _submit(self, name: str) -> Future[NodeSnapshot]:
         """One node's poll on a daemon thread: a hung node never keeps a command from

@@ -3,9 +3,11 @@
 Without it a dead or frozen node leaves the others blocked in a collective for
 10-30 minutes (NCCL/gloo timeouts, torchrun's 900 s rendezvous timeout) with their
 GPUs held. `Judge` decides (pure, given snapshots and a clock); `Watchdog` polls,
-asks the judge and has `teardown` act (stacks, kill, record, report). A
-lock in the run's state directory makes sure two watchdogs (a headless one and the
-app's) never both act.
+asks the judge and has `teardown` act (stacks, kill, record, report). It polls every
+`interval`, and sooner when the judge says a state turns into a decision before the
+next tick (`next_poll`): a freeze is decided when `frozen_after` runs out, not up to an
+interval later. A lock in the run's state directory makes sure two watchdogs (a
+headless one and the app's) never both act.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from .agent import Agent
 from .config import JobConfig
 from .errors import MntuiError, private_dir, state_dir
 from .events import Event, Phase
-from .judge import Judge, Trigger, trigger_kind
+from .judge import WAKE_MARGIN, Deadline, Judge, Trigger, next_poll, trigger_kind
 from .notify import Notice, Notifier, NotifyEvent
 from .poll import NodeSnapshot, Poller
 from .postmortem import observations, observe, try_report
@@ -95,6 +97,7 @@ class Watchdog:
         self.agent = agent  # serves this run's snapshots and connections while it watches
         self.on_snapshots = on_snapshots
         self.judge = Judge(cfg.watch)
+        self.due: tuple[Deadline, ...] = ()  # the judge's deadlines after the last poll
         self.poller = Poller(record, cluster)
         self.poller.tail_from_end()
         self.obs = observations(cfg, record)
@@ -112,8 +115,13 @@ class Watchdog:
         return status is not None and not status.is_live
 
     def step(self) -> tuple[dict[str, Verdict], Trigger | None]:
-        snaps = self.poller.poll()
-        verdicts, triggers = self.judge.judge(snaps, time.monotonic())
+        # A node still silent from an earlier round is waited for only until its
+        # unreachable deadline: the round that decides it ends there.
+        late = {d.node: d.at + WAKE_MARGIN for d in self.due if d.state is NodeState.UNREACHABLE}
+        snaps = self.poller.poll(late_until=late)
+        now = time.monotonic()
+        verdicts, triggers = self.judge.judge(snaps, now, self.poller.asked())
+        self.due = self.judge.deadlines(snaps, verdicts, now)
         observe(self.obs, snaps, verdicts)
         self.flag_slow()
         if self.on_snapshots:
@@ -203,7 +211,8 @@ class Watchdog:
             idle = idle + 1 if not any(v.state.is_active for v in verdicts.values()) else 0
             if idle >= 2:
                 return self.finish(verdicts)
-            time.sleep(max(0.0, self.cfg.watch.interval - (time.monotonic() - t0)))
+            wake = next_poll(t0, self.cfg.watch.interval, (d.at for d in self.due))
+            time.sleep(max(0.0, wake - time.monotonic()))
         return WatchEnd(WatchOutcome.STOPPED)
 
 
