@@ -100,7 +100,7 @@ class Judge:
             self.notified.add((node, v.state))
             triggers.append(Trigger(node, v.state, v.why, action))
         # A failure only matters while something else still runs (or holds resources).
-        if not any(v.state.is_active for v in verdicts.values()):
+        if not any(v.state.may_hold for v in verdicts.values()):
             triggers = [t for t in triggers if t.action is Action.NOTIFY]
         return verdicts, triggers
 

@@ -37,6 +37,13 @@ class NodeState(StrEnum):
             NodeState.ORPHANED,
         )
 
+    @property
+    def may_hold(self) -> bool:
+        """The job may still hold processes, ports or GPUs there: active, or unknown because
+        the node does not answer. An unanswered node is never taken for an ended one: a
+        watcher cut off from every node would otherwise call the job over and leave it."""
+        return self.is_active or self is NodeState.UNREACHABLE
+
 
 PROBLEMS = frozenset(
     {

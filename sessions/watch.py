@@ -208,7 +208,7 @@ class Watchdog:
                 summary = done.report.headline if done.report else f"{fatal.node} {fatal.why}"
                 self.tell(NotifyEvent.TEARDOWN, summary, done.report is not None)
                 return WatchEnd(WatchOutcome.TORN_DOWN, fatal, done, done.report)
-            idle = idle + 1 if not any(v.state.is_active for v in verdicts.values()) else 0
+            idle = idle + 1 if not any(v.state.may_hold for v in verdicts.values()) else 0
             if idle >= 2:
                 return self.finish(verdicts)
             wake = next_poll(t0, self.cfg.watch.interval, (d.at for d in self.due))

@@ -182,7 +182,7 @@ class Polling(Drawing):
             return
         self.release_lock()
         active = any(
-            v.verdict is not None and v.verdict.state.is_active for v in self.views.values()
+            v.verdict is not None and v.verdict.state.may_hold for v in self.views.values()
         )
         if active:
             from mntui.sessions.watch import start_detached

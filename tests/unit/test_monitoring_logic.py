@@ -132,6 +132,23 @@ def test_judge_failure_now_stall_notifies_once_and_finished_job_is_left_alone() 
     assert Judge(WatchPolicy()).judge(done, 0.0)[1] == []
 
 
+def test_a_job_whose_nodes_do_not_answer_is_never_taken_for_ended() -> None:
+    """Every node unreachable, or one unreachable beside one that ended: the job may still
+    run there, so unreachable_after still tears it down (it was dropped, no node being
+    "active", and the watchdog then exited as if the job had ended)."""
+    assert NodeState.UNREACHABLE.may_hold and not NodeState.UNREACHABLE.is_active
+    assert not any(s.may_hold for s in (NodeState.FINISHED, NodeState.FAILED))
+    assert not NodeState.NOT_RUNNING.may_hold
+    cut_off = {"a": snap(reachable=False, error="x"), "b": snap(node="b", reachable=False)}
+    beside_ended = {"a": snap(reachable=False, error="x"), "b": snap(node="b", procs=())}
+    for snaps in (cut_off, beside_ended):
+        j = Judge(WatchPolicy(unreachable_after=30))
+        assert j.judge(snaps, 0.0)[1] == []
+        assert [t.action for t in j.judge(snaps, 30.0)[1]] == [Action.KILL_ALL] * (
+            2 if snaps is cut_off else 1
+        )
+
+
 LAUNCH64 = base64.b64encode(b"bash\0./launch.sh\0").decode()  # as the node sends a command line
 
 
