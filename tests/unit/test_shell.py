@@ -4,6 +4,7 @@ launch.sh, a bash script) and shellcheck in that dialect."""
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import subprocess
 import sys
@@ -177,13 +178,21 @@ def test_pane_status_format_and_parser_agree(tmp_path: Path) -> None:
             text = subprocess.run(
                 ["sh", "-c", tmux.pane_status("t-dead")], capture_output=True, text=True
             ).stdout.rstrip("\n")
-            status = tmux.parse_pane_status(text)  # tmux marks it dead, then records why
-            return text if status and status.dead and status.dead_status is not None else ""
+            status = tmux.parse_pane_status(text)
+            return text if status and status.dead else ""
 
+        # tmux marks the pane dead, then records why; tmux 3.3a now and then never records
+        # it (2 panes in 10 here, `#{pane_dead_time}` empty too), which is why mntui reads
+        # a job's exit code from launch.sh's own file and takes a dead pane without one
+        # for a failure.
         text = str(wait_for(dead, 10, what="the pane to die"))
+        with contextlib.suppress(TimeoutError):
+            text = str(wait_for(lambda: (t := dead()).split(" ")[2:] != [""] and t, 2))
         gone = tmux.parse_pane_status(text)
-        assert gone is not None and gone.dead and gone.dead_status == 3
+        assert gone is not None and gone.dead and gone.dead_status in (3, None), text
         assert tmux.format_pane_status(gone) == text
+        assert tmux.parse_pane_status("1 12 3") == tmux.PaneStatus(True, 12, 3)
+        assert tmux.format_pane_status(tmux.PaneStatus(True, 12, 3)) == "1 12 3"
         missing = subprocess.run(["sh", "-c", tmux.pane_status("t-none")], capture_output=True)
         assert tmux.no_pane(missing.stdout.decode().rstrip("\n"))
     finally:
