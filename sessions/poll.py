@@ -26,52 +26,13 @@ from . import tmux
 from .procs import B64, INT, SHELL_LIB, b64_bytes, b64_text, node_lines, run_dir_word, run_pattern
 from .results import NodeError, Outcome
 from .runs import NodeRecord, RunRecord
+from .snapshot import JobProc, NodeSnapshot
 
 if TYPE_CHECKING:  # remote's SSH machinery is not needed to read a snapshot (`status`)
     from .remote import Cluster, Node
 
 LOG_CHUNK = 64 * 1024
 ROUND_WAIT = 5.0  # seconds a poll round waits for a node before it counts as unreachable
-
-
-@dataclass(frozen=True)
-class JobProc:
-    pid: int
-    ppid: int
-    state: str  # R S D T t Z ...
-    cpu_percent: float | None  # None on the first sight of a PID
-    rss_mib: float
-    cmdline: str
-
-
-@dataclass(frozen=True)
-class NodeSnapshot:
-    node: str
-    rank: int
-    at: float  # local wall time the answer arrived
-    reachable: bool
-    error: str | None = None
-    rtt: float | None = None  # seconds for this poll's round trip
-    session: bool | None = None  # the node's tmux session exists
-    pane_dead: bool | None = None
-    pane_pid: int | None = None
-    exit_code: int | None = None  # written by launch.sh when the command ended
-    procs: tuple[JobProc, ...] = ()
-    ports: tuple[int, ...] = ()  # ports the job's processes listen on
-    gpu: gpumod.GpuReading | None = None  # None: no nvidia-smi on the node
-    load: tuple[float, float, float] | None = None
-    ncpu: int | None = None
-    mem_total_mib: float | None = None
-    mem_available_mib: float | None = None
-    log_size: int | None = None
-    output_age: float | None = None  # seconds since output.log last grew (node clock)
-    new_output: bytes = b""  # bytes of output.log since the previous poll
-    node_time: float | None = None  # the node's wall clock, first poll only
-    malformed: int = 0  # lines of the node's answer that were no record of ours: skipped
-
-    @property
-    def live_procs(self) -> tuple[JobProc, ...]:
-        return tuple(p for p in self.procs if p.state not in ("Z", "X"))
 
 
 PORTS_EVERY = 10  # polls between listening-port scans (`ss -p` walks every fd: 6 ms)
@@ -595,30 +556,3 @@ class Poller:
     def _unreachable(self, name: str, error: str) -> NodeSnapshot:
         rec = self.record.node(name)
         return NodeSnapshot(rec.node, rec.rank, time.time(), reachable=False, error=error)
-
-
-def snapshot_dict(
-    s: NodeSnapshot, state: str | None = None, why: str | None = None
-) -> dict[str, object]:
-    """The JSON form of a snapshot (`mntui status --json`): bytes as text, None as null."""
-    from dataclasses import asdict
-
-    d = asdict(s)
-    d["new_output"] = s.new_output.decode(errors="replace")
-    if state is not None:
-        d["state"], d["why"] = state, why
-    return d
-
-
-def snapshot_wire(s: NodeSnapshot) -> Any:
-    """The agent's form of a snapshot: every field, log bytes as base64 (exact bytes)."""
-    from .wire import encode
-
-    return encode(s)
-
-
-def snapshot_from_wire(data: Any) -> NodeSnapshot:
-    """The same NodeSnapshot back, or wire.WireError: checked field by field."""
-    from .wire import decode
-
-    return decode(NodeSnapshot, data)

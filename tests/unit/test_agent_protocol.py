@@ -16,7 +16,7 @@ from recorded import h100_node
 from mntui.sessions import agentclient, agentplace
 from mntui.sessions.agent import Agent
 from mntui.sessions.events import Event, Phase
-from mntui.sessions.poll import JobProc, NodeSnapshot, snapshot_from_wire, snapshot_wire
+from mntui.sessions.snapshot import JobProc, NodeSnapshot, snapshot_from_wire, snapshot_wire
 from mntui.sessions.states import NodeState, Verdict
 from mntui.sessions.wire import WireError, decode, encode, message, parse_message, read_messages
 

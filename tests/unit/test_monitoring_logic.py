@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from mntui.sessions.gpu import parse_apps, parse_gpus, parse_reading
-from mntui.sessions.poll import JobProc, NodeSnapshot, _NodeState, parse_poll, poll_script
+from mntui.sessions.poll import _NodeState, parse_poll, poll_script
 from mntui.sessions.runs import NodeRecord
 from mntui.sessions.settings import Action, WatchPolicy
+from mntui.sessions.snapshot import JobProc, NodeSnapshot
 from mntui.sessions.states import NodeState, derive
 from mntui.sessions.watch import Judge
 
