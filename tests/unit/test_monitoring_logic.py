@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from mntui.sessions.gpu import parse_apps, parse_gpus, parse_reading
-from mntui.sessions.poll import _NodeState, parse_poll, poll_script
+from mntui.sessions.poll import _NodeState, parse_poll
+from mntui.sessions.pollscript import poll_script
 from mntui.sessions.runs import NodeRecord
 from mntui.sessions.settings import Action, WatchPolicy
 from mntui.sessions.snapshot import JobProc, NodeSnapshot
