@@ -1,13 +1,10 @@
 """Snapshots of every node of a run: one round trip per node per poll, all in parallel.
 
-The poll script runs on the node's persistent shell and uses shell builtins where it
-can (`read` of /proc files): on a 64-node job every process spawned per poll is paid
-64 times a second. It prints one record a line; `parse_answer` reads them into a typed
-PollAnswer (strictly: what a node's processes chose, their command lines and the text
-of nvidia-smi and of the log, arrives base64-encoded, and a line of any other shape is
-skipped and counted), and `apply_answer` turns that into a frozen NodeSnapshot. The
-Poller keeps what must persist between polls (log offsets, CPU ticks, the PIDs whose
-command lines it already knows).
+Each node's poll sends the script of `pollscript` on the node's persistent shell and
+reads the answer into a NodeSnapshot with `pollstate`. The Poller keeps what must
+persist between polls (log offsets, CPU ticks, the PIDs whose command lines it already
+knows), one PollState per node, and runs the rounds: a node that does not answer in
+time holds back no one.
 """
 
 from __future__ import annotations
@@ -16,123 +13,18 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from . import gpu as gpumod
-from .pollscript import PORTS_EVERY, SCAN_EVERY, PollAnswer, parse_answer, poll_script
+from .pollscript import PORTS_EVERY, SCAN_EVERY, poll_script
+from .pollstate import PollState, parse_poll
 from .results import NodeError, Outcome
-from .runs import NodeRecord, RunRecord
-from .snapshot import JobProc, NodeSnapshot
+from .runs import RunRecord
+from .snapshot import NodeSnapshot
 
 if TYPE_CHECKING:  # remote's SSH machinery is not needed to read a snapshot (`status`)
     from .remote import Cluster, Node
 
 ROUND_WAIT = 5.0  # seconds a poll round waits for a node before it counts as unreachable
-
-
-# -- what persists between polls, and the snapshot -----------------------------------
-
-
-@dataclass
-class _NodeState:
-    offset: int = 0
-    cmdlines: dict[int, str] = field(default_factory=dict)
-    ticks: dict[int, tuple[float, int]] = field(default_factory=dict)  # pid -> (node uptime, ticks)
-    clk_tck: int = 100
-    page: int = 4096
-    ncpu: int | None = None
-    first: bool = True
-    polls: int = 0
-    pane_pid: int | None = None
-    ports: tuple[int, ...] = ()
-    size: int | None = None
-    changed_at: float | None = None  # local time output.log last grew
-    keep: int = 0  # with offset -1: start this many bytes before the end
-
-
-def _update_procs(a: PollAnswer, st: _NodeState) -> tuple[JobProc, ...]:
-    """The job's processes with CPU rates from the ticks of the previous poll."""
-    if a.sysconf is not None:
-        st.clk_tck, st.page, ncpu = a.sysconf
-        st.ncpu, st.first = ncpu, False
-    st.cmdlines.update(a.cmdlines)
-    now = a.uptime or 0.0  # node uptime: a monotonic clock for CPU rates
-    procs = []
-    seen: dict[int, tuple[float, int]] = {}
-    for s in a.stats:
-        prev = st.ticks.get(s.pid)
-        cpu = (
-            100.0 * (s.ticks - prev[1]) / max(st.clk_tck, 1) / (now - prev[0])
-            if prev and now > prev[0]
-            else None
-        )
-        seen[s.pid] = (now, s.ticks)
-        rss = s.rss_pages * st.page / 2**20
-        procs.append(JobProc(s.pid, s.ppid, s.state, cpu, rss, st.cmdlines.get(s.pid, "")))
-    st.ticks = seen
-    st.cmdlines = {p: c for p, c in st.cmdlines.items() if p in seen}
-    if a.listeners is not None:
-        st.ports = tuple(sorted({port for port, pid in a.listeners if pid in seen}))
-    st.pane_pid = a.pane.pid if a.pane is not None and not a.pane.dead else None
-    return tuple(procs)
-
-
-def _update_log(a: PollAnswer, st: _NodeState) -> float | None:
-    """Advance the log offset; the output's age, from the node's clock on the first
-    poll, then from our own observations of the size."""
-    if a.log_size is not None and a.log_size < st.offset:  # truncated or replaced
-        st.offset = 0
-    st.offset += len(a.log)
-    local = time.time()
-    if a.node_now is not None and a.log_mtime is not None:
-        st.changed_at = local - max(0.0, a.node_now - a.log_mtime)
-    elif a.log_size is not None and a.log_size != st.size:
-        st.changed_at = local
-    st.size = a.log_size
-    return (local - st.changed_at) if st.changed_at is not None else None
-
-
-def apply_answer(
-    rec: NodeRecord, a: PollAnswer, st: _NodeState, rtt: float, gpus: bool = True
-) -> NodeSnapshot:
-    """The state update: what this answer means given what earlier polls left in `st`."""
-    procs = _update_procs(a, st)
-    reading = None
-    if gpus and a.nvidia_smi:
-        pids = frozenset(p.pid for p in procs)
-        reading = gpumod.parse_reading(a.gpu_text, a.apps_text, pids)
-    return NodeSnapshot(
-        node=rec.node,
-        rank=rec.rank,
-        at=time.time(),
-        reachable=True,
-        rtt=rtt,
-        session=a.pane is not None,
-        pane_dead=a.pane.dead if a.pane is not None else None,
-        pane_pid=a.pane.pid if a.pane is not None else None,
-        exit_code=a.exit_code,
-        procs=procs,
-        ports=st.ports,
-        gpu=reading,
-        load=a.load,
-        ncpu=st.ncpu,
-        mem_total_mib=a.mem_kib["MemTotal"] / 1024 if "MemTotal" in a.mem_kib else None,
-        mem_available_mib=(
-            a.mem_kib["MemAvailable"] / 1024 if "MemAvailable" in a.mem_kib else None
-        ),
-        log_size=a.log_size,
-        output_age=_update_log(a, st),
-        new_output=a.log,
-        node_time=a.node_now,
-        malformed=a.malformed,
-    )
-
-
-def parse_poll(
-    rec: NodeRecord, out: str, st: _NodeState, rtt: float, gpus: bool = True
-) -> NodeSnapshot:
-    return apply_answer(rec, parse_answer(out), st, rtt, gpus)
 
 
 class Poller:
@@ -148,7 +40,7 @@ class Poller:
     ) -> None:
         self.record, self.cluster, self.gpus = record, cluster, gpus
         self._state = {
-            n.node: _NodeState(offset=(from_offsets or {}).get(n.node, 0)) for n in record.nodes
+            n.node: PollState(offset=(from_offsets or {}).get(n.node, 0)) for n in record.nodes
         }
         self.polls = 0  # rounds polled: one poll stream per run is checked by counting
         self.round_wait = ROUND_WAIT
