@@ -45,10 +45,10 @@ from .agentrequests import (
 from .agentsocket import AgentSocket, Refused
 from .config import JobConfig
 from .events import Event, Phase
-from .poll import NodeSnapshot, snapshot_wire
 from .progress import NodeProgress
 from .remote import Cluster
 from .runs import RunRecord
+from .snapshot import NodeSnapshot, snapshot_wire
 from .states import Verdict
 from .wire import encode, message
 

@@ -23,8 +23,8 @@ from typing import Any
 
 from .agentplace import AgentUnavailable, check_private, peer_uid, read_agent_file
 from .events import Event
-from .poll import NodeSnapshot, snapshot_from_wire
 from .progress import NodeProgress
+from .snapshot import NodeSnapshot, snapshot_from_wire
 from .states import Verdict
 from .wire import WireError, decode, message, read_messages
 

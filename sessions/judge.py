@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from .poll import NodeSnapshot
 from .settings import Action, WatchPolicy
+from .snapshot import NodeSnapshot
 from .states import NodeState, Verdict, derive
 
 # A poll for a deadline is sent this long after it, so that it is asked strictly after

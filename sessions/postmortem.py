@@ -20,12 +20,12 @@ from . import evidence, progress, report, stacks
 from .config import JobConfig
 from .errors import log_exception
 from .logs import LineSplitter
-from .poll import NodeSnapshot
 from .procs import run_pattern
 from .progress import ProgressTracker
 from .remote import Cluster
 from .report import Change, Ending, FailureReport
 from .runs import RunRecord
+from .snapshot import NodeSnapshot
 from .states import NodeState, Verdict
 
 # States in which the other ranks are most likely blocked in a collective: worth a stack.

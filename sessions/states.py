@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from .poll import NodeSnapshot
+from .snapshot import NodeSnapshot
 
 
 class NodeState(StrEnum):

@@ -27,12 +27,13 @@ from .errors import MntuiError, private_dir, state_dir
 from .events import Event, Phase
 from .judge import WAKE_MARGIN, Deadline, Judge, Trigger, next_poll, trigger_kind
 from .notify import Notice, Notifier, NotifyEvent
-from .poll import NodeSnapshot, Poller
+from .poll import Poller
 from .postmortem import observations, observe, try_report
 from .remote import Cluster
 from .report import Ending, FailureReport
 from .runs import RunRecord, RunStatus, read_status
 from .settings import Action
+from .snapshot import NodeSnapshot
 from .states import NodeState, Verdict
 from .teardown import Teardown, teardown
 

@@ -7,9 +7,9 @@ from textual.notifications import SeverityLevel
 
 from mntui.sessions.errors import ExitCode
 from mntui.sessions.events import Event
-from mntui.sessions.poll import NodeSnapshot
 from mntui.sessions.procs import PortHolder
 from mntui.sessions.runs import RunRecord
+from mntui.sessions.snapshot import NodeSnapshot
 
 
 class NodeSnap(Message):

@@ -15,9 +15,10 @@ from textual import work
 
 from mntui.sessions import notify
 from mntui.sessions.logs import LineSplitter
-from mntui.sessions.poll import NodeSnapshot, Poller
+from mntui.sessions.poll import Poller
 from mntui.sessions.postmortem import Observations, observations, observe
 from mntui.sessions.runs import RunRecord, latest
+from mntui.sessions.snapshot import NodeSnapshot
 from mntui.sessions.states import Verdict
 from mntui.sessions.watch import Judge, LockHeld, Trigger, acquire_lock, teardown
 

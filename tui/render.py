@@ -11,7 +11,7 @@ from typing import Any
 from rich.text import Text
 
 from mntui.sessions.gpu import Gpu, GpuReading
-from mntui.sessions.poll import NodeSnapshot
+from mntui.sessions.snapshot import NodeSnapshot
 from mntui.sessions.states import NodeState, Verdict
 
 from . import cells

@@ -19,9 +19,9 @@ from mntui.sessions.agentclient import AgentClient, AgentStatus, Via, fetch_stat
 from mntui.sessions.agentplace import AgentUnavailable
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import ExitCode
-from mntui.sessions.poll import NodeSnapshot, snapshot_dict
 from mntui.sessions.progress import NodeProgress
 from mntui.sessions.runs import RunRecord
+from mntui.sessions.snapshot import NodeSnapshot, snapshot_dict
 from mntui.sessions.states import NodeState, Verdict
 
 from . import cells

@@ -17,7 +17,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widget import Widget
 from textual.widgets import Button, Footer, Input, Label, RichLog, Static
 
-from mntui.sessions.poll import NodeSnapshot
+from mntui.sessions.snapshot import NodeSnapshot
 from mntui.sessions.states import NodeState, Verdict
 
 from .render import pane_text

@@ -16,7 +16,7 @@ from recorded import h100_node
 from mntui.sessions import agentclient, agentplace
 from mntui.sessions.agent import Agent
 from mntui.sessions.events import Event, Phase
-from mntui.sessions.poll import JobProc, NodeSnapshot, snapshot_from_wire, snapshot_wire
+from mntui.sessions.snapshot import JobProc, NodeSnapshot, snapshot_from_wire, snapshot_wire
 from mntui.sessions.states import NodeState, Verdict
 from mntui.sessions.wire import WireError, decode, encode, message, parse_message, read_messages
 
@@ -172,7 +172,7 @@ def test_a_late_viewer_reads_exactly_the_last_bytes_before_the_size(tmp_path: Pa
     last `keep` bytes (STEP on a one-shot status), and the next one follows from the size."""
     import subprocess
 
-    from mntui.sessions.poll import parse_answer, poll_script
+    from mntui.sessions.pollscript import parse_answer, poll_script
     from mntui.sessions.runs import NodeRecord
 
     run = tmp_path / "run"
@@ -201,7 +201,7 @@ def test_the_poll_tree_descends_into_children(tmp_path: Path) -> None:
     the old walk in lib.sh (`read ... && ...`) therefore never descended."""
     import subprocess
 
-    from mntui.sessions.poll import _TREE
+    from mntui.sessions.pollscript import TREE
 
     parent = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60 & wait"])
     try:
@@ -212,7 +212,7 @@ def test_the_poll_tree_descends_into_children(tmp_path: Path) -> None:
                 break
             threading.Event().wait(0.02)
         out = subprocess.run(
-            ["dash", "-c", f"{_TREE}\nmntui_poll_tree {parent.pid} 999999999"],
+            ["dash", "-c", f"{TREE}\nmntui_poll_tree {parent.pid} 999999999"],
             capture_output=True,
             text=True,
         )

@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 
 from mntui.sessions.gpu import parse_apps, parse_gpus, parse_reading
-from mntui.sessions.poll import JobProc, NodeSnapshot, _NodeState, parse_poll, poll_script
+from mntui.sessions.pollscript import poll_script
+from mntui.sessions.pollstate import PollState, parse_poll
 from mntui.sessions.runs import NodeRecord
 from mntui.sessions.settings import Action, WatchPolicy
+from mntui.sessions.snapshot import JobProc, NodeSnapshot
 from mntui.sessions.states import NodeState, derive
 from mntui.sessions.watch import Judge
 
@@ -154,7 +156,7 @@ LAUNCH64 = base64.b64encode(b"bash\0./launch.sh\0").decode()  # as the node send
 
 def test_parse_poll_sections_and_cpu() -> None:
     rec = NodeRecord("n", "h", 1, "j-n", "j/r/n", ".mntui/runs/j/r/n")
-    st = _NodeState()
+    st = PollState()
     stat = "S 1 10 10 0 -1 4194304 0 0 0 0 {u} 50 0 0 20 0 1 0 100 1000 2560 0"
     out = (
         "@NOW 1000.0\n@SYS 100 4096 8\n@UP 500.0\n@PANE 0 10 \n"
@@ -241,7 +243,7 @@ def test_malformed_poll_lines_are_counted_never_raised() -> None:
         "STAT 1",
     ]
     out = "@UP 5.0\n" + "\n".join(bad) + "\n@PANE 0 10 \n@END\n"
-    s = parse_poll(rec, out, _NodeState(), 0.01)
+    s = parse_poll(rec, out, PollState(), 0.01)
     assert s.reachable and s.malformed == len(bad)
     assert s.procs == () and s.mem_total_mib is None and s.exit_code is None
     assert s.pane_pid == 10 and s.node_time is None and s.new_output == b""
@@ -252,7 +254,7 @@ def test_records_end_at_newline_only() -> None:
     could start a record of its own. A node's shell ends records with \\n alone."""
     rec = NodeRecord("n", "h", 1, "j-n", "j/r/n", ".mntui/runs/j/r/n")
     out = "@UP 5.0\n@PANE 0 10 \x1c@EXIT 1\u2028@P 999 T " + " ".join(["1"] * 21) + "\n@END\n"
-    s = parse_poll(rec, out, _NodeState(), 0.01)
+    s = parse_poll(rec, out, PollState(), 0.01)
     assert s.exit_code is None and s.procs == () and s.malformed == 1
 
 
@@ -276,7 +278,7 @@ def test_poll_reads_lying_processes_as_data(tmp_path: Path) -> None:
         script = poll_script(rec, 0, frozenset(), True, gpus=False, pane_pid=p.pid)
         env = {**os.environ, "HOME": str(tmp_path)}
         out = subprocess.run(["sh", "-s"], input=script, capture_output=True, text=True, env=env)
-        s = parse_poll(rec, out.stdout, _NodeState(), 0.01, gpus=False)
+        s = parse_poll(rec, out.stdout, PollState(), 0.01, gpus=False)
         judge = Judge(WatchPolicy(frozen_after=1))
         assert judge.judge({"n1": s}, 0.0)[1] == [] and judge.judge({"n1": s}, 60.0)[1] == []
         assert [(x.pid, x.state, x.ppid) for x in s.procs] == [(p.pid, "S", os.getpid())]

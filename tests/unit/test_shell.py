@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from fakecluster import wait_for
 
-from mntui.sessions import doctor, kill, launch, logs, poll, startchecks, tmux
+from mntui.sessions import doctor, kill, launch, logs, pollscript, startchecks, tmux
 from mntui.sessions.config import parse_config
 from mntui.sessions.evidence import evidence_script
 from mntui.sessions.procs import SHELL_LIB, PortHolder
@@ -69,12 +69,12 @@ def scripts() -> dict[str, tuple[str, str]]:
     for np in plan.nodes:
         out[f"launch-{np.node}"] = ("bash", np.launch_script)
         out[f"start-{np.node}"] = ("sh", np.start_script)
-    out["poll-first"] = ("sh", poll.poll_script(rec, 0, frozenset(), True))
+    out["poll-first"] = ("sh", pollscript.poll_script(rec, 0, frozenset(), True))
     out["poll-steady"] = (
         "sh",
-        poll.poll_script(rec, 99, frozenset({7, 8}), False, True, 7, False, False),
+        pollscript.poll_script(rec, 99, frozenset({7, 8}), False, True, 7, False, False),
     )
-    out["poll-nogpu"] = ("sh", poll.poll_script(rec, 0, frozenset({7}), False, False, None))
+    out["poll-nogpu"] = ("sh", pollscript.poll_script(rec, 0, frozenset({7}), False, False, None))
     out["kill"] = ("sh", kill.kill_script("MNTUI_RUN=j/[^/]+/n\\.0", "j-n_0", cfg.all_ports, 2.5))
     out["kill-noports"] = ("sh", kill.kill_script("MNTUI_RUN=x", "s", (), 0))
     out["holders"] = ("sh", kill.holders_script(cfg.all_ports))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from mntui.sessions.judge import MIN_GAP, WAKE_MARGIN, Deadline, Judge, next_poll
-from mntui.sessions.poll import JobProc, NodeSnapshot
 from mntui.sessions.settings import Action, WatchPolicy
+from mntui.sessions.snapshot import JobProc, NodeSnapshot
 from mntui.sessions.states import NodeState
 
 
