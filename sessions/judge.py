@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from .settings import Action, WatchPolicy
 from .snapshot import NodeSnapshot
-from .states import NodeState, Verdict, derive
+from .states import NodeState, Verdict, derive, may_still_run
 
 # A poll for a deadline is sent this long after it, so that it is asked strictly after
 # (a stall's deadline mixes the wall clock of the output's age with the monotonic one).
@@ -28,8 +28,10 @@ WAKE_MARGIN = 0.05
 # moving (a wall clock stepped back under a stall's age) never makes the watchdog spin.
 MIN_GAP = 0.1
 # A tick this fraction of `interval` or less before a deadline waits for it: one round
-# serves both, instead of two rounds a few milliseconds apart.
+# serves both, instead of two rounds a few milliseconds apart. At most MERGE_MAX seconds:
+# a waiting tick also delays seeing a failure, and intervals may be long.
 MERGE = 0.25
+MERGE_MAX = 0.5
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ def next_poll(
     it); never sooner than MIN_GAP after `last`."""
     regular = last + interval
     soonest = min((d + margin for d in deadlines), default=regular)
-    wake = soonest if soonest <= regular + MERGE * interval else regular
+    wake = soonest if soonest <= regular + min(MERGE * interval, MERGE_MAX) else regular
     return max(wake, last + min(interval, MIN_GAP))
 
 
@@ -100,7 +102,7 @@ class Judge:
             self.notified.add((node, v.state))
             triggers.append(Trigger(node, v.state, v.why, action))
         # A failure only matters while something else still runs (or holds resources).
-        if not any(v.state.may_hold for v in verdicts.values()):
+        if not may_still_run(v.state for v in verdicts.values()):
             triggers = [t for t in triggers if t.action is Action.NOTIFY]
         return verdicts, triggers
 

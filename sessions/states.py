@@ -6,6 +6,7 @@ Order matters: a frozen or orphaned worker is the emergency even when other fact
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -37,12 +38,17 @@ class NodeState(StrEnum):
             NodeState.ORPHANED,
         )
 
-    @property
-    def may_hold(self) -> bool:
-        """The job may still hold processes, ports or GPUs there: active, or unknown because
-        the node does not answer. An unanswered node is never taken for an ended one: a
-        watcher cut off from every node would otherwise call the job over and leave it."""
-        return self.is_active or self is NodeState.UNREACHABLE
+
+def may_still_run(states: Iterable[NodeState]) -> bool:
+    """Whether the job may still hold processes, ports or GPUs somewhere: a node is active,
+    or one does not answer and no node finished cleanly. A silent node is never taken for
+    an ended one (a watcher cut off from every node would call the job over and leave it
+    running), unless another node's clean exit says the training completed: then the
+    silence is the end of an allocation, not a reason to tear down and restart."""
+    seen = set(states)
+    if any(s.is_active for s in seen):
+        return True
+    return NodeState.UNREACHABLE in seen and NodeState.FINISHED not in seen
 
 
 PROBLEMS = frozenset(

@@ -34,7 +34,7 @@ from .report import Ending, FailureReport
 from .runs import RunRecord, RunStatus, read_status
 from .settings import Action
 from .snapshot import NodeSnapshot
-from .states import NodeState, Verdict
+from .states import NodeState, Verdict, may_still_run
 from .teardown import Teardown, teardown
 
 __all__ = [
@@ -209,7 +209,7 @@ class Watchdog:
                 summary = done.report.headline if done.report else f"{fatal.node} {fatal.why}"
                 self.tell(NotifyEvent.TEARDOWN, summary, done.report is not None)
                 return WatchEnd(WatchOutcome.TORN_DOWN, fatal, done, done.report)
-            idle = idle + 1 if not any(v.state.may_hold for v in verdicts.values()) else 0
+            idle = 0 if may_still_run(v.state for v in verdicts.values()) else idle + 1
             if idle >= 2:
                 return self.finish(verdicts)
             wake = next_poll(t0, self.cfg.watch.interval, (d.at for d in self.due))

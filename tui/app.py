@@ -38,6 +38,7 @@ from textual.worker import Worker, WorkerState
 from mntui.sessions.agentclient import AgentClient
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import ExitCode
+from mntui.sessions.judge import Deadline
 from mntui.sessions.logs import LineSplitter
 from mntui.sessions.poll import Poller
 from mntui.sessions.postmortem import Observations
@@ -94,6 +95,7 @@ class MntuiApp(JobControl):
         self.cluster: Cluster | None = None
         self.poller: Poller | None = None
         self.judge = Judge(cfg.watch)
+        self.due: tuple[Deadline, ...] = ()  # the judge's deadlines after the last poll
         self.obs = Observations()
         self.notifier = make_notifier(cfg)
         self.lock: IO[str] | None = None
@@ -176,10 +178,10 @@ class MntuiApp(JobControl):
             return
         try:
             if message.snaps:
-                self.watch_over(message.snaps)
+                self.watch_over(message.snaps, message.asked)
         finally:
             if message.generation is not None:
-                self.schedule_poll(self.cfg.watch.interval)  # re-armed only when this one is done
+                self.schedule_poll(self.next_poll_delay())  # re-armed only when this one is done
                 self.retry_agent()
         if self.table_mode:
             self.draw("table", self.refresh_table)

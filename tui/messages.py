@@ -22,9 +22,15 @@ class PollDone(Message):
     """`generation` names the poller that produced it: a reply from a poller that was
     replaced (a new run was attached) is dropped. None: the current one."""
 
-    def __init__(self, snaps: dict[str, NodeSnapshot], generation: int | None = None) -> None:
+    def __init__(
+        self,
+        snaps: dict[str, NodeSnapshot],
+        generation: int | None = None,
+        asked: dict[str, float] | None = None,
+    ) -> None:
         super().__init__()
         self.snaps, self.generation = snaps, generation
+        self.asked = asked  # when each node's poll was sent: what the judge may count
 
 
 class EngineEvent(Message):

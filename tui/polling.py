@@ -14,12 +14,13 @@ import time
 from textual import work
 
 from mntui.sessions import notify
+from mntui.sessions.judge import Deadline, next_poll
 from mntui.sessions.logs import LineSplitter
 from mntui.sessions.poll import Poller
 from mntui.sessions.postmortem import Observations, observations, observe
 from mntui.sessions.runs import RunRecord, latest
 from mntui.sessions.snapshot import NodeSnapshot
-from mntui.sessions.states import Verdict
+from mntui.sessions.states import Verdict, may_still_run
 from mntui.sessions.watch import Judge, LockHeld, Trigger, acquire_lock, teardown
 
 from .drawing import Drawing
@@ -39,6 +40,7 @@ class Polling(Drawing):
     polling_enabled: bool
     poll_timer_pending: bool
     poll_inflight: bool
+    due: tuple[Deadline, ...]
 
     def attach_run(self, record: RunRecord, watch_here: bool) -> None:
         """Start showing `record`; act as its watchdog if none is watching it already."""
@@ -47,6 +49,7 @@ class Polling(Drawing):
         self.poller = Poller(record, self.cluster)
         self.poller.start_near_end(START_BACK)
         self.judge = Judge(self.cfg.watch)
+        self.due = ()
         self.obs = observations(self.cfg, record)
         self.release_lock()
         if watch_here and record.status.is_live:
@@ -69,6 +72,11 @@ class Polling(Drawing):
             self.try_agent(START_BACK)
         else:
             self.schedule_poll(0)
+
+    def next_poll_delay(self) -> float:
+        """The regular interval, or sooner when a deadline of the judge runs out first."""
+        interval, now = self.cfg.watch.interval, time.monotonic()
+        return max(0.0, next_poll(now, interval, (d.at for d in self.due)) - now)
 
     def schedule_poll(self, delay: float) -> None:
         """One poll chain only: a poll starts when none is running or already scheduled,
@@ -97,7 +105,7 @@ class Polling(Drawing):
         except Exception as exc:  # never let one bad poll kill the polling
             self.post_message(Notice(f"poll failed: {exc}", "error"))
             snaps = {}
-        self.post_message(PollDone(snaps, generation))
+        self.post_message(PollDone(snaps, generation, poller.asked()))
 
     def on_node_snap(self, message: NodeSnap) -> None:
         if message.generation in (None, self.generation):
@@ -133,9 +141,15 @@ class Polling(Drawing):
         self.attach_run(newest, watch_here=False)
         return True
 
-    def watch_over(self, snaps: dict[str, NodeSnapshot]) -> None:
-        """The watchdog's turn, before any drawing: judge, and act on what it decides."""
-        verdicts, triggers = self.judge.judge(snaps, time.monotonic())
+    def watch_over(
+        self, snaps: dict[str, NodeSnapshot], asked: dict[str, float] | None = None
+    ) -> None:
+        """The watchdog's turn, before any drawing: judge, and act on what it decides. A
+        freeze counts only up to when its evidence was asked for (the headless rule): a
+        slow poll must not stretch a py-spy pause into `frozen_after`."""
+        now = time.monotonic()
+        verdicts, triggers = self.judge.judge(snaps, now, asked)
+        self.due = self.judge.deadlines(snaps, verdicts, now)
         observe(self.obs, snaps, verdicts)
         for name, v in verdicts.items():
             self.views[name].verdict = v
@@ -182,9 +196,7 @@ class Polling(Drawing):
         if self.lock is None or self.record is None:
             return
         self.release_lock()
-        active = any(
-            v.verdict is not None and v.verdict.state.may_hold for v in self.views.values()
-        )
+        active = may_still_run(v.verdict.state for v in self.views.values() if v.verdict)
         if active:
             from mntui.sessions.watch import start_detached
 

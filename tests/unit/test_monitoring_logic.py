@@ -16,7 +16,7 @@ from mntui.sessions.pollstate import PollState, parse_poll
 from mntui.sessions.runs import NodeRecord
 from mntui.sessions.settings import Action, WatchPolicy
 from mntui.sessions.snapshot import JobProc, NodeSnapshot
-from mntui.sessions.states import NodeState, derive
+from mntui.sessions.states import NodeState, derive, may_still_run
 from mntui.sessions.watch import Judge
 
 SMI = Path(__file__).resolve().parents[1] / "data" / "nvidia-smi"
@@ -135,20 +135,29 @@ def test_judge_failure_now_stall_notifies_once_and_finished_job_is_left_alone() 
 
 
 def test_a_job_whose_nodes_do_not_answer_is_never_taken_for_ended() -> None:
-    """Every node unreachable, or one unreachable beside one that ended: the job may still
-    run there, so unreachable_after still tears it down (it was dropped, no node being
-    "active", and the watchdog then exited as if the job had ended)."""
-    assert NodeState.UNREACHABLE.may_hold and not NodeState.UNREACHABLE.is_active
-    assert not any(s.may_hold for s in (NodeState.FINISHED, NodeState.FAILED))
-    assert not NodeState.NOT_RUNNING.may_hold
-    cut_off = {"a": snap(reachable=False, error="x"), "b": snap(node="b", reachable=False)}
-    beside_ended = {"a": snap(reachable=False, error="x"), "b": snap(node="b", procs=())}
-    for snaps in (cut_off, beside_ended):
+    """Every node unreachable, or one unreachable beside one that ended without a clean
+    exit: the job may still run there, so unreachable_after tears it down (it was dropped,
+    no node being "active", and the watchdog then exited as if the job had ended). Beside
+    a clean exit, the silence is the end of an allocation: no teardown, no restart."""
+    assert may_still_run([NodeState.UNREACHABLE, NodeState.UNREACHABLE])
+    assert may_still_run([NodeState.UNREACHABLE, NodeState.FAILED])
+    assert not may_still_run([NodeState.UNREACHABLE, NodeState.FINISHED])
+    assert not may_still_run([NodeState.FAILED, NodeState.NOT_RUNNING, NodeState.FINISHED])
+    assert may_still_run([NodeState.FINISHED, NodeState.FROZEN])
+    gone = snap(reachable=False, error="x")
+    cut_off = {"a": gone, "b": snap(node="b", reachable=False)}
+    beside_failed = {"a": gone, "b": snap(node="b", procs=(), exit_code=1, pane_dead=True)}
+    beside_done = {"a": gone, "b": snap(node="b", procs=(), exit_code=0, pane_dead=True)}
+    for snaps, at_once, later in (
+        (cut_off, [], ["a", "b"]),
+        (beside_failed, ["b"], ["a", "b"]),  # b's failure acts at once, a's silence after 30 s
+        (beside_done, [], []),
+    ):
         j = Judge(WatchPolicy(unreachable_after=30))
-        assert j.judge(snaps, 0.0)[1] == []
-        assert [t.action for t in j.judge(snaps, 30.0)[1]] == [Action.KILL_ALL] * (
-            2 if snaps is cut_off else 1
-        )
+        assert [t.node for t in j.judge(snaps, 0.0)[1]] == at_once
+        triggers = j.judge(snaps, 30.0)[1]
+        assert sorted(t.node for t in triggers) == later
+        assert all(t.action is Action.KILL_ALL for t in triggers)
 
 
 LAUNCH64 = base64.b64encode(b"bash\0./launch.sh\0").decode()  # as the node sends a command line

@@ -50,6 +50,8 @@ def due(j: Judge, snaps: dict[str, NodeSnapshot], now: float) -> tuple[Deadline,
         (10.0, 1.0, [9.0], 10.0 + MIN_GAP),  # already due: at once, but never a spin
         (10.0, 0.05, [9.0], 10.05),  # an interval below the gap keeps its own pace
         (10.0, 5.0, [11.0], 11.0 + WAKE_MARGIN),
+        (10.0, 5.0, [15.4], 15.45),  # within the merge window (capped at MERGE_MAX)
+        (10.0, 60.0, [75.0], 70.0),  # a quarter of a long interval is too long to wait
     ],
 )
 def test_next_poll(last: float, interval: float, deadlines: list[float], wake: float) -> None:
