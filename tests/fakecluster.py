@@ -93,6 +93,21 @@ def cmdline(pid: int) -> str:
         return ""
 
 
+def process_tree(pid: int) -> list[int]:
+    """`pid` and everything under it (an sshd: its connections' sshd and their shells), to
+    stop a node whole. A process that exits meanwhile is skipped."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for f in Path(f"/proc/{p}/task").glob("*/children"):
+            try:
+                todo += [int(c) for c in f.read_text().split()]
+            except OSError:
+                continue
+    return out
+
+
 def port_listening(port: int) -> bool:
     out = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True).stdout
     return bool(out.strip())

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakecluster import FakeCluster, alive, pids_with_env, port_listening, wait_for
+from fakecluster import FakeCluster, alive, pids_with_env, port_listening, process_tree, wait_for
 from helpers import Cfg, free_port, listener_job
 
 from mntui.sessions import agentclient, agentplace
@@ -221,7 +221,7 @@ def test_a_hung_node_holds_back_no_other_node(fake: FakeCluster, cfg: Cfg) -> No
         poller = Poller(record, cluster, gpus=False)
         poller.round_wait = 1.0
         assert all(s.reachable for s in poller.poll().values())
-        sshd = _tree(fake.node("node2").proc.pid)  # type: ignore[union-attr]  # and our session
+        sshd = process_tree(fake.node("node2").proc.pid)  # type: ignore[union-attr]  # and our session
         try:
             for pid in sshd:
                 os.kill(pid, signal.SIGSTOP)
@@ -235,16 +235,6 @@ def test_a_hung_node_holds_back_no_other_node(fake: FakeCluster, cfg: Cfg) -> No
                 os.kill(pid, signal.SIGCONT)
         wait_for(lambda: poller.poll()["node2"].reachable, 30, what="node2 back")
     assert cfg.mntui(path, "kill").returncode == 0
-
-
-def _tree(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        for f in Path(f"/proc/{p}/task").glob("*/children"):
-            todo += [int(c) for c in f.read_text().split()]
-    return out
 
 
 def _sleep_600(job: str) -> int | None:

@@ -9,7 +9,7 @@ import threading
 import time
 from pathlib import Path
 
-from fakecluster import FakeCluster, cmdline, tagged, wait_for
+from fakecluster import FakeCluster, cmdline, process_tree, tagged, wait_for
 from helpers import Cfg, free_port, listener_job
 
 from mntui.sessions.config import load_config
@@ -94,7 +94,7 @@ def test_an_unreachable_node_is_decided_at_its_deadline_mid_round(
         runner.start()
         try:
             wait_for(lambda: rounds.seen, 20, what="a first round")
-            sshd += _tree(fake.node("node1").proc.pid)  # type: ignore[union-attr]  # + ours
+            sshd += process_tree(fake.node("node1").proc.pid)  # type: ignore[union-attr]  # + ours
             for pid in sshd:
                 os.kill(pid, signal.SIGSTOP)
             wait_for(lambda: rounds.killing, 30, what="the teardown")
@@ -109,17 +109,3 @@ def test_an_unreachable_node_is_decided_at_its_deadline_mid_round(
     assert ended and ended[0].outcome is WatchOutcome.TORN_DOWN, ended
     assert cfg.mntui(path, "kill").returncode == 0
     assert not tagged(job)
-
-
-def _tree(pid: int) -> list[int]:
-    """sshd and everything under it (its connections' sshd and shells)."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        for f in Path(f"/proc/{p}/task").glob("*/children"):
-            try:
-                todo += [int(c) for c in f.read_text().split()]
-            except OSError:
-                continue
-    return out

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from snaps import snap
 
 from mntui.sessions.gpu import parse_apps, parse_gpus, parse_reading
 from mntui.sessions.pollscript import poll_script
@@ -59,22 +60,6 @@ def test_apps_own_and_foreign() -> None:
     ]
     assert [a.pid for a in r.foreign_apps] == [1580]
     assert parse_apps("pid, gpu_uuid, used_gpu_memory [MiB], process_name\n")[0] == ()
-
-
-def snap(**kw: object) -> NodeSnapshot:
-    base: dict[str, object] = {
-        "node": "n",
-        "rank": 0,
-        "at": 0.0,
-        "reachable": True,
-        "session": True,
-        "pane_dead": False,
-        "pane_pid": 10,
-        "log_size": 100,
-        "output_age": 1.0,
-    }
-    base.update(kw)
-    return NodeSnapshot(**base)  # type: ignore[arg-type]
 
 
 def proc(pid: int, ppid: int, state: str = "S") -> JobProc:

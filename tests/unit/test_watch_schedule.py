@@ -3,28 +3,19 @@
 from __future__ import annotations
 
 import pytest
+from snaps import snap as base_snap
 
 from mntui.sessions.judge import MIN_GAP, WAKE_MARGIN, Deadline, Judge, next_poll
 from mntui.sessions.settings import Action, WatchPolicy
 from mntui.sessions.snapshot import JobProc, NodeSnapshot
 from mntui.sessions.states import NodeState
 
+RUNNING = (JobProc(10, 1, "S", None, 1.0, "x"), JobProc(11, 10, "S", None, 1.0, "x"))
+
 
 def snap(node: str, **kw: object) -> NodeSnapshot:
-    base: dict[str, object] = {
-        "node": node,
-        "rank": 0,
-        "at": 0.0,
-        "reachable": True,
-        "session": True,
-        "pane_dead": False,
-        "pane_pid": 10,
-        "log_size": 100,
-        "output_age": 1.0,
-        "procs": (JobProc(10, 1, "S", None, 1.0, "x"), JobProc(11, 10, "S", None, 1.0, "x")),
-    }
-    base.update(kw)
-    return NodeSnapshot(**base)  # type: ignore[arg-type]
+    """A node running two processes, unless `kw` says otherwise."""
+    return base_snap(node, **{"procs": RUNNING, **kw})
 
 
 HEALTHY = snap("b")
