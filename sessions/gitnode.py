@@ -2,11 +2,16 @@
 the commit into the clone holding the workdir and checks it out, and the parsers of
 what it and git say.
 
-Our refusals come before anything is received, so they leave the clone as it was; git's
-checkout, the last step, refuses on its own terms (an untracked file in the way) and
-also leaves the work tree as it was. Each is said as one line of ours (the run's marker,
-a word, at most two numbers or commit ids) on stderr; the rest of a node's output (a
-login shell's noise, git's own lines) is data, read only for the line that says why.
+Our refusals come before the checkout, most before anything is received, so they leave
+the work tree as it was: a dirty tree, a detached HEAD no ref keeps, and a repository
+whose history the commit does not share (the workdir not yet cloned, inside a dotfiles
+repository in $HOME: checking the project out there would delete the node's own files).
+git's checkout, the last step, refuses on its own terms: an untracked or an ignored file
+in the way (an ignored `.env` or checkpoint directory is the node's, not git's to
+overwrite), and also leaves the work tree as it was. Each is said as one line of ours
+(the run's marker, a word, at most two numbers or commit ids) on stderr; the rest of a
+node's output (a login shell's noise, git's own lines) is data, read only for the line
+that says why.
 """
 
 from __future__ import annotations
@@ -16,7 +21,10 @@ import re
 import shlex
 from enum import StrEnum
 
-SYNC_REF = "refs/mntui/sync"
+SYNC_REF = "refs/mntui/sync"  # the last commit checked out: it keeps that HEAD from gc
+# What a push delivers: SYNC_REF moves only once the checkout is done, so a refused
+# checkout never makes the HEAD it left look like work no ref keeps.
+INCOMING_REF = "refs/mntui/incoming"
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _ARG = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}|[0-9]{1,9}|-")
 
@@ -48,16 +56,20 @@ if [ -n "$changes" ]; then
   say DIRTY $((n))
 fi
 was=$(git rev-parse -q --verify HEAD) || was=-
-if ! git symbolic-ref -q HEAD >/dev/null &&
-  [ "$was" != "$(git rev-parse -q --verify {SYNC_REF})" ] &&
-  kept=$(git for-each-ref --count=1 --contains "$was" --format=x 2>/dev/null) &&
-  [ -z "$kept" ]; then
-  say ORPHAN "$was"
+if [ "$was" != - ] && ! git symbolic-ref -q HEAD >/dev/null &&
+  [ "$was" != "$(git rev-parse -q --verify {SYNC_REF})" ]; then
+  kept=$(git for-each-ref --count=1 --contains "$was" --format=x) || say NOREPO
+  [ -n "$kept" ] || say ORPHAN "$was"
 fi
 printf %s "$3"
 git-receive-pack . || exit 3
-[ "$(git rev-parse -q --verify {SYNC_REF})" = "$4" ] || exit 3
-git -c advice.detachedHead=false checkout -q --detach "$4" >&2 || say CHECKOUT
+[ "$(git rev-parse -q --verify {INCOMING_REF})" = "$4" ] || exit 3
+if [ "$was" != - ] && ! git merge-base "$was" "$4" >/dev/null; then
+  say UNRELATED "$was"
+fi
+git -c advice.detachedHead=false checkout -q --no-overwrite-ignore --detach "$4" >&2 ||
+  say CHECKOUT
+git update-ref {SYNC_REF} "$4" || say CHECKOUT
 printf '%s AT %s %s\\n' "$m" "$(git rev-parse -q --verify HEAD)" "$was" >&2
 """
 
@@ -67,6 +79,7 @@ class Answer(StrEnum):
     NO_REPO = "NOREPO"
     DIRTY = "DIRTY"  # count of changed tracked files
     ORPHAN = "ORPHAN"  # the detached HEAD no ref keeps
+    UNRELATED = "UNRELATED"  # HEAD shares no history with the commit: another repository
     BUSY = "BUSY"  # another sync holds the clone's lock
     CHECKOUT = "CHECKOUT"  # git's checkout refused: its own lines say why
     AT = "AT"  # done: the commit HEAD is at, and where it was ("-": nowhere)
@@ -126,6 +139,13 @@ def refusal(answer: Answer, args: tuple[str, ...], workdir: str, said: str) -> s
         return (
             f"{workdir} is detached at {at}, a commit no branch or tag keeps; left untouched: "
             f"keep it with git -C {_shell_path(workdir)} branch <name>"
+        )
+    if answer is Answer.UNRELATED:
+        at = args[0][:12] if args else "HEAD"
+        return (
+            f"{workdir} is inside a repository whose HEAD {at} shares no history with the "
+            "commit (another project, or a dotfiles repository in $HOME?); left untouched: "
+            f"clone the project into {workdir}"
         )
     if answer is Answer.BUSY:
         return f"{workdir}: another sync holds .git/mntui-sync.lock; remove it if none runs"

@@ -2,11 +2,12 @@
 checked out, detached, at the local HEAD, so doctor's commit check agrees by construction.
 
 The commit travels by `git push` over the job's own ssh (the ssh_config, the relay for a
-noisy login shell: sync.py's), into a private ref, refs/mntui/sync, of the repository that
-holds each node's workdir. So an unpushed commit runs as it is, a node needs no access
-to any shared remote, no branch of the user's moves, and the ref keeps the commit from
-git's gc. The same connection then checks it out, detached, and says where HEAD ended
-(sessions/gitnode.py): one ssh per node, as in rsync mode.
+noisy login shell: sync.py's), into a private ref (refs/mntui/incoming) of the repository
+that holds each node's workdir. So an unpushed commit runs as it is, a node needs no
+access to any shared remote, no branch of the user's moves, and refs/mntui/sync, moved
+once the checkout is done, keeps the commit from git's gc. The same connection then
+checks it out, detached, and says where HEAD ended (sessions/gitnode.py): one ssh per
+node, as in rsync mode.
 
 A node's work is never destroyed: uncommitted changes to tracked files, or a detached
 HEAD that no ref keeps (commits made on a node), refuse the node before anything is
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING
 from .errors import MntuiError, UsageError
 from .events import Event, Phase
 from .gitnode import (
-    SYNC_REF,
+    INCOMING_REF,
     SYNC_SCRIPT,
     Answer,
     git_error,
@@ -45,13 +46,28 @@ if TYPE_CHECKING:
 
 PUBLISH_TIMEOUT = 300  # seconds for `sync.git.push` to the user's remote
 _SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
-# Variables that would point our git commands at another repository than the source's.
-_REPO_VARS = (
-    "GIT_DIR",
-    "GIT_WORK_TREE",
-    "GIT_INDEX_FILE",
-    "GIT_OBJECT_DIRECTORY",
-    "GIT_COMMON_DIR",
+# Variables that would point our git commands at another repository than the source's,
+# another ref namespace, or settings of their own (`git rev-parse --local-env-vars`).
+_REPO_VARS = frozenset(
+    {
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_INDEX_FILE",
+        "GIT_OBJECT_DIRECTORY",
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+        "GIT_COMMON_DIR",
+        "GIT_NAMESPACE",
+        "GIT_PREFIX",
+        "GIT_CEILING_DIRECTORIES",
+        "GIT_CONFIG",
+        "GIT_CONFIG_PARAMETERS",
+        "GIT_CONFIG_COUNT",
+        "GIT_GRAFT_FILE",
+        "GIT_IMPLICIT_WORK_TREE",
+        "GIT_NO_REPLACE_OBJECTS",
+        "GIT_REPLACE_REF_BASE",
+        "GIT_SHALLOW_FILE",
+    }
 )
 
 # ---- the local repository ---------------------------------------------------------
@@ -145,7 +161,11 @@ def publish(head: LocalHead, remote: str) -> str:
 
 
 def git_env(ssh_command: str | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _REPO_VARS}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in _REPO_VARS and not k.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))
+    }
     env["GIT_TERMINAL_PROMPT"] = "0"  # a credential prompt fails instead of waiting
     if ssh_command is not None:
         # "simple": git passes the host and the command only, as our relay expects
@@ -168,7 +188,7 @@ def sync_argv(cfg: JobConfig, spec: NodeSpec, head: LocalHead, marker: str) -> l
     options = ["--quiet", "--no-verify", "--recurse-submodules=no", "--signed=no"]
     return [
         *("git", "-C", head.repo, "push", *options, f"--receive-pack={receive_pack}"),
-        *("--", url, f"+{head.sha}:{SYNC_REF}"),
+        *("--", url, f"+{head.sha}:{INCOMING_REF}"),
     ]
 
 

@@ -126,7 +126,8 @@ def test_a_dirty_node_is_refused_untouched_and_nothing_starts(fake: FakeCluster,
         f"commit, stash or discard them there (git -C ~/{name}-code status)"
     ) in res.stderr.splitlines()
     assert (dirty / "VERSION").read_text() == "an edit made on node1\n"
-    assert head(dirty) == before and not has(dirty, "refs/mntui/sync")  # nothing was sent
+    assert head(dirty) == before and not has(dirty, "refs/mntui/incoming")  # nothing was sent
+    assert not has(dirty, "refs/mntui/sync")
     assert not has(dirty, f"{sha}^{{commit}}")
     assert tagged(name) == [] and not [s for s in fake.node("node0").sessions() if name in s]
     assert head(clean) == sha  # the others synced, as in rsync mode

@@ -231,6 +231,88 @@ def test_an_untracked_file_in_the_way_is_never_overwritten(tmp_path: Path) -> No
     assert head(clone) == before
 
 
+def test_ignored_files_on_a_node_are_never_overwritten(tmp_path: Path) -> None:
+    """git's checkout takes ignored files for disposable: a node's own `.env` and
+    checkpoint directory were replaced by the commit's files, and the sync said done."""
+    src = repo(tmp_path / "src", {".gitignore": "conf.local\nckpt/\n", "VERSION": "v1\n"})
+    clone = tmp_path / "node" / "code"
+    subprocess.run(["git", "clone", "-q", str(src), str(clone)], check=True)
+    (clone / "conf.local").write_text("the node's own settings\n")
+    (clone / "ckpt").mkdir()
+    (clone / "ckpt" / "model.pt").write_text("weights\n")
+    (src / ".gitignore").write_text("")
+    (src / "conf.local").write_text("committed\n")
+    (src / "ckpt").write_text("a file where the node has a directory\n")
+    git(src, "add", ".")
+    git(src, "commit", "-qm", "tracks them")
+    before = head(clone)
+    with pytest.raises(SyncError) as err:
+        sync_nodes(local_job(tmp_path, clone))
+    assert err.value.failures["l0"].startswith("git checkout refused: error: "), err.value
+    assert (clone / "conf.local").read_text() == "the node's own settings\n"
+    assert (clone / "ckpt" / "model.pt").read_text() == "weights\n"
+    assert head(clone) == before
+    sync_ref = ["git", "-C", str(clone), "rev-parse", "-q", "--verify", "refs/mntui/sync"]
+    assert subprocess.run(sync_ref, capture_output=True).returncode == 1  # moves on success only
+
+
+def test_a_workdir_in_another_repository_is_refused(tmp_path: Path) -> None:
+    """The workdir not cloned yet, inside a dotfiles repository in $HOME: the commit was
+    checked out over that repository, deleting its files (`.bashrc`, `.ssh/`)."""
+    repo(tmp_path / "src", {"train.py": "print('train')\n"})
+    home = repo(tmp_path / "home", {".bashrc": "# mine\n"})
+    (home / "proj").mkdir()
+    before = head(home)
+    with pytest.raises(SyncError) as err:
+        sync_nodes(local_job(tmp_path, home / "proj"))
+    why = err.value.failures["l0"]
+    assert why.startswith(f"{home}/proj is inside a repository whose HEAD {before[:12]} shares")
+    assert why.endswith(f"left untouched: clone the project into {home}/proj"), why
+    assert (home / ".bashrc").read_text() == "# mine\n" and head(home) == before
+    assert not detached(home)
+
+
+def test_a_refused_checkout_leaves_no_false_orphan(tmp_path: Path) -> None:
+    """After a checkout refused for a file in the way, the node's HEAD is still the last
+    synced commit, and a retry goes on, even when that commit is gone from the source."""
+    src = repo(tmp_path / "src")
+    clone = tmp_path / "node" / "code"
+    subprocess.run(["git", "clone", "-q", str(src), str(clone)], check=True)
+    first = commit_to(src, "v2")
+    sync_nodes(local_job(tmp_path, clone))
+    assert head(clone) == first and detached(clone)
+    (src / "new.py").write_text("x\n")
+    git(src, "add", "new.py")
+    git(src, "commit", "-q", "--amend", "-m", "v2, amended")  # `first` is gone locally
+    (clone / "new.py").write_text("in the way\n")
+    with pytest.raises(SyncError):
+        sync_nodes(local_job(tmp_path, clone))
+    assert head(clone) == first
+    (clone / "new.py").unlink()
+    sync_nodes(local_job(tmp_path, clone))
+    assert head(clone) == head(src) != first
+
+
+def test_the_users_git_environment_does_not_steer_the_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GIT_NAMESPACE wrote the ref under refs/namespaces/..., and the check that it
+    arrived then failed without a word; GIT_DIR would have read another repository."""
+    src = repo(tmp_path / "src")
+    clone = tmp_path / "node" / "code"
+    subprocess.run(["git", "clone", "-q", str(src), str(clone)], check=True)
+    sha = commit_to(src, "v2")
+    other = repo(tmp_path / "other")
+    monkeypatch.setenv("GIT_NAMESPACE", "ns")
+    monkeypatch.setenv("GIT_DIR", str(other / ".git"))
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
+    monkeypatch.setenv("GIT_CONFIG_KEY_0", "core.bare")
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", "true")
+    stats = sync_nodes(local_job(tmp_path, clone))
+    monkeypatch.undo()  # the test's own git reads go to the clone again
+    assert stats["l0"].commit == sha == head(clone)
+
+
 def test_a_held_lock_makes_the_node_wait(tmp_path: Path) -> None:
     """Nodes sharing one clone take turns: a second waits for the first's lock."""
     src = repo(tmp_path / "src")
@@ -378,7 +460,7 @@ def test_command_line(tmp_path: Path) -> None:
     found = read_head(str(src))
     argv = sync_argv(cfg, cfg.node("n0"), found, M)
     assert argv[:4] == ["git", "-C", str(src), "push"]
-    assert argv[-3:] == ["--", "n0:.", f"+{found.sha}:refs/mntui/sync"]
+    assert argv[-3:] == ["--", "n0:.", f"+{found.sha}:refs/mntui/incoming"]
     receive_pack = next(a for a in argv if a.startswith("--receive-pack="))
     words = shlex.split(receive_pack.removeprefix("--receive-pack="))
     assert words == ["exec", "sh", "-c", SYNC_SCRIPT, "mntui-sync", "my code", M, M, found.sha]
