@@ -23,7 +23,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from fakecluster import FakeCluster, alive, cmdline, free_port, pids_with_env, wait_for
+from fakecluster import (
+    FakeCluster,
+    alive,
+    cmdline,
+    free_port,
+    pids_with_env,
+    process_tree,
+    wait_for,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "mntui.tui.cli"]
@@ -160,16 +168,7 @@ def _sshd(fc: FakeCluster, node: str) -> list[int]:
     """The node's sshd and everything under it (its connections' sshd and shells)."""
     proc = fc.node(node).proc
     assert proc is not None
-    out, todo = [], [proc.pid]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        for f in Path(f"/proc/{pid}/task").glob("*/children"):
-            try:
-                todo += [int(c) for c in f.read_text().split()]
-            except OSError:
-                continue
-    return out
+    return process_tree(proc.pid)
 
 
 def _signal(pids: list[int], sig: int) -> None:

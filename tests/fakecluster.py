@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
@@ -106,6 +107,19 @@ def process_tree(pid: int) -> list[int]:
             except OSError:
                 continue
     return out
+
+
+def stop_process(proc: subprocess.Popen[Any] | None, grace: float) -> None:
+    """A daemon the tests started (sshd, a KDC, slurmctld): TERM, then KILL after `grace`
+    seconds, and reaped either way."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def port_listening(port: int) -> bool:
@@ -412,13 +426,7 @@ Host *
     def stop(self) -> None:
         self.stop_jobs()
         for node in self.nodes:
-            if node.proc is not None and node.proc.poll() is None:
-                node.proc.terminate()
-                try:
-                    node.proc.wait(5)
-                except subprocess.TimeoutExpired:
-                    node.proc.kill()
-                    node.proc.wait()
+            stop_process(node.proc, 5)
         # sshd children of a killed sshd serve open connections until they close
         for pid in pids_with_env(
             f"MNTUI_FAKE_NODE={re.escape(self.nodes[0].tag.rsplit('/', 1)[0])}/.*"

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fakecluster import free_port, wait_for
+from fakecluster import free_port, stop_process, wait_for
 
 REALM = "MNTUI.TEST"
 TOOLS = ("krb5kdc", "kdb5_util", "kadmin.local", "kinit", "klist", "kdestroy")
@@ -129,13 +129,7 @@ class Kdc:
             return False
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, 10)
 
     # -- principals and tickets --------------------------------------------------------
     def _run(

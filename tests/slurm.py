@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fakecluster import alive, free_port, pids_with_env, wait_for
+from fakecluster import alive, free_port, pids_with_env, stop_process, wait_for
 
 TOOLS = ("munged", "slurmctld", "slurmd", "scontrol", "sbatch", "scancel", "squeue", "sinfo")
 PACKAGES = "slurmctld slurmd slurm-client munge"
@@ -162,13 +162,7 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
             except TimeoutError:
                 pass
         for proc in reversed(self.procs):  # slurmd, slurmctld, munged
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop_process(proc, 10)
         for pid in alive(pids_with_env(f"MNTUI_SLURM={self.dir}")):  # detached job steps
             try:
                 os.kill(pid, signal.SIGKILL)
