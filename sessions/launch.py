@@ -20,7 +20,7 @@ from .config import JobConfig
 from .errors import LaunchError, MntuiError
 from .events import Event, Phase
 from .kill import kill_job
-from .plan import NodePlan, Plan, build_plan, new_run_id
+from .plan import NodePlan, Plan, build_plan, new_run_id, run_record
 from .remote import Cluster, Node, NodeError
 from .runs import RunRecord, RunStatus
 from .startchecks import preflight, wait_ready
@@ -115,7 +115,7 @@ def _launch(
     _check_nodes(cfg, cluster, plan, restart, on_event)
     if cfg.sync is not None and attempt is None:  # a restart runs the code it ran before
         _sync(cfg, on_event)
-    record = RunRecord.from_plan(plan, cfg.path)
+    record = run_record(plan, cfg.path)
     record.node_source = cfg.nodes_from.to_record() if cfg.nodes_from is not None else None
     record.chain = attempt.chain if attempt is not None else plan.run_id
     record.attempt = attempt.number if attempt is not None else 0

@@ -25,6 +25,7 @@ from ClusterShell.NodeSet import NodeSet
 
 from .configchecks import CONTROL_RE
 from .confignodes import MAX_NODES, NODE_RE
+from .runs import latest
 from .settings import MAX_NPROC
 from .slurmjobs import expand_nodelist, job_problem, show_job
 from .yamlmarks import ConfigError, Document, Path_
@@ -162,8 +163,6 @@ def _names(source: NodeSource) -> str:
 
 
 def _recorded(job: str, spec: str) -> tuple[NodeSource, bool] | None:
-    from .runs import latest  # runs -> plan -> config: not at import time
-
     record = latest(job)
     if record is None:
         return None

@@ -9,6 +9,7 @@ the placeholders substituted into `command` are quoted (the config refuses
 
 from __future__ import annotations
 
+import os
 import secrets
 import shlex
 import time
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from . import tmux
 from .config import JobConfig
 from .procs import TAG_VAR, run_dir_word, run_tag
+from .runs import NodeRecord, RunRecord
 from .settings import NodeSpec
 
 RUNS_DIR = ".mntui/runs"  # relative to the node user's $HOME
@@ -73,6 +75,21 @@ class Plan:
 
     def node(self, name: str) -> NodePlan:
         return next(n for n in self.nodes if n.node == name)
+
+
+def run_record(plan: Plan, config: str) -> RunRecord:
+    """The run's first record: here, not in runs.py, so the records need no plan."""
+    return RunRecord(
+        plan.job,
+        plan.run_id,
+        os.path.abspath(config),
+        plan.master_addr,
+        plan.master_port,
+        [
+            NodeRecord(n.node, n.host, n.rank, n.session, n.tag, n.run_dir, nproc=n.nproc)
+            for n in plan.nodes
+        ],
+    )
 
 
 def render_command(template: str, values: Mapping[str, str | int]) -> str:

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError, private_dir, state_dir
-from .plan import Plan
 
 __all__ = [
     "NodeRecord",
@@ -106,20 +105,6 @@ class RunRecord:
     # nodes from a hostfile or Slurm: the source and the nodes it gave at launch, so the
     # run's later commands see them after the allocation ends (nodesource.NodeSource)
     node_source: dict[str, Any] | None = None
-
-    @classmethod
-    def from_plan(cls, plan: Plan, config: str) -> RunRecord:
-        return cls(
-            plan.job,
-            plan.run_id,
-            os.path.abspath(config),
-            plan.master_addr,
-            plan.master_port,
-            [
-                NodeRecord(n.node, n.host, n.rank, n.session, n.tag, n.run_dir, nproc=n.nproc)
-                for n in plan.nodes
-            ],
-        )
 
     @property
     def dir(self) -> Path:

@@ -24,7 +24,7 @@ from mntui.sessions.nodesource import (
     listing,
     parse_hostfile,
 )
-from mntui.sessions.plan import build_plan
+from mntui.sessions.plan import build_plan, run_record
 from mntui.sessions.runs import NodeRecord, RunRecord, RunStatus
 from mntui.sessions.slurmjobs import job_problem, parse_job
 from mntui.sessions.sync import parse_stats, remote_dest, rsync_argv, rsync_error
@@ -112,7 +112,7 @@ def test_slots_that_differ_flow_into_world_size_and_placeholders(tmp_path: Path)
     for n, nproc in zip(plan.nodes, (8, 2, 4), strict=True):
         assert n.env["WORLD_SIZE"] == "14" and n.env["NNODES"] == "3"
         assert f"--node_rank={n.rank} --nproc_per_node={nproc} " in n.command
-    record = RunRecord.from_plan(plan, str(tmp_path / "job.yaml"))
+    record = run_record(plan, str(tmp_path / "job.yaml"))
     assert [r.nproc for r in record.nodes] == [8, 2, 4]
 
 
@@ -222,7 +222,7 @@ def test_recorded_nodes_serve_the_run_and_a_launch_refuses_them(tmp_path: Path) 
     path = write_job(tmp_path, "a slots=2\nb\n", job="jrec")
     cfg = load_config(path)
     plan = build_plan(cfg, "20260101-000000-abcd", "127.0.0.1")
-    record = RunRecord.from_plan(plan, str(path))
+    record = run_record(plan, str(path))
     assert cfg.nodes_from is not None
     record.node_source = cfg.nodes_from.to_record()
     record.status = RunStatus.RUNNING

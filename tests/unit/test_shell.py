@@ -17,8 +17,8 @@ from fakecluster import wait_for
 from mntui.sessions import doctor, kill, launch, logs, pollscript, startchecks, tmux
 from mntui.sessions.config import parse_config
 from mntui.sessions.evidence import evidence_script
+from mntui.sessions.plan import run_record
 from mntui.sessions.procs import SHELL_LIB, PortHolder
-from mntui.sessions.runs import RunRecord
 from mntui.sessions.settings import ReadyMode
 from mntui.sessions.smoke import smoke_config
 from mntui.sessions.stacks import capture_script
@@ -64,7 +64,7 @@ def scripts() -> dict[str, tuple[str, str]]:
     """name -> (shell that runs it, text), for every builder."""
     cfg = parse_config(CFG)
     plan = launch.build_plan(cfg, "20260101-000000-abcd", "10.0.0.1")
-    rec = RunRecord.from_plan(plan, cfg.path).nodes[1]
+    rec = run_record(plan, cfg.path).nodes[1]
     out: dict[str, tuple[str, str]] = {}
     for np in plan.nodes:
         out[f"launch-{np.node}"] = ("bash", np.launch_script)
