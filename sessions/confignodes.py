@@ -3,28 +3,25 @@ and mappings, or a hostfile or Slurm job; `overrides:` by node name; each one re
 a NodeSpec with the shared top-level keys.
 
 A node name reaches SSH, tmux and shells, and a node set can expand to millions of
-names, so both are checked here, before anything is expanded or run: NODE_RE, and a bound
-counted on the text against MAX_NODES. A config with a plain list never imports
-nodesource: loading it calls no Slurm.
+names, so both are checked here, before anything is expanded or run, by the rules of
+nodenames.py. A config with a plain list never imports nodesource: loading it calls no
+Slurm.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ClusterShell.NodeSet import NodeSet, NodeSetException
 
 from . import configchecks as ck
+from .nodenames import MAX_NODES, NODE_RE, nodeset_bound
 from .settings import NodeSpec
 from .yamlmarks import Document, Path_, format_path
 
 if TYPE_CHECKING:
     from .nodesource import NodeSource
-
-NODE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
-MAX_NODES = 4096  # one SSH connection and one thread per node
 
 NODE_KEYS = ck.keys(NodeSpec)
 SHARED_KEYS = ck.keys(NodeSpec, "shared")
@@ -156,27 +153,3 @@ def _node_item(
     if not names:
         raise doc.error(path, f"node set {item!r} names no node")
     return [(name, {}) for name in names]
-
-
-def nodeset_bound(text: str) -> int:
-    """At least as many nodes as `text` expands to: the sum over its comma-separated
-    patterns of the product of their bracket sizes (ranges counted without steps)."""
-    total, size, depth, group = 0, 1, 0, ""
-    for c in text + ",":
-        if depth:
-            if c == "]":
-                depth, size = 0, size * sum(_range_size(r) for r in group.split(","))
-            else:
-                group += c
-        elif c == "[":
-            depth, group = 1, ""
-        elif c in ",!&^":
-            total, size = total + size, 1
-    return total
-
-
-def _range_size(text: str) -> int:
-    m = re.fullmatch(r"\s*(\d{1,9})\s*-\s*(\d{1,9})\s*(/\s*\d+\s*)?", text)
-    if m:
-        return max(0, int(m[2]) - int(m[1])) + 1
-    return 10**9 if re.search(r"\d{10}", text) else 1

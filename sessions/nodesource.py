@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ClusterShell.NodeSet import NodeSet
 
 from .configchecks import CONTROL_RE
-from .confignodes import MAX_NODES, NODE_RE
+from .nodenames import MAX_NODES, NODE_RE
 from .runs import latest
 from .settings import MAX_NPROC
 from .slurmjobs import expand_nodelist, job_problem, show_job

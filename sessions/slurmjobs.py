@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from ClusterShell.NodeSet import NodeSet, NodeSetException
 
 from .configchecks import CONTROL_RE
-from .confignodes import MAX_NODES, NODE_RE, nodeset_bound
+from .nodenames import MAX_NODES, NODE_RE, nodeset_bound
 
 SLURM_TIMEOUT = 20.0  # scontrol retries an unreachable slurmctld for MessageTimeout (10 s)
 
