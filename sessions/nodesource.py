@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
 
@@ -29,9 +29,6 @@ from .runs import latest
 from .settings import MAX_NPROC
 from .slurmjobs import expand_nodelist, job_problem, show_job
 from .yamlmarks import ConfigError, Document, Path_
-
-if TYPE_CHECKING:
-    from .config import JobConfig
 
 JOB_ID_RE = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,12})?\Z")  # a job, or one task of an array
 MAX_HOSTFILE = 1 << 20
@@ -272,37 +269,3 @@ def read_slurm(doc: Document, source: Source, where: Path_, env: Mapping[str, st
     except ValueError as exc:
         raise doc.error(where, str(exc)) from None
     return NodeSource(SourceKind.SLURM, source.spec, detail, tuple(Listed(n) for n in names))
-
-
-# ---- `mntui nodes` -----------------------------------------------------------------
-
-
-def listing(cfg: JobConfig) -> dict[str, Any]:
-    """The nodes a command of this job uses now: ranks, processes, and where from."""
-    src = cfg.nodes_from
-    source: dict[str, Any] = {"kind": SourceKind.LIST.value, "detail": f"the list in {cfg.path}"}
-    if src is not None:
-        source = {"kind": src.kind.value, "spec": src.spec, "detail": src.detail}
-        source |= {"recorded_by_run": src.run, "why": src.why} if src.run else {}
-    nodes = [
-        {"rank": n.rank, "node": n.name, "host": n.host, "nproc": cfg.nproc(n), "main": n.rank == 0}
-        for n in cfg.nodes
-    ]
-    return {"job": cfg.job, "world_size": cfg.world_size, "source": source, "nodes": nodes}
-
-
-def format_listing(data: dict[str, Any]) -> str:
-    src = data["source"]
-    lines = [
-        f"job {data['job']}: {len(data['nodes'])} node(s), world size {data['world_size']}",
-        f"nodes from {src['detail']}",
-    ]
-    if src.get("recorded_by_run"):
-        lines.append(f"as recorded by run {src['recorded_by_run']}: {src['why']}")
-    table = [("RANK", "NODE", "HOST", "NPROC", "ROLE")] + [
-        (str(n["rank"]), n["node"], n["host"], str(n["nproc"]), "main" if n["main"] else "worker")
-        for n in data["nodes"]
-    ]
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in table]
-    return "\n".join(line.rstrip() for line in lines)

@@ -157,7 +157,7 @@ def cmd_doctor(cfg: JobConfig, args: argparse.Namespace) -> int:
 def cmd_nodes(cfg: JobConfig, args: argparse.Namespace) -> int:
     import json
 
-    from mntui.sessions.nodesource import format_listing, listing
+    from mntui.tui.nodes_view import format_listing, listing
 
     data = listing(cfg)
     say(json.dumps(data, indent=2) if args.json else format_listing(data))

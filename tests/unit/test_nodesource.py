@@ -19,15 +19,14 @@ from mntui.sessions.nodesource import (
     NodeSource,
     SourceKind,
     choose,
-    format_listing,
     from_record,
-    listing,
     parse_hostfile,
 )
 from mntui.sessions.plan import build_plan, run_record
 from mntui.sessions.runs import NodeRecord, RunRecord, RunStatus
 from mntui.sessions.slurmjobs import job_problem, parse_job
 from mntui.sessions.sync import parse_stats, remote_dest, rsync_argv, rsync_error
+from mntui.tui.nodes_view import format_listing, listing
 
 TORCHRUN = (
     "torchrun --nnodes={nnodes} --node_rank={node_rank} --nproc_per_node={nproc_per_node} "
