@@ -159,7 +159,8 @@ def check_nodes_fresh(cfg: JobConfig, attempt: Attempt | None) -> None:
 
 
 def _sync(cfg: JobConfig, on_event: EventSink) -> None:
-    from .sync import SyncError, sync_nodes
+    from .sync import sync_nodes
+    from .syncfanout import SyncError
 
     try:
         sync_nodes(cfg, on_event=on_event)

@@ -13,7 +13,8 @@ from fakecluster import FakeCluster, tagged
 from helpers import Cfg, free_port
 
 from mntui.sessions.config import parse_config
-from mntui.sessions.sync import SyncError, sync_nodes
+from mntui.sessions.sync import sync_nodes
+from mntui.sessions.syncfanout import SyncError
 
 
 def git(repo: Path, *args: str) -> str:

@@ -24,7 +24,8 @@ from mntui.sessions.gitnode import (
 )
 from mntui.sessions.gitsync import local_notices, parse_status, publish, read_head, sync_argv
 from mntui.sessions.settings import GitCheckout, GitSync
-from mntui.sessions.sync import SyncError, sync_nodes
+from mntui.sessions.sync import sync_nodes
+from mntui.sessions.syncfanout import SyncError
 
 SHELLCHECK = shutil.which("shellcheck", path=str(Path(sys.executable).parent)) or "shellcheck"
 SHA = "a" * 40

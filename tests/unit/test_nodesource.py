@@ -25,7 +25,8 @@ from mntui.sessions.nodesource import (
 from mntui.sessions.plan import build_plan, run_record
 from mntui.sessions.runs import NodeRecord, RunRecord, RunStatus
 from mntui.sessions.slurmjobs import job_problem, parse_job
-from mntui.sessions.sync import parse_stats, remote_dest, rsync_argv, rsync_error
+from mntui.sessions.sync import parse_stats, rsync_argv, rsync_error
+from mntui.sessions.syncfanout import remote_dest
 from mntui.tui.nodes_view import format_listing, listing
 
 TORCHRUN = (
