@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from benchlib import job_config, pdsh
 from fakecluster import (
     FakeCluster,
     alive,
@@ -88,8 +89,6 @@ def _via(cfg: Path) -> str:
 
 
 def cold_n(root: Path, n: int, reps: int) -> dict[str, list[float]]:
-    from bench import job_config, pdsh  # type: ignore[import-not-found]
-
     fc = FakeCluster(root / f"cold{n}", n).start()
     job = f"cold{n}"
     cfg = root / f"{job}.yaml"

@@ -31,7 +31,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 
-from fakecluster import FakeCluster, free_port  # noqa: E402
+from benchlib import job_config, make_tree, pdsh  # noqa: E402
+from fakecluster import FakeCluster  # noqa: E402
 
 from mntui.sessions.config import parse_config  # noqa: E402
 from mntui.sessions.kill import kill_job  # noqa: E402
@@ -41,24 +42,6 @@ from mntui.sessions.poll import Poller  # noqa: E402
 from mntui.sessions.remote import Cluster  # noqa: E402
 
 STATUS_CMD = "tmux ls 2>/dev/null; cat /proc/loadavg; ss -Hltn | wc -l"
-
-
-def job_config(fc: FakeCluster, n: int, job: str) -> str:
-    nodes = ", ".join(f"node{i}" for i in range(n))
-    port = free_port()
-    return f"""
-job: {job}
-nodes: [{nodes}]
-master_port: {port}
-command: >-
-  exec python3 -c "import socket, sys, time; s = socket.socket();
-  s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1);
-  int(sys.argv[1]) == 0 and (s.bind(('127.0.0.1', {port})), s.listen());
-  print('up', flush=True); time.sleep(3600)" {{node_rank}}
-launch: {{ready_timeout: 60}}
-kill: {{grace: 2}}
-ssh: {{config: {fc.ssh_config}, connect_timeout: 10}}
-"""
 
 
 def raw_true(cluster: Cluster) -> None:
@@ -79,18 +62,6 @@ def raw_true(cluster: Cluster) -> None:
         t.start()
     for t in threads:
         t.join()
-
-
-def pdsh(fc: FakeCluster, n: int, command: str) -> None:
-    env = {**os.environ, "PDSH_SSH_ARGS_APPEND": f"-F {fc.ssh_config}"}
-    hosts = ",".join(f"node{i}" for i in range(n))
-    subprocess.run(
-        ["pdsh", "-R", "ssh", "-f", "128", "-w", hosts, command],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        check=True,
-    )
 
 
 def ssh_loop(fc: FakeCluster, n: int, command: str) -> None:
@@ -229,17 +200,6 @@ def bench_transports(root: Path, n: int, reps: int) -> dict[str, object]:
             cluster.close()
         fc.stop()
     return {"n": n, "results": results}
-
-
-def make_tree(root: Path, mb: int, file_kb: int = 50) -> list[Path]:
-    """`mb` MB of random bytes in files of `file_kb` kB, 50 to a directory."""
-    files = []
-    for i in range(mb * 1000 // file_kb):
-        path = root / f"d{i // 50:03d}" / f"f{i:05d}.bin"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(os.urandom(file_kb * 1000))
-        files.append(path)
-    return files
 
 
 def bench_sync(root: Path, n: int, mb: int, reps: int) -> dict[str, list[float]]:

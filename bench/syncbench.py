@@ -3,7 +3,7 @@
     .venv/bin/python bench/syncbench.py --nodes 8 --mb 50 --reps 3
     .venv/bin/python bench/syncbench.py --nodes 8 --repo . --reps 3
 
-The source is a git repository of `mb` MB of random files (bench.py's make_tree), one
+The source is a git repository of `mb` MB of random files (benchlib.py's make_tree), one
 commit, all loose objects (git's worst case: every push searches deltas and compresses
 them again; --packed runs `git gc` first); or, with --repo, a fresh clone of that
 repository (packed, its history).
@@ -30,9 +30,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 
+from benchlib import make_tree  # noqa: E402
 from fakecluster import FakeCluster  # noqa: E402
 
-from bench import make_tree  # noqa: E402
 from mntui.sessions.config import parse_config  # noqa: E402
 from mntui.sessions.sync import sync_nodes  # noqa: E402
 

@@ -1,0 +1,53 @@
+"""What the benchmarks share: the fake cluster's idle job, pdsh (the baseline of every
+fan-out row) and a source tree of random files. Its own module, so bench.py,
+agentbench.py and syncbench.py import it and not each other.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from fakecluster import FakeCluster, free_port
+
+
+def job_config(fc: FakeCluster, n: int, job: str) -> str:
+    nodes = ", ".join(f"node{i}" for i in range(n))
+    port = free_port()
+    return f"""
+job: {job}
+nodes: [{nodes}]
+master_port: {port}
+command: >-
+  exec python3 -c "import socket, sys, time; s = socket.socket();
+  s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1);
+  int(sys.argv[1]) == 0 and (s.bind(('127.0.0.1', {port})), s.listen());
+  print('up', flush=True); time.sleep(3600)" {{node_rank}}
+launch: {{ready_timeout: 60}}
+kill: {{grace: 2}}
+ssh: {{config: {fc.ssh_config}, connect_timeout: 10}}
+"""
+
+
+def pdsh(fc: FakeCluster, n: int, command: str) -> None:
+    env = {**os.environ, "PDSH_SSH_ARGS_APPEND": f"-F {fc.ssh_config}"}
+    hosts = ",".join(f"node{i}" for i in range(n))
+    subprocess.run(
+        ["pdsh", "-R", "ssh", "-f", "128", "-w", hosts, command],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=True,
+    )
+
+
+def make_tree(root: Path, mb: int, file_kb: int = 50) -> list[Path]:
+    """`mb` MB of random bytes in files of `file_kb` kB, 50 to a directory."""
+    files = []
+    for i in range(mb * 1000 // file_kb):
+        path = root / f"d{i // 50:03d}" / f"f{i:05d}.bin"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(os.urandom(file_kb * 1000))
+        files.append(path)
+    return files
