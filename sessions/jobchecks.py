@@ -117,9 +117,19 @@ def pattern(doc: Document, value: Any, path: Path_) -> str:
     return text
 
 
-def progress_pattern(doc: Document, value: Any, path: Path_) -> str:
-    from .progress import compile_pattern  # a Python regex: mntui itself runs it
+def compile_pattern(pattern: str) -> re.Pattern[str]:
+    """The config's `progress_pattern`, refused with a one-line reason when unusable: a
+    Python regex, as mntui itself runs it (progress.py)."""
+    try:
+        compiled = re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"not a valid regular expression: {exc}") from None
+    if "step" not in compiled.groupindex:
+        raise ValueError("it has no named group `step`: write the number as (?P<step>[0-9]+)")
+    return compiled
 
+
+def progress_pattern(doc: Document, value: Any, path: Path_) -> str:
     text = ck.text(doc, value, path)
     try:
         compile_pattern(text)

@@ -19,6 +19,7 @@ from pathlib import Path
 from . import evidence, progress, report, stacks
 from .config import JobConfig
 from .errors import log_exception
+from .jobchecks import compile_pattern
 from .logs import LineSplitter
 from .procs import run_pattern
 from .progress import ProgressTracker
@@ -57,7 +58,7 @@ class Observations:
 
 def observations(cfg: JobConfig, record: RunRecord) -> Observations:
     """Observations that also follow each node's training step (`progress_pattern`)."""
-    pattern = progress.compile_pattern(cfg.progress_pattern or progress.DEFAULT_PATTERN)
+    pattern = compile_pattern(cfg.progress_pattern or progress.DEFAULT_PATTERN)
     return Observations(
         tracker=progress.ProgressTracker(pattern),
         ranks={n.node: n.rank for n in record.nodes},

@@ -21,7 +21,6 @@ __all__ = [
     "DEFAULT_PATTERN",
     "NodeProgress",
     "ProgressTracker",
-    "compile_pattern",
     "describe",
 ]
 
@@ -43,17 +42,6 @@ MAX_LINE = 4000
 MAX_STEP = 10**12
 MAX_WHO = 6  # rank spans and names named in one part of a description
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-
-
-def compile_pattern(pattern: str) -> re.Pattern[str]:
-    """The config's `progress_pattern`, refused with a one-line reason when unusable."""
-    try:
-        compiled = re.compile(pattern)
-    except re.error as exc:
-        raise ValueError(f"not a valid regular expression: {exc}") from None
-    if "step" not in compiled.groupindex:
-        raise ValueError("it has no named group `step`: write the number as (?P<step>[0-9]+)")
-    return compiled
 
 
 @dataclass(frozen=True)
@@ -78,7 +66,7 @@ class ProgressTracker:
     an empty feed is what lets a node's rate fall to 0 when it stops printing."""
 
     def __init__(self, pattern: re.Pattern[str], window: float = 30.0) -> None:
-        if "step" not in pattern.groupindex:  # compile_pattern() says so to the user
+        if "step" not in pattern.groupindex:  # jobchecks.compile_pattern() says so to the user
             raise ValueError("the progress pattern has no named group `step`")
         self.pattern = pattern
         self.window = window

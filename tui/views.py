@@ -183,14 +183,15 @@ def _status_via_agent(
 def _status_direct(
     cfg: JobConfig, record: RunRecord, as_json: bool, watch: bool, via: Via, say: Say
 ) -> ExitCode:
-    from mntui.sessions import progress
+    from mntui.sessions.jobchecks import compile_pattern
     from mntui.sessions.logs import LineSplitter
     from mntui.sessions.poll import Poller
+    from mntui.sessions.progress import DEFAULT_PATTERN, ProgressTracker, describe
     from mntui.sessions.remote import Cluster
     from mntui.sessions.states import derive
 
-    pattern = progress.compile_pattern(cfg.progress_pattern or progress.DEFAULT_PATTERN)
-    tracker = progress.ProgressTracker(pattern)  # not postmortem's Observations: its
+    pattern = compile_pattern(cfg.progress_pattern or DEFAULT_PATTERN)
+    tracker = ProgressTracker(pattern)  # not postmortem's Observations: its
     splitters = {n.node: LineSplitter() for n in record.nodes}  # imports cost 80 ms
     ranks = {n.node: n.rank for n in record.nodes}
     with Cluster(cfg.nodes, cfg.ssh) as cluster:  # a node that cannot be reached: its row
@@ -203,7 +204,7 @@ def _status_direct(
             for node, snap in snaps.items():
                 tracker.feed(node, splitters[node].feed(snap.new_output), now)
             steps = tracker.snapshot(now)
-            summary = progress.describe(steps, ranks)
+            summary = describe(steps, ranks)
             st = AgentStatus(snaps, verdicts, steps, summary, now)
             code = _show_status(record, st, as_json, watch, via, say, cfg.restart.max)
             if not watch:

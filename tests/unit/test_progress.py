@@ -8,12 +8,12 @@ import time
 
 import pytest
 
+from mntui.sessions.jobchecks import compile_pattern
 from mntui.sessions.progress import (
     DEFAULT_PATTERN,
     MAX_STEP,
     NodeProgress,
     ProgressTracker,
-    compile_pattern,
     describe,
 )
 
