@@ -6,8 +6,9 @@ to tmux directly and detaching returns to their shell, not to mntui.
 
 from __future__ import annotations
 
-from . import sshresolve, tmux
+from . import tmux
 from .config import JobConfig
+from .sshresolve import ssh_base_argv
 
 
 def attach_argv(
@@ -19,7 +20,7 @@ def attach_argv(
     if spec.is_local:
         return tmux.attach_argv(session, inside_tmux=inside)
     remote_cmd = tmux.remote_attach_command(session)
-    return [*sshresolve.ssh_base_argv(cfg.ssh.config), "-t", "--", spec.host, remote_cmd]
+    return [*ssh_base_argv(cfg.ssh.config), "-t", "--", spec.host, remote_cmd]
 
 
 def attach_all_argv(cfg: JobConfig, *, inside_tmux: bool | None = None) -> list[str]:

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import doctor_checks as verdicts
-from . import tmux
 from .config import JobConfig
 from .doctor_checks import Check, Git, Probe, Python, Status, exit_code, format_rows
 from .launch import master_addr
@@ -33,6 +32,7 @@ from .procs import SHELL_LIB, job_node_pattern, parse_listeners, parse_procs
 from .remote import Cluster, GroupResult, Node
 from .settings import NodeSpec
 from .smoke import allreduce, tcp_check
+from .tmux import has_session, session_name
 
 __all__ = ["Check", "Probe", "Status", "allreduce", "exit_code", "format_rows", "run_checks"]
 
@@ -66,7 +66,7 @@ def probe_script(cfg: JobConfig, spec: NodeSpec, addr: str, is_main: bool, token
     ports = " ".join(str(p) for p in cfg.all_ports) if is_main else ""
     return f"""{SHELL_LIB}
 mntui_procinfo $(mntui_scan {shlex.quote(job_node_pattern(cfg.job, spec.name))})
-if {tmux.has_session(tmux.session_name(cfg.job, spec.name))}; then printf '{m} SESSION\\n'; fi
+if {has_session(session_name(cfg.job, spec.name))}; then printf '{m} SESSION\\n'; fi
 {f"mntui_listeners {ports}" if ports else ":"}
 printf '{m} SCANNED\\n'
 _v=$(tmux -V 2>/dev/null | head -n 1)

@@ -15,7 +15,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import NoReturn
 
-from . import sshresolve
 from .config import JobConfig
 from .errors import LaunchError, MntuiError
 from .events import Event, Phase
@@ -23,6 +22,7 @@ from .kill import kill_job
 from .plan import NodePlan, Plan, build_plan, new_run_id, run_record
 from .remote import Cluster, Node, NodeError
 from .runs import RunRecord, RunStatus
+from .sshresolve import resolve
 from .startchecks import preflight, wait_ready
 
 EventSink = Callable[[Event], None]
@@ -43,7 +43,7 @@ def master_addr(cfg: JobConfig) -> str:
     main = cfg.main_node
     if main.is_local:
         return "127.0.0.1"
-    return sshresolve.resolve(main.host, cfg.ssh.config).hostname
+    return resolve(main.host, cfg.ssh.config).hostname
 
 
 def local_env(cfg: JobConfig) -> dict[str, dict[str, str]]:

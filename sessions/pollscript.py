@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import gpu as gpumod
-from . import tmux
 from .procs import B64, INT, SHELL_LIB, b64_bytes, b64_text, node_lines, run_dir_word, run_pattern
 from .runs import NodeRecord
+from .tmux import PaneStatus, format_pane_status, no_pane, pane_status, parse_pane_status
 
 LOG_CHUNK = 64 * 1024  # bytes of output.log one poll carries at most
 PORTS_EVERY = 10  # polls between listening-port scans (`ss -p` walks every fd: 6 ms)
@@ -58,10 +58,10 @@ TREE = """mntui_poll_tree() {
 
 def _pane_lines(rec: NodeRecord, pane_pid: int | None) -> str:
     """Ask tmux only when the pane's process is gone; a live one is reported as tmux would."""
-    ask_tmux = f"printf '@PANE %s\\n' \"$({tmux.pane_status(rec.session)})\""
+    ask_tmux = f"printf '@PANE %s\\n' \"$({pane_status(rec.session)})\""
     if not pane_pid:
         return ask_tmux
-    alive = tmux.format_pane_status(tmux.PaneStatus(False, pane_pid, None))
+    alive = format_pane_status(PaneStatus(False, pane_pid, None))
     return f"if [ -d /proc/{pane_pid} ]; then echo '@PANE {alive}'; else {ask_tmux}; fi"
 
 
@@ -157,7 +157,7 @@ _SHAPES = {
         "@NOW": f" ({FLOAT})",
         "@SYS": f" ({INT}) ({INT}) ({INT})",
         "@UP": f" ({FLOAT})",
-        "@PANE": " (.*)",  # tmux.parse_pane_status reads it
+        "@PANE": " (.*)",  # parse_pane_status reads it
         "@EXIT": f" (-?{INT})",
         # /proc/PID/stat after comm: state, then 40-odd numbers (proc(5): ppid is field 4,
         # utime 14, stime 15, rss 24)
@@ -193,7 +193,7 @@ class PollAnswer:
     node_now: float | None = None  # the node's wall clock (first poll)
     sysconf: tuple[int, int, int] | None = None  # CLK_TCK, PAGESIZE, nproc (first poll)
     uptime: float | None = None
-    pane: tmux.PaneStatus | None = None  # None: no session
+    pane: PaneStatus | None = None  # None: no session
     exit_code: int | None = None
     stats: tuple[ProcStat, ...] = ()
     cmdlines: Mapping[int, str] = field(default_factory=dict)  # PIDs new to the poller
@@ -231,8 +231,8 @@ def _record(tag: str, g: tuple[str, ...], out: dict[str, Any]) -> bool:
             out["gpu_text" if tag == "@GPU" else "apps_text"] = raw.decode(errors="replace")
             out["nvidia_smi"] = True
     elif tag == "@PANE":
-        out["pane"] = tmux.parse_pane_status(g[0])
-        return out["pane"] is not None or tmux.no_pane(g[0])
+        out["pane"] = parse_pane_status(g[0])
+        return out["pane"] is not None or no_pane(g[0])
     elif tag == "@SYS":
         out["sysconf"] = (int(g[0]), int(g[1]), int(g[2]))
     elif tag == "@LOAD":

@@ -16,13 +16,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import evidence, progress, report, stacks
+from . import evidence, report, stacks
 from .config import JobConfig
 from .errors import log_exception
 from .jobchecks import compile_pattern
 from .logs import LineSplitter
 from .procs import run_pattern
-from .progress import ProgressTracker
+from .progress import DEFAULT_PATTERN, ProgressTracker, describe
 from .remote import Cluster
 from .report import Change, Ending, FailureReport
 from .runs import RunRecord
@@ -58,9 +58,9 @@ class Observations:
 
 def observations(cfg: JobConfig, record: RunRecord) -> Observations:
     """Observations that also follow each node's training step (`progress_pattern`)."""
-    pattern = compile_pattern(cfg.progress_pattern or progress.DEFAULT_PATTERN)
+    pattern = compile_pattern(cfg.progress_pattern or DEFAULT_PATTERN)
     return Observations(
-        tracker=progress.ProgressTracker(pattern),
+        tracker=ProgressTracker(pattern),
         ranks={n.node: n.rank for n in record.nodes},
         splitters={n.node: LineSplitter() for n in record.nodes},
     )
@@ -85,7 +85,7 @@ def observe(
             splitter = obs.splitters.setdefault(node, LineSplitter())
             obs.tracker.feed(node, splitter.feed(snap.new_output), now)
     if obs.tracker is not None:
-        obs.progress = progress.describe(obs.tracker.snapshot(now), obs.ranks)
+        obs.progress = describe(obs.tracker.snapshot(now), obs.ranks)
 
 
 @dataclass(frozen=True)

@@ -234,9 +234,9 @@ class WatchEnd:
 
 
 def watch_session_name(job: str) -> str:
-    from . import tmux  # one encoding for every session name
+    from .tmux import watch_session_name as name  # one encoding for every session name
 
-    return tmux.watch_session_name(job)
+    return name(job)
 
 
 def start_detached(cfg: JobConfig, record: RunRecord) -> str:

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 
 def cmd_launch(cfg: JobConfig, args: argparse.Namespace) -> int:
-    from mntui.sessions import launch, plan
+    from mntui.sessions import launch
+    from mntui.sessions.plan import describe
     from mntui.sessions.remote import NodeError
 
     if args.no_sync:
@@ -41,7 +42,7 @@ def cmd_launch(cfg: JobConfig, args: argparse.Namespace) -> int:
         return run_app(cfg, launch_now=True, restart=args.restart, watchdog=not args.no_watch)
     if args.dry_run:
         try:
-            say(plan.describe(launch.make_plan(cfg)))
+            say(describe(launch.make_plan(cfg)))
         except NodeError as exc:
             say(f"mntui: {exc}", err=True)
             return ExitCode.FAILED
@@ -78,27 +79,29 @@ def run_kill(
 ) -> bool:
     """On the agent's open connections when the job's latest run has one (no handshakes);
     directly when it has none or it goes away midway (a kill is safe to repeat)."""
-    from mntui.sessions import agentclient, agentplace
+    from mntui.sessions.agentclient import Via, try_connect
+    from mntui.sessions.agentclient import kill as kill_via_agent
+    from mntui.sessions.agentplace import AgentUnavailable
     from mntui.sessions.runs import latest
 
     record = latest(cfg.job)
-    client, via = agentclient.try_connect(record.dir) if record is not None else (None, None)
+    client, via = try_connect(record.dir) if record is not None else (None, None)
     if client is not None:
         with client:
             try:
-                clean, text = agentclient.kill(
+                clean, text = kill_via_agent(
                     client, names, cfg.grace if grace is None else grace, printer(t0)
                 )
                 return _killed(clean, text, t0, via if verbose else None)
-            except agentplace.AgentUnavailable as exc:
-                via = agentclient.Via(False, f"{exc}; killing directly")
+            except AgentUnavailable as exc:
+                via = Via(False, f"{exc}; killing directly")
     from mntui.sessions.kill import stop_job, summarize
     from mntui.sessions.remote import Cluster
 
     with Cluster(cfg.nodes, cfg.ssh) as cluster:
         results = stop_job(cfg, cluster, names=names, grace=grace, on_event=printer(t0))
     clean, text = summarize(cfg.job, results)
-    via = via or agentclient.Via(False, "no run recorded")
+    via = via or Via(False, "no run recorded")
     return _killed(clean, text, t0, via if verbose else None)
 
 

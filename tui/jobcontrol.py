@@ -92,7 +92,7 @@ class JobControl(Polling):
     def do_kill(self, then_launch: bool) -> None:
         """On the agent's open connections while we follow it; else (or if it goes away
         midway: a kill is safe to repeat) on ours."""
-        from mntui.sessions import agentclient
+        from mntui.sessions.agentclient import kill as kill_via_agent
         from mntui.sessions.kill import stop_job, summarize
 
         assert self.cluster is not None
@@ -101,7 +101,7 @@ class JobControl(Polling):
             if client is not None:
                 with client:
                     try:
-                        done = agentclient.kill(client, None, self.cfg.grace, self.post_event)
+                        done = kill_via_agent(client, None, self.cfg.grace, self.post_event)
                         self.post_message(KillDone(*done, then_launch))
                         return
                     except AgentUnavailable as exc:
