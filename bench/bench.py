@@ -34,12 +34,11 @@ sys.path.insert(0, str(REPO / "bench"))
 from benchlib import job_config, make_tree, pdsh  # noqa: E402
 from fakecluster import FakeCluster  # noqa: E402
 
-from mntui.sessions.config import parse_config  # noqa: E402
-from mntui.sessions.kill import kill_job  # noqa: E402
-from mntui.sessions.launch import launch  # noqa: E402
-from mntui.sessions.paramikonode import RemoteNode  # noqa: E402
+from mntui.sessions.config.jobconfig import parse_config  # noqa: E402
+from mntui.sessions.launch import kill_job, launch  # noqa: E402
 from mntui.sessions.poll import Poller  # noqa: E402
-from mntui.sessions.remote import Cluster  # noqa: E402
+from mntui.sessions.ssh import Cluster  # noqa: E402
+from mntui.sessions.ssh.paramikonode import RemoteNode  # noqa: E402
 
 STATUS_CMD = "tmux ls 2>/dev/null; cat /proc/loadavg; ss -Hltn | wc -l"
 
@@ -85,7 +84,8 @@ def cold_start(reps: int) -> dict[str, list[float]]:
     """Import cost of the headless CLI vs a bare interpreter, and Textual must stay out."""
     out: dict[str, list[float]] = {"python -c pass": [], "import mntui CLI (headless)": []}
     check = (
-        "import sys, mntui.tui.cli, mntui.tui.views, mntui.sessions.poll, mntui.sessions.watch; "
+        "import sys, mntui.tui.cli.entry, mntui.tui.cli.views, mntui.sessions.poll.poller, "
+        "mntui.sessions.watch.watchdog; "
         "assert 'textual' not in sys.modules, 'textual imported on a headless path'"
     )
     for _ in range(reps):
@@ -256,7 +256,8 @@ def app_scale(ticks: int, nodes: int = 64, table: bool = False) -> dict[str, flo
 
     from recorded import h100_node
 
-    from mntui.tui.app import MntuiApp, PollDone
+    from mntui.tui.app.main import MntuiApp
+    from mntui.tui.app.messages import PollDone
 
     names = ", ".join(f"g{i}" for i in range(nodes))
     cfg = parse_config(

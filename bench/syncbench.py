@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from benchlib import make_tree  # noqa: E402
 from fakecluster import FakeCluster  # noqa: E402
 
-from mntui.sessions.config import parse_config  # noqa: E402
+from mntui.sessions.config.jobconfig import parse_config  # noqa: E402
 from mntui.sessions.sync import sync_nodes  # noqa: E402
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mntui.sessions.gpu import parse_reading
-from mntui.sessions.snapshot import JobProc, NodeSnapshot
+from mntui.sessions.poll.gpu import parse_reading
+from mntui.sessions.poll.snapshot import JobProc, NodeSnapshot
 
 SMI = Path(__file__).resolve().parent / "data" / "nvidia-smi"
 H100X8 = (SMI / "h100x8.gpu.csv").read_text()

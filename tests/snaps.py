@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mntui.sessions.snapshot import NodeSnapshot
+from mntui.sessions.poll import NodeSnapshot
 
 
 def snap(node: str = "n", **kw: object) -> NodeSnapshot:

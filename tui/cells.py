@@ -7,9 +7,7 @@ views cannot drift apart. Pure and free of Textual and rich: views.py imports it
 
 from __future__ import annotations
 
-from mntui.sessions.gpu import GpuReading
-from mntui.sessions.progress import NodeProgress
-from mntui.sessions.snapshot import NodeSnapshot
+from mntui.sessions.poll import GpuReading, NodeProgress, NodeSnapshot
 
 
 def age(seconds: float | None) -> str:

@@ -21,12 +21,12 @@ import pytest
 from fakecluster import FakeCluster, alive, pids_with_env, port_listening, process_tree, wait_for
 from helpers import Cfg, free_port, listener_job
 
-from mntui.sessions import agentclient, agentplace
+from mntui.sessions.agent import client as agentclient
+from mntui.sessions.agent import place as agentplace
 from mntui.sessions.config import load_config
-from mntui.sessions.poll import Poller
-from mntui.sessions.remote import Cluster
+from mntui.sessions.poll import NodeState, Poller, derive
 from mntui.sessions.runs import RunRecord, latest
-from mntui.sessions.states import NodeState, derive
+from mntui.sessions.ssh import Cluster
 
 
 def tagged(job: str, node: str = "[^/]+") -> list[int]:
@@ -152,7 +152,7 @@ def _nobody() -> list[str] | None:
 
 
 def test_the_app_follows_the_agent_instead_of_polling(fake: FakeCluster, cfg: Cfg) -> None:
-    from mntui.tui.app import MntuiApp
+    from mntui.tui.app.main import MntuiApp
 
     job = "agentapp"
     path, _, _ = launched_with_agent(cfg, job)

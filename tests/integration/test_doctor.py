@@ -62,7 +62,7 @@ def test_healthy_cluster_passes_with_allreduce(fake: FakeCluster, cfg: Cfg) -> N
     assert all(re.search(r"latency \d+ us, algbw [\d.]+ GB/s", r["detail"]) for r in smoke)
     assert not [s for n in fake.nodes for s in n.sessions() if s.startswith("dhealthy")]
     assert not [s for n in fake.nodes for s in n.sessions() if "dhealthy" in s]
-    from mntui.sessions.smoke import smoke_job
+    from mntui.sessions.doctor.smoke import smoke_job
 
     assert tagged_anywhere(smoke_job("dhealthy")) == []
 
@@ -190,7 +190,7 @@ def test_master_addr_resolving_differently_and_unreachable_port(
         rs = rows(res)
         assert res.returncode == 2
         assert status(rs, "hnode2", "allreduce") == ["FAIL"]
-        from mntui.sessions.smoke import smoke_job
+        from mntui.sessions.doctor.smoke import smoke_job
 
         assert tagged_anywhere("dsmoke-smoke") == []
         assert tagged_anywhere(smoke_job("dsmoke")) == []
@@ -279,6 +279,6 @@ def test_allreduce_never_touches_a_job_named_like_the_old_smoke_job(
     for node, before in pids.items():
         assert alive(before) == before, f"doctor --allreduce killed {node}'s job"
         assert set(sessions[node]) <= set(fake.node(node).sessions())
-    from mntui.sessions.smoke import smoke_job
+    from mntui.sessions.doctor.smoke import smoke_job
 
     assert tagged_anywhere(smoke_job("dvictim")) == []

@@ -14,10 +14,9 @@ from fakecluster import FakeCluster, port_listening, tagged, wait_for
 from helpers import Cfg, free_port, listener_job
 
 from mntui.sessions.config import load_config
-from mntui.sessions.poll import Poller
-from mntui.sessions.remote import Cluster
+from mntui.sessions.poll import NodeState, Poller
 from mntui.sessions.runs import latest
-from mntui.sessions.states import NodeState
+from mntui.sessions.ssh import Cluster
 from mntui.sessions.watch import Judge
 
 # A stopped process, an exit code, a dead pane, lines that do not parse, a foreign

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from fakecluster import FakeCluster
 
-from mntui.sessions.remote import Cluster
-from mntui.sessions.settings import NodeSpec, SshPolicy
+from mntui.sessions.config import NodeSpec, SshPolicy
+from mntui.sessions.ssh import Cluster
 
 
 def connect(conf: Path, node: str = "node0", command: str = ":") -> tuple[str | None, str]:

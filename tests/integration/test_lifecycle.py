@@ -17,8 +17,8 @@ from fakecluster import FakeCluster, port_listening, tagged, wait_for
 from helpers import Cfg, free_port, listener_job, terminal
 
 from mntui.sessions.config import load_config
-from mntui.sessions.kill import kill_job
-from mntui.sessions.remote import Cluster
+from mntui.sessions.launch import kill_job
+from mntui.sessions.ssh import Cluster
 
 
 def test_hostile_values_reach_the_job_literally(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fakecluster import alive, pids_with_env, wait_for
 
-from mntui.sessions import tmux
+from mntui.sessions.launch import tmux
 
 CONFIG = """\
 job: tlocal

@@ -16,8 +16,8 @@ from helpers import Cfg, free_port, freeze_a_worker, listener_job, step_count, t
 
 from mntui.sessions.config import load_config
 from mntui.sessions.poll import Poller
-from mntui.sessions.remote import Cluster
 from mntui.sessions.runs import latest
+from mntui.sessions.ssh import Cluster
 
 
 def record_of(job: str):  # type: ignore[no-untyped-def]

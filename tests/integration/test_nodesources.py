@@ -13,8 +13,8 @@ from fakecluster import FakeCluster, tagged, wait_for
 from helpers import Cfg, free_port, step_count, torch_job
 from slurm import OneHostSlurm
 
+from mntui.sessions.config.slurmjobs import expand_nodelist, scontrol_hostnames
 from mntui.sessions.runs import latest
-from mntui.sessions.slurmjobs import expand_nodelist, scontrol_hostnames
 
 
 def nodes_json(cfg: Cfg, path: Path, **kw: object) -> dict:  # type: ignore[type-arg]

@@ -17,10 +17,10 @@ import pytest
 from fakecluster import free_port, wait_for
 from hookserver import SECRET, _HookServer, serving
 
-from mntui.sessions.notify import (
+from mntui.sessions.notify import Notifier
+from mntui.sessions.notify.notices import (
     ALL_EVENTS,
     Notice,
-    Notifier,
     NotifyEvent,
     NotifyPolicy,
     check_webhook_url,

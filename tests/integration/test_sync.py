@@ -12,9 +12,9 @@ from pathlib import Path
 from fakecluster import FakeCluster, tagged
 from helpers import Cfg, free_port
 
-from mntui.sessions.config import parse_config
+from mntui.sessions.config.jobconfig import parse_config
 from mntui.sessions.sync import sync_nodes
-from mntui.sessions.syncfanout import SyncError, SyncEvent
+from mntui.sessions.sync.fanout import SyncError, SyncEvent
 
 
 def git(repo: Path, *args: str) -> str:

@@ -12,9 +12,8 @@ from pathlib import Path
 from fakecluster import FakeCluster, tagged
 from helpers import Cfg, free_port
 
-from mntui.sessions.config import parse_config
-from mntui.sessions.sync import sync_nodes
-from mntui.sessions.syncfanout import SyncError
+from mntui.sessions.config.jobconfig import parse_config
+from mntui.sessions.sync import SyncError, sync_nodes
 
 
 def git(repo: Path, *args: str) -> str:

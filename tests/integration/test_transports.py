@@ -18,10 +18,10 @@ import test_monitoring as monitoring
 from fakecluster import FakeCluster, add_login_user, remove_login_user, wait_for
 from helpers import Cfg, free_port, step_count, terminal, torch_job
 
+from mntui.sessions.config import NodeSpec, PasswordMode, SshPolicy, SshTransport
 from mntui.sessions.errors import state_dir
-from mntui.sessions.paramikonode import forget_password
-from mntui.sessions.remote import Cluster
-from mntui.sessions.settings import NodeSpec, PasswordMode, SshPolicy, SshTransport
+from mntui.sessions.ssh import Cluster
+from mntui.sessions.ssh.paramikonode import forget_password
 
 TRANSPORTS = [SshTransport.PARAMIKO, SshTransport.OPENSSH]
 

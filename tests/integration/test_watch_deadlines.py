@@ -14,10 +14,9 @@ from helpers import Cfg, free_port, listener_job
 
 from mntui.sessions.config import load_config
 from mntui.sessions.events import Event, Phase
-from mntui.sessions.remote import Cluster
+from mntui.sessions.poll import NodeSnapshot, NodeState, Verdict
 from mntui.sessions.runs import latest
-from mntui.sessions.snapshot import NodeSnapshot
-from mntui.sessions.states import NodeState, Verdict
+from mntui.sessions.ssh import Cluster
 from mntui.sessions.watch import Watchdog, WatchEnd, WatchOutcome
 
 

@@ -13,9 +13,9 @@ from fakecluster import FakeCluster, port_listening, tagged
 from helpers import Cfg, listener_job, until
 
 from mntui.sessions.config import load_config
-from mntui.sessions.states import NodeState
-from mntui.tui.app import MntuiApp
-from mntui.tui.widgets import ConfirmScreen, NodePane
+from mntui.sessions.poll import NodeState
+from mntui.tui.app.main import MntuiApp
+from mntui.tui.app.widgets import ConfirmScreen, NodePane
 
 
 def run(coro: Awaitable[None]) -> None:
@@ -101,7 +101,7 @@ def test_cleanup_names_holder_and_quit_leaves_job_running(fake: FakeCluster, cfg
             await pilot.press("n")
             await until(pilot, lambda: app.busy is None, 5, "cleanup cancelled")
             await pilot.press("d")
-            from mntui.tui.widgets import ReportScreen
+            from mntui.tui.app.widgets import ReportScreen
 
             await until(pilot, lambda: isinstance(app.screen, ReportScreen), 60, "doctor report")
             report = str(app.screen.query_one("#report-text").render())
@@ -142,7 +142,7 @@ def test_engine_never_imports_textual() -> None:
         "import sys, pkgutil, importlib, mntui.sessions as s\n"
         "for m in pkgutil.walk_packages(s.__path__, 'mntui.sessions.'):\n"
         "    importlib.import_module(m.name)\n"
-        "import mntui.tui.cli, mntui.tui.views\n"
+        "import mntui.tui.cli.entry, mntui.tui.cli.views\n"
         "assert 'textual' not in sys.modules, [k for k in sys.modules if k.startswith('textual')][:3]\n"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -12,7 +12,7 @@ from helpers import Cfg, free_port
 
 from mntui.sessions.config import load_config
 from mntui.sessions.runs import latest
-from mntui.tui.app import MntuiApp
+from mntui.tui.app.main import MntuiApp
 
 
 def test_the_app_follows_the_next_attempt(fake: FakeCluster, cfg: Cfg) -> None:

@@ -9,10 +9,10 @@ from fakecluster import FakeCluster, tagged
 from helpers import Cfg, free_port, until
 
 from mntui.sessions.config import load_config
+from mntui.sessions.poll import NodeState
 from mntui.sessions.runs import RunStatus, latest
-from mntui.sessions.states import NodeState
-from mntui.tui.app import MntuiApp
-from mntui.tui.widgets import NodeView
+from mntui.tui.app.main import MntuiApp
+from mntui.tui.app.widgets import NodeView
 
 HOSTILE = [
     "[rank1]:[E1122 10:53:13.042 ProcessGroupNCCL.cpp:616] Watchdog caught collective",

@@ -20,12 +20,12 @@ from recorded import h100_node
 from textual.widgets import RichLog
 from textual.widgets._toast import Toast
 
-from mntui.sessions.config import parse_config
+from mntui.sessions.config.jobconfig import parse_config
 from mntui.sessions.errors import ExitCode
 from mntui.sessions.events import Event, Phase
 from mntui.sessions.procs import PortHolder
-from mntui.tui.app import MntuiApp
-from mntui.tui.messages import (
+from mntui.tui.app.main import MntuiApp
+from mntui.tui.app.messages import (
     DoctorDone,
     EngineEvent,
     HoldersFound,
@@ -35,7 +35,7 @@ from mntui.tui.messages import (
     Notice,
     PollDone,
 )
-from mntui.tui.widgets import ConfirmScreen, LogScreen, NodePane, ReportScreen
+from mntui.tui.app.widgets import ConfirmScreen, LogScreen, NodePane, ReportScreen
 
 CONFIG = "job: hostile\nnodes: [node0, node1]\ncommand: x\n"
 TORCH = "[rank1]:[E1122 10:53:13.042 ProcessGroupNCCL.cpp:616] Watchdog caught collective"

@@ -7,10 +7,10 @@ import json
 import time
 from typing import Any
 
-from mntui.sessions.config import parse_config
+from mntui.sessions.config.jobconfig import parse_config
 from mntui.sessions.runs import NodeRecord, RunRecord, RunStatus
-from mntui.tui.app import MntuiApp
-from mntui.tui.widgets import ReportScreen
+from mntui.tui.app.main import MntuiApp
+from mntui.tui.app.widgets import ReportScreen
 
 HEADLINE = "g375 rank 1 failed first at 03:12:07: CUDA out of memory [/] (train.py:88)"
 

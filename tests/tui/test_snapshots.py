@@ -6,8 +6,9 @@ from typing import Any
 
 from recorded import h100_node
 
-from mntui.sessions.config import parse_config
-from mntui.tui.app import MntuiApp, PollDone
+from mntui.sessions.config.jobconfig import parse_config
+from mntui.tui.app.main import MntuiApp
+from mntui.tui.app.messages import PollDone
 
 CONFIG = """\
 job: qwen-sft

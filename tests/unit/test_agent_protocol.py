@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 from recorded import h100_node
 
-from mntui.sessions import agentclient, agentplace
 from mntui.sessions.agent import Agent
+from mntui.sessions.agent import client as agentclient
+from mntui.sessions.agent import place as agentplace
 from mntui.sessions.events import Event, Phase
-from mntui.sessions.snapshot import JobProc, NodeSnapshot, snapshot_from_wire, snapshot_wire
-from mntui.sessions.states import NodeState, Verdict
+from mntui.sessions.poll import NodeState, Verdict
+from mntui.sessions.poll.snapshot import JobProc, NodeSnapshot, snapshot_from_wire, snapshot_wire
 from mntui.sessions.wire import WireError, decode, encode, message, parse_message, read_messages
 
 HOSTILE = 'evil\n@END\x00\udcff]}{"v":1} \x1b[2J' + "é"
@@ -172,7 +173,7 @@ def test_a_late_viewer_reads_exactly_the_last_bytes_before_the_size(tmp_path: Pa
     last `keep` bytes (STEP on a one-shot status), and the next one follows from the size."""
     import subprocess
 
-    from mntui.sessions.pollscript import parse_answer, poll_script
+    from mntui.sessions.poll.pollscript import parse_answer, poll_script
     from mntui.sessions.runs import NodeRecord
 
     run = tmp_path / "run"
@@ -201,7 +202,7 @@ def test_the_poll_tree_descends_into_children(tmp_path: Path) -> None:
     the old walk in lib.sh (`read ... && ...`) therefore never descended."""
     import subprocess
 
-    from mntui.sessions.pollscript import TREE
+    from mntui.sessions.poll.pollscript import TREE
 
     parent = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60 & wait"])
     try:

@@ -13,14 +13,8 @@ from typing import Any
 
 import pytest
 
-from mntui.sessions.classify import (
-    MAX_LINES,
-    MAX_MESSAGE_CHARS,
-    Cause,
-    Finding,
-    classify,
-    first_error,
-)
+from mntui.sessions.report.classify import MAX_LINES, MAX_MESSAGE_CHARS, classify, first_error
+from mntui.sessions.report.logrules import Cause, Finding
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "logs"
 EXPECTED: dict[str, dict[str, Any]] = json.loads((LOGS / "EXPECTED.json").read_text("utf-8"))

@@ -15,8 +15,8 @@ from recorded import h100_node
 
 from mntui.sessions.config import load_config
 from mntui.sessions.errors import ExitCode, UsageError
-from mntui.sessions.states import NodeState, Verdict
-from mntui.tui import cliargs
+from mntui.sessions.poll import NodeState, Verdict
+from mntui.tui.cli import args as cliargs
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "configs" / "demo.yaml"
@@ -40,7 +40,7 @@ def mntui(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[st
 HAMMER = """
 import sys, threading
 from mntui.sessions.events import Event, Phase
-from mntui.tui.output import printer
+from mntui.tui.cli.output import printer
 
 sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
 show = printer(0.0)
@@ -172,7 +172,7 @@ def test_unknown_node_is_a_usage_error_everywhere(tmp_path: Path) -> None:
 
 
 def test_status_exit_codes_are_exit_code_members() -> None:
-    from mntui.tui.views import overall_exit
+    from mntui.tui.cli.views import overall_exit
 
     def verdicts(*states: NodeState) -> dict[str, Verdict]:
         return {f"n{i}": Verdict(s, "") for i, s in enumerate(states)}
@@ -193,8 +193,8 @@ def test_status_exit_codes_are_exit_code_members() -> None:
 
 def test_cells_are_shared_and_load_without_textual() -> None:
     code = (
-        "import sys, mntui.tui.cells, mntui.tui.views\n"
-        "assert mntui.tui.views.cells is mntui.tui.cells\n"
+        "import sys, mntui.tui.cells, mntui.tui.cli.views\n"
+        "assert mntui.tui.cli.views.cells is mntui.tui.cells\n"
         "bad = [k for k in sys.modules if k.split('.')[0] in ('textual', 'rich')]\n"
         "assert not bad, bad[:3]\n"
     )
@@ -204,8 +204,8 @@ def test_cells_are_shared_and_load_without_textual() -> None:
 
 def test_status_and_app_show_the_same_cells() -> None:
     from mntui.tui import cells
-    from mntui.tui.render import table_row
-    from mntui.tui.views import status_table
+    from mntui.tui.app.render import table_row
+    from mntui.tui.cli.views import status_table
 
     snap, _ = h100_node("g1", 0, foreign=True)
     snap = replace(snap, output_age=4000.0)

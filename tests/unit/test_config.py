@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from mntui.sessions.config import ConfigError, load_config, parse_config
-from mntui.sessions.configchecks import check_seconds
-from mntui.sessions.plan import render_command
-from mntui.sessions.settings import (
+from mntui.sessions.config import ConfigError
+from mntui.sessions.config.checks import check_seconds
+from mntui.sessions.config.jobconfig import load_config, parse_config
+from mntui.sessions.config.settings import (
     HostKeyPolicy,
     KillPolicy,
     LaunchPolicy,
@@ -22,6 +22,7 @@ from mntui.sessions.settings import (
     SshPolicy,
     WatchPolicy,
 )
+from mntui.sessions.launch.plan import render_command
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -252,9 +253,9 @@ def test_every_field_of_a_section_is_a_key_and_nothing_else(section: str) -> Non
 
 
 def test_no_function_of_the_loader_passes_60_lines() -> None:
-    loader = ("config.py", "configchecks.py", "jobchecks.py", "settings.py", "confignodes.py")
+    loader = ("jobconfig.py", "checks.py", "jobchecks.py", "settings.py", "nodes.py")
     for name in (*loader, "yamlmarks.py"):
-        tree = ast.parse((REPO / "sessions" / name).read_text())
+        tree = ast.parse((REPO / "sessions" / "config" / name).read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef):
                 size = (node.end_lineno or 0) - node.lineno + 1

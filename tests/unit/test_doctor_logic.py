@@ -13,13 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from mntui.sessions import doctor, smoke, tmux
-from mntui.sessions.config import JobConfig, parse_config
-from mntui.sessions.doctor_checks import Status, ifname_checks, node_checks, workdir_check
+from mntui.sessions.config.jobchecks import JOB_RE
+from mntui.sessions.config.jobconfig import JobConfig, parse_config
+from mntui.sessions.doctor import probe as doctor
+from mntui.sessions.doctor import smoke
+from mntui.sessions.doctor.checks import Status, ifname_checks, node_checks, workdir_check
 from mntui.sessions.errors import ExitCode
-from mntui.sessions.jobchecks import JOB_RE
-from mntui.sessions.kill import kill_script
-from mntui.sessions.plan import build_plan
+from mntui.sessions.launch import tmux
+from mntui.sessions.launch.kill import kill_script
+from mntui.sessions.launch.plan import build_plan
 from mntui.sessions.procs import job_node_pattern, run_tag
 
 REPO = Path(__file__).resolve().parents[2]
@@ -217,8 +219,8 @@ def test_smoke_results_need_this_runs_marker() -> None:
 def test_doctor_functions_are_small() -> None:
     """Issue 9: one function per concern, none over ~60 lines."""
     long = []
-    for name in ("doctor.py", "doctor_checks.py", "smoke.py"):
-        path = REPO / "sessions" / name
+    for name in ("probe.py", "checks.py", "smoke.py"):
+        path = REPO / "sessions" / "doctor" / name
         if not path.exists():
             continue
         for node in ast.walk(ast.parse(path.read_text())):
@@ -231,7 +233,7 @@ def test_doctor_functions_are_small() -> None:
 
 def test_stacks_check_reads_py_spy_and_ptrace_scope(tmp_path: Path) -> None:
     """The failure report's hung stacks need py-spy after `setup` and Yama's permission."""
-    from mntui.sessions.doctor_checks import stacks_check
+    from mntui.sessions.doctor.checks import stacks_check
 
     def probe(line: str) -> doctor.Probe:
         return doctor.parse_probe(probe_output(f"{M} PYSPY {line}"), TOKEN)

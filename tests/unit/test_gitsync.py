@@ -13,19 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from mntui.sessions.config import ConfigError, JobConfig, parse_config
+from mntui.sessions.config import ConfigError
+from mntui.sessions.config.jobconfig import JobConfig, parse_config
+from mntui.sessions.config.settings import GitCheckout, GitSync
 from mntui.sessions.errors import MntuiError, UsageError
-from mntui.sessions.gitnode import (
-    SYNC_SCRIPT,
-    Answer,
-    git_error,
-    parse_answer,
-    refusal,
-)
-from mntui.sessions.gitsync import local_notices, parse_status, publish, read_head, sync_argv
-from mntui.sessions.settings import GitCheckout, GitSync
-from mntui.sessions.sync import sync_nodes
-from mntui.sessions.syncfanout import SyncError
+from mntui.sessions.sync import SyncError, sync_nodes
+from mntui.sessions.sync.gitnode import SYNC_SCRIPT, Answer, git_error, parse_answer, refusal
+from mntui.sessions.sync.gitsync import local_notices, parse_status, publish, read_head, sync_argv
 
 SHELLCHECK = shutil.which("shellcheck", path=str(Path(sys.executable).parent)) or "shellcheck"
 SHA = "a" * 40

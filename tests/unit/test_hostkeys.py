@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from mntui.sessions import hostkeys
-from mntui.sessions.hostkeys import Marker, Verdict
-from mntui.sessions.openssh import control_dir
-from mntui.sessions.sshresolve import expand, resolve
+from mntui.sessions.ssh import hostkeys
+from mntui.sessions.ssh.hostkeys import Marker, Verdict
+from mntui.sessions.ssh.openssh import control_dir
+from mntui.sessions.ssh.sshresolve import expand, resolve
 
 
 def blob(keytype: str, body: bytes) -> bytes:

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from snaps import snap
 
-from mntui.sessions.gpu import parse_apps, parse_gpus, parse_reading
-from mntui.sessions.pollscript import poll_script
-from mntui.sessions.pollstate import PollState, parse_poll
+from mntui.sessions.config import Action, WatchPolicy
+from mntui.sessions.poll import NodeState, derive, may_still_run
+from mntui.sessions.poll.gpu import parse_apps, parse_gpus, parse_reading
+from mntui.sessions.poll.pollscript import poll_script
+from mntui.sessions.poll.pollstate import PollState, parse_poll
+from mntui.sessions.poll.snapshot import JobProc, NodeSnapshot
 from mntui.sessions.runs import NodeRecord
-from mntui.sessions.settings import Action, WatchPolicy
-from mntui.sessions.snapshot import JobProc, NodeSnapshot
-from mntui.sessions.states import NodeState, derive, may_still_run
 from mntui.sessions.watch import Judge
 
 SMI = Path(__file__).resolve().parents[1] / "data" / "nvidia-smi"

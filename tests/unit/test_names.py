@@ -12,8 +12,9 @@ import subprocess
 
 import pytest
 
-from mntui.sessions.config import ConfigError, parse_config
-from mntui.sessions.tmux import session_name, tiled_session_name, watch_session_name
+from mntui.sessions.config import ConfigError
+from mntui.sessions.config.jobconfig import parse_config
+from mntui.sessions.launch.tmux import session_name, tiled_session_name, watch_session_name
 
 JOB_CHARS = string.ascii_letters + string.digits + "_-"
 NODE_CHARS = JOB_CHARS + "."

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from mntui.sessions.config import ConfigError, load_config, parse_config
-from mntui.sessions.errors import LaunchError
-from mntui.sessions.launch import check_nodes_fresh
-from mntui.sessions.nodesource import (
+from mntui.sessions.config import ConfigError
+from mntui.sessions.config.jobconfig import load_config, parse_config
+from mntui.sessions.config.nodesource import (
     Listed,
     NodeSource,
     SourceKind,
@@ -22,12 +21,14 @@ from mntui.sessions.nodesource import (
     from_record,
     parse_hostfile,
 )
-from mntui.sessions.plan import build_plan, run_record
+from mntui.sessions.config.slurmjobs import job_problem, parse_job
+from mntui.sessions.errors import LaunchError
+from mntui.sessions.launch.plan import build_plan, run_record
+from mntui.sessions.launch.start import check_nodes_fresh
 from mntui.sessions.runs import NodeRecord, RunRecord, RunStatus
-from mntui.sessions.slurmjobs import job_problem, parse_job
-from mntui.sessions.sync import parse_stats, rsync_argv, rsync_error
-from mntui.sessions.syncfanout import remote_dest
-from mntui.tui.nodes_view import format_listing, listing
+from mntui.sessions.sync.fanout import remote_dest
+from mntui.sessions.sync.rsync import parse_stats, rsync_argv, rsync_error
+from mntui.tui.cli.nodes_view import format_listing, listing
 
 TORCHRUN = (
     "torchrun --nnodes={nnodes} --node_rank={node_rank} --nproc_per_node={nproc_per_node} "
@@ -142,9 +143,9 @@ def test_per_node_nproc_key_and_overrides_by_name(tmp_path: Path) -> None:
 def test_a_plain_list_never_loads_the_node_sources() -> None:
     """Config loading stays fast: no nodesource import, so no Slurm call, for a list."""
     code = (
-        "import sys; from mntui.sessions.config import parse_config; "
+        "import sys; from mntui.sessions.config.jobconfig import parse_config; "
         "parse_config('job: j\\nnodes: g[1-64]\\ncommand: x\\n'); "
-        "assert 'mntui.sessions.nodesource' not in sys.modules"
+        "assert 'mntui.sessions.config.nodesource' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -294,7 +295,7 @@ def test_rsync_command_lines(tmp_path: Path) -> None:
     ]
     assert remote[7:9] == ["--exclude=*.ckpt", "--exclude=data/"]
     relay = remote[remote.index("-e") + 1]
-    assert relay.startswith(f"{sys.executable} -m mntui.sessions.relay MARK ssh -F ")
+    assert relay.startswith(f"{sys.executable} -m mntui.sessions.sync.relay MARK ssh -F ")
     assert f"{tmp_path / 'ssh_config'} -o BatchMode=yes -o ConnectTimeout=8" in relay
     assert "--rsync-path=cd && mkdir -p -- 'my code' && printf %s MARK && exec rsync" in remote
     assert remote[-2:] == [f"{tmp_path / 'src'}/", "n0:my code/"]

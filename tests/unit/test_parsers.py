@@ -13,9 +13,14 @@ from pathlib import Path
 import pytest
 from fakecluster import free_port, wait_for
 
-from mntui.sessions.kill import free_script, holders_script, kill_script, parse_free, parse_kill
-from mntui.sessions.logs import LineSplitter, parse_read
-from mntui.sessions.nodeshell import BEGIN, END, find_end, frame, unwrap
+from mntui.sessions.launch import LineSplitter, parse_read
+from mntui.sessions.launch.kill import (
+    free_script,
+    holders_script,
+    kill_script,
+    parse_free,
+    parse_kill,
+)
 from mntui.sessions.procs import (
     SHELL_LIB,
     PortHolder,
@@ -25,6 +30,7 @@ from mntui.sessions.procs import (
     parse_procs,
 )
 from mntui.sessions.results import NodeError
+from mntui.sessions.ssh.nodeshell import BEGIN, END, find_end, frame, unwrap
 
 
 def b64(text: str) -> str:

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import subprocess
 
-from mntui.sessions.config import parse_config
-from mntui.sessions.plan import build_plan, describe, home_path, new_run_id, render_command
+from mntui.sessions.config.jobconfig import parse_config
+from mntui.sessions.launch.plan import build_plan, describe, home_path, new_run_id, render_command
 
 CFG = """\
 job: qwen

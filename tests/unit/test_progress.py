@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from mntui.sessions.jobchecks import compile_pattern
-from mntui.sessions.progress import (
+from mntui.sessions.config import compile_pattern
+from mntui.sessions.poll.progress import (
     DEFAULT_PATTERN,
     MAX_STEP,
     NodeProgress,

@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from mntui.sessions.evidence import flight_recorder_prefix, parse_evidence
-from mntui.sessions.report import Change, Ending, build, exit_text, render, summarize_node
-from mntui.sessions.stacks import parse_capture
-from mntui.sessions.states import NodeState
+from mntui.sessions.poll import NodeState
+from mntui.sessions.report.evidence import flight_recorder_prefix, parse_evidence
+from mntui.sessions.report.failure import Change, Ending, build, exit_text, render, summarize_node
+from mntui.sessions.report.stacks import parse_capture
 
 
 def b64(data: str | bytes) -> str:

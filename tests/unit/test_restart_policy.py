@@ -6,15 +6,10 @@ import textwrap
 
 import pytest
 
-from mntui.sessions.config import parse_config
-from mntui.sessions.restart import (
-    AttemptEnd,
-    decide,
-    repeat_culprit,
-    swap_in_spare,
-)
-from mntui.sessions.settings import RestartPolicy
-from mntui.sessions.states import NodeState
+from mntui.sessions.config import RestartPolicy
+from mntui.sessions.config.jobconfig import parse_config
+from mntui.sessions.poll import NodeState
+from mntui.sessions.recover.restart import AttemptEnd, decide, repeat_culprit, swap_in_spare
 
 F, FROZEN, STALLED = NodeState.FAILED, NodeState.FROZEN, NodeState.STALLED
 POLICY = RestartPolicy(max=2, backoff=5, backoff_max=12)

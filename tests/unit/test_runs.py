@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from mntui.sessions.config import parse_config
+from mntui.sessions.config.jobconfig import parse_config
 from mntui.sessions.errors import UsageError, state_dir
-from mntui.sessions.remote import Cluster, Node, NodeError
+from mntui.sessions.results import NodeError
 from mntui.sessions.runs import (
     NodeRecord,
     RunRecord,
@@ -25,6 +25,7 @@ from mntui.sessions.runs import (
     load_run,
     read_status,
 )
+from mntui.sessions.ssh import Cluster, Node
 
 RUN_ID = "20261122-120000-abcd"
 LOCAL = textwrap.dedent("""

@@ -14,14 +14,17 @@ from pathlib import Path
 import pytest
 from fakecluster import wait_for
 
-from mntui.sessions import doctor, kill, launch, logs, pollscript, startchecks, tmux
-from mntui.sessions.config import parse_config
-from mntui.sessions.evidence import evidence_script
-from mntui.sessions.plan import run_record
+from mntui.sessions.config import ReadyMode
+from mntui.sessions.config.jobconfig import parse_config
+from mntui.sessions.doctor import probe as doctor
+from mntui.sessions.doctor.smoke import smoke_config
+from mntui.sessions.launch import kill, logs, startchecks, tmux
+from mntui.sessions.launch import start as launch
+from mntui.sessions.launch.plan import run_record
+from mntui.sessions.poll import pollscript
 from mntui.sessions.procs import SHELL_LIB, PortHolder
-from mntui.sessions.settings import ReadyMode
-from mntui.sessions.smoke import smoke_config
-from mntui.sessions.stacks import capture_script
+from mntui.sessions.report.evidence import evidence_script
+from mntui.sessions.report.stacks import capture_script
 
 REPO = Path(__file__).resolve().parents[2]
 SHELLCHECK = Path(sys.executable).parent / "shellcheck"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from snaps import snap as base_snap
 
-from mntui.sessions.judge import MIN_GAP, WAKE_MARGIN, Deadline, Judge, next_poll
-from mntui.sessions.settings import Action, WatchPolicy
-from mntui.sessions.snapshot import JobProc, NodeSnapshot
-from mntui.sessions.states import NodeState
+from mntui.sessions.config import Action, WatchPolicy
+from mntui.sessions.poll import NodeState
+from mntui.sessions.poll.snapshot import JobProc, NodeSnapshot
+from mntui.sessions.watch.judge import MIN_GAP, WAKE_MARGIN, Deadline, Judge, next_poll
 
 RUNNING = (JobProc(10, 1, "S", None, 1.0, "x"), JobProc(11, 10, "S", None, 1.0, "x"))
 

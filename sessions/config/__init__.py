@@ -1,0 +1,28 @@
+"""The job's config: the YAML read strictly into a frozen JobConfig (jobconfig.py), the
+rules of every value (checks, jobchecks, settings, yamlmarks), and the nodes it names:
+a list, a hostfile or a Slurm job (nodes, nodenames, nodesource, slurmjobs).
+Imports notify and the ground only: reading a config never connects anywhere.
+"""
+
+from typing import TYPE_CHECKING
+
+from mntui.sessions.exports import lazy_exports
+
+if TYPE_CHECKING:
+    from .jobchecks import compile_pattern as compile_pattern
+    from .jobconfig import JobConfig as JobConfig
+    from .jobconfig import load_config as load_config
+    from .nodesource import SourceKind as SourceKind
+    from .settings import Action as Action
+    from .settings import GitSync as GitSync
+    from .settings import HostKeyPolicy as HostKeyPolicy
+    from .settings import NodeSpec as NodeSpec
+    from .settings import PasswordMode as PasswordMode
+    from .settings import ReadyMode as ReadyMode
+    from .settings import RestartPolicy as RestartPolicy
+    from .settings import SshPolicy as SshPolicy
+    from .settings import SshTransport as SshTransport
+    from .settings import WatchPolicy as WatchPolicy
+    from .yamlmarks import ConfigError as ConfigError
+else:
+    __getattr__ = lazy_exports(__name__, __file__)

@@ -1,0 +1,188 @@
+"""The parts of a job: a node, and the policy sections for launching, killing, SSH,
+watching, restarting and syncing.
+
+Each setting is declared once, on its dataclass field: its default, and in the field's
+metadata the check that reads it from YAML (configchecks, jobchecks). The allowed keys of
+every mapping are the fields that carry a check, so a new setting is one new field. The
+SSH, watch and restart code needs these and not the loader, so they live apart from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from . import checks as ck
+from . import jobchecks as jc
+
+# Hosts that run through a local runner, without SSH.
+LOCAL_HOSTS = frozenset({"local", "localhost"})
+MAX_NPROC = 1024
+HOUR = 3600.0
+DAY = 86400.0
+
+
+class ReadyMode(StrEnum):
+    PORT = "port"  # the master port listens on the main node
+    LOG = "log"  # a regex matches the main's output
+    DELAY = "delay"  # a fixed wait: the last resort of the seed scripts
+
+
+class HostKeyPolicy(StrEnum):
+    STRICT = "strict"  # unknown or changed key: refuse
+    ACCEPT_NEW = "accept-new"  # unknown key: record it; changed key: refuse
+
+
+class Action(StrEnum):
+    KILL_ALL = "kill_all"  # tear the whole job down
+    NOTIFY = "notify"  # report, touch nothing
+
+
+class SshTransport(StrEnum):
+    PARAMIKO = "paramiko"  # in-process, one connection per node
+    OPENSSH = "openssh"  # the system `ssh` per node, behind a private ControlMaster
+
+
+class PasswordMode(StrEnum):
+    PROMPT = "prompt"  # paramiko: asked once, kept in memory, used for every node
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    # `shared`: also a top-level key, the default of every node; `merge`: a node's own
+    # mapping adds to the top-level one instead of replacing it.
+    name: str = field(metadata=ck.meta(ck.text))
+    host: str = field(metadata=ck.meta(ck.text))  # default: the node's name
+    rank: int  # the main is 0, the others in listed order
+    command: str = field(metadata=ck.meta(jc.template, shared=True, required=True))
+    env: Mapping[str, str] = field(
+        default_factory=dict, metadata=ck.meta(jc.env, shared=True, merge=True)
+    )
+    setup: tuple[str, ...] = field(default=(), metadata=ck.meta(ck.lines, shared=True))
+    workdir: str | None = field(default=None, metadata=ck.meta(jc.workdir, shared=True))
+    # this node's processes (a hostfile's `slots=N`); None: the job's nproc_per_node
+    nproc_per_node: int | None = field(default=None, metadata=ck.meta(ck.count(MAX_NPROC)))
+
+    @property
+    def is_local(self) -> bool:
+        return self.host in LOCAL_HOSTS
+
+
+@dataclass(frozen=True)
+class LaunchPolicy:
+    ready: ReadyMode = field(default=ReadyMode.PORT, metadata=ck.meta(ck.choice(ReadyMode)))
+    # grep -E, on the main's output
+    ready_pattern: str | None = field(default=None, metadata=ck.meta(jc.pattern))
+    ready_delay: float = field(default=10.0, metadata=ck.meta(ck.seconds(maximum=DAY)))
+    ready_timeout: float = field(
+        default=300.0, metadata=ck.meta(ck.seconds(positive=True, maximum=DAY))
+    )
+    stagger: float = field(default=0.0, metadata=ck.meta(ck.seconds(maximum=HOUR)))
+
+
+@dataclass(frozen=True)
+class KillPolicy:
+    # between SIGTERM and SIGKILL
+    grace: float = field(default=5.0, metadata=ck.meta(ck.seconds(maximum=HOUR)))
+
+
+@dataclass(frozen=True)
+class SshPolicy:
+    config: str | None = field(default=None, metadata=ck.meta(ck.text))
+    connect_timeout: float = field(
+        default=10.0, metadata=ck.meta(ck.seconds(positive=True, maximum=HOUR))
+    )
+    # None: follow ssh_config's StrictHostKeyChecking
+    host_key: HostKeyPolicy | None = field(default=None, metadata=ck.meta(ck.choice(HostKeyPolicy)))
+    command_timeout: float = field(
+        default=60.0, metadata=ck.meta(ck.seconds(positive=True, maximum=DAY))
+    )
+    transport: SshTransport = field(
+        default=SshTransport.PARAMIKO, metadata=ck.meta(ck.choice(SshTransport))
+    )
+    # None: keys and the agent only
+    password: PasswordMode | None = field(default=None, metadata=ck.meta(ck.choice(PasswordMode)))
+
+
+@dataclass(frozen=True)
+class WatchPolicy:
+    # a node failed, orphaned, froze or stayed unreachable
+    on_failure: Action = field(default=Action.KILL_ALL, metadata=ck.meta(ck.choice(Action)))
+    on_stall: Action = field(default=Action.NOTIFY, metadata=ck.meta(ck.choice(Action)))
+    # seconds without output
+    stall_after: float = field(
+        default=300.0, metadata=ck.meta(ck.seconds(positive=True, maximum=DAY))
+    )
+    # a stop this short is a debugger (py-spy), not a hang
+    frozen_after: float = field(default=3.0, metadata=ck.meta(ck.seconds(maximum=DAY)))
+    # a node can miss polls while its sshd is busy
+    unreachable_after: float = field(default=30.0, metadata=ck.meta(ck.seconds(maximum=DAY)))
+    # seconds between polls; below 0.1 the polls would pile up
+    interval: float = field(
+        default=1.0, metadata=ck.meta(ck.seconds(positive=True, maximum=HOUR, floor=0.1))
+    )
+    # seconds for py-spy stacks of every rank before a hang's teardown; 0: none
+    capture_budget: float = field(default=10.0, metadata=ck.meta(ck.seconds(maximum=600)))
+    # a node below this fraction of the median step rate for slow_after is "slow"
+    slow_fraction: float = field(default=0.5, metadata=ck.meta(ck.fraction))
+    slow_after: float = field(
+        default=120.0, metadata=ck.meta(ck.seconds(positive=True, maximum=DAY))
+    )
+
+
+RESTARTABLE = ("failed", "orphaned", "frozen", "unreachable", "stalled")
+# argparse's usage error, launch.sh's failed `cd`, "not executable", "not found":
+# relaunching the same command cannot fix them.
+USAGE_EXIT_CODES = frozenset({2, 97, 126, 127})
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    max: int = field(default=0, metadata=ck.meta(ck.whole(0, 1000)))  # 0: never restart
+    # the first delay; it doubles up to backoff_max
+    backoff: float = field(default=10.0, metadata=ck.meta(ck.seconds(maximum=DAY)))
+    backoff_max: float = field(default=300.0, metadata=ck.meta(ck.seconds(maximum=DAY)))
+    on: frozenset[str] = field(
+        default=frozenset(RESTARTABLE) - {"stalled"}, metadata=ck.meta(ck.names_of(RESTARTABLE))
+    )
+    # restart only on these codes (None: any but not_on)
+    exit_codes: frozenset[int] | None = field(
+        default=None, metadata=ck.meta(ck.exit_codes(zero=False))
+    )
+    not_on: frozenset[int] = field(
+        default=USAGE_EXIT_CODES, metadata=ck.meta(ck.exit_codes(zero=True))
+    )
+    # an attempt that made progress this long forgets earlier failures; 0: never
+    reset_after: float = field(default=1800.0, metadata=ck.meta(ck.seconds(maximum=30 * DAY)))
+
+
+class GitCheckout(StrEnum):
+    SAME_COMMIT = "same-commit"  # every node's clone detached at the local HEAD's commit
+
+
+@dataclass(frozen=True)
+class GitSync:
+    checkout: GitCheckout = field(
+        default=GitCheckout.SAME_COMMIT, metadata=ck.meta(ck.choice(GitCheckout))
+    )
+    # also `git push <this> HEAD` (the current branch) before the nodes: the run's commit
+    # is then published too; None: the commit goes to the nodes only
+    push: str | None = field(default=None, metadata=ck.meta(jc.git_remote))
+    # sync HEAD although the local tree has uncommitted changes (they stay behind)
+    allow_dirty: bool = field(default=False, metadata=ck.meta(ck.flag))
+
+
+@dataclass(frozen=True)
+class SyncPolicy:
+    # rsync mode: a local directory copied into every node's workdir before a launch;
+    # git mode: a directory of the local repository whose HEAD every node checks out
+    source: str = field(default=".", metadata=ck.meta(ck.text))  # relative to the config
+    # rsync patterns
+    excludes: tuple[str, ...] = field(default=(), metadata=ck.meta(ck.lines, rsync=True))
+    # honour .gitignore files
+    gitignore: bool = field(default=True, metadata=ck.meta(ck.flag, rsync=True))
+    # remove what the source lacks from the workdir (excluded files stay)
+    delete: bool = field(default=False, metadata=ck.meta(ck.flag, rsync=True))
+    # git mode instead of rsync: see sessions/sync/gitsync.py
+    git: GitSync | None = field(default=None, metadata=ck.meta(ck.section(GitSync)))

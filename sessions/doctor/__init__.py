@@ -1,0 +1,18 @@
+"""`mntui doctor`: one probe of every node before a launch (probe.py), the verdicts
+(checks.py) and the allreduce smoke test (smoke.py). Imports launch and below;
+only the UI imports it.
+"""
+
+from typing import TYPE_CHECKING
+
+from mntui.sessions.exports import lazy_exports
+
+if TYPE_CHECKING:
+    from .checks import Check as Check
+    from .checks import Status as Status
+    from .checks import exit_code as exit_code
+    from .checks import format_rows as format_rows
+    from .probe import run_checks as run_checks
+    from .smoke import allreduce as allreduce
+else:
+    __getattr__ = lazy_exports(__name__, __file__)

@@ -1,0 +1,41 @@
+"""A run on its nodes: the plan (plan.py), starting it and waiting until it is ready
+(start.py, startchecks.py), its tmux sessions, attach, log reads and the kill.
+Imports sync and below; never what polls, reports or watches.
+"""
+
+from typing import TYPE_CHECKING
+
+from mntui.sessions.exports import lazy_exports
+
+if TYPE_CHECKING:
+    from .attach import attach_all_argv as attach_all_argv
+    from .attach import attach_argv as attach_argv
+    from .kill import free_ports as free_ports
+    from .kill import kill_job as kill_job
+    from .kill import not_clean as not_clean
+    from .kill import port_holders as port_holders
+    from .kill import stop_job as stop_job
+    from .kill import summarize as summarize
+    from .logs import LineSplitter as LineSplitter
+    from .logs import LogChunk as LogChunk
+    from .logs import last_lines as last_lines
+    from .logs import parse_read as parse_read
+    from .logs import read_new as read_new
+    from .logs import read_script as read_script
+    from .plan import Plan as Plan
+    from .plan import describe as describe
+    from .plan import home_path as home_path
+    from .start import Attempt as Attempt
+    from .start import launch as launch
+    from .start import make_plan as make_plan
+    from .start import master_addr as master_addr
+    from .tmux import PaneStatus as PaneStatus
+    from .tmux import format_pane_status as format_pane_status
+    from .tmux import has_session as has_session
+    from .tmux import no_pane as no_pane
+    from .tmux import pane_status as pane_status
+    from .tmux import parse_pane_status as parse_pane_status
+    from .tmux import session_name as session_name
+    from .tmux import watch_session_name as watch_session_name
+else:
+    __getattr__ = lazy_exports(__name__, __file__)

@@ -1,0 +1,282 @@
+"""Cluster-wide kill: every process the job started, on every node, and nothing else.
+
+Per node, in one round trip: find the job's processes by tag, SIGCONT (a frozen
+process cannot act on SIGTERM) + SIGTERM, SIGKILL whatever is left after the grace,
+sweep again for anything forked meanwhile, kill the tmux session, then check that
+nothing listens on the job's ports. All nodes in parallel; an unreachable node is
+reported and never stops the others.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from mntui.sessions.config import JobConfig
+from mntui.sessions.events import Event, Phase
+from mntui.sessions.procs import (
+    INT,
+    SHELL_LIB,
+    PortHolder,
+    ProcInfo,
+    ints,
+    job_node_pattern,
+    node_lines,
+    parse_listener,
+    parse_listeners,
+    parse_proc,
+    unique_holders,
+)
+from mntui.sessions.results import GroupResult
+from mntui.sessions.ssh import Cluster
+
+from . import tmux
+
+# The kill script's own records; PROC and LISTEN records are procs.py's.
+_PIDS = f"((?: {INT})*)"
+_SIGKILL = re.compile(f"SIGKILL{_PIDS}", re.ASCII)
+_LEFT = re.compile(f"LEFT{_PIDS}", re.ASCII)
+_ELAPSED = re.compile(f"ELAPSED_MS ({INT})", re.ASCII)
+_FREEING = re.compile(f"FREEING{_PIDS}", re.ASCII)
+
+
+@dataclass(frozen=True)
+class KillReport:
+    node: str
+    found: tuple[ProcInfo, ...]
+    sigkilled: tuple[int, ...]
+    left: tuple[int, ...]
+    session_killed: bool
+    port_holders: tuple[PortHolder, ...]
+    seconds: float
+    malformed: int = 0  # lines of the node's answer that were no record of ours: skipped
+
+    @property
+    def clean(self) -> bool:
+        return not self.left and not self.port_holders
+
+    def summary(self) -> str:
+        if not self.found and not self.session_killed and self.clean and not self.malformed:
+            return "nothing to kill"
+        parts = [f"{len(self.found)} process(es) stopped"]
+        if self.sigkilled:
+            parts.append(f"{len(self.sigkilled)} needed SIGKILL")
+        if self.session_killed:
+            parts.append("session closed")
+        if self.left:
+            parts.append(f"STILL ALIVE: {' '.join(map(str, self.left))}")
+        parts += [h.describe() for h in self.port_holders]
+        if self.malformed:
+            parts.append(f"{self.malformed} unreadable line(s) of the node's answer skipped")
+        return ", ".join(parts) + f" ({self.seconds:.1f}s)"
+
+
+def kill_script(pattern: str, session: str, ports: Iterable[int], grace: float) -> str:
+    grace_ms = int(grace * 1000)
+    ports_s = " ".join(str(p) for p in ports)
+    return f"""{SHELL_LIB}
+t0=$(mntui_now_ms)
+pat={shlex.quote(pattern)}
+pids=$(mntui_scan "$pat")
+# shellcheck disable=SC2086 # PIDs, one a word
+mntui_procinfo $pids
+# shellcheck disable=SC2086 # PIDs, one a word
+mntui_stop {grace_ms} $pids
+# Sweep for anything forked while we were killing (a launcher restarting workers).
+for _ in 1 2 3 4 5; do
+  # shellcheck disable=SC2046 # PIDs, one a word
+  more=$(mntui_alive $(mntui_scan "$pat"))
+  [ -z "$more" ] && break
+  # shellcheck disable=SC2086 # PIDs, one a word
+  mntui_procinfo $more
+  # shellcheck disable=SC2086 # PIDs, one a word
+  mntui_stop 0 $more
+  sleep 0.05
+done
+if {tmux.has_session(session)}; then {tmux.kill_session(session)} && echo SESSION_KILLED; fi
+busy() {{
+  # shellcheck disable=SC2046 # PIDs, one a word
+  left=$(mntui_alive $(mntui_scan "$pat"))
+  holders={f"$(mntui_listeners {ports_s})" if ports_s else '""'}
+  [ -n "$left" ] || [ -n "$holders" ]
+}}
+mntui_wait_while 3000 busy
+# shellcheck disable=SC2086 # PIDs, one a word
+echo LEFT $left
+[ -n "$holders" ] && printf '%s\\n' "$holders"
+echo "ELAPSED_MS $(($(mntui_now_ms) - t0))"
+"""
+
+
+def parse_kill(node: str, stdout: str) -> KillReport:
+    found: dict[int, ProcInfo] = {}
+    sigkilled: list[int] = []
+    left: tuple[int, ...] = ()
+    holders: list[PortHolder] = []
+    session = False
+    ms, bad = 0, 0
+    for line in node_lines(stdout):
+        if (proc := parse_proc(line)) is not None:
+            found[proc.pid] = proc  # a sweep may list a PID twice
+        elif (holder := parse_listener(line)) is not None:
+            holders.append(holder)
+        elif m := _SIGKILL.fullmatch(line):
+            sigkilled += ints(m[1])
+        elif m := _LEFT.fullmatch(line):
+            left = ints(m[1])
+        elif m := _ELAPSED.fullmatch(line):
+            ms = int(m[1])
+        elif line == "SESSION_KILLED":
+            session = True
+        else:
+            bad += 1
+    return KillReport(
+        node,
+        tuple(found.values()),
+        tuple(dict.fromkeys(sigkilled)),
+        left,
+        session,
+        unique_holders(holders),
+        ms / 1000,
+        malformed=bad,
+    )
+
+
+def not_clean(results: GroupResult[KillReport]) -> list[str]:
+    """Nodes where the kill failed or left something behind, in node order."""
+    dirty = set(results.failed) | set(results.where(lambda r: not r.clean))
+    return [n for n in results if n in dirty]
+
+
+def summarize(job: str, results: GroupResult[KillReport]) -> tuple[bool, str]:
+    """(clean on every node, one line for a person): the CLI and the app say the same."""
+    dirty = not_clean(results)
+    if dirty:
+        return False, f"NOT CLEAN on {', '.join(dirty)}"
+    total = sum(len(r.found) for r in results.succeeded.values())
+    if not total:
+        return True, "nothing to kill: the job is not running"
+    return True, f"clean: {total} process(es) of {job} stopped on {len(results)} node(s)"
+
+
+def kill_job(
+    cfg: JobConfig,
+    cluster: Cluster,
+    *,
+    names: Iterable[str] | None = None,
+    grace: float | None = None,
+    on_event: Callable[[Event], None] = lambda e: None,
+) -> GroupResult[KillReport]:
+    """Kill the job on the given nodes (all by default), in parallel; one report per node."""
+    grace = cfg.grace if grace is None else grace
+    ranks = {n.name: n.rank for n in cfg.nodes}
+
+    def one(node) -> KillReport:  # type: ignore[no-untyped-def]
+        on_event(Event(node.name, ranks[node.name], Phase.KILLING, ""))
+        script = kill_script(
+            job_node_pattern(cfg.job, node.name),
+            tmux.session_name(cfg.job, node.name),
+            cfg.all_ports,
+            grace,
+        )
+        res = node.run(script, timeout=grace + 30)
+        report = parse_kill(node.name, res.stdout)
+        on_event(
+            Event(
+                node.name,
+                ranks[node.name],
+                Phase.KILLED if report.clean else Phase.FAILED,
+                report.summary(),
+            )
+        )
+        return report
+
+    results = cluster.map(one, names)
+    for name, error in results.errors.items():
+        on_event(Event(name, ranks[name], Phase.FAILED, error))
+    return results
+
+
+# -- cleanup: free the job's ports, whoever holds them ------------------------------
+
+
+def holders_script(ports: Iterable[int]) -> str:
+    ports_s = " ".join(str(p) for p in ports)
+    return f"{SHELL_LIB}\n{f'mntui_listeners {ports_s}' if ports_s else ''}\n"
+
+
+def port_holders(cfg: JobConfig, cluster: Cluster) -> GroupResult[tuple[PortHolder, ...]]:
+    script = holders_script(cfg.all_ports)
+    return cluster.map(lambda node: parse_listeners(node_lines(node.run(script).stdout)))
+
+
+def free_script(holders: Iterable[PortHolder], grace: float) -> str:
+    """Kill the listed holders, but only those that are still ours and that ss, on the
+    node, says hold that port now: between listing and confirming, a PID may have exited
+    and been reused, and nothing printed earlier decides what is killed."""
+    grace_ms = int(grace * 1000)
+    listed = sorted({(h.port, h.pid) for h in holders if h.pid is not None})
+    ports = " ".join(str(p) for p in sorted({port for port, _ in listed}))
+    checks = "\n".join(f'mntui_holds {port} {pid} && pids="$pids {pid}"' for port, pid in listed)
+    return f"""{SHELL_LIB}
+pids=""
+{checks}
+echo "FREEING$pids"
+# shellcheck disable=SC2086 # PIDs, one a word
+mntui_stop {grace_ms} $pids
+held() {{ [ -n "$(mntui_port_pids {ports})" ]; }}
+[ -n "$pids" ] && mntui_wait_while 2000 held
+{f"mntui_listeners {ports}" if ports else ""}
+"""
+
+
+def parse_free(stdout: str) -> tuple[tuple[int, ...], tuple[PortHolder, ...]]:
+    """(PIDs the free script chose to kill, holders still there afterwards)."""
+    lines = node_lines(stdout)
+    freeing = next((m[1] for line in lines if (m := _FREEING.fullmatch(line))), "")
+    return tuple(dict.fromkeys(ints(freeing))), parse_listeners(lines)
+
+
+def free_ports(
+    cluster: Cluster, holders: dict[str, tuple[PortHolder, ...]], grace: float
+) -> GroupResult[tuple[tuple[int, ...], tuple[PortHolder, ...]]]:
+    """Per node: (PIDs killed, holders still there). One round trip per node."""
+
+    def one(node) -> tuple[tuple[int, ...], tuple[PortHolder, ...]]:  # type: ignore[no-untyped-def]
+        return parse_free(
+            node.run(free_script(holders[node.name], grace), timeout=grace + 30).stdout
+        )
+
+    return cluster.map(one, [n for n, h in holders.items() if any(x.pid is not None for x in h)])
+
+
+def stop_job(
+    cfg: JobConfig,
+    cluster: Cluster,
+    *,
+    names: Iterable[str] | None = None,
+    grace: float | None = None,
+    on_event: Callable[[Event], None] = lambda e: None,
+) -> GroupResult[KillReport]:
+    """A user's kill (CLI `kill`, the app's K): mark the run first, so its watchdog stands
+    down instead of reporting the kill as a failure, then kill."""
+    from mntui.sessions.runs import RunRecord, RunStatus, live_runs
+
+    def killing(r: RunRecord) -> None:
+        if r.status.is_live:
+            r.status = RunStatus.KILLING
+            r.note("kill", by="user")
+
+    def killed(r: RunRecord) -> None:
+        if r.status.is_stopping:
+            r.status = RunStatus.KILLED
+
+    marked = live_runs(cfg.job) if names is None else []
+    for record in marked:  # the latest, and a restart chain waiting in its backoff
+        record.update(killing)
+    results = kill_job(cfg, cluster, names=names, grace=grace, on_event=on_event)
+    for record in marked:
+        record.update(killed)
+    return results

@@ -1,0 +1,105 @@
+"""Reading nodes' output.log incrementally: one round trip per node per read.
+
+Only bytes past the caller's offset travel, capped per read, so following a chatty
+64-node job costs what it prints, not what it has printed so far.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from mntui.sessions.procs import INT, b64_bytes, node_lines, run_dir_word
+from mntui.sessions.results import NodeError
+from mntui.sessions.ssh import Node
+
+CHUNK = 256 * 1024
+_SIZE = re.compile(f"SIZE ({INT})", re.ASCII)
+_EXIT = re.compile(f"EXIT (-?{INT})", re.ASCII)
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    data: bytes
+    offset: int  # offset after this chunk
+    size: int  # file size on the node; > offset means more is waiting
+    exit_code: int | None
+    malformed: int = 0  # lines of the node's answer that were no record of ours: skipped
+
+
+def read_script(run_dir: str, offset: int, limit: int = CHUNK) -> str:
+    # base64 keeps arbitrary bytes (progress bars, partial UTF-8) intact over the text
+    # channel; the exit code is the job's own file, read as one line and checked here.
+    return f"""d={run_dir_word(run_dir)}
+size=$(stat -c %s "$d/output.log" 2>/dev/null || echo 0)
+echo "SIZE $size"
+[ -f "$d/exit_code" ] && {{ read -r rc <"$d/exit_code"; printf 'EXIT %s\\n' "$rc"; }}
+echo DATA
+tail -c +{offset + 1} "$d/output.log" 2>/dev/null | head -c {limit} | base64 -w0
+echo
+"""
+
+
+def parse_read(stdout: str, offset: int) -> LogChunk:
+    """`SIZE n`, maybe `EXIT n`, then `DATA` and one line of base64."""
+    lines = node_lines(stdout)
+    size, code, raw, bad = 0, None, b"", 0
+    data_at = lines.index("DATA") + 1 if "DATA" in lines else -1
+    for i, line in enumerate(lines):
+        if i == data_at:
+            got = b64_bytes(line)
+            bad += got is None
+            raw = got or b""
+        elif m := _SIZE.fullmatch(line):
+            size = int(m[1])
+        elif m := _EXIT.fullmatch(line):
+            code = int(m[1])
+        elif i + 1 != data_at:  # anything but the one DATA header
+            bad += 1
+    if size < offset:  # the file was truncated or replaced: start over
+        return LogChunk(raw, len(raw), size, code, bad)
+    return LogChunk(raw, offset + len(raw), size, code, bad)
+
+
+def last_lines_script(run_dir: str, n: int) -> str:
+    """The log's size on the first line, then its last `n` lines as they are."""
+    f = f"{run_dir_word(run_dir)}/output.log"
+    return f"stat -c %s {f} 2>/dev/null || echo 0; tail -n {int(n)} {f} 2>/dev/null"
+
+
+def last_lines(
+    node: Node, run_dir: str, n: int, timeout: float | None = None
+) -> tuple[list[str], int]:
+    """The last `n` lines of the log and its size (to follow from), in one round trip."""
+    out = node.run(last_lines_script(run_dir, n), timeout=timeout).stdout
+    size, _, text = out.partition("\n")
+    return text.splitlines(), int(size) if re.fullmatch(INT, size, re.ASCII) else 0
+
+
+def log_tail(node: Node, run_dir: str, lines: int = 20) -> str:
+    """The log's last lines for a message about a failure already being reported: a log
+    that cannot be read is said in the text, never raised."""
+    try:
+        return "\n".join(last_lines(node, run_dir, lines, timeout=10)[0])
+    except NodeError as exc:
+        return f"(could not read the log: {exc.message})"
+
+
+def read_new(node: Node, run_dir: str, offset: int) -> LogChunk:
+    return parse_read(node.run(read_script(run_dir, offset)).stdout, offset)
+
+
+class LineSplitter:
+    """Turns byte chunks into whole lines; holds a partial last line until it ends."""
+
+    def __init__(self) -> None:
+        self._buf = b""
+
+    def feed(self, data: bytes) -> list[str]:
+        self._buf += data
+        *lines, self._buf = self._buf.split(b"\n")
+        return [line.decode(errors="replace").rstrip("\r") for line in lines]
+
+    def flush(self) -> list[str]:
+        rest, self._buf = self._buf, b""
+        return [rest.decode(errors="replace")] if rest else []

@@ -1,0 +1,220 @@
+"""The per-node launch plan: pure, printable (`--dry-run`) and unit-tested.
+
+Everything a node will run is decided here, as text, before any node is touched.
+Values from the config reach the shell only through `shlex.quote`; the two places
+that are shell code by intent (`setup` lines and `command`) are the user's own, and
+the placeholders substituted into `command` are quoted (the config refuses
+`{master_addr}` inside quotes, where that quoting would be undone).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shlex
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from mntui.sessions.config import JobConfig, NodeSpec
+from mntui.sessions.procs import TAG_VAR, run_dir_word, run_tag
+from mntui.sessions.runs import NodeRecord, RunRecord
+
+from . import tmux
+
+RUNS_DIR = ".mntui/runs"  # relative to the node user's $HOME
+
+
+def new_run_id(now: float | None = None) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now if now is not None else time.time()))
+    return f"{stamp}-{secrets.token_hex(2)}"
+
+
+def home_path(path: str) -> str:
+    """A shell word for `path`, expanding a leading `~/` like a login shell would."""
+    if path == "~":
+        return '"$HOME"'
+    if path.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(path[2:])
+    return shlex.quote(path)
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    node: str
+    host: str
+    rank: int
+    is_main: bool
+    nproc: int  # this node's processes: a hostfile's slots can differ from node to node
+    session: str
+    tag: str
+    run_dir: str  # relative to the node's $HOME
+    env: Mapping[str, str]  # what the command sees, besides the node's own environment
+    command: str  # rendered, shell code
+    launch_script: str  # contents of launch.sh
+    start_script: str  # what runs over SSH to write the run dir and start tmux
+
+
+@dataclass(frozen=True)
+class Plan:
+    job: str
+    run_id: str
+    master_addr: str
+    master_port: int
+    nnodes: int
+    world_size: int
+    nodes: tuple[NodePlan, ...]
+
+    @property
+    def main(self) -> NodePlan:
+        return self.nodes[0]
+
+    @property
+    def workers(self) -> tuple[NodePlan, ...]:
+        return self.nodes[1:]
+
+    def node(self, name: str) -> NodePlan:
+        return next(n for n in self.nodes if n.node == name)
+
+
+def run_record(plan: Plan, config: str) -> RunRecord:
+    """The run's first record: here, not in runs.py, so the records need no plan."""
+    return RunRecord(
+        plan.job,
+        plan.run_id,
+        os.path.abspath(config),
+        plan.master_addr,
+        plan.master_port,
+        [
+            NodeRecord(n.node, n.host, n.rank, n.session, n.tag, n.run_dir, nproc=n.nproc)
+            for n in plan.nodes
+        ],
+    )
+
+
+def render_command(template: str, values: Mapping[str, str | int]) -> str:
+    return template.format(
+        **{k: (v if isinstance(v, int) else shlex.quote(v)) for k, v in values.items()}
+    )
+
+
+def build_plan(
+    cfg: JobConfig,
+    run_id: str,
+    master_addr: str,
+    extra_env: Mapping[str, Mapping[str, str]] | None = None,
+    *,
+    restart_count: int = 0,
+) -> Plan:
+    """`extra_env` adds per-node variables mntui decides at launch (e.g. PATH of a local node)."""
+    nnodes = len(cfg.nodes)
+    world = cfg.world_size  # the sum over the nodes: their nproc can differ
+    plans = []
+    for spec in cfg.nodes:  # the config keeps the main first, at rank 0
+        values: dict[str, str | int] = {
+            "node_rank": spec.rank,
+            "nnodes": nnodes,
+            "master_addr": master_addr,
+            "master_port": cfg.master_port,
+            "nproc_per_node": cfg.nproc(spec),  # this node's: torchrun's rank math needs it
+            "node": spec.name,
+            "restart_count": restart_count,
+        }
+        env = {**(extra_env or {}).get(spec.name, {}), **spec.env}
+        env.update(
+            {
+                "NODE_RANK": str(spec.rank),
+                "NNODES": str(nnodes),
+                "MASTER_ADDR": master_addr,
+                "MASTER_PORT": str(cfg.master_port),
+                "WORLD_SIZE": str(world),
+                "MNTUI_RESTART_COUNT": str(restart_count),
+            }
+        )
+        env.setdefault("PYTHONUNBUFFERED", "1")  # output goes through a pipe to the log
+        env.setdefault("PYTHONFAULTHANDLER", "1")  # a segfault prints the Python stack
+        command = render_command(spec.command, values)
+        session = tmux.session_name(cfg.job, spec.name)
+        tag = run_tag(cfg.job, run_id, spec.name)
+        run_dir = f"{RUNS_DIR}/{cfg.job}/{run_id}/{spec.name}"
+        script = launch_script(spec, run_id, cfg.job, env, command)
+        plans.append(
+            NodePlan(
+                node=spec.name,
+                host=spec.host,
+                rank=spec.rank,
+                is_main=spec.name == cfg.main,
+                nproc=cfg.nproc(spec),
+                session=session,
+                tag=tag,
+                run_dir=run_dir,
+                env=env,
+                command=command,
+                launch_script=script,
+                start_script=start_script(session, tag, run_dir, script),
+            )
+        )
+    return Plan(cfg.job, run_id, master_addr, cfg.master_port, nnodes, world, tuple(plans))
+
+
+def launch_script(
+    spec: NodeSpec, run_id: str, job: str, env: Mapping[str, str], command: str
+) -> str:
+    exports = "\n".join(f"export {k}={shlex.quote(v)}" for k, v in env.items())
+    name = shlex.quote(spec.name)
+    setup = "\n".join(f"  {line}" for line in spec.setup) or "  :"
+    cd = f"  cd -- {home_path(spec.workdir)} || exit 97" if spec.workdir else "  :"
+    return f"""#!/usr/bin/env bash
+# Written by mntui: job {job}, run {run_id}, node {spec.name}, rank {spec.rank}.
+# It runs inside tmux; output goes to the pane and, unchanged, to output.log.
+set -o pipefail
+run_dir=$PWD
+{exports}
+export MNTUI_RUN_DIR="$run_dir"
+printf '[mntui] %s rank %s starting at %s\\n' {name} {spec.rank} "$(date '+%F %T')"
+{{
+{setup}
+{cd}
+{command}
+}} 2>&1 | tee -a "$run_dir/output.log"
+rc=${{PIPESTATUS[0]}}
+printf '%s\\n' "$rc" >"$run_dir/exit_code.tmp" && mv "$run_dir/exit_code.tmp" "$run_dir/exit_code"
+printf '[mntui] exited with code %s at %s\\n' "$rc" "$(date '+%F %T')"
+exit "$rc"
+"""
+
+
+def start_script(session: str, tag: str, run_dir: str, script: str) -> str:
+    eof = "__MNTUI_EOF_" + secrets.token_hex(8) + "__"
+    pane_cmd = f"exec env {TAG_VAR}={shlex.quote(tag)} bash ./launch.sh"
+    return f"""set -e
+d={run_dir_word(run_dir)}
+mkdir -p -m 700 "$d"
+cat >"$d/launch.sh" <<'{eof}'
+{script}{eof}
+: >"$d/output.log"
+{tmux.kill_session(session)} || true
+{tmux.new_session(session, '"$d"', pane_cmd)}
+echo STARTED "$(date +%s.%N)"
+"""
+
+
+def describe(plan: Plan) -> str:
+    """The human-readable dry run: every node's env, command and script."""
+    lines = [
+        f"job {plan.job}  run {plan.run_id}  nodes {plan.nnodes}  world size {plan.world_size}",
+        f"master {plan.master_addr}:{plan.master_port}",
+        "",
+    ]
+    for n in plan.nodes:
+        role = "main" if n.is_main else "worker"
+        lines += [
+            f"== {n.node} (host {n.host}, rank {n.rank}, {role}) tmux session {n.session}",
+            f"   run dir ~/{n.run_dir}",
+            f"   nproc_per_node {n.nproc}",
+            f"   tag {TAG_VAR}={n.tag}",
+            "   launch.sh:",
+        ]
+        lines += [f"   | {line}" for line in n.launch_script.rstrip("\n").splitlines()]
+        lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,82 @@
+"""What one poll saw on one node, frozen, and the forms it travels in.
+
+A NodeSnapshot is what every consumer of polling reads (states, the judge, the
+watchdog, the agent, the CLI and the app); `status` and the agent's clients read
+snapshots without polling, so this module needs none of the poll's machinery, and
+none of remote's SSH. Its JSON form is for people (`status --json`), its wire form
+for the agent: every field, log bytes exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from . import gpu as gpumod
+
+
+@dataclass(frozen=True)
+class JobProc:
+    pid: int
+    ppid: int
+    state: str  # R S D T t Z ...
+    cpu_percent: float | None  # None on the first sight of a PID
+    rss_mib: float
+    cmdline: str
+
+
+@dataclass(frozen=True)
+class NodeSnapshot:
+    node: str
+    rank: int
+    at: float  # local wall time the answer arrived
+    reachable: bool
+    error: str | None = None
+    rtt: float | None = None  # seconds for this poll's round trip
+    session: bool | None = None  # the node's tmux session exists
+    pane_dead: bool | None = None
+    pane_pid: int | None = None
+    exit_code: int | None = None  # written by launch.sh when the command ended
+    procs: tuple[JobProc, ...] = ()
+    ports: tuple[int, ...] = ()  # ports the job's processes listen on
+    gpu: gpumod.GpuReading | None = None  # None: no nvidia-smi on the node
+    load: tuple[float, float, float] | None = None
+    ncpu: int | None = None
+    mem_total_mib: float | None = None
+    mem_available_mib: float | None = None
+    log_size: int | None = None
+    output_age: float | None = None  # seconds since output.log last grew (node clock)
+    new_output: bytes = b""  # bytes of output.log since the previous poll
+    node_time: float | None = None  # the node's wall clock, first poll only
+    malformed: int = 0  # lines of the node's answer that were no record of ours: skipped
+
+    @property
+    def live_procs(self) -> tuple[JobProc, ...]:
+        return tuple(p for p in self.procs if p.state not in ("Z", "X"))
+
+
+def snapshot_dict(
+    s: NodeSnapshot, state: str | None = None, why: str | None = None
+) -> dict[str, object]:
+    """The JSON form of a snapshot (`mntui status --json`): bytes as text, None as null."""
+    from dataclasses import asdict
+
+    d = asdict(s)
+    d["new_output"] = s.new_output.decode(errors="replace")
+    if state is not None:
+        d["state"], d["why"] = state, why
+    return d
+
+
+def snapshot_wire(s: NodeSnapshot) -> Any:
+    """The agent's form of a snapshot: every field, log bytes as base64 (exact bytes)."""
+    from mntui.sessions.wire import encode
+
+    return encode(s)
+
+
+def snapshot_from_wire(data: Any) -> NodeSnapshot:
+    """The same NodeSnapshot back, or wire.WireError: checked field by field."""
+    from mntui.sessions.wire import decode
+
+    return decode(NodeSnapshot, data)

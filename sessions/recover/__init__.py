@@ -1,0 +1,12 @@
+"""The restart chain: the supervisor that relaunches a failed run (supervise.py) under
+the restart policy's pure decisions (restart.py). Imports watch and below.
+"""
+
+from typing import TYPE_CHECKING
+
+from mntui.sessions.exports import lazy_exports
+
+if TYPE_CHECKING:
+    from .supervise import Supervisor as Supervisor
+else:
+    __getattr__ = lazy_exports(__name__, __file__)

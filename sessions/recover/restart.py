@@ -1,0 +1,97 @@
+"""Whether, when and where to bring a failed job back: pure decisions.
+
+A restart turns "woke up to a dead job" into "woke up to a job that lost 5 minutes",
+but a job that can never work must not be relaunched forever: the policy restarts
+only for the causes and exit codes it is given (never a clean exit, never by default
+the codes that mean the command or config is wrong), backs off exponentially, gives
+up after `max` attempts in a row, and forgets old failures once an attempt has made
+progress for `reset_after` seconds. A node that caused two teardowns in a row is
+swapped for a spare, keeping ranks contiguous.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from mntui.sessions.config import JobConfig, NodeSpec, RestartPolicy
+from mntui.sessions.poll import NodeState
+
+
+@dataclass(frozen=True)
+class AttemptEnd:
+    """How one attempt of a chain ended, as the supervisor saw it."""
+
+    attempt: int  # 0 for the first launch
+    run_id: str | None  # None: the launch itself failed
+    state: NodeState  # what ended it
+    culprit: str | None  # the node that caused it, when one did
+    exit_codes: tuple[int, ...] = ()  # the nodes' non-zero exit codes
+    progressed_for: float = 0.0  # seconds the attempt kept making progress
+    cause: str = ""
+
+
+@dataclass(frozen=True)
+class Decision:
+    restart: bool
+    why: str
+    delay: float = 0.0
+    counted: int = 0  # failures in a row that count against `max`
+    gave_up: bool = False  # the policy would restart this, but `max` is spent
+
+
+def counted_failures(policy: RestartPolicy, history: Sequence[AttemptEnd]) -> int:
+    """Failures since the last attempt that made progress for `reset_after` (that
+    attempt's own failure counts as the first again)."""
+    count = 0
+    for end in history:
+        reset = policy.reset_after > 0 and end.progressed_for >= policy.reset_after
+        count = 1 if reset else count + 1
+    return count
+
+
+def decide(policy: RestartPolicy, history: Sequence[AttemptEnd]) -> Decision:
+    if not history:
+        return Decision(False, "nothing has ended")
+    last = history[-1]
+    if policy.max <= 0:
+        return Decision(False, "restart is off (restart.max is 0)")
+    if last.state.value not in policy.on:
+        return Decision(False, f"{last.state.value} is not in restart.on")
+    codes = [c for c in last.exit_codes if c != 0]
+    if last.state is NodeState.FAILED and last.exit_codes and not codes:
+        return Decision(False, "the job exited 0")
+    if policy.exit_codes is not None and codes and not set(codes) & policy.exit_codes:
+        return Decision(False, f"exit code {codes[0]} is not in restart.exit_codes")
+    if blocked := sorted(set(codes) & policy.not_on):
+        return Decision(False, f"exit code {blocked[0]} is in restart.not_on")
+    count = counted_failures(policy, history)
+    if count > policy.max:
+        why = f"gave up after {policy.max} restart(s) in a row"
+        return Decision(False, why, counted=count, gave_up=True)
+    delay = min(policy.backoff * 2 ** (count - 1), policy.backoff_max)
+    return Decision(True, f"restart {count}/{policy.max}", delay=delay, counted=count)
+
+
+def repeat_culprit(history: Sequence[AttemptEnd]) -> str | None:
+    """The node that caused the last two teardowns, if one did both."""
+    if len(history) < 2:
+        return None
+    a, b = history[-2].culprit, history[-1].culprit
+    return a if a is not None and a == b else None
+
+
+def swap_in_spare(
+    cfg: JobConfig, spares: Sequence[NodeSpec], out: str
+) -> tuple[JobConfig, NodeSpec] | None:
+    """`cfg` with node `out` replaced by the first spare not already in use; ranks stay
+    contiguous (the spare takes the culprit's rank), and if the culprit was the main
+    the spare becomes the main, so master_addr follows it."""
+    used = {n.name for n in cfg.nodes}
+    spare = next((s for s in spares if s.name not in used), None)
+    if spare is None or out not in used:
+        return None
+    nodes = tuple(replace(spare, rank=n.rank) if n.name == out else n for n in cfg.nodes)
+    main = spare.name if cfg.main == out else cfg.main
+    master = None if cfg.main == out else cfg.master_addr
+    return replace(cfg, nodes=nodes, main=main, master_addr=master), spare

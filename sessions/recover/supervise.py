@@ -1,0 +1,210 @@
+"""The supervisor: watch a run, and when it breaks, bring the job back.
+
+It is the watchdog process (`mntui watch`, started detached by `launch --no-ui`): it
+watches one run at a time under that run's lock; after a teardown (or a run that
+failed by itself) it asks the restart policy, marks the run `restarting`, waits the
+backoff, and relaunches through the normal launch path as the next attempt of the
+chain (new run id, `MNTUI_RESTART_COUNT` in the job's env). A user's `mntui kill`
+marks the run killed, which ends the chain, in the backoff as anywhere else. When the
+policy gives up, the run is marked `gave-up`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from typing import IO, Any
+
+from mntui.sessions.agent import Agent, start_agent
+from mntui.sessions.config import JobConfig
+from mntui.sessions.errors import LaunchError
+from mntui.sessions.events import Event, Phase
+from mntui.sessions.launch import Attempt, launch
+from mntui.sessions.notify import Notice, NotifyEvent
+from mntui.sessions.poll import NodeState
+from mntui.sessions.results import NodeError
+from mntui.sessions.runs import RunRecord, RunStatus, read_status
+from mntui.sessions.ssh import Cluster
+from mntui.sessions.watch import (
+    LockHeld,
+    Watchdog,
+    WatchEnd,
+    WatchOutcome,
+    acquire_lock,
+    make_notifier,
+)
+
+from .restart import AttemptEnd, Decision, decide, repeat_culprit, swap_in_spare
+
+EventSink = Callable[[Event], None]
+WAIT_STEP = 0.2  # seconds between looks at the record during a backoff
+DRAIN = 10.0  # seconds a finishing supervisor waits for its last notifications
+
+
+@dataclass(frozen=True)
+class Chain:
+    """Where a chain stands: the current run and every attempt's end so far."""
+
+    cfg: JobConfig
+    record: RunRecord
+    history: tuple[AttemptEnd, ...] = ()
+
+
+def attempt_end(chain: Chain, end: WatchEnd, obs_last_output: float | None) -> AttemptEnd:
+    rec = chain.record
+    state, culprit, cause = NodeState.FAILED, None, rec.cause or ""
+    if end.trigger is not None:
+        state, culprit = end.trigger.state, end.trigger.node
+    report = end.report
+    if report is not None:
+        culprit = report.cause_node or culprit
+        cause = report.headline
+    codes = tuple(n.exit_code for n in report.nodes if n.exit_code) if report else ()
+    started = rec.finished_launch_at or rec.created_at
+    progressed = max(0.0, obs_last_output - started) if obs_last_output else 0.0
+    return AttemptEnd(rec.attempt, rec.run_id, state, culprit, codes, progressed, cause)
+
+
+def _mark(record: RunRecord, status: RunStatus, what: str, **details: Any) -> bool:
+    """Move a live run to `status`; False if a user's kill got there first."""
+    moved = []
+
+    def change(r: RunRecord) -> None:
+        if r.status.is_live or r.status in (RunStatus.TORN_DOWN, RunStatus.FAILED):
+            r.status = status
+            r.note(what, **details)
+            moved.append(True)
+
+    record.update(change)
+    return bool(moved)
+
+
+def wait_backoff(record: RunRecord, seconds: float) -> bool:
+    """Sleep the backoff in small steps; False as soon as a user's kill ends the chain."""
+    deadline = time.monotonic() + seconds
+    while True:
+        status = read_status(record.job, record.run_id)
+        if status is not None and status is not RunStatus.RESTARTING:
+            return False
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return True
+        time.sleep(min(WAIT_STEP, left))
+
+
+class Supervisor:
+    def __init__(self, cfg: JobConfig, record: RunRecord, on_event: EventSink) -> None:
+        self.chain = Chain(cfg, record, _earlier(record))
+        self.on_event = on_event
+        self.notifier = make_notifier(cfg)
+        self.agent: Agent | None = None
+
+    def run(self) -> WatchEnd:
+        """Watch attempt after attempt until one ends for good; then give pending
+        notifications a bounded moment (the teardown is long done). The run's agent
+        serves the whole chain, attempt after attempt."""
+        self.agent = start_agent(self.chain.cfg.job, self.on_event)
+        try:
+            return self._run()
+        finally:
+            if self.agent is not None:
+                self.agent.stop()
+            self.notifier.drain(DRAIN)
+
+    def _run(self) -> WatchEnd:
+        while True:
+            end, last_output = self._watch(self.chain)
+            if end.outcome in (WatchOutcome.STOOD_DOWN, WatchOutcome.STOPPED):
+                return end
+            if end.outcome is WatchOutcome.FINISHED:
+                return end
+            history = (*self.chain.history, attempt_end(self.chain, end, last_output))
+            nxt = self._next(history)
+            if nxt is None:
+                return end
+            self.chain = nxt
+
+    def _watch(self, chain: Chain) -> tuple[WatchEnd, float | None]:
+        try:
+            lock: IO[str] = acquire_lock(chain.record)
+        except LockHeld as exc:
+            self.on_event(Event(None, None, Phase.NOTICE, f"{exc}; not watching"))
+            return WatchEnd(WatchOutcome.STOOD_DOWN), None
+        try:
+            with Cluster(chain.cfg.nodes, chain.cfg.ssh) as cluster:
+                dog = Watchdog(
+                    chain.cfg, chain.record, cluster, on_event=self.on_event,
+                    notifier=self.notifier, agent=self.agent,
+                )  # fmt: skip
+                return dog.run(), dog.obs.last_output
+        finally:
+            lock.close()
+
+    def _next(self, history: tuple[AttemptEnd, ...]) -> Chain | None:
+        """Decide; on a restart, wait the backoff and launch; a launch that fails is an
+        attempt that ended too, decided on again."""
+        cfg, record = self.chain.cfg, self.chain.record
+        while True:
+            decision = decide(cfg.restart, history)
+            if not decision.restart:
+                self._stop(record, decision, history)
+                return None
+            cfg, swapped = self._swap(cfg, history)
+            n = history[-1].attempt + 1
+            if not _mark(record, RunStatus.RESTARTING, "restart", attempt=n, why=decision.why,
+                         delay=decision.delay, swapped=swapped):  # fmt: skip
+                return None
+            text = f"attempt {n}/{cfg.restart.max} in {decision.delay:g}s ({decision.why})"
+            text += f"; {swapped}" if swapped else ""
+            self._say(text)
+            self._tell(NotifyEvent.RESTART, f"{text}; last: {history[-1].cause}")
+            if not wait_backoff(record, decision.delay):
+                self._say("restart cancelled: the run was killed during the backoff")
+                return None
+            attempt = Attempt(n, record.chain or record.run_id, tuple(asdict(e) for e in history))
+            try:
+                result = launch(cfg, on_event=self.on_event, attempt=attempt)
+            except (LaunchError, NodeError) as exc:
+                state = NodeState.UNREACHABLE if "unreachable" in str(exc) else NodeState.FAILED
+                history = (*history, AttemptEnd(n, None, state, None, (), 0.0, str(exc)))
+                self._say(f"attempt {n} did not start: {str(exc).splitlines()[0]}")
+                continue
+            return Chain(cfg, result.record, history)
+
+    def _swap(self, cfg: JobConfig, history: tuple[AttemptEnd, ...]) -> tuple[JobConfig, str]:
+        culprit = repeat_culprit(history)
+        if culprit is None or not cfg.spares:
+            return cfg, ""
+        swapped = swap_in_spare(cfg, cfg.spares, culprit)
+        if swapped is None:
+            return cfg, f"{culprit} broke twice in a row, but no spare is left"
+        new, spare = swapped
+        return new, f"{culprit} broke twice in a row: replaced by spare {spare.name}"
+
+    def _stop(self, record: RunRecord, decision: Decision, history: tuple[AttemptEnd, ...]) -> None:
+        if decision.gave_up:
+            _mark(record, RunStatus.GAVE_UP, "gave-up", why=decision.why, attempts=len(history))
+            self._say(f"gave up: {decision.why}; last: {history[-1].cause}")
+            self._tell(NotifyEvent.GAVE_UP, f"gave up: {decision.why}; last: {history[-1].cause}")
+        elif self.chain.cfg.restart.max > 0:
+            self._say(f"no restart: {decision.why}")
+
+    def _tell(self, event: NotifyEvent, summary: str) -> None:
+        rec = self.chain.record
+        self.notifier.send(Notice(event, rec.job, rec.run_id, summary, str(rec.dir / "report.txt")))
+
+    def _say(self, text: str) -> None:
+        self.on_event(Event(None, None, Phase.NOTICE, text))
+
+
+def _earlier(record: RunRecord) -> tuple[AttemptEnd, ...]:
+    """A supervisor that takes over a chain (the app quit) picks up its history."""
+    out = []
+    for e in record.attempts:
+        try:
+            end = AttemptEnd(**e)
+            out.append(replace(end, state=NodeState(e["state"]), exit_codes=tuple(end.exit_codes)))
+        except (TypeError, ValueError, KeyError):
+            continue
+    return tuple(out)

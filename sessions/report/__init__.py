@@ -1,0 +1,24 @@
+"""What went wrong: evidence and stacks gathered from the nodes, log lines classified into
+causes (classify.py, logrules.py), the failure report (failure.py) and the post-mortem
+that writes it. Imports poll and below; never the agent or the watchdog.
+"""
+
+from typing import TYPE_CHECKING
+
+from mntui.sessions.exports import lazy_exports
+
+if TYPE_CHECKING:
+    from .failure import Ending as Ending
+    from .failure import FailureReport as FailureReport
+    from .failure import render as render
+    from .failure import to_json as to_json
+    from .postmortem import HUNG as HUNG
+    from .postmortem import Observations as Observations
+    from .postmortem import capture_stacks as capture_stacks
+    from .postmortem import observations as observations
+    from .postmortem import observe as observe
+    from .postmortem import report_now as report_now
+    from .postmortem import saved_report as saved_report
+    from .postmortem import try_report as try_report
+else:
+    __getattr__ = lazy_exports(__name__, __file__)

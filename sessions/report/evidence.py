@@ -1,0 +1,146 @@
+"""What each node can tell about a failed run, gathered in one round trip per node.
+
+After a teardown the processes are gone but their traces are not: the tail of the
+log, the exit code and when it was written (node clock), the kernel's OOM-killer
+lines when `dmesg`/`journalctl -k` is readable, and NCCL Flight Recorder dumps when
+the job enabled them (`TORCH_FR_DUMP_TEMP_FILE`). Everything travels base64-encoded
+behind nonce-marked lines: a log is data, never protocol.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import secrets
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from mntui.sessions.procs import run_dir_word
+from mntui.sessions.results import GroupResult
+from mntui.sessions.runs import RunRecord
+from mntui.sessions.ssh import Cluster, Node
+
+LOG_BYTES = 512 * 1024  # the first error is rarely further back than this from the end
+FR_BYTES = 4 * 1024 * 1024  # per node: flight recorder dumps are a few MB at most
+FR_DEFAULT_PREFIX = "/tmp/nccl_trace_rank_"  # torch's default for TORCH_FR_DUMP_TEMP_FILE
+
+
+def flight_recorder_prefix(env: dict[str, str]) -> str | None:
+    """Where the job's NCCL Flight Recorder dumps go, if the user enabled it."""
+    try:
+        enabled = int(env.get("TORCH_NCCL_TRACE_BUFFER_SIZE", "0")) > 0
+    except ValueError:
+        enabled = False
+    return env.get("TORCH_FR_DUMP_TEMP_FILE", FR_DEFAULT_PREFIX) if enabled else None
+
+
+@dataclass(frozen=True)
+class NodeEvidence:
+    node: str
+    log: bytes
+    exit_code: int | None
+    exited_at: float | None  # node clock, when launch.sh wrote the exit code
+    kernel: tuple[str, ...]  # OOM-killer lines from the kernel log, if readable
+    flight_records: dict[str, bytes]  # file name -> content
+    malformed: int = 0
+
+    @property
+    def lines(self) -> list[str]:
+        return self.log.decode(errors="replace").splitlines()
+
+
+def evidence_script(run_dir: str, fr_prefix: str | None, nonce: str) -> str:
+    m = f"@{nonce}"
+    d = run_dir_word(run_dir)
+    fr = ""
+    if fr_prefix:
+        # Only this run's dumps: the default prefix is in /tmp, shared by every job.
+        where, _, base = fr_prefix.rpartition("/")
+        fr = f"""total=0
+find {shlex.quote(where or ".")} -maxdepth 1 -type f -name {shlex.quote(base + "*")} \\
+  -newer "$d/launch.sh" 2>/dev/null | while IFS= read -r f; do
+  size=$(stat -c %s "$f"); total=$((total + size))
+  [ "$total" -le {FR_BYTES} ] || break
+  echo "{m}FR $(printf '%s' "${{f##*/}}" | base64 -w0) $(base64 -w0 <"$f")"
+done"""
+    return f"""d={d}
+if [ -f "$d/exit_code" ]; then
+  read -r rc <"$d/exit_code"; echo "{m}EXIT $rc $(stat -c %.3Y "$d/exit_code")"
+fi
+echo "{m}LOG $(tail -c {LOG_BYTES} "$d/output.log" 2>/dev/null | base64 -w0)"
+k=$( (dmesg 2>/dev/null || journalctl -k -q --no-pager 2>/dev/null) \\
+  | grep -iE 'out of memory|oom-kill|killed process' | tail -n 5)
+[ -n "$k" ] && echo "{m}KERNEL $(printf '%s' "$k" | base64 -w0)"
+{fr}
+"""
+
+
+_EXIT = re.compile(r"EXIT (-?\d{1,4}) (\d{1,12}(?:\.\d{1,9})?)\Z")
+_DATA = re.compile(r"(LOG|KERNEL) ([A-Za-z0-9+/=]*)\Z")
+_FR = re.compile(r"FR ([A-Za-z0-9+/=]+) ([A-Za-z0-9+/=]*)\Z")
+_SAFE_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}\Z")
+
+
+def parse_evidence(node: str, out: str, nonce: str) -> NodeEvidence:
+    m = f"@{nonce}"
+    code: int | None = None
+    at: float | None = None
+    log, kernel, bad = b"", "", 0
+    fr: dict[str, bytes] = {}
+    for line in out.splitlines():
+        if not line.startswith(m):
+            continue
+        body = line[len(m) :]
+        if e := _EXIT.match(body):
+            code, at = int(e[1]), float(e[2])
+        elif d := _DATA.match(body):
+            data = _b64(d[2])
+            if d[1] == "LOG":
+                log = data
+            else:
+                kernel = data.decode(errors="replace")
+        elif f := _FR.match(body):
+            name = _b64(f[1]).decode(errors="replace")
+            if _SAFE_NAME.match(name):  # it becomes a local file name: no paths
+                fr[name] = _b64(f[2])
+            else:
+                bad += 1
+        else:
+            bad += 1
+    kernel_lines = tuple(x for x in kernel.splitlines() if x.strip())[-5:]
+    return NodeEvidence(node, log, code, at, kernel_lines, fr, bad)
+
+
+def _b64(text: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return b""
+
+
+def gather(
+    cluster: Cluster, record: RunRecord, fr_prefixes: dict[str, str | None]
+) -> GroupResult[NodeEvidence]:
+    """Every node at once; an unreachable node is an error in its Outcome."""
+    nonce = secrets.token_hex(4)
+
+    def one(node: Node) -> NodeEvidence:
+        rec = record.node(node.name)
+        script = evidence_script(rec.run_dir, fr_prefixes.get(node.name), nonce)
+        return parse_evidence(node.name, node.run(script, timeout=30).stdout, nonce)
+
+    return cluster.map(one, [n.node for n in record.nodes])
+
+
+def save_flight_records(record: RunRecord, evidence: dict[str, NodeEvidence]) -> list[Path]:
+    """Copy the dumps into the local run record, one folder per node."""
+    saved = []
+    for node, ev in evidence.items():
+        for name, data in ev.flight_records.items():
+            path = record.dir / "flight-recorder" / node / name
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            path.write_bytes(data)
+            saved.append(path)
+    return saved

@@ -1,0 +1,221 @@
+"""Turning what the watchdog saw, and what the nodes still hold, into a saved report.
+
+The order matters: stacks of hung ranks are taken before the kill (they exist only
+while the processes do), the kill is not delayed by more than the capture budget,
+and logs, exit codes and kernel lines are read after it (they stay on the nodes).
+The report is saved with the run record as text and JSON, and the record keeps its
+headline, so `mntui status` can say in one line why an ended run ended.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mntui.sessions.config import JobConfig, compile_pattern
+from mntui.sessions.errors import log_exception
+from mntui.sessions.launch import LineSplitter
+from mntui.sessions.poll import (
+    DEFAULT_PATTERN,
+    NodeSnapshot,
+    NodeState,
+    ProgressTracker,
+    Verdict,
+    describe,
+)
+from mntui.sessions.procs import run_pattern
+from mntui.sessions.runs import RunRecord
+from mntui.sessions.ssh import Cluster
+
+from . import evidence, stacks
+from . import failure as report
+from .failure import Change, Ending, FailureReport
+
+# States in which the other ranks are most likely blocked in a collective: worth a stack.
+HUNG = frozenset({NodeState.FROZEN, NodeState.STALLED, NodeState.UNREACHABLE})
+
+
+@dataclass
+class Observations:
+    """What a watchdog (or the app) saw of a run: state changes with the local time
+    they were first seen, each node's clock offset, its latest state and progress."""
+
+    changes: list[Change] = field(default_factory=list)
+    offsets: dict[str, float] = field(default_factory=dict)  # node clock - local clock
+    states: dict[str, NodeState] = field(default_factory=dict)
+    progress: str = ""
+    last_output: float | None = None  # local time any node's log last grew
+    tracker: ProgressTracker | None = None
+    ranks: dict[str, int] = field(default_factory=dict)  # node -> node rank, for wording
+    splitters: dict[str, LineSplitter] = field(default_factory=dict)
+
+    def saw(self, node: str, state: NodeState, why: str, at: float) -> None:
+        if self.states.get(node) is not state:
+            self.changes.append(Change(node, state, why, at))
+            self.states[node] = state
+
+    def clock(self, node: str, node_time: float, local_time: float) -> None:
+        self.offsets.setdefault(node, node_time - local_time)
+
+
+def observations(cfg: JobConfig, record: RunRecord) -> Observations:
+    """Observations that also follow each node's training step (`progress_pattern`)."""
+    pattern = compile_pattern(cfg.progress_pattern or DEFAULT_PATTERN)
+    return Observations(
+        tracker=ProgressTracker(pattern),
+        ranks={n.node: n.rank for n in record.nodes},
+        splitters={n.node: LineSplitter() for n in record.nodes},
+    )
+
+
+def observe(
+    obs: Observations, snaps: Mapping[str, NodeSnapshot], verdicts: Mapping[str, Verdict]
+) -> None:
+    """Feed one poll's results: the node's clock is read at about the middle of the
+    round trip, and a state counts from the first poll that saw it. Every node's
+    progress is fed on every poll, lines or not: that is how a stopped node's rate
+    falls to 0."""
+    now = time.time()
+    for node, snap in snaps.items():
+        if snap.node_time is not None and snap.rtt is not None:
+            obs.clock(node, snap.node_time, snap.at - snap.rtt / 2)
+        if node in verdicts:
+            obs.saw(node, verdicts[node].state, verdicts[node].why, now)
+        if snap.new_output:
+            obs.last_output = now
+        if obs.tracker is not None:
+            splitter = obs.splitters.setdefault(node, LineSplitter())
+            obs.tracker.feed(node, splitter.feed(snap.new_output), now)
+    if obs.tracker is not None:
+        obs.progress = describe(obs.tracker.snapshot(now), obs.ranks)
+
+
+@dataclass(frozen=True)
+class Stacks:
+    by_node: Mapping[str, stacks.NodeStacks]
+    seconds: float
+
+
+def capture_stacks(
+    cfg: JobConfig, record: RunRecord, cluster: Cluster, skip: frozenset[str] = frozenset()
+) -> Stacks:
+    """py-spy on every live rank of every node but `skip` (an unreachable one), within
+    `watch.capture_budget`; a node that fails says why in its entry."""
+    t0 = time.monotonic()
+    budget = cfg.watch.capture_budget
+    if budget <= 0:
+        return Stacks({}, 0.0)
+    patterns = {n.node: run_pattern(n.tag) for n in record.nodes if n.node not in skip}
+    got = stacks.capture(cluster, patterns, budget)
+    by_node = dict(got.succeeded)
+    by_node.update({n: stacks.NodeStacks(n, (), f"no stacks: {e}") for n, e in got.errors.items()})
+    return Stacks(by_node, time.monotonic() - t0)
+
+
+def make_report(
+    cfg: JobConfig,
+    record: RunRecord,
+    cluster: Cluster,
+    obs: Observations,
+    *,
+    trigger: tuple[str, NodeState, str] | None,
+    taken: Stacks | None,
+    ended_at: float | None,
+    ending: Ending,
+) -> FailureReport:
+    """Read every node's evidence (one round trip each, in parallel), build, save."""
+    prefixes = {n.name: evidence.flight_recorder_prefix(dict(n.env)) for n in cfg.nodes}
+    found = evidence.gather(cluster, record, prefixes)
+    saved = evidence.save_flight_records(record, found.succeeded)
+    by_node = taken.by_node if taken is not None else {}
+    nodes = [
+        report.summarize_node(
+            n.node,
+            n.rank,
+            obs.states.get(n.node, NodeState.NOT_RUNNING),
+            obs.changes,
+            found.succeeded.get(n.node),
+            by_node.get(n.node),
+            obs.offsets.get(n.node),
+            found.errors.get(n.node),
+        )
+        for n in record.nodes
+    ]
+    built = report.build(
+        record.job,
+        record.run_id,
+        nodes,
+        obs.changes,
+        trigger=trigger,
+        ended_at=ended_at,
+        ending=ending,
+        progress=obs.progress,
+        flight_records=[str(p) for p in saved],
+    )
+    save(record, built)
+    return built
+
+
+def try_report(
+    cfg: JobConfig,
+    record: RunRecord,
+    cluster: Cluster,
+    obs: Observations,
+    *,
+    trigger: tuple[str, NodeState, str] | None,
+    taken: Stacks | None,
+    ended_at: float | None,
+    ending: Ending,
+) -> FailureReport | None:
+    """`make_report` for a watchdog: a report that cannot be built is logged, never a
+    reason for the watchdog (and the job's guard) to die."""
+    try:
+        return make_report(
+            cfg, record, cluster, obs, trigger=trigger, taken=taken, ended_at=ended_at,
+            ending=ending,
+        )  # fmt: skip
+    except Exception as exc:
+        log_exception(f"report of {record.job} {record.run_id}", exc)
+        return None
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+
+
+def save(record: RunRecord, built: FailureReport) -> Path:
+    _write_private(record.dir / "report.txt", report.render(built))
+    _write_private(record.dir / "report.json", json.dumps(report.to_json(built), indent=2))
+    record.update(lambda r: setattr(r, "cause", built.headline))
+    return record.dir / "report.txt"
+
+
+def saved_report(record: RunRecord) -> tuple[str, str] | None:
+    """(text, json) of the run's saved report, if it has one."""
+    try:
+        return (record.dir / "report.txt").read_text(), (record.dir / "report.json").read_text()
+    except OSError:
+        return None
+
+
+def report_now(cfg: JobConfig, record: RunRecord, cluster: Cluster) -> FailureReport:
+    """`mntui report` on a run that is still going (or hung): one poll for the states,
+    the ranks' stacks, every node's evidence; nothing is killed."""
+    from mntui.sessions.poll import Poller, derive
+
+    obs = Observations()
+    poller = Poller(record, cluster)
+    poller.tail_from_end()
+    snaps = poller.poll()
+    observe(obs, snaps, {n: derive(s, cfg.watch.stall_after) for n, s in snaps.items()})
+    unreachable = frozenset(n for n, s in snaps.items() if not s.reachable)
+    taken = capture_stacks(cfg, record, cluster, unreachable)
+    return make_report(
+        cfg, record, cluster, obs, trigger=None, taken=taken, ended_at=None, ending=Ending.LIVE
+    )

@@ -1,0 +1,193 @@
+"""Python stacks of a hung job's ranks, taken with py-spy before the watchdog kills them.
+
+A hang killed without a trace comes back: the evidence (which rank waits in which
+collective, which one is stopped) exists only while the processes do. So before a
+teardown for a frozen, stalled or unreachable-peer job, every live rank of every
+reachable node is dumped in parallel, within a time budget; a node without py-spy, or
+where ptrace is not permitted, says so and the teardown goes on.
+
+The ranks are the tagged processes with a `RANK` in their environment (torchrun sets
+it for its workers, never for itself). A stopped rank (state T) is read with
+`--nonblocking`, which needs no ptrace stop. Everything the node prints is data:
+markers carry a nonce, py-spy's output travels base64-encoded and is parsed strictly.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+import secrets
+import shlex
+from dataclasses import dataclass
+
+from mntui.sessions.procs import SHELL_LIB
+from mntui.sessions.results import GroupResult
+from mntui.sessions.ssh import Cluster, Node
+
+# Frames whose function names say "this rank is waiting for the others".
+COLLECTIVES = frozenset({
+    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "_all_gather_base",
+    "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base", "all_to_all",
+    "all_to_all_single", "broadcast", "broadcast_object_list", "barrier", "monitored_barrier",
+    "reduce", "gather", "scatter", "send", "recv", "isend", "irecv", "wait", "synchronize",
+    "batch_isend_irecv", "_wait_for_workers", "next_rendezvous",
+})  # fmt: skip
+LIBRARY = re.compile(r"(site-packages|dist-packages|/lib/python3\.\d+/|^<frozen )")
+
+
+@dataclass(frozen=True)
+class Frame:
+    name: str
+    file: str
+    line: int
+
+    @property
+    def where(self) -> str:
+        return f"{self.file.rsplit('/', 1)[-1]}:{self.line}"
+
+
+@dataclass(frozen=True)
+class RankStack:
+    node: str
+    pid: int
+    rank: int
+    state: str  # /proc state letter when dumped: R S D T t
+    frames: tuple[Frame, ...]  # the main thread, innermost first; () when py-spy failed
+    error: str | None = None
+
+    @property
+    def summary(self) -> str:
+        """One phrase: "waiting in `all_reduce` (train.py:41)", "stopped (state T) in ..."."""
+        stopped = self.state in ("T", "t")
+        head = "stopped (state T)" if stopped else "running"
+        if not self.frames:
+            return f"{head}; no stack: {self.error or 'py-spy gave none'}"
+        user = next((f for f in self.frames if not LIBRARY.search(f.file)), self.frames[0])
+        waiting = next((f for f in self.frames if f.name in COLLECTIVES), None)
+        if waiting is not None:
+            what = f"waiting in `{waiting.name}` ({user.where})"
+        else:
+            what = f"in `{self.frames[0].name}` ({user.where})"
+        return f"stopped (state T), {what}" if stopped else what
+
+
+@dataclass(frozen=True)
+class NodeStacks:
+    node: str
+    stacks: tuple[RankStack, ...]
+    missing: str | None = None  # why no stack could be taken on this node at all
+    malformed: int = 0
+
+
+def capture_script(pattern: str, budget: float, nonce: str) -> str:
+    """py-spy is looked up on the node's PATH and on the PATH the ranks themselves run
+    with (the job's environment after `setup`: a venv activated there)."""
+    m = f"@{nonce}"
+    limit = max(1, int(budget))
+    return f"""{SHELL_LIB}
+pids=$(mntui_scan {shlex.quote(pattern)} | tr '\\n' ' ')
+spy=$(command -v py-spy 2>/dev/null)
+for p in $pids; do
+  [ -n "$spy" ] && break
+  jobpath=$(tr '\\0' '\\n' 2>/dev/null <"/proc/$p/environ" | sed -n 's/^PATH=//p')
+  spy=$(PATH="$jobpath" command -v py-spy 2>/dev/null)
+done
+if [ -z "$spy" ]; then echo "{m}NOSPY"; exit 0; fi
+tmp=$(mktemp -d) || exit 1
+for p in $pids; do
+  rank=$(tr '\\0' '\\n' 2>/dev/null <"/proc/$p/environ" | sed -n 's/^RANK=\\([0-9]*\\)$/\\1/p')
+  [ -n "$rank" ] || continue
+  read -r s 2>/dev/null <"/proc/$p/stat" || continue
+  s=${{s#*) }}; st=${{s%% *}}
+  case $st in T|t) nb=--nonblocking ;; *) nb= ;; esac
+  echo "{m}RANK $p $rank $st"
+  ( timeout {limit} "$spy" dump --json $nb --pid "$p" >"$tmp/$p.out" 2>"$tmp/$p.err"
+    echo $? >"$tmp/$p.rc" ) &
+done
+wait
+for f in "$tmp"/*.rc; do
+  [ -f "$f" ] || continue
+  p=${{f##*/}}; p=${{p%.rc}}
+  out=$(base64 -w0 <"$tmp/$p.out"); err=$(head -c 600 "$tmp/$p.err" | base64 -w0)
+  echo "{m}STACK $p $(cat "$f") $out $err"
+done
+rm -rf "$tmp"
+"""
+
+
+_RANK = re.compile(r"RANK (\d{1,9}) (\d{1,6}) ([A-Za-z])\Z")
+_STACK = re.compile(r"STACK (\d{1,9}) (\d{1,3}) ([A-Za-z0-9+/=]*) ([A-Za-z0-9+/=]*)\Z")
+
+
+def parse_capture(node: str, out: str, nonce: str) -> NodeStacks:
+    m = f"@{nonce}"
+    ranks: dict[int, tuple[int, str]] = {}
+    dumps: dict[int, tuple[int, str, str]] = {}
+    bad = 0
+    for line in out.splitlines():
+        if not line.startswith(m):
+            continue
+        body = line[len(m) :]
+        if body == "NOSPY":
+            return NodeStacks(node, (), "py-spy not found on the node (PATH, or after `setup`)")
+        if r := _RANK.match(body):
+            ranks[int(r[1])] = (int(r[2]), r[3])
+        elif s := _STACK.match(body):
+            dumps[int(s[1])] = (int(s[2]), _b64(s[3]), _b64(s[4]))
+        else:
+            bad += 1
+    stacks = []
+    for pid, (rank, state) in sorted(ranks.items(), key=lambda kv: kv[1][0]):
+        rc, dump, err = dumps.get(pid, (-1, "", "no answer"))
+        frames, problem = _frames(dump) if rc == 0 else ((), _why(rc, err))
+        stacks.append(RankStack(node, pid, rank, state, frames, problem))
+    return NodeStacks(node, tuple(stacks), None, bad)
+
+
+def _b64(text: str) -> str:
+    try:
+        return base64.b64decode(text, validate=True).decode(errors="replace")
+    except (binascii.Error, ValueError):
+        return ""
+
+
+def _why(rc: int, err: str) -> str:
+    if rc == 124:
+        return "py-spy ran out of the time budget"
+    text = " ".join(err.split())
+    if "Permission denied" in text or "Operation not permitted" in text:
+        return "ptrace not permitted (kernel.yama.ptrace_scope, or another user's process)"
+    first = text.split(" Stack backtrace")[0].removeprefix("Error: ")
+    return first[:200] or f"py-spy exited {rc}"
+
+
+def _frames(dump: str) -> tuple[tuple[Frame, ...], str | None]:
+    try:
+        threads = json.loads(dump)
+    except ValueError:
+        return (), "unreadable py-spy output"
+    if not isinstance(threads, list) or not threads:
+        return (), "py-spy found no Python thread"
+    main = next(
+        (t for t in threads if isinstance(t, dict) and t.get("thread_name") == "MainThread"),
+        threads[0],
+    )
+    frames = []
+    for f in main.get("frames", []) if isinstance(main, dict) else []:
+        if isinstance(f, dict) and isinstance(f.get("line"), int):
+            frames.append(Frame(str(f.get("name", "?")), str(f.get("filename", "?")), f["line"]))
+    return tuple(frames), None if frames else "empty stack"
+
+
+def capture(cluster: Cluster, patterns: dict[str, str], budget: float) -> GroupResult[NodeStacks]:
+    """Dump every rank on the given nodes at once; a node that does not answer within
+    the budget is an error in its Outcome, never a delay for the teardown."""
+    nonce = secrets.token_hex(4)
+
+    def one(node: Node) -> NodeStacks:
+        script = capture_script(patterns[node.name], budget, nonce)
+        return parse_capture(node.name, node.run(script, timeout=budget + 2).stdout, nonce)
+
+    return cluster.map(one, list(patterns))

@@ -1,0 +1,24 @@
+"""The watchdog: the judge's decisions over snapshots (judge.py), the poll loop that
+hosts the agent (watchdog.py), and the teardown that takes the whole job down
+(takedown.py). Imports agent and below; never the supervisor above it.
+"""
+
+from typing import TYPE_CHECKING
+
+from mntui.sessions.exports import lazy_exports
+
+if TYPE_CHECKING:
+    from .judge import Deadline as Deadline
+    from .judge import Judge as Judge
+    from .judge import Trigger as Trigger
+    from .judge import next_poll as next_poll
+    from .takedown import teardown as teardown
+    from .watchdog import LockHeld as LockHeld
+    from .watchdog import Watchdog as Watchdog
+    from .watchdog import WatchEnd as WatchEnd
+    from .watchdog import WatchOutcome as WatchOutcome
+    from .watchdog import acquire_lock as acquire_lock
+    from .watchdog import make_notifier as make_notifier
+    from .watchdog import start_detached as start_detached
+else:
+    __getattr__ = lazy_exports(__name__, __file__)

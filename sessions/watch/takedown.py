@@ -1,0 +1,92 @@
+"""Tearing a broken job down: stacks first, then the kill, then the report.
+
+The watchdog (headless or in the app) calls this once it has decided. For a hang,
+the ranks' Python stacks are taken before the kill, within `watch.capture_budget`,
+because they vanish with the processes; the report is built after the kill from what
+stays on the nodes. Neither may stop the kill: a failed capture or report is logged.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mntui.sessions.config import JobConfig
+from mntui.sessions.events import Event, Phase
+from mntui.sessions.launch import kill_job, not_clean
+from mntui.sessions.poll import NodeState
+from mntui.sessions.report import (
+    HUNG,
+    Ending,
+    FailureReport,
+    Observations,
+    capture_stacks,
+    try_report,
+)
+from mntui.sessions.runs import RunRecord, RunStatus
+from mntui.sessions.ssh import Cluster
+
+from .judge import Trigger
+
+
+@dataclass(frozen=True)
+class Teardown:
+    clean: bool  # every node but an unreachable culprit is clean
+    report: FailureReport | None  # None: building it failed (logged), the kill did not
+
+
+def teardown(
+    cfg: JobConfig,
+    record: RunRecord,
+    cluster: Cluster,
+    t: Trigger,
+    on_event: Callable[[Event], None] = lambda e: None,
+    obs: Observations | None = None,
+) -> Teardown:
+    """Kill the whole job because of `t`, write why into the run record, and leave a
+    failure report. For a hang, the ranks' stacks are taken first, within the budget."""
+    obs = obs if obs is not None else Observations()
+    obs.saw(t.node, t.state, t.why, time.time())
+    rank = record.node(t.node).rank
+    what = f"watchdog: {t.state.value} ({t.why}); tearing the job down"
+    on_event(Event(t.node, rank, Phase.KILLING, what))
+    taken = None
+    if t.state in HUNG and cfg.watch.capture_budget > 0:
+        skip = frozenset({t.node}) if t.state is NodeState.UNREACHABLE else frozenset()
+        taken = capture_stacks(cfg, record, cluster, skip)
+        count = sum(len(n.stacks) for n in taken.by_node.values())
+        on_event(
+            Event(None, None, Phase.NOTICE, f"stacks of {count} rank(s) in {taken.seconds:.1f}s")
+        )
+    started = time.time()
+    results = kill_job(cfg, cluster, on_event=on_event)
+    ended = time.time()
+    # An unreachable culprit cannot be killed: the others being clean is what counts.
+    dirty = [n for n in not_clean(results) if n != t.node or t.state is not NodeState.UNREACHABLE]
+    built = try_report(
+        cfg, record, cluster, obs, trigger=(t.node, t.state, t.why), taken=taken,
+        ended_at=ended, ending=Ending.TORN_DOWN,
+    )  # fmt: skip
+    culprit = next((n for n in built.nodes if n.node == t.node), None) if built else None
+
+    def torn_down(r: RunRecord) -> None:
+        if r.status.is_live:  # a user's kill that got there first keeps its word
+            r.status = RunStatus.TORN_DOWN
+        r.error = f"{t.node} {t.state.value}: {t.why}"
+        r.note(
+            "watchdog-teardown",
+            node=t.node,
+            state=t.state.value,
+            why=t.why,
+            last_lines=list(culprit.last_lines) if culprit else [],
+            kill_seconds=round(ended - started, 3),
+            stack_seconds=round(taken.seconds, 3) if taken else None,
+            clean=not dirty,
+            results={n: (o.value.summary() if o.value else o.error) for n, o in results.items()},
+        )
+
+    record.update(torn_down)
+    if built is not None:
+        on_event(Event(None, None, Phase.NOTICE, f"report: {built.headline} (`mntui report`)"))
+    return Teardown(not dirty, built)

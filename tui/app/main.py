@@ -1,0 +1,250 @@
+"""The Textual app: a view and a remote control over the engine, never a second engine.
+
+All IO runs in thread workers that call `mntui.sessions` and post typed messages;
+handlers on the UI thread only update views. A poll is re-armed when the previous one
+has finished, so a slow node can never stack polls up. The watchdog runs here too,
+under the same lock as `mntui watch`, so the two never both act.
+
+One poll stream per run: when a headless watchdog watches the run, the app subscribes
+to its agent (sessions/agent/server.py) and only renders what that agent polled; it polls the
+nodes itself only when no agent answers (and tries the agent again now and then).
+
+Drawing is never allowed to stop the watchdog: on each poll the judge decides (and a
+teardown starts) before any view is touched, and every view update runs through
+`draw`, which logs a failure instead of raising it. Widgets are held by reference, and
+a widget that is gone (the app is closing) is skipped, never looked up.
+
+The app is a chain of base classes, one concept each: ops.py (cleanup, doctor, report),
+following.py (the agent's stream), drawing.py (the views), polling.py (the poll chain and
+the watchdog), jobcontrol.py (launch, kill all, restart). This module keeps the state
+they name, the layout, the order of each poll's work, and the keys on the focused node.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from typing import IO, Any
+
+import libtmux  # noqa: F401  imported before Textual swaps stdout: its import reads stdout.encoding
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid
+from textual.timer import Timer
+from textual.widgets import DataTable, Footer, RichLog
+from textual.worker import Worker, WorkerState
+
+from mntui.sessions.agent import AgentClient
+from mntui.sessions.config import JobConfig
+from mntui.sessions.errors import ExitCode
+from mntui.sessions.launch import LineSplitter
+from mntui.sessions.poll import Poller
+from mntui.sessions.report import Observations
+from mntui.sessions.runs import RunRecord, latest
+from mntui.sessions.ssh import Cluster
+from mntui.sessions.watch import Deadline, Judge, make_notifier
+
+from .jobcontrol import JobControl
+from .messages import PollDone
+from .widgets import HeaderBar, HelpScreen, LogScreen, NodePane, NodeView
+
+TABLE_ABOVE = 16  # nodes above which the app opens in the compact table view
+
+
+class MntuiApp(JobControl):
+    TITLE = "mntui"
+    CSS = """
+    #grid { layout: grid; grid-size: 2; grid-gutter: 0 1; grid-rows: 16; overflow-y: auto; }
+    #table { height: 1fr; }
+    #events { dock: bottom; height: 6; border-top: solid $primary-darken-2; }
+    .hidden { display: none; }
+    """
+    BINDINGS = [
+        Binding("l", "launch", "launch"),
+        Binding("K", "kill_all", "kill all"),
+        Binding("c", "cleanup", "cleanup ports"),
+        Binding("r", "restart", "restart"),
+        Binding("a,enter", "attach", "attach"),
+        Binding("v", "view_log", "log"),
+        Binding("t", "toggle_view", "grid/table"),
+        Binding("d", "doctor", "doctor"),
+        Binding("R", "report", "report", show=False),  # in the help and the teardown notice
+        Binding("question_mark", "help", "help"),
+        Binding("q", "quit_app", "quit"),
+    ]
+
+    def __init__(
+        self,
+        cfg: JobConfig,
+        *,
+        record: RunRecord | None = None,
+        launch_now: bool = False,
+        restart: bool = False,
+        poll: bool = True,
+        watchdog: bool = True,
+    ) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.record = record if record is not None else latest(cfg.job)
+        self.launch_now, self.restart = launch_now, restart
+        self.polling_enabled, self.watchdog_enabled = poll, watchdog
+        self.views = {n.name: NodeView(n.name, n.rank, log=[]) for n in cfg.nodes}
+        self.splitters = {n.name: LineSplitter() for n in cfg.nodes}
+        self.cluster: Cluster | None = None
+        self.poller: Poller | None = None
+        self.judge = Judge(cfg.watch)
+        self.due: tuple[Deadline, ...] = ()  # the judge's deadlines after the last poll
+        self.obs = Observations()
+        self.notifier = make_notifier(cfg)
+        self.lock: IO[str] | None = None
+        self.watcher = "none"  # who watches the run: "here", "headless (pid N)" or "none"
+        self.busy: str | None = None  # launch / kill / cleanup in progress
+        self.generation = 0  # bumped when a new poller replaces the old one
+        self.poll_timer_pending = False
+        self.poll_inflight = False
+        self.subscribed = False  # the agent's stream feeds the views: no polls of our own
+        self.agent_tried = 0.0  # monotonic time of the last try to reach the agent
+        self.agent_snaps = 0  # snapshots that came from the agent
+        self.agent_client: AgentClient | None = None
+        self.agent_offsets: tuple[int, dict[str, int]] = (-1, {})  # where its stream left
+        self.started = time.time()
+        self.table_mode = len(cfg.nodes) > TABLE_ABOVE
+        self.table_columns: list[Any] = []
+        self.table_cells: dict[str, tuple[object, ...]] = {}
+        # The widgets, by reference: no DOM query per snapshot, and none from a timer that
+        # fires while the app is closing (`NoMatches: '#header'` once crashed a 32-node run).
+        self.header = HeaderBar(id="header")
+        self.grid = Grid(id="grid", classes="hidden" if self.table_mode else "")
+        self.panes = {v.node: NodePane(v) for v in self.views.values()}
+        self.table: DataTable[Any] = DataTable(
+            id="table",
+            cursor_type="row",
+            zebra_stripes=True,
+            classes="" if self.table_mode else "hidden",
+        )
+        self.events = RichLog(id="events", markup=False, max_lines=500)
+        self.header_timer: Timer | None = None
+        self.draw_failed: set[str] = set()
+
+    # -- layout ---------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield self.header
+        with self.grid:
+            yield from self.panes.values()
+        yield self.table
+        yield self.events
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.table_columns = self.table.add_columns(
+            "node", "rank", "state", "GPUs", "memory", "output", "rtt"
+        )
+        self.cluster = Cluster(self.cfg.nodes, self.cfg.ssh)
+        self.draw("header", self.refresh_header)
+        self.draw("views", self.refresh_views)
+        self.header_timer = self.set_interval(1.0, self.tick)
+        if self.record is not None:
+            self.attach_run(self.record, watch_here=self.watchdog_enabled)
+        if self.launch_now:
+            self.action_launch(self.restart)
+        elif self.record is None:
+            self.log_event(f"no run of {self.cfg.job} recorded here yet: press l to launch")
+
+    def on_resize(self) -> None:
+        """Reflow: as many 64-column panes per row as fit, rows sharing the height."""
+        cols = min(max(1, self.size.width // 64), len(self.views))
+        rows = -(-len(self.views) // cols)
+        self.grid.styles.grid_size_columns = cols
+        self.grid.styles.grid_rows = str(max(10, (self.size.height - 9) // rows))
+
+    def on_unmount(self) -> None:
+        if self.header_timer is not None:
+            self.header_timer.stop()
+        self.hand_over_watchdog()
+        self.stop_following()
+        if self.cluster is not None:
+            self.cluster.close()
+
+    # -- each poll: the watchdog first, then the views --------------------------------
+    def on_poll_done(self, message: PollDone) -> None:
+        if message.generation is not None:
+            self.poll_inflight = False
+            if message.generation != self.generation:  # from a replaced poller
+                self.schedule_poll(0)
+                return
+        if self.follow_chain():
+            return
+        try:
+            if message.snaps:
+                self.watch_over(message.snaps, message.asked)
+        finally:
+            if message.generation is not None:
+                self.schedule_poll(self.next_poll_delay())  # re-armed only when this one is done
+                self.retry_agent()
+        if self.table_mode:
+            self.draw("table", self.refresh_table)
+        self.draw("header", self.refresh_header)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """A failed worker is a notification and an unlocked UI, never a crash."""
+        if event.state is WorkerState.ERROR:
+            error = event.worker.error
+            self.notify(
+                f"{event.worker.name}: {type(error).__name__}: {error}",
+                title="error",
+                severity="error",
+                timeout=15,
+            )
+            self.log_event(f"error in {event.worker.name}: {error!r}")
+            if event.worker.group == "ops":
+                self.busy = None
+            else:
+                self.poll_inflight = False
+                self.schedule_poll(self.cfg.watch.interval)
+
+    # -- attach, views, quit ---------------------------------------------------------
+    def focused_node(self) -> str:
+        if self.table_mode:
+            return list(self.views)[min(self.table.cursor_row, len(self.views) - 1)]
+        focused = self.focused
+        if isinstance(focused, NodePane):
+            return focused.view.node
+        return self.cfg.main
+
+    def attach_command(self, node: str) -> list[str]:
+        from mntui.sessions.launch import attach_argv
+
+        argv = attach_argv(self.cfg, node, inside_tmux=False)
+        return ["env", "-u", "TMUX", *argv]  # nest inside this terminal; detach returns here
+
+    def action_attach(self) -> None:
+        node = self.focused_node()
+        argv = self.attach_command(node)
+        with self.suspend():
+            print(f"attaching to {node} (detach with Ctrl-b d to come back to mntui)", flush=True)
+            subprocess.run(argv)
+
+    def action_view_log(self) -> None:
+        self.push_screen(LogScreen(self.views[self.focused_node()]))
+
+    def action_toggle_view(self) -> None:
+        self.table_mode = not self.table_mode
+        self.grid.set_class(self.table_mode, "hidden")
+        self.table.set_class(not self.table_mode, "hidden")
+        self.draw("views", self.refresh_views)
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_quit_app(self) -> None:
+        self.notify("the job keeps running; `mntui kill` stops it", timeout=3)
+        self.exit(message=Text(f"mntui: left {self.cfg.job} running (mntui status / mntui kill)"))
+
+
+def run_app(
+    cfg: JobConfig, *, launch_now: bool = False, restart: bool = False, watchdog: bool = True
+) -> int:
+    app = MntuiApp(cfg, launch_now=launch_now, restart=restart, watchdog=watchdog)
+    app.run()
+    return app.return_code or ExitCode.OK

@@ -1,0 +1,103 @@
+"""Typed messages from the app's workers to its UI thread: the only way IO results arrive."""
+
+from __future__ import annotations
+
+from textual.message import Message
+from textual.notifications import SeverityLevel
+
+from mntui.sessions.errors import ExitCode
+from mntui.sessions.events import Event
+from mntui.sessions.poll import NodeSnapshot
+from mntui.sessions.procs import PortHolder
+from mntui.sessions.runs import RunRecord
+
+
+class NodeSnap(Message):
+    def __init__(self, snap: NodeSnapshot, generation: int | None = None) -> None:
+        super().__init__()
+        self.snap, self.generation = snap, generation
+
+
+class PollDone(Message):
+    """`generation` names the poller that produced it: a reply from a poller that was
+    replaced (a new run was attached) is dropped. None: the current one."""
+
+    def __init__(
+        self,
+        snaps: dict[str, NodeSnapshot],
+        generation: int | None = None,
+        asked: dict[str, float] | None = None,
+    ) -> None:
+        super().__init__()
+        self.snaps, self.generation = snaps, generation
+        self.asked = asked  # when each node's poll was sent: what the judge may count
+
+
+class EngineEvent(Message):
+    def __init__(self, event: Event) -> None:
+        super().__init__()
+        self.event = event
+
+
+class LaunchDone(Message):
+    def __init__(self, record: RunRecord | None, error: str | None) -> None:
+        super().__init__()
+        self.record, self.error = record, error
+
+
+class KillDone(Message):
+    def __init__(self, clean: bool, summary: str, then_launch: bool = False) -> None:
+        super().__init__()
+        self.clean, self.summary, self.then_launch = clean, summary, then_launch
+
+
+class HoldersFound(Message):
+    def __init__(self, holders: dict[str, tuple[PortHolder, ...]], errors: dict[str, str]) -> None:
+        super().__init__()
+        self.holders, self.errors = holders, errors
+
+
+class DoctorDone(Message):
+    def __init__(self, text: str, code: ExitCode) -> None:
+        super().__init__()
+        self.text, self.code = text, code
+
+
+class OpDone(Message):
+    """An operation that changes nothing about the run (cleanup) has finished."""
+
+
+class Notice(Message):
+    """Text for a notification; shown as written, never read as markup."""
+
+    def __init__(self, text: str, severity: SeverityLevel = "information") -> None:
+        super().__init__()
+        self.text, self.severity = text, severity
+
+
+class ReportReady(Message):
+    """A failure report to show (saved, or taken now for a live run)."""
+
+    def __init__(self, title: str, text: str) -> None:
+        super().__init__()
+        self.title, self.text = title, text
+
+
+class AgentBacklog(Message):
+    """The bytes of each log before the agent's stream starts."""
+
+    def __init__(self, logs: dict[str, bytes], generation: int) -> None:
+        super().__init__()
+        self.logs, self.generation = logs, generation
+
+
+class AgentFollowing(Message):
+    def __init__(self, generation: int, via: str) -> None:
+        super().__init__()
+        self.generation, self.via = generation, via
+
+
+class AgentGone(Message):
+    def __init__(self, generation: int, why: str) -> None:
+        super().__init__()
+        self.generation, self.why = generation, why

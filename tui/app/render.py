@@ -1,0 +1,165 @@
+"""Snapshot -> Rich text, as pure functions: the widgets call these and do nothing else.
+
+Kept apart from the widgets so the 64-node scale benchmark and the tests can render
+without an app, and so one place decides what a node looks like in every view.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+
+from mntui.sessions.poll import Gpu, GpuReading, NodeSnapshot, NodeState, Verdict
+from mntui.tui import cells
+
+STATE_STYLE = {
+    NodeState.STARTING: "bold cyan",
+    NodeState.RUNNING: "bold green",
+    NodeState.FINISHED: "bold blue",
+    NodeState.FAILED: "bold white on red",
+    NodeState.ORPHANED: "bold magenta",
+    NodeState.STALLED: "bold yellow",
+    NodeState.FROZEN: "bold white on dark_orange3",
+    NodeState.UNREACHABLE: "bold grey50",
+    NodeState.NOT_RUNNING: "grey50",
+}
+BARS = " ▏▎▍▌▋▊▉█"
+
+
+def bar(fraction: float | None, width: int = 10, style: str = "green") -> Text:
+    """A busy GPU is a healthy one: utilization is drawn in one colour, not as a warning."""
+    if fraction is None:
+        return Text("?".center(width), style="grey50")
+    fraction = max(0.0, min(1.0, fraction))
+    full, rem = divmod(round(fraction * width * 8), 8)
+    body = "█" * full + (BARS[rem] if full < width and rem else "")
+    return Text(body.ljust(width), style=f"{style} on grey19")
+
+
+def _num(value: float | None, fmt: str, unit: str) -> str:
+    return "-" if value is None else f"{value:{fmt}}{unit}"
+
+
+def gpu_line(g: Gpu, foreign: int = 0) -> Text:
+    t = Text(f"GPU{g.index if g.index is not None else '?'} ")
+    t.append_text(bar(g.util / 100 if g.util is not None else None))
+    t.append(f" {_num(g.util, '3.0f', '%')}")
+    if g.mem_used is not None and g.mem_total:
+        frac = g.mem_used / g.mem_total
+        t.append(
+            f" {g.mem_used / 1024:5.1f}/{g.mem_total / 1024:.0f}G",
+            style="bold red" if frac > 0.97 else "",
+        )
+    else:
+        t.append(" mem ?")
+    if g.temperature is not None:  # fields a card does not report are left out, not shown as 0
+        t.append(f" {g.temperature:.0f}°C", style="bold red" if g.temperature >= 85 else "")
+    if g.power is not None:
+        t.append(f" {g.power:.0f}W")
+    if foreign:
+        t.append(f" +{foreign} foreign", style="bold yellow")
+    return t
+
+
+def gpu_lines(reading: GpuReading) -> list[Text]:
+    lines = [Text(f"! {e}", style="bold red") for e in reading.errors]
+    for g in reading.gpus:
+        foreign = sum(1 for a in reading.apps_on(g) if not a.own)
+        lines.append(gpu_line(g, foreign))
+    unplaced = [a for a in reading.foreign_apps if a.gpu_uuid is None]
+    if unplaced:
+        lines.append(
+            Text(
+                "foreign GPU processes: "
+                + ", ".join(f"{a.pid} {a.process_name}" for a in unplaced[:3]),
+                style="bold yellow",
+            )
+        )
+    return lines
+
+
+def host_line(s: NodeSnapshot) -> Text:
+    mem = cells.host_mem(s)
+    return Text(f"no GPU  {cells.load(s, 2)}" + (f"  {mem}" if mem else ""), style="grey70")
+
+
+def title_line(node: str, rank: int, snap: NodeSnapshot | None, verdict: Verdict | None) -> Text:
+    t = Text(f"{node}", style="bold")
+    t.append(f" [{rank}] ", style="grey70")
+    if verdict is not None:
+        t.append(f" {verdict.state.value} ", style=STATE_STYLE[verdict.state])
+    if snap is not None and snap.rtt is not None:
+        t.append(f"  {cells.rtt(snap)}", style="grey50")
+    if snap is not None and snap.reachable:
+        t.append(f"  {len(snap.live_procs)} procs", style="grey50")
+        if snap.ports:
+            t.append("  :" + ",".join(map(str, snap.ports)), style="grey50")
+    return t
+
+
+def pane_text(
+    node: str,
+    rank: int,
+    snap: NodeSnapshot | None,
+    verdict: Verdict | None,
+    log: list[str],
+    log_lines: int,
+) -> Text:
+    out = Text()
+    out.append_text(title_line(node, rank, snap, verdict))
+    if verdict is not None and verdict.state is not NodeState.RUNNING:
+        out.append(f"\n{verdict.why}", style="italic grey70")
+    if snap is not None and snap.reachable:
+        body = gpu_lines(snap.gpu) if snap.gpu is not None else [host_line(snap)]
+        for line in body:
+            out.append("\n")
+            out.append_text(line)
+    for entry in log[-log_lines:] if log_lines > 0 else []:
+        out.append("\n")
+        out.append(entry[:200], style="grey85")
+    return out
+
+
+def table_row(
+    node: str, rank: int, snap: NodeSnapshot | None, verdict: Verdict | None
+) -> tuple[Text | str, ...]:
+    """The node's name is a Text: a str cell would be read as Textual markup."""
+    state = Text(verdict.state.value, style=STATE_STYLE[verdict.state]) if verdict else Text("?")
+    return (Text(node), str(rank), state, *cells.table_cells(snap))
+
+
+def overall_state(views: list[Any], launched: bool) -> str:
+    """The header's one-word health: `running 2/2`, `FROZEN on g380 (+1)`, `not launched`."""
+    verdicts = [(v.node, v.verdict.state) for v in views if v.verdict is not None]
+    if not verdicts:
+        return "polling..." if launched else "not launched"
+    bad = [(node, state) for node, state in verdicts if state.is_problem]
+    if bad:
+        node, state = bad[0]
+        return f"{state.value.upper()} on {node}" + (f" (+{len(bad) - 1})" if len(bad) > 1 else "")
+    running = sum(1 for _, s in verdicts if s in (NodeState.RUNNING, NodeState.STARTING))
+    if running:
+        return f"running {running}/{len(views)}"
+    return ", ".join(sorted({s.value for _, s in verdicts}))
+
+
+def kill_preview(views: list[Any], job: str, grace: float) -> str:
+    """What a kill-all will kill, per node, from the last snapshots (no IO: it is a dialog)."""
+    lines = []
+    for v in views:
+        if v.snap is None or not v.snap.reachable:
+            lines.append(
+                f"{v.node}: {'unreachable now; will be tried' if v.snap else 'not polled yet'}"
+            )
+            continue
+        procs = v.snap.live_procs
+        pids = " ".join(str(p.pid) for p in procs[:8]) + (" ..." if len(procs) > 8 else "")
+        lines.append(
+            f"{v.node}: {len(procs)} process(es) {pids}".rstrip()
+            + (f", tmux session {job}-{v.node}" if v.snap.session else "")
+        )
+    return "\n".join(lines) + (
+        "\n\nEvery process tagged with this job, on every node; nothing else. "
+        f"SIGTERM, SIGKILL after {grace:g}s."
+    )

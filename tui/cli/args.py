@@ -1,0 +1,247 @@
+"""The command line's grammar, and what its words name: the config, nodes, a run.
+
+Every value is checked where it is typed and a bad one is one line and exit 2, like every
+other bad input (never a traceback, never a NaN deadline reaching a kill). `-c` is taken
+before or after the verb; when it is not given, ./mntui.yaml is the config, and `--help`
+says whether there is one here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
+
+from mntui.sessions.config import JobConfig
+from mntui.sessions.errors import ExitCode, UsageError
+
+if TYPE_CHECKING:
+    from mntui.sessions.runs import RunRecord
+
+DEFAULT_CONFIG = "mntui.yaml"
+
+
+def demo_config_path() -> Path:
+    return Path(str(resources.files("mntui.configs").joinpath("demo.yaml")))
+
+
+def find_config(arg: str | None) -> Path:
+    if arg:
+        return Path(arg)
+    if Path(DEFAULT_CONFIG).exists():
+        return Path(DEFAULT_CONFIG)
+    raise UsageError(
+        "no config: pass -c FILE or create ./mntui.yaml "
+        "(see configs/example.yaml); `mntui demo` runs the bundled demo"
+    )
+
+
+def check_nodes(cfg: JobConfig, names: Sequence[str]) -> list[str]:
+    """Node names typed on the command line, each checked against the config."""
+    known = [n.name for n in cfg.nodes]
+    for name in names:
+        if name not in known:
+            raise UsageError(f"unknown node {name!r}; nodes are {', '.join(known)}")
+    return list(names)
+
+
+def find_run(cfg: JobConfig, run_id: str | None) -> RunRecord:
+    from mntui.sessions.runs import check_run_id, latest, load_run
+
+    record = load_run(cfg.job, check_run_id(run_id)) if run_id else latest(cfg.job)
+    if record is None:
+        raise UsageError(
+            f"{cfg.path}: no recorded run{' ' + run_id if run_id else ''} of job "
+            f"{cfg.job!r} on this machine (mntui launch records one)"
+        )
+    return record
+
+
+# -- the grammar ----------------------------------------------------------------------
+# Numbers are checked where they are typed: `--grace nan` or `--grace -100` once reached
+# the kill as a NaN or negative deadline. These are local until the shared validator of
+# sessions/config/checks.py (check_seconds, issue 10 item 4) can serve the CLI too.
+MAX_LINES = 10_000_000
+
+
+def seconds(low: float, high: float, *, above: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number of seconds from `low` (excluded when `above`)
+    to `high`."""
+    bounds = f"{'more than' if above else 'at least'} {low:g} and at most {high:g}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+        if not math.isfinite(value) or value < low or (above and value == low) or value > high:
+            raise argparse.ArgumentTypeError(f"{text!r}: seconds must be {bounds}")
+        return value
+
+    return parse
+
+
+def count(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from `low` to `high`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r}: must be from {low} to {high}")
+        return value
+
+    return parse
+
+
+class Parser(argparse.ArgumentParser):
+    """Bad flags get one line and exit 2, like every other bad input."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(ExitCode.USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def config_help() -> str:
+    """Says which config a verb will use when -c is not given, as found right now."""
+    here = Path(DEFAULT_CONFIG)
+    if here.is_file():
+        return f"job config (default ./{DEFAULT_CONFIG}: found, {here.resolve()})"
+    return (
+        f"job config (default ./{DEFAULT_CONFIG}: none here, so pass -c FILE; "
+        "`mntui` alone opens the bundled demo)"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = Parser(
+        prog="mntui",
+        description="Launch, watch and cleanly kill multi-node "
+        "PyTorch jobs on SSH-reachable nodes.",
+    )
+    ap.add_argument("-c", "--config", help=config_help())
+    # -c after the verb too (`mntui launch -c job.yaml`): every verb takes it, and leaves
+    # the one given before the verb alone when it is not repeated.
+    common = Parser(add_help=False)
+    common.add_argument("-c", "--config", default=argparse.SUPPRESS, help=config_help())
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
+
+    def verb(name: str, summary: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=summary, parents=[common])
+
+    _launch_verbs(verb)
+    _watch_verbs(verb)
+    _check_verbs(verb)
+    return ap
+
+
+Verb = Callable[[str, str], argparse.ArgumentParser]
+
+
+def _launch_verbs(verb: Verb) -> None:
+    p = verb("launch", "start the job: main first, workers once it is ready")
+    p.add_argument("--no-ui", action="store_true", help="headless: print progress and return")
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the per-node plan and scripts; touch nothing"
+    )
+    p.add_argument(
+        "--restart", action="store_true", help="kill a running instance of the job first"
+    )
+    p.add_argument(
+        "--no-watch",
+        action="store_true",
+        help="do not start the watchdog that tears the job down when a node fails",
+    )
+    p.add_argument("--no-sync", action="store_true", help="skip the config's code sync")
+
+    p = verb("kill", "kill every process of the job on every node")
+    p.add_argument(
+        "--grace",
+        type=seconds(0, 3600),
+        help="seconds between SIGTERM and SIGKILL, 0 to 3600 (default: config)",
+    )
+    p.add_argument("nodes", nargs="*", help="only these nodes (default: all)")
+    _verbose(p)
+
+    p = verb("cleanup", "free the job's ports: name who holds them, kill if ours")
+    p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+
+    p = verb("attach", "attach to a node's tmux session (default: the main)")
+    p.add_argument("node", nargs="?")
+    p.add_argument(
+        "--all", action="store_true", help="one local tiled view of every node's session"
+    )
+    p.add_argument("--print", action="store_true", help="print the command instead of running it")
+
+
+def _watch_verbs(verb: Verb) -> None:
+    p = verb("status", "every node's state, GPUs, processes, ports, output age")
+    p.add_argument("--json", action="store_true", help="the whole snapshot as JSON")
+    p.add_argument("--watch", action="store_true", help="refresh in place until Ctrl+C")
+    p.add_argument("--run", help="a run id (default: the latest)")
+    _verbose(p)
+
+    p = verb("logs", "the job's output: all nodes interleaved, or some")
+    p.add_argument("nodes", nargs="*")
+    p.add_argument(
+        "-f", "--follow", action="store_true", help="keep printing new output until Ctrl+C"
+    )
+    p.add_argument(
+        "-n",
+        "--lines",
+        type=count(0, MAX_LINES),
+        help="start with the last N lines of each node",
+    )
+    p.add_argument(
+        "--fetch",
+        action="store_true",
+        help="copy every node's output.log into the local run record",
+    )
+    p.add_argument("--run", help="a run id (default: the latest)")
+    _verbose(p)
+
+    p = verb("watch", "the watchdog, in the foreground")
+    p.add_argument("--run", help="a run id (default: the latest)")
+
+    p = verb("report", "why the run ended: which rank broke first, and why (live: stacks now)")
+    p.add_argument("--json", action="store_true", help="the whole report as JSON")
+    p.add_argument("--run", help="a run id (default: the latest)")
+    _verbose(p)
+
+
+def _verbose(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="say on stderr whether the run's agent answered, or direct connections (and why)",
+    )
+
+
+def _check_verbs(verb: Verb) -> None:
+    p = verb("doctor", "preflight checks on every node (and an all-reduce smoke test)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--allreduce", action="store_true", help="also launch a torch all-reduce smoke test"
+    )
+    p.add_argument(
+        "--timeout",
+        type=seconds(0, 3600, above=True),
+        default=60.0,
+        help="smoke test timeout, seconds (more than 0, at most 3600)",
+    )
+
+    p = verb("nodes", "the job's nodes as a command sees them: ranks, nproc, where from")
+    p.add_argument("--json", action="store_true")
+
+    p = verb("demo", "run the bundled 2-node CPU demo: launch, show training, kill")
+    p.add_argument(
+        "--seconds",
+        type=seconds(0, 3600, above=True),
+        default=8.0,
+        help="seconds of training to show (more than 0, at most 3600)",
+    )

@@ -1,0 +1,168 @@
+"""`mntui` on the command line: the headless form of everything the app does.
+
+Headless paths import neither Textual nor the app, so `mntui kill` starts fast
+and works over a bare SSH session at 3 a.m. This is the entry point: it hands each verb
+to its handler and turns whatever goes wrong into one line and an exit code. The verbs
+that only look (status, logs, report, watch, doctor, nodes) are here, each a few lines
+that hand over to its view; the grammar is cliargs.py's, the verbs that start or stop
+processes are job_verbs.py's, and all output goes through output.py's one writer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from collections.abc import Sequence
+
+from mntui.sessions.config import ConfigError, JobConfig, load_config
+from mntui.sessions.errors import ExitCode, MntuiError, UsageError, log_exception
+
+from .args import build_parser, check_nodes, demo_config_path, find_config, find_run
+from .job_verbs import cmd_attach, cmd_cleanup, cmd_demo, cmd_kill, cmd_launch
+from .output import say
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.cmd is None:
+        return cmd_app(args)
+    # A closed terminal or a `kill` must unwind like Ctrl+C, so a half-done launch is
+    # stopped and the demo is cleaned up.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
+    try:
+        if args.cmd == "demo":
+            return cmd_demo(args)
+        cfg = load_config(find_config(args.config))
+        handler = {
+            "launch": cmd_launch,
+            "kill": cmd_kill,
+            "cleanup": cmd_cleanup,
+            "attach": cmd_attach,
+            "status": cmd_status,
+            "logs": cmd_logs,
+            "watch": cmd_watch,
+            "report": cmd_report,
+            "doctor": cmd_doctor,
+            "nodes": cmd_nodes,
+        }[args.cmd]
+        return handler(cfg, args)
+    except UsageError as exc:
+        say(f"mntui: {exc}", err=True)
+        return ExitCode.USAGE
+    except MntuiError as exc:
+        say(f"mntui: {exc}", err=True)
+        return ExitCode.FAILED
+    except KeyboardInterrupt:
+        say("mntui: interrupted", err=True)
+        return ExitCode.INTERRUPTED
+    except Exception as exc:  # a bug: one line here, the traceback in the error log
+        log = log_exception(f"mntui {args.cmd}", exc)
+        say(
+            f"mntui: internal error: {type(exc).__name__}: {exc}"
+            + (f" (traceback in {log})" if log else ""),
+            err=True,
+        )
+        return ExitCode.FAILED
+
+
+def cmd_app(args: argparse.Namespace) -> int:
+    """The full-screen app; with no config it opens the bundled demo, ready to launch."""
+    try:
+        path = find_config(args.config)
+        demo = False
+    except UsageError:
+        path, demo = demo_config_path(), True
+    try:
+        cfg = load_config(path)
+    except ConfigError as exc:
+        say(f"mntui: {exc}", err=True)
+        return ExitCode.USAGE
+    if not sys.stdout.isatty():
+        say(
+            "mntui: the app needs a terminal; headless: mntui launch --no-ui, status, logs, kill",
+            err=True,
+        )
+        return ExitCode.USAGE
+    from mntui.tui.app import run_app
+
+    if demo:
+        say(f"mntui: no ./mntui.yaml; opening the bundled demo ({path}); press l to launch it")
+    return run_app(cfg)
+
+
+def cmd_status(cfg: JobConfig, args: argparse.Namespace) -> int:
+    from .views import cmd_status as view
+
+    return view(cfg, find_run(cfg, args.run), args.json, args.watch, say, args.verbose)
+
+
+def cmd_logs(cfg: JobConfig, args: argparse.Namespace) -> int:
+    from .logs_view import cmd_logs as view
+
+    nodes = check_nodes(cfg, args.nodes)
+    record = find_run(cfg, args.run)
+    return view(cfg, record, nodes, args.follow, args.lines, args.fetch, say, args.verbose)
+
+
+def cmd_report(cfg: JobConfig, args: argparse.Namespace) -> int:
+    from .report_view import cmd_report as view
+
+    return view(cfg, find_run(cfg, args.run), args.json, say, args.verbose)
+
+
+def cmd_watch(cfg: JobConfig, args: argparse.Namespace) -> int:
+    from .views import cmd_watch as view
+
+    return view(cfg, find_run(cfg, args.run), say)
+
+
+def cmd_doctor(cfg: JobConfig, args: argparse.Namespace) -> int:
+    """Exit 0: all pass; 1: warnings; 2: failures."""
+    import json
+    from dataclasses import asdict
+
+    from mntui.sessions import doctor
+    from mntui.sessions.ssh import Cluster
+
+    t0 = time.time()
+    with Cluster(cfg.nodes, cfg.ssh) as cluster:
+        rows = doctor.run_checks(cfg, cluster)
+        if args.allreduce:
+            if any(
+                r.status is doctor.Status.FAIL and r.check in ("ssh", "ports", "leftovers")
+                for r in rows
+            ):
+                rows.append(
+                    doctor.Check(
+                        cfg.main, "allreduce", doctor.Status.FAIL, "skipped: fix the failures above"
+                    )
+                )
+            else:
+                rows += doctor.allreduce(cfg, cluster, args.timeout)
+    if args.json:
+        say(json.dumps([asdict(r) for r in rows], indent=2))
+    else:
+        say(doctor.format_rows(rows))
+        say(f"{len(cfg.nodes)} node(s), {len(rows)} checks in {time.time() - t0:.1f}s")
+    return ExitCode(doctor.exit_code(rows))
+
+
+def cmd_nodes(cfg: JobConfig, args: argparse.Namespace) -> int:
+    import json
+
+    from .nodes_view import format_listing, listing
+
+    data = listing(cfg)
+    say(json.dumps(data, indent=2) if args.json else format_listing(data))
+    return ExitCode.OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

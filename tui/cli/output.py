@@ -1,0 +1,39 @@
+"""The CLI's one writer to the terminal: whole lines, one at a time, even from node threads.
+
+A module of its own, imported by every verb, so there is one lock in the process: a
+`say` defined in the module that runs as `__main__` would be a second copy, with a second
+lock, for the modules that import it by name.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable
+
+from mntui.sessions.events import Event
+
+_OUT = threading.Lock()  # one writer: node threads report at once (kill, launch, watch)
+
+
+def say(*parts: object, err: bool = False, end: str = "\n") -> None:
+    """print() in one write of a whole line, under one lock for stdout and stderr: events
+    from parallel node threads must never splice into each other's lines. It survives a
+    closed pipe (`mntui demo | head`): losing our output must never stop the cleanup
+    that follows it."""
+    text = " ".join(map(str, parts)) + end
+    with _OUT:
+        try:
+            stream = sys.stderr if err else sys.stdout
+            stream.write(text)
+            stream.flush()
+        except (BrokenPipeError, ValueError):
+            try:
+                sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
+            except OSError:
+                pass
+
+
+def printer(t0: float) -> Callable[[Event], None]:
+    return lambda event: say(event.format(t0))

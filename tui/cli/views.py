@@ -1,0 +1,237 @@
+"""Headless views of a run as it goes: `mntui status` and `mntui watch`.
+
+Text for a terminal or a pipe, never Textual: these run over a bare SSH session.
+`status` asks the run's agent (its watchdog process, which holds every node's
+connection) when one serves the run, and opens its own connections when none does or it
+stops answering; the engine's heavier modules are imported only on the path that needs
+them. `mntui watch` runs the watchdog in the foreground and prints what it sees and does.
+`mntui logs` is tui/cli/logs_view.py's.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Mapping
+
+from mntui.sessions.agent import (
+    AgentClient,
+    AgentStatus,
+    AgentUnavailable,
+    Via,
+    fetch_status,
+    try_connect,
+)
+from mntui.sessions.config import JobConfig
+from mntui.sessions.errors import ExitCode
+from mntui.sessions.poll import NodeProgress, NodeSnapshot, NodeState, Verdict, snapshot_dict
+from mntui.sessions.runs import RunRecord
+from mntui.tui import cells
+
+STEP_BACK = 16 * 1024  # bytes of each log `status` reads to find the last step
+
+Say = Callable[..., None]
+
+
+def status_header(record: RunRecord, progress: str, restarts: int = 0) -> str:
+    """The run in a few lines: its status, its place in a restart chain, why it ended."""
+    attempt = ""
+    if record.attempt or restarts:
+        attempt = f"  attempt {record.attempt + 1}/{restarts + 1}"
+    lines = [f"job {record.job}  run {record.run_id}  ({record.status}){attempt}"]
+    for earlier in record.attempts:
+        lines.append(f"  attempt {int(earlier.get('attempt', 0)) + 1}: {earlier.get('cause', '')}")
+    if (record.cause and not record.status.is_live) or record.status.value == "restarting":
+        lines.append(f"cause: {record.cause or record.error or '-'}  (`mntui report`)")
+    if progress:
+        lines.append(f"progress: {progress}")
+    return "\n".join(lines)
+
+
+def status_table(
+    record: RunRecord,
+    snaps: dict[str, NodeSnapshot],
+    verdicts: dict[str, Verdict],
+    progress: Mapping[str, NodeProgress] | None = None,
+    summary: str = "",
+    restarts: int = 0,
+) -> str:
+    head = ("NODE", "RANK", "STATE", "GPUS", "PROCS", "PORTS", "OUTPUT", "STEP", "RTT", "DETAIL")
+    rows = [head]
+    for n in record.nodes:
+        s, v = snaps[n.node], verdicts[n.node]
+        rows.append(
+            (
+                n.node,
+                str(n.rank),
+                v.state.value,
+                cells.gpu_summary(s),
+                str(len(s.live_procs)) if s.reachable else "-",
+                ",".join(map(str, s.ports)) or "-",
+                cells.age(s.output_age),
+                cells.step((progress or {}).get(n.node)),
+                cells.rtt(s),
+                v.why,
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head) - 1)]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=False)) + "  " + r[-1]
+        for r in rows
+    ]
+    return status_header(record, summary, restarts) + "\n" + "\n".join(lines)
+
+
+def overall_exit(verdicts: dict[str, Verdict]) -> ExitCode:
+    """OK: healthy or finished; FAILED: a node has a problem; NOT_RUNNING: nothing runs."""
+    states = {v.state for v in verdicts.values()}
+    if any(s.is_problem for s in states):
+        return ExitCode.FAILED
+    if states <= {NodeState.NOT_RUNNING}:
+        return ExitCode.NOT_RUNNING
+    return ExitCode.OK
+
+
+def status_json(
+    record: RunRecord,
+    snaps: dict[str, NodeSnapshot],
+    verdicts: dict[str, Verdict],
+    code: ExitCode,
+    indent: int | None,
+    progress: Mapping[str, NodeProgress] | None = None,
+    via: str = "direct",
+) -> str:
+    nodes = []
+    for n in record.nodes:
+        d = snapshot_dict(snaps[n.node], verdicts[n.node].state.value, verdicts[n.node].why)
+        p = (progress or {}).get(n.node)
+        d["step"], d["steps_per_second"] = (p.step, p.rate) if p else (None, None)
+        nodes.append(d)
+    return json.dumps(
+        {
+            "job": record.job,
+            "run_id": record.run_id,
+            "status": record.status,
+            "attempt": record.attempt,
+            "chain": record.chain,
+            "cause": record.cause,
+            "exit_code": int(code),
+            "via": via,
+            "nodes": nodes,
+        },
+        indent=indent,
+    )
+
+
+def _show_status(
+    record: RunRecord,
+    st: AgentStatus,
+    as_json: bool,
+    watch: bool,
+    via: Via,
+    say: Say,
+    restarts: int = 0,
+) -> ExitCode:
+    code = overall_exit(st.verdicts)
+    if as_json:
+        indent = None if watch else 2
+        say(status_json(record, st.snaps, st.verdicts, code, indent, st.progress, via.name))
+    else:
+        if watch and sys.stdout.isatty():
+            say("\033[H\033[2J", end="")
+        say(status_table(record, st.snaps, st.verdicts, st.progress, st.summary, restarts))
+    return code
+
+
+def cmd_status(
+    cfg: JobConfig, record: RunRecord, as_json: bool, watch: bool, say: Say, verbose: bool = False
+) -> ExitCode:
+    """Through the run's agent when one serves it (its latest poll, one local round trip);
+    otherwise, or when it stops answering, over direct connections."""
+    client, via = try_connect(record.dir)
+    if client is not None:
+        with client:
+            try:
+                return _status_via_agent(cfg, record, client, as_json, watch, via, say, verbose)
+            except AgentUnavailable as exc:
+                via = Via(False, str(exc))
+    if verbose:
+        say(f"mntui: {via.describe()}", err=True)
+    return _status_direct(cfg, record, as_json, watch, via, say)
+
+
+def _status_via_agent(
+    cfg: JobConfig,
+    record: RunRecord,
+    client: AgentClient,
+    as_json: bool,
+    watch: bool,
+    via: Via,
+    say: Say,
+    verbose: bool,
+) -> ExitCode:
+    nodes = [n.node for n in record.nodes]
+    st = fetch_status(client, record.run_id, nodes)
+    if verbose:
+        say(f"mntui: {via.describe()}", err=True)
+    while True:
+        code = _show_status(record, st, as_json, watch, via, say, cfg.restart.max)
+        if not watch:
+            return code
+        time.sleep(cfg.watch.interval)
+        st = fetch_status(client, record.run_id, nodes)
+
+
+def _status_direct(
+    cfg: JobConfig, record: RunRecord, as_json: bool, watch: bool, via: Via, say: Say
+) -> ExitCode:
+    from mntui.sessions.config import compile_pattern
+    from mntui.sessions.launch import LineSplitter
+    from mntui.sessions.poll import DEFAULT_PATTERN, Poller, ProgressTracker, derive, describe
+    from mntui.sessions.ssh import Cluster
+
+    pattern = compile_pattern(cfg.progress_pattern or DEFAULT_PATTERN)
+    tracker = ProgressTracker(pattern)  # not postmortem's Observations: its
+    splitters = {n.node: LineSplitter() for n in record.nodes}  # imports cost 80 ms
+    ranks = {n.node: n.rank for n in record.nodes}
+    with Cluster(cfg.nodes, cfg.ssh) as cluster:  # a node that cannot be reached: its row
+        poller = Poller(record, cluster)
+        poller.start_near_end(STEP_BACK)
+        while True:
+            snaps = poller.poll()
+            verdicts = {n: derive(s, cfg.watch.stall_after) for n, s in snaps.items()}
+            now = time.time()
+            for node, snap in snaps.items():
+                tracker.feed(node, splitters[node].feed(snap.new_output), now)
+            steps = tracker.snapshot(now)
+            summary = describe(steps, ranks)
+            st = AgentStatus(snaps, verdicts, steps, summary, now)
+            code = _show_status(record, st, as_json, watch, via, say, cfg.restart.max)
+            if not watch:
+                return code
+            time.sleep(cfg.watch.interval)
+
+
+def cmd_watch(cfg: JobConfig, record: RunRecord, say: Say) -> ExitCode:
+    from mntui.sessions.recover import Supervisor
+    from mntui.sessions.watch import LockHeld, WatchOutcome, acquire_lock
+
+    try:  # say so at once if another watchdog holds this run; the supervisor locks each run
+        acquire_lock(record).close()
+    except LockHeld as exc:
+        say(f"mntui: {exc}", err=True)
+        return ExitCode.FAILED
+    t0 = time.time()
+    restart = cfg.restart
+    say(
+        f"watching {record.job} run {record.run_id}: on failure {cfg.watch.on_failure.value}, "
+        f"on stall {cfg.watch.on_stall.value} after {cfg.watch.stall_after:g}s"
+        + (f"; restarts: up to {restart.max}" if restart.max else "")
+    )
+    end = Supervisor(cfg, record, on_event=lambda e: say(e.format(t0))).run()
+    if end.trigger is not None:
+        t = end.trigger
+        say(f"torn down: {t.node} {t.state.value} ({t.why})")
+        return ExitCode.FAILED
+    return ExitCode.FAILED if end.outcome is WatchOutcome.FAILED else ExitCode.OK
