@@ -15,6 +15,8 @@ from pathlib import Path
 
 import grimp
 
+from mntui.sessions.exports import typing_imports
+
 REPO = Path(__file__).resolve().parents[1]
 ROOTS = ("mntui.sessions", "mntui.tui")
 # Where each root's source lives (package-dir in pyproject.toml).
@@ -36,6 +38,50 @@ def engine_graph() -> grimp.ImportGraph:
     """Every import in mntui.sessions and mntui.tui, lazy ones and TYPE_CHECKING ones
     included: a circle through a function-level import is still a circle."""
     return grimp.build_graph(*ROOTS, cache_dir=None)
+
+
+def through_exports(graph: grimp.ImportGraph) -> grimp.ImportGraph:
+    """The same imports with each wing's lazy exports seen through: `from
+    mntui.sessions.launch import kill_job` counts as an import of launch/kill.py, not of
+    the wing's __init__.py (which lists every module it exports from), so that the levels
+    count chains of modules, as they did before there were wings."""
+    out = grimp.ImportGraph()
+    for module in graph.modules:
+        out.add_module(module)
+    for module in graph.modules:
+        if not module.startswith(ROOTS):
+            continue
+        for target in graph.find_modules_directly_imported_by(module):
+            for real in _seen_through(module, target):
+                out.add_import(importer=module, imported=real)
+    return out
+
+
+def _seen_through(importer: str, target: str) -> set[str]:
+    path = _path(target) if target.startswith(ROOTS) else None
+    if path is None or path.name != "__init__.py" or importer.startswith(target):
+        return {target}
+    exported = typing_imports(path.read_text())
+    own = _path(importer)
+    assert own is not None
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(own.read_text())):
+        if isinstance(node, ast.ImportFrom) and _absolute(importer, node) == target:
+            for alias in node.names:
+                home = exported.get(alias.name, (f".{alias.name}", ""))[0]
+                found.add(target + home if home != "." else f"{target}.{alias.name}")
+    return {m for m in found if _path(m) is not None} or {target}
+
+
+def _absolute(importer: str, node: ast.ImportFrom) -> str:
+    if node.level == 0:
+        return node.module or ""
+    own = _path(importer)
+    parts = importer.split(".")
+    if own is None or own.name != "__init__.py":
+        parts = parts[:-1]
+    parts = parts[: len(parts) - node.level + 1]
+    return ".".join([*parts, node.module] if node.module else parts)
 
 
 def bench_graph() -> grimp.ImportGraph:
@@ -128,42 +174,44 @@ def levels(graph: grimp.ImportGraph, modules: Iterable[str]) -> int:
     return max(depth, default=0)
 
 
-def _lines(module: str) -> int:
-    root = next(r for r in ROOTS if module == r or module.startswith(r + "."))
+def _path(module: str) -> Path | None:
+    root = next((r for r in ROOTS if module == r or module.startswith(r + ".")), None)
+    if root is None:
+        return None
     rel = module.removeprefix(root).lstrip(".").replace(".", "/")
     base = FOLDERS[root] / rel if rel else FOLDERS[root]
     path = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
-    return len(path.read_text().splitlines())
+    return path if path.is_file() else None
+
+
+def _lines(module: str) -> int:
+    path = _path(module)
+    return len(path.read_text().splitlines()) if path is not None else 0
 
 
 def packages(graph: grimp.ImportGraph) -> list[Package]:
-    """Every package in the engine and the app, with only its own direct modules
-    (a subpackage is its own row; the root's row also counts the whole tree)."""
+    """Every package in the engine and the app with its own modules (a subpackage is a
+    row of its own; a root's "(all)" row counts its whole tree). Circles are the graph's;
+    levels count chains of modules, the wings' exports seen through and their
+    __init__.py, which only lists them, left out."""
     rows: list[Package] = []
+    chains = through_exports(graph)
     every = {m for r in ROOTS for m in graph.find_descendants(r) | {r}}
-    for pkg in sorted(m for m in every if any(c.startswith(m + ".") for c in every)):
-        own = {m for m in every if m.rpartition(".")[0] == pkg} | {pkg}
-        rows.append(
-            Package(
-                pkg,
-                len(own),
-                sum(_lines(m) for m in own),
-                levels(graph, own),
-                tuple(cycles(graph, own)),
-            )
-        )
+    pkgs = {m for m in every if any(c.startswith(m + ".") for c in every)}
+    for pkg in sorted(pkgs):
+        own = {m for m in every if m.rpartition(".")[0] == pkg and m not in pkgs} | {pkg}
+        rows.append(_row(pkg, own, graph, chains, own - {pkg}))
     for root in ROOTS:
         tree = graph.find_descendants(root) | {root}
-        rows.append(
-            Package(
-                f"{root} (all)",
-                len(tree),
-                sum(_lines(m) for m in tree),
-                levels(graph, tree),
-                tuple(cycles(graph, tree)),
-            )
-        )
+        rows.append(_row(f"{root} (all)", tree, graph, chains, tree - pkgs))
     return rows
+
+
+def _row(
+    name: str, own: set[str], graph: grimp.ImportGraph, chains: grimp.ImportGraph, flat: set[str]
+) -> Package:
+    lines = sum(_lines(m) for m in own)
+    return Package(name, len(own), lines, levels(chains, flat), tuple(cycles(graph, own)))
 
 
 def wing_levels(graph: grimp.ImportGraph, root: str) -> dict[str, int]:
