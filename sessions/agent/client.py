@@ -2,7 +2,7 @@
 
 The agent is the run's watchdog process: it holds a connection to every node already,
 so `mntui status` through it is one local round trip instead of N SSH handshakes.
-Where it listens and who may talk to it is agentplace.py's.
+Where it listens and who may talk to it is place.py's.
 
 Anything wrong (no agent.json, a stale socket, an agent that does not answer within a
 second, one that serves another run) is AgentUnavailable: the caller falls back to

@@ -4,7 +4,7 @@ the command template, grep and Python patterns, notifications, a git remote.
 Each value ends up somewhere unforgiving (a tmux session name, a shell line, a node's
 environment, a webhook), so its rule sits next to the names and limits it enforces:
 JOB_RE, RESERVED_ENV, TEMPLATE_FIELDS. The settings' fields name these checks; the generic
-ones they build on are configchecks'.
+ones they build on are checks.py's.
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def pattern(doc: Document, value: Any, path: Path_) -> str:
 
 def compile_pattern(pattern: str) -> re.Pattern[str]:
     """The config's `progress_pattern`, refused with a one-line reason when unusable: a
-    Python regex, as mntui itself runs it (progress.py)."""
+    Python regex, as mntui itself runs it (poll/progress.py)."""
     try:
         compiled = re.compile(pattern)
     except re.error as exc:

@@ -6,8 +6,8 @@ is about to launch on 64 GPUs and must not guess which of 30 lines is wrong.
 Here is the job as a whole: JobConfig, whose fields are the file's top-level keys, and its
 reading (load_config, parse_config), with the checks that span keys: required keys, the
 main node and the ranks, spares, paths relative to the config file. Its parts are
-settings.py's, its nodes confignodes.py's, the rules for single values configchecks.py's
-and jobchecks.py's.
+settings.py's, its nodes nodes.py's, the rules for single values checks.py's and
+jobchecks.py's.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def _sync(doc: Document, value: Any, path: Path_) -> SyncPolicy:
 class JobConfig:
     path: str
     job: str = field(metadata=ck.meta(jc.job_name, required=True))
-    nodes: tuple[NodeSpec, ...] = field(metadata=ck.meta(required=True))  # see confignodes
+    nodes: tuple[NodeSpec, ...] = field(metadata=ck.meta(required=True))  # see nodes.py
     main: str = field(metadata=ck.meta())  # default: the first node
     master_port: int = field(default=29500, metadata=ck.meta(ck.port))
     master_addr: str | None = field(default=None, metadata=ck.meta(ck.text))

@@ -2,7 +2,7 @@
 watching, restarting and syncing.
 
 Each setting is declared once, on its dataclass field: its default, and in the field's
-metadata the check that reads it from YAML (configchecks, jobchecks). The allowed keys of
+metadata the check that reads it from YAML (checks, jobchecks). The allowed keys of
 every mapping are the fields that carry a check, so a new setting is one new field. The
 SSH, watch and restart code needs these and not the loader, so they live apart from it.
 """

@@ -22,7 +22,7 @@ from .pollscript import PORTS_EVERY, SCAN_EVERY, poll_script
 from .pollstate import PollState, parse_poll
 from .snapshot import NodeSnapshot
 
-if TYPE_CHECKING:  # remote's SSH machinery is not needed to read a snapshot (`status`)
+if TYPE_CHECKING:  # the ssh wing's machinery is not needed to read a snapshot (`status`)
     from mntui.sessions.ssh import Cluster, Node
 
 ROUND_WAIT = 5.0  # seconds a poll round waits for a node before it counts as unreachable

@@ -3,7 +3,7 @@
 A NodeSnapshot is what every consumer of polling reads (states, the judge, the
 watchdog, the agent, the CLI and the app); `status` and the agent's clients read
 snapshots without polling, so this module needs none of the poll's machinery, and
-none of remote's SSH. Its JSON form is for people (`status --json`), its wire form
+none of the ssh wing. Its JSON form is for people (`status --json`), its wire form
 for the agent: every field, log bytes exact.
 """
 

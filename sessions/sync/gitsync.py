@@ -2,7 +2,7 @@
 checked out, detached, at the local HEAD, so doctor's commit check agrees by construction.
 
 The commit travels by `git push` over the job's own ssh (the ssh_config, the relay for a
-noisy login shell: syncfanout.py's), into a private ref (refs/mntui/incoming) of the repository
+noisy login shell: fanout.py's), into a private ref (refs/mntui/incoming) of the repository
 that holds each node's workdir. So an unpushed commit runs as it is, a node needs no
 access to any shared remote, no branch of the user's moves, and refs/mntui/sync, moved
 once the checkout is done, keeps the commit from git's gc. The same connection then

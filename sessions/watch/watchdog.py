@@ -231,7 +231,7 @@ class WatchEnd:
 
 
 def watch_session_name(job: str) -> str:
-    """tmux.py's: one encoding for every session name."""
+    """launch/tmux.py's: one encoding for every session name."""
     from mntui.sessions.launch import watch_session_name as name
 
     return name(job)

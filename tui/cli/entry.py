@@ -4,7 +4,7 @@ Headless paths import neither Textual nor the app, so `mntui kill` starts fast
 and works over a bare SSH session at 3 a.m. This is the entry point: it hands each verb
 to its handler and turns whatever goes wrong into one line and an exit code. The verbs
 that only look (status, logs, report, watch, doctor, nodes) are here, each a few lines
-that hand over to its view; the grammar is cliargs.py's, the verbs that start or stop
+that hand over to its view; the grammar is args.py's, the verbs that start or stop
 processes are job_verbs.py's, and all output goes through output.py's one writer.
 """
 
