@@ -18,7 +18,7 @@ import stat
 import struct
 from pathlib import Path
 
-from mntui.sessions.errors import MntuiError, state_dir
+from mntui.sessions.errors import MntuiError, runtime_dir, state_dir
 
 AGENT_FILE = "agent.json"
 SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes with its NUL
@@ -26,14 +26,6 @@ SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes with its NUL
 
 class AgentUnavailable(MntuiError):
     """No agent can serve this request; the reason is for --verbose."""
-
-
-def runtime_dir() -> Path:
-    """$XDG_RUNTIME_DIR/mntui, or /tmp/mntui-<uid> where there is none."""
-    base = os.environ.get("XDG_RUNTIME_DIR")
-    if base and os.path.isdir(base) and len(base) < 60:
-        return Path(base) / "mntui"
-    return Path(f"/tmp/mntui-{os.getuid()}")
 
 
 def socket_path(job: str) -> Path:
