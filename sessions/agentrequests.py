@@ -60,7 +60,8 @@ def serve_logs(conn: socket.socket, t: Target, want: Mapping[str, tuple[str, int
 def serve_kill(
     conn: socket.socket, t: Target, names: list[str] | None, grace: float | None
 ) -> None:
-    from .kill import stop_job, summarize
+    from .kill import summarize
+    from .userkill import stop_job
 
     send = threading.Lock()
 

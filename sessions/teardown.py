@@ -16,10 +16,10 @@ from .config import JobConfig
 from .events import Event, Phase
 from .judge import Trigger
 from .kill import kill_job, not_clean
-from .postmortem import HUNG, Observations, capture_stacks, try_report
+from .postmortem import HUNG, Observations, capture_stacks, save, try_report
 from .remote import Cluster
-from .report import Ending, FailureReport
-from .runs import RunRecord, RunStatus
+from .report import Ending, FailureReport, by_user
+from .runs import RunRecord, RunStatus, load_run
 from .states import NodeState
 
 
@@ -61,11 +61,12 @@ def teardown(
         cfg, record, cluster, obs, trigger=(t.node, t.state, t.why), taken=taken,
         ended_at=ended, ending=Ending.TORN_DOWN,
     )  # fmt: skip
+    built = users_doing(record, built)
     culprit = next((n for n in built.nodes if n.node == t.node), None) if built else None
 
     def torn_down(r: RunRecord) -> None:
         if r.status.is_live:  # a user's kill that got there first keeps its word
-            r.status = RunStatus.TORN_DOWN
+            r.status = RunStatus.KILLED if r.killed_nodes else RunStatus.TORN_DOWN
         r.error = f"{t.node} {t.state.value}: {t.why}"
         r.note(
             "watchdog-teardown",
@@ -83,3 +84,29 @@ def teardown(
     if built is not None:
         on_event(Event(None, None, Phase.NOTICE, f"report: {built.headline} (`mntui report`)"))
     return Teardown(not dirty, built)
+
+
+def user_kills(record: RunRecord) -> tuple[list[str], float | None]:
+    """Nodes a user's `mntui kill NODE` stopped in this run, and when (the record on disk:
+    the kill is another process)."""
+    current = load_run(record.job, record.run_id) or record
+    at = next(
+        (
+            h.get("at")
+            for h in reversed(current.history)
+            if h.get("what") == "kill" and "nodes" in h
+        ),
+        None,
+    )
+    return list(current.killed_nodes), at if isinstance(at, (int, float)) else None
+
+
+def users_doing(record: RunRecord, built: FailureReport | None) -> FailureReport | None:
+    """A run a user partly killed ended because of it: the report says so, and blames
+    no node for what followed."""
+    killed, at = user_kills(record)
+    if built is None or not killed:
+        return built
+    mended = by_user(built, killed, at)
+    save(record, mended)
+    return mended

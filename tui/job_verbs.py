@@ -92,8 +92,9 @@ def run_kill(
                 return _killed(clean, text, t0, via if verbose else None)
             except agentplace.AgentUnavailable as exc:
                 via = agentclient.Via(False, f"{exc}; killing directly")
-    from mntui.sessions.kill import stop_job, summarize
+    from mntui.sessions.kill import summarize
     from mntui.sessions.remote import Cluster
+    from mntui.sessions.userkill import stop_job
 
     with Cluster(cfg.nodes, cfg.ssh) as cluster:
         results = stop_job(cfg, cluster, names=names, grace=grace, on_event=printer(t0))

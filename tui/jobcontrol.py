@@ -93,7 +93,8 @@ class JobControl(Polling):
         """On the agent's open connections while we follow it; else (or if it goes away
         midway: a kill is safe to repeat) on ours."""
         from mntui.sessions import agentclient
-        from mntui.sessions.kill import stop_job, summarize
+        from mntui.sessions.kill import summarize
+        from mntui.sessions.userkill import stop_job
 
         assert self.cluster is not None
         if self.subscribed and self.record is not None:
