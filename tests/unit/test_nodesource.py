@@ -5,6 +5,7 @@ the placeholders when nodes differ, and the rsync command lines."""
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +29,7 @@ from mntui.sessions.plan import build_plan
 from mntui.sessions.runs import NodeRecord, RunRecord, RunStatus
 from mntui.sessions.slurmjobs import job_problem, parse_job
 from mntui.sessions.sync import parse_stats, remote_dest, rsync_argv, rsync_error
+from mntui.sessions.syncguard import GUARD_SCRIPT
 
 TORCHRUN = (
     "torchrun --nnodes={nnodes} --node_rank={node_rank} --nproc_per_node={nproc_per_node} "
@@ -296,7 +298,10 @@ def test_rsync_command_lines(tmp_path: Path) -> None:
     relay = remote[remote.index("-e") + 1]
     assert relay.startswith(f"{sys.executable} -m mntui.sessions.relay MARK ssh -F ")
     assert f"{tmp_path / 'ssh_config'} -o BatchMode=yes -o ConnectTimeout=8" in relay
-    assert "--rsync-path=cd && mkdir -p -- 'my code' && printf %s MARK && exec rsync" in remote
+    guard = f"sh -c {shlex.quote(GUARD_SCRIPT)} mntui-guard 'my code' MARK && "
+    assert (
+        f"--rsync-path=cd && mkdir -p -- 'my code' && {guard}printf %s MARK && exec rsync" in remote
+    )
     assert remote[-2:] == [f"{tmp_path / 'src'}/", "n0:my code/"]
     local = rsync_argv(cfg, cfg.node("here"), "MARK")
     assert "-e" not in local and local[-1].endswith("/my code/") and not local[-1].startswith("~")
