@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -134,7 +135,7 @@ def _lock_path(view: ChainView) -> Path:
 def guard_chain(record: RunRecord) -> Iterator[IO[str] | None]:
     """Held by a supervisor for its whole life, across attempts and backoffs: a free lock
     on a live chain means nobody guards it. Yields None when another holds it. The
-    lock's mtime is the supervisor's heartbeat (`beat`)."""
+    lock's mtime is the supervisor's heartbeat (`heartbeat`)."""
     first = record.dir.parent / (record.chain or record.run_id)
     private_dir(first)
     fh = open(first / SUPERVISOR_LOCK, "a+")  # noqa: SIM115 - held for the context
@@ -153,13 +154,34 @@ def guard_chain(record: RunRecord) -> Iterator[IO[str] | None]:
         fh.close()
 
 
-def beat(fh: IO[str] | None) -> None:
-    """The supervisor is alive now (status shows since when it is not)."""
-    if fh is not None:
-        try:
-            os.utime(fh.fileno())
-        except OSError:
-            pass
+BEAT = 1.0  # seconds between a supervisor's heartbeats
+
+
+def _beat(fh: IO[str]) -> None:
+    try:
+        os.utime(fh.fileno())
+    except OSError:
+        pass
+
+
+@contextmanager
+def heartbeat(guard: IO[str]) -> Iterator[None]:
+    """Touch the chain's lock every BEAT seconds from a thread of our own while the
+    supervisor lives, so a status can say since when a dead one has been gone."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(BEAT):
+            _beat(guard)
+
+    _beat(guard)
+    thread = threading.Thread(target=loop, name="mntui-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(2 * BEAT)
 
 
 @dataclass(frozen=True)

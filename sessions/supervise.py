@@ -11,15 +11,13 @@ policy gives up, the run is marked `gave-up`.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import IO, Any
 
 from .agent import Agent, start_agent
-from .chains import beat, guard_chain
+from .chains import guard_chain, heartbeat
 from .config import JobConfig
 from .errors import LaunchError
 from .events import Event, Phase
@@ -27,7 +25,7 @@ from .kill import kill_job
 from .launch import Attempt, launch
 from .notify import Notice, NotifyEvent
 from .remote import Cluster, NodeError
-from .restart import AttemptEnd, Decision, decide, repeat_culprit, swap_in_spare
+from .restart import AttemptEnd, Decision, decide, ends_from, repeat_culprit, swap_in_spare
 from .runs import RunRecord, RunStatus, read_status
 from .states import NodeState
 from .teardown import user_kills
@@ -37,7 +35,6 @@ from .watch import LockHeld, Watchdog, WatchEnd, WatchOutcome, acquire_lock, mak
 EventSink = Callable[[Event], None]
 WAIT_STEP = 0.2  # seconds between looks at the record during a backoff
 DRAIN = 10.0  # seconds a finishing supervisor waits for its last notifications
-BEAT = 1.0  # seconds between the supervisor's heartbeats (status: "gone since")
 
 
 @dataclass(frozen=True)
@@ -113,7 +110,7 @@ class Supervisor:
                     f"another supervisor guards chain {self.chain.record.chain}; not watching"
                 )
                 return WatchEnd(WatchOutcome.STOOD_DOWN)
-            with _heartbeat(guard):
+            with heartbeat(guard):
                 self.agent = start_agent(self.chain.cfg.job, self.on_event)
                 try:
                     return self._run()
@@ -189,7 +186,7 @@ class Supervisor:
                 return None
             cfg, swapped = self._swap(cfg, history)
             n = history[-1].attempt + 1
-            ends = [_plain(e) for e in history]
+            ends = [e.plain() for e in history]
             if not _mark(record, RunStatus.RESTARTING, "restart", attempt=n, why=decision.why,
                          delay=decision.delay, swapped=swapped, ends=ends):  # fmt: skip
                 return None
@@ -200,7 +197,7 @@ class Supervisor:
             if not wait_backoff(record, decision.delay):
                 self._say("restart cancelled: the run was killed during the backoff")
                 return None
-            attempt = Attempt(n, record.chain or record.run_id, tuple(_plain(e) for e in history))
+            attempt = Attempt(n, record.chain or record.run_id, tuple(e.plain() for e in history))
             try:
                 result = launch(cfg, on_event=self.on_event, attempt=attempt)
             except (LaunchError, NodeError) as exc:
@@ -246,51 +243,12 @@ class Supervisor:
         self.on_event(Event(None, None, Phase.NOTICE, text))
 
 
-def _plain(end: AttemptEnd) -> dict[str, Any]:
-    """An attempt's end as the record keeps it (JSON)."""
-    out = asdict(end)
-    out["state"] = end.state.value
-    out["exit_codes"] = list(end.exit_codes)
-    return out
-
-
-def _ends(items: object) -> tuple[AttemptEnd, ...]:
-    out = []
-    for e in items if isinstance(items, list) else []:
-        try:
-            end = AttemptEnd(**e)
-            out.append(replace(end, state=NodeState(e["state"]), exit_codes=tuple(end.exit_codes)))
-        except (TypeError, ValueError, KeyError):
-            continue
-    return tuple(out)
-
-
 def _earlier(record: RunRecord) -> tuple[AttemptEnd, ...]:
     """A supervisor that takes over a chain (the app quit) picks up its history."""
-    return _ends(record.attempts)
+    return ends_from(record.attempts)
 
 
 def _restart_ends(record: RunRecord) -> tuple[AttemptEnd, ...]:
     """The ends a supervisor decided its last restart on (kept in the record's note)."""
     note = next((h for h in reversed(record.history) if h.get("what") == "restart"), None)
-    return _ends(note.get("ends")) if note is not None else ()
-
-
-@contextmanager
-def _heartbeat(guard: IO[str]) -> Iterator[None]:
-    """Touch the chain's lock every BEAT seconds from a thread of our own, so a status
-    can say since when a dead supervisor has been gone."""
-    stop = threading.Event()
-
-    def loop() -> None:
-        while not stop.wait(BEAT):
-            beat(guard)
-
-    beat(guard)
-    thread = threading.Thread(target=loop, name="mntui-heartbeat", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(2 * BEAT)
+    return ends_from(note.get("ends")) if note is not None else ()
