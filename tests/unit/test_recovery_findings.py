@@ -1,0 +1,98 @@
+"""Issue 18's small findings, each as the review reproduced it: an endless `\\r` progress
+line (4), torchrun's reaction to our own SIGTERM (7), a Unicode digit in a hostfile (8),
+and agent requests that used to kill their connection's thread unanswered (9)."""
+
+from __future__ import annotations
+
+import time
+
+from mntui.sessions import progress
+from mntui.sessions.logs import MAX_PENDING, LineSplitter
+from mntui.sessions.pollscript import LOG_CHUNK
+from mntui.sessions.postmortem import Observations, observe
+from mntui.sessions.snapshot import NodeSnapshot
+
+# -- finding 4: an unfinished line is bounded, and its last `\r` segment is progress ------
+
+BAR = b"\r 42%|####      | step 4200/10000 [01:10<01:36, 60.00it/s]"
+
+
+def tracked() -> Observations:
+    pattern = progress.compile_pattern(progress.DEFAULT_PATTERN)
+    return Observations(tracker=progress.ProgressTracker(pattern))
+
+
+def snap(node: str, data: bytes) -> NodeSnapshot:
+    return NodeSnapshot(node=node, rank=0, at=time.time(), reachable=True, new_output=data)
+
+
+def test_a_progress_bar_without_newline_is_bounded_and_its_step_is_read() -> None:
+    """1600 polls of a full chunk of `\\r` redraws: 100 MiB kept whole and 1.2 -> 63 ms a
+    poll before; now one segment is kept, and the bar's step is the node's progress."""
+    obs = tracked()
+    chunk = (BAR * (LOG_CHUNK // len(BAR) + 1))[:LOG_CHUNK]  # one poll's worth (64 KiB)
+    costs = []
+    for _ in range(1600):
+        t0 = time.perf_counter()
+        observe(obs, {"n0": snap("n0", chunk)}, {})
+        costs.append(time.perf_counter() - t0)
+    held = len(obs.splitters["n0"]._buf)
+    first, last = sum(costs[:50]) / 50, sum(costs[-50:]) / 50
+    print(
+        f"\nheld {held} bytes; observe(): first polls {first * 1e3:.2f} ms, last {last * 1e3:.2f} ms"
+    )
+    assert held <= 1 << 20, f"{held} bytes of one unfinished line kept in memory"
+    assert held <= len(BAR)  # the current segment only
+    assert obs.splitters["n0"].dropped > 1500 * LOG_CHUNK
+    assert obs.tracker is not None and obs.tracker.snapshot()["n0"].step == 4200
+    assert obs.progress == "n0 at step 4200"
+
+
+def test_the_splitter_keeps_the_current_segment_of_an_unfinished_line() -> None:
+    s = LineSplitter()
+    assert s.feed(b"a\nb") == ["a"] and s.feed(b"c\r\n") == ["bc"] and s.flush() == []
+    assert s.feed(b"\rstep 1/9") == [] and s.pending() == "step 1/9"
+    assert s.feed(b"\rstep 2/9\rstep 3/9") == [] and s.pending() == "step 3/9"
+    assert s.feed(b"step 3/9 done\r") == [] and s.pending() == "step 3/9step 3/9 done"
+    assert s.feed(b"step 4/9\r") == [] and s.pending() == "step 4/9"  # `\r` ended, not began
+    assert s.feed(b"\rstep 9/9\nnext") == ["step 9/9"] and s.pending() == "next"  # latest state
+    assert s.flush() == ["next"] and s.pending() == ""
+    assert s.feed(b"\r 1%\r 2%\r100%\nx" + b"y" * MAX_PENDING + b"\n") == [
+        "100%",
+        "x" + "y" * (MAX_PENDING - 1),
+    ]
+
+
+def test_a_line_longer_than_the_limit_keeps_its_head_until_the_next_segment() -> None:
+    s = LineSplitter()
+    assert s.feed(b"x" * 100_000) == [] and len(s._buf) == MAX_PENDING
+    assert s.dropped == 100_000 - MAX_PENDING
+    assert s.feed(b"y" * 10) == [] and s.dropped == 100_010 - MAX_PENDING
+    assert s.feed(b"\rz") == [] and s.pending() == "z"  # a redraw starts afresh
+    assert s.feed(b"\n") == ["z"]
+    assert s.feed(b"w" * (MAX_PENDING + 5) + b"\r") == [] and s.pending() == "w" * (MAX_PENDING - 1)
+    assert s.feed(b"v\n") == ["v"]  # after the `\r` a new segment began: not dropped
+
+
+def test_a_step_still_being_written_is_not_read_early() -> None:
+    t = progress.ProgressTracker(progress.compile_pattern(progress.DEFAULT_PATTERN))
+    assert t.feed("n", [], 1.0, pending="step 42") is False  # maybe "step 4200" half sent
+    assert t.feed("n", [], 2.0, pending="step 4200/10000") is True
+    assert t.feed("n", [], 3.0, pending="step 4200/10000") is False  # redrawn, same step
+    assert t.snapshot()["n"].step == 4200
+
+
+def test_last_progress_moves_with_steps_not_with_output() -> None:
+    """`reset_after` must count progress: a traceback is output, not progress."""
+    obs = tracked()
+    observe(obs, {"n0": snap("n0", b"step 1\n")}, {})
+    stepped = obs.last_progress
+    assert stepped is not None and obs.last_output == stepped
+    time.sleep(0.01)
+    observe(obs, {"n0": snap("n0", b"Traceback (most recent call last):\nRuntimeError: x\n")}, {})
+    assert obs.last_output is not None and obs.last_output > stepped
+    assert obs.last_progress == stepped
+    observe(obs, {"n0": snap("n0", b"")}, {})
+    assert obs.last_progress == stepped
+    observe(obs, {"n0": snap("n0", b"\r step 2/10 [00:01]")}, {})  # a bar, no newline
+    assert obs.last_progress is not None and obs.last_progress > stepped
