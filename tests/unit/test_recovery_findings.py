@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from mntui.sessions import progress
+from mntui.sessions.classify import first_error
 from mntui.sessions.logs import MAX_PENDING, LineSplitter
 from mntui.sessions.pollscript import LOG_CHUNK
 from mntui.sessions.postmortem import Observations, observe
@@ -96,3 +99,38 @@ def test_last_progress_moves_with_steps_not_with_output() -> None:
     assert obs.last_progress == stepped
     observe(obs, {"n0": snap("n0", b"\r step 2/10 [00:01]")}, {})  # a bar, no newline
     assert obs.last_progress is not None and obs.last_progress > stepped
+
+
+# -- finding 7: torchrun's own SignalException after our SIGTERM is a consequence ---------
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "got signal: 15",
+        "got signal: Signals.SIGTERM",
+        "got signal: 1",
+        "got signal: Signals.SIGHUP",
+        "got signal: 2",
+        "got signal: Signals.SIGINT",
+    ],
+)
+def test_torchrun_own_sigterm_exception_is_a_consequence(said: str) -> None:
+    # On Python >= 3.11 f"{Signals.SIGTERM}" is "15": the needle "Signals.SIGTERM" missed it.
+    exc = f"torch.distributed.elastic.multiprocessing.api.SignalException: Process 123 {said}"
+    log = [
+        "Traceback (most recent call last):",
+        '  File "/usr/bin/torchrun", line 8, in <module>',
+        "    sys.exit(main())",
+        exc,
+    ]
+    f = first_error(log)
+    assert f is not None and f.secondary, f
+    lone = first_error([exc])
+    assert lone is not None and lone.secondary and "torchrun stopped by SIG" in lone.summary
+
+
+def test_a_signal_torchrun_was_not_sent_by_us_stays_a_cause() -> None:
+    for code, name in (("11", "SIGSEGV"), ("9", "SIGKILL"), ("12", "SIGUSR2")):
+        f = first_error([f"SignalException: Process 1 got signal: {code}"])
+        assert f is not None and not f.secondary and name in f.summary, f
