@@ -10,7 +10,9 @@ import pytest
 
 from mntui.sessions import progress
 from mntui.sessions.classify import first_error
+from mntui.sessions.config import ConfigError
 from mntui.sessions.logs import MAX_PENDING, LineSplitter
+from mntui.sessions.nodesource import parse_hostfile
 from mntui.sessions.pollscript import LOG_CHUNK
 from mntui.sessions.postmortem import Observations, observe
 from mntui.sessions.snapshot import NodeSnapshot
@@ -134,3 +136,20 @@ def test_a_signal_torchrun_was_not_sent_by_us_stays_a_cause() -> None:
     for code, name in (("11", "SIGSEGV"), ("9", "SIGKILL"), ("12", "SIGUSR2")):
         f = first_error([f"SignalException: Process 1 got signal: {code}"])
         assert f is not None and not f.secondary and name in f.summary, f
+
+
+# -- finding 8: ASCII digits only ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["\u00b2", "\u0663", "9" * 5000, "+4", "4_0"],
+    ids=["superscript-2", "arabic-indic-3", "5000-digits", "plus", "underscore"],
+)
+def test_hostfile_slots_with_a_unicode_digit_is_a_config_error_not_a_traceback(
+    value: str,
+) -> None:
+    # '²'.isdigit() is True and int('²') raises ValueError: `mntui nodes` said "internal error"
+    with pytest.raises(ConfigError, match="expected slots=N"):
+        parse_hostfile(f"g1 slots={value}\n", "hosts")
+    assert parse_hostfile("g1 slots=4\n", "hosts")[0].slots == 4
