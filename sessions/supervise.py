@@ -117,7 +117,9 @@ class Supervisor:
                 finally:
                     if self.agent is not None:
                         self.agent.stop()
-                    self.notifier.drain(DRAIN)
+                    left = self.notifier.close(DRAIN)
+                    if left:
+                        self._say(f"{len(left)} notification(s) not delivered; see notify.log")
 
     def _run(self) -> WatchEnd:
         history = self._resume()

@@ -223,7 +223,8 @@ def _status_direct(
             verdicts = {n: derive(s, cfg.watch.stall_after) for n, s in snaps.items()}
             now = time.time()
             for node, snap in snaps.items():
-                tracker.feed(node, splitters[node].feed(snap.new_output), now)
+                lines = splitters[node].feed(snap.new_output)
+                tracker.feed(node, lines, now, splitters[node].pending())
             steps = tracker.snapshot(now)
             summary = progress.describe(steps, ranks)
             st = AgentStatus(snaps, verdicts, steps, summary, now)
