@@ -96,6 +96,7 @@ LAUNCH_STEPS = {  # ctrl-c: the launch's event line after which Ctrl+C comes
     "waiting": r" waiting ",
     "ready": r" ready ",
     "worker-started": r"\[1\] +started ",
+    "running": r"job +running ",
 }
 
 
@@ -122,12 +123,22 @@ def ctrl_c(f: Fault) -> None:
     text = log.read_text(errors="replace")
     tb = " (a traceback)" if "Traceback" in text else ""
     f.say(f"launch exit {proc.returncode}{tb}: {last_line(text)}")
-    until(f.ended, 30, f.dl, 0.3)
-    if f.check("after Ctrl+C", need_record=False):
+    until(lambda: f.ended() or f.job.supervisor(), 30, f.dl, 0.3)
+    launched = re.search(r"(?m)^launched ", text) is not None
+    if f.ended() or not launched:  # interrupted: the run aborted, nothing left
+        f.check("after Ctrl+C", need_record=False)
+    if not f.ended():  # it went on: then a supervisor guards it, or status says none does
+        sup = f.job.supervisor()
         res = f.job.mntui("status", timeout=90)
         said = [ln for ln in res.stdout.splitlines() if ORPHAN_LINE.search(ln)]
-        f.say(f"then `mntui status`: {said[0] if said else 'no supervisor line'}; "
-              f"supervisor {f.job.supervisor() or 'none'}")  # fmt: skip
+        f.say(f"the job runs on after Ctrl+C, supervisor {sup or 'none'}; `mntui status`: "
+              f"{said[0] if said else 'no supervisor line'}")  # fmt: skip
+        if sup is None and not said:
+            f.bad([Violation("unguarded", None, f"after Ctrl+C ({f.plan.moment}) the run is "
+                             f"{f.where()}, and `mntui status` does not say so")],
+                  "after Ctrl+C")  # fmt: skip
+        f.user_kill()
+    elif f.out.violations:
         f.user_kill()
 
 
