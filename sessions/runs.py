@@ -105,6 +105,9 @@ class RunRecord:
     # nodes from a hostfile or Slurm: the source and the nodes it gave at launch, so the
     # run's later commands see them after the allocation ends (nodesource.NodeSource)
     node_source: dict[str, Any] | None = None
+    # nodes a user's `mntui kill NODE` stopped: what follows from that is the user's doing,
+    # never a failure to restart from or a node to blame
+    killed_nodes: list[str] = field(default_factory=list)
 
     @property
     def dir(self) -> Path:

@@ -184,6 +184,8 @@ def parse_message(line: bytes) -> dict[str, Any]:
         msg = json.loads(line)
     except (ValueError, UnicodeDecodeError) as exc:
         raise WireError(f"not JSON: {exc}") from None
+    except RecursionError:  # `[[[[…` two hundred thousand deep: a line, not a crash
+        raise WireError("not JSON: nested too deeply") from None
     if not isinstance(msg, dict):
         raise WireError("a message is a JSON object")
     if msg.get("v") != VERSION:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Self
 
+from mntui.sessions.errors import log_exception
 from mntui.sessions.wire import WireError, message, read_messages
 
 from .place import SUN_PATH_MAX, AgentUnavailable, make_private, peer_uid
@@ -87,16 +88,32 @@ class AgentSocket:
                     conn.sendall(message(ok=False, error=f"refused: peer uid {uid}"))
                     return
                 for msg in read_messages(conn):
-                    handler = self._ops.get(str(msg.get("op")))
-                    try:
-                        if handler is None:
-                            raise Refused(f"unknown op {msg.get('op')!r}")
-                        if not handler(conn, msg):
-                            return
-                    except Refused as exc:
-                        conn.sendall(message(ok=False, error=str(exc)))
+                    if not self._answer(conn, msg):
+                        return
             except WireError as exc:
                 with contextlib.suppress(OSError):
                     conn.sendall(message(ok=False, error=str(exc)))
             except OSError:
                 return
+
+    def _answer(self, conn: socket.socket, msg: dict[str, Any]) -> bool:
+        """One request; every one is answered, a bug included: its traceback goes to the
+        error log and the client gets one `ok: false` line saying where (a client reads
+        that as the end of a stream too), and the connection serves the next request."""
+        handler = self._ops.get(str(msg.get("op")))
+        try:
+            if handler is None:
+                raise Refused(f"unknown op {msg.get('op')!r}")
+            return handler(conn, msg)
+        except Refused as exc:
+            conn.sendall(message(ok=False, error=str(exc)))
+            return True
+        except (ConnectionError, TimeoutError):
+            return False  # the client went away or stopped reading: no one to tell
+        except Exception as exc:
+            op = repr(msg.get("op"))[:60]
+            logged = log_exception(f"agent request {op}", exc)
+            where = f"; traceback in {logged}" if logged else ""
+            with contextlib.suppress(OSError):
+                conn.sendall(message(ok=False, error=f"internal error in {op}{where}"))
+            return True

@@ -1,7 +1,8 @@
 """The job's config: the YAML read strictly into a frozen JobConfig (jobconfig.py), the
 rules of every value (checks, jobchecks, settings, yamlmarks), and the nodes it names:
-a list, a hostfile or a Slurm job (nodes, nodenames, nodesource, slurmjobs).
-Imports notify and the ground only: reading a config never connects anywhere.
+a list, a hostfile or a Slurm job (nodes, nodenames, nodesource, slurmjobs), and where
+`sync: {delete: true}` may never write (syncguard). Imports notify and the ground
+only: reading a config never connects anywhere.
 """
 
 from typing import TYPE_CHECKING
@@ -23,6 +24,11 @@ if TYPE_CHECKING:
     from .settings import SshPolicy as SshPolicy
     from .settings import SshTransport as SshTransport
     from .settings import WatchPolicy as WatchPolicy
+    from .syncguard import FIX as FIX
+    from .syncguard import GUARD_SCRIPT as GUARD_SCRIPT
+    from .syncguard import local_refusal as local_refusal
+    from .syncguard import node_refusal as node_refusal
+    from .syncguard import parse_refused as parse_refused
     from .yamlmarks import ConfigError as ConfigError
 else:
     __getattr__ = lazy_exports(__name__, __file__)

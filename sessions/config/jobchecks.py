@@ -64,7 +64,21 @@ def workdir(doc: Document, value: Any, path: Path_) -> str:
         raise doc.error(
             path, f"~{user} is not expanded (only ~ and ~/ are): write the full path, /home/{user}"
         )
+    if _deletes(doc.data):
+        from .syncguard import FIX, config_refusal
+
+        why = config_refusal(text)
+        if why is not None:
+            raise doc.error(path, f"{text} {why}; {FIX}")
     return text
+
+
+def _deletes(data: Any) -> bool:
+    """`sync: {delete: true}` in rsync mode, read here so that the refusal names the line
+    of the workdir that is unsafe: the top level's, a node's, an override's or a spare's
+    (the sync section is read, and checked, before any of them)."""
+    sync = data.get("sync") if isinstance(data, dict) else None
+    return isinstance(sync, dict) and sync.get("delete") is True and sync.get("git") is None
 
 
 def env(doc: Document, value: Any, path: Path_) -> dict[str, str]:

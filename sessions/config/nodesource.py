@@ -223,6 +223,10 @@ def parse_hostfile(text: str, file: str = "<hostfile>") -> tuple[Listed, ...]:
     return tuple(nodes)
 
 
+# ASCII digits, and few: `str.isdigit` also takes '²', which int() refuses.
+_COUNT_RE = re.compile("[0-9]{1,6}", re.ASCII)
+
+
 def _slots(options: list[str], file: str, number: int) -> int | None:
     slots: int | None = None
     for option in options:
@@ -230,8 +234,8 @@ def _slots(options: list[str], file: str, number: int) -> int | None:
         if not eq or key not in ("slots", "max_slots", "max-slots"):
             message = f"unknown {option!r}: a line is `host slots=N`"
             raise ConfigError(file, number, "", message)
-        if not value.isdigit() or not 1 <= int(value) <= MAX_NPROC:
-            message = f"{option}: expected {key}=N, N from 1 to {MAX_NPROC}"
+        if not _COUNT_RE.fullmatch(value) or not 1 <= int(value) <= MAX_NPROC:
+            message = f"{option[:40]}: expected {key}=N, N from 1 to {MAX_NPROC}"
             raise ConfigError(file, number, "", message)
         if key == "slots":
             if slots is not None:

@@ -1,6 +1,7 @@
 """A run on its nodes: the plan (plan.py), starting it and waiting until it is ready
-(start.py, startchecks.py), its tmux sessions, attach, log reads and the kill.
-Imports sync and below; never what polls, reports or watches.
+(start.py, startchecks.py), its tmux sessions, attach, log reads, the kill (kill.py; a
+user's: userkill.py) and where the run's chain is (chains.py). Imports sync and
+below; never what polls, reports or watches.
 """
 
 from typing import TYPE_CHECKING
@@ -10,11 +11,17 @@ from mntui.sessions.exports import lazy_exports
 if TYPE_CHECKING:
     from .attach import attach_all_argv as attach_all_argv
     from .attach import attach_argv as attach_argv
+    from .chains import ChainView as ChainView
+    from .chains import chain_of as chain_of
+    from .chains import check_nodes as check_nodes
+    from .chains import guard_chain as guard_chain
+    from .chains import heartbeat as heartbeat
+    from .chains import orphaned as orphaned
+    from .chains import run_config as run_config
     from .kill import free_ports as free_ports
     from .kill import kill_job as kill_job
     from .kill import not_clean as not_clean
     from .kill import port_holders as port_holders
-    from .kill import stop_job as stop_job
     from .kill import summarize as summarize
     from .logs import LineSplitter as LineSplitter
     from .logs import LogChunk as LogChunk
@@ -37,5 +44,6 @@ if TYPE_CHECKING:
     from .tmux import parse_pane_status as parse_pane_status
     from .tmux import session_name as session_name
     from .tmux import watch_session_name as watch_session_name
+    from .userkill import stop_job as stop_job
 else:
     __getattr__ = lazy_exports(__name__, __file__)

@@ -250,33 +250,3 @@ def free_ports(
         )
 
     return cluster.map(one, [n for n, h in holders.items() if any(x.pid is not None for x in h)])
-
-
-def stop_job(
-    cfg: JobConfig,
-    cluster: Cluster,
-    *,
-    names: Iterable[str] | None = None,
-    grace: float | None = None,
-    on_event: Callable[[Event], None] = lambda e: None,
-) -> GroupResult[KillReport]:
-    """A user's kill (CLI `kill`, the app's K): mark the run first, so its watchdog stands
-    down instead of reporting the kill as a failure, then kill."""
-    from mntui.sessions.runs import RunRecord, RunStatus, live_runs
-
-    def killing(r: RunRecord) -> None:
-        if r.status.is_live:
-            r.status = RunStatus.KILLING
-            r.note("kill", by="user")
-
-    def killed(r: RunRecord) -> None:
-        if r.status.is_stopping:
-            r.status = RunStatus.KILLED
-
-    marked = live_runs(cfg.job) if names is None else []
-    for record in marked:  # the latest, and a restart chain waiting in its backoff
-        record.update(killing)
-    results = kill_job(cfg, cluster, names=names, grace=grace, on_event=on_event)
-    for record in marked:
-        record.update(killed)
-    return results

@@ -89,17 +89,53 @@ def read_new(node: Node, run_dir: str, offset: int) -> LogChunk:
     return parse_read(node.run(read_script(run_dir, offset)).stdout, offset)
 
 
-class LineSplitter:
-    """Turns byte chunks into whole lines; holds a partial last line until it ends."""
+MAX_PENDING = 64 * 1024  # bytes of one line kept: its current `\r` segment's head
 
-    def __init__(self) -> None:
+
+class LineSplitter:
+    """Turns byte chunks into whole lines; holds a partial last line until it ends.
+
+    Node output is data: a progress bar redrawn with `\\r` and no newline for hours must
+    not grow without bound, nor be rescanned whole on every poll. Of a line, finished or
+    not, only its current `\\r` segment is kept (what a terminal shows of it: the earlier
+    ones are drawn over there too), and of that at most `limit` bytes, its head. What is
+    dropped is counted in `dropped`; `pending` is the unfinished line, a bar's latest state.
+    """
+
+    def __init__(self, limit: int = MAX_PENDING) -> None:
+        self.limit = limit
+        self.dropped = 0  # bytes never handed out: overdrawn segments, overlong heads
         self._buf = b""
 
     def feed(self, data: bytes) -> list[str]:
-        self._buf += data
-        *lines, self._buf = self._buf.split(b"\n")
-        return [line.decode(errors="replace").rstrip("\r") for line in lines]
+        if not data:
+            return []
+        *done, rest = (self._buf + data).split(b"\n")
+        self._buf = self._segment(rest)
+        return [_text(self._segment(line)) for line in done]
+
+    def pending(self) -> str:
+        """The unfinished line: a progress bar's latest state, or ''."""
+        return _text(self._buf)
 
     def flush(self) -> list[str]:
         rest, self._buf = self._buf, b""
-        return [rest.decode(errors="replace")] if rest else []
+        return [_text(rest)] if rest else []
+
+    def _segment(self, line: bytes) -> bytes:
+        """The line's last `\\r` segment (a trailing `\\r` ends one, it does not start
+        one), cut to `limit` bytes; a cut segment keeps its ending `\\r`, so that what
+        follows starts a new segment instead of being dropped as more of this one."""
+        cut = line.rstrip(b"\r").rfind(b"\r")
+        if cut >= 0:
+            self.dropped += cut + 1
+            line = line[cut + 1 :]
+        if len(line) <= self.limit:
+            return line
+        keep = line[: self.limit - 1] + b"\r" if line.endswith(b"\r") else line[: self.limit]
+        self.dropped += len(line) - len(keep)
+        return keep
+
+
+def _text(line: bytes) -> str:
+    return line.decode(errors="replace").rstrip("\r")

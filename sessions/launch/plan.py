@@ -194,7 +194,7 @@ cat >"$d/launch.sh" <<'{eof}'
 {script}{eof}
 : >"$d/output.log"
 {tmux.kill_session(session)} || true
-{tmux.new_session(session, '"$d"', pane_cmd)}
+{tmux.retry_server_exit(tmux.new_session(session, '"$d"', pane_cmd))}
 echo STARTED "$(date +%s.%N)"
 """
 

@@ -74,6 +74,24 @@ def new_session(session: str, cwd: str, command: str, width: int = 200, height: 
     )
 
 
+SERVER_RACE_TRIES = 5
+
+
+def retry_server_exit(command: str) -> str:
+    """`command` (a tmux call), tried again while tmux says "server exited unexpectedly":
+    a session started right after the server's last one was killed can meet the server
+    on its way out (1 in 3 relaunches here). Any other error is printed and fails at once."""
+    return f"""i=0
+until err=$({command} 2>&1); do
+  i=$((i + 1))
+  case $err in
+    *"server exited unexpectedly"*) [ "$i" -lt {SERVER_RACE_TRIES} ] && sleep 0.2 && continue ;;
+  esac
+  printf '%s\\n' "$err" >&2
+  exit 1
+done"""
+
+
 def kill_session(session: str) -> str:
     return f"tmux kill-session -t {shlex.quote(exact(session))} 2>/dev/null"
 

@@ -1,6 +1,7 @@
 """Notifications: what a notice says (notices.py: the policy, a webhook's body, a
-command's environment, webhook URLs kept secret) and its delivery (notifier.py).
-Imports only the ground: the config reads its policy, the watchdog and the app send.
+command's environment, webhook URLs kept secret) and its delivery (notifier.py,
+webhookpost.py). Imports only the ground: the config reads its policy, the
+watchdog and the app send.
 """
 
 from typing import TYPE_CHECKING

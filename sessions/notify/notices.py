@@ -53,7 +53,7 @@ class NotifyPolicy:
     webhook: str | None = None
     command: str | None = None  # the user's own shell line, run with `sh -c`
     on: frozenset[NotifyEvent] = ALL_EVENTS
-    timeout: float = 5.0  # per attempt: one POST, or the whole command
+    timeout: float = 5.0  # the whole delivery: the POST (and its one retry) beside the command
 
     @property
     def active(self) -> bool:

@@ -2,22 +2,21 @@
 
 A notification is a courtesy and a teardown is not, so nothing here may delay or break
 the watchdog: `send` only queues, one daemon thread per Notifier delivers in order, every
-attempt is bounded by the policy's timeout, and a failure becomes one line in the notify
-log. What a notice says, and how, is `notices.py`.
+delivery is bounded by the policy's timeout whatever the server does (a server that
+answers a byte a second is cut off at the deadline, not after each byte), and a failure
+becomes one line in the notify log. A notice still queued when mntui exits is said
+there too (`close`), never lost silently. What a notice says, and how, is `notices.py`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import http.client
 import os
 import signal
 import subprocess
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import deque
 from pathlib import Path
 from typing import IO
@@ -33,6 +32,7 @@ from .notices import (
     redact,
     webhook_body,
 )
+from .webhookpost import post_once
 
 __all__ = [
     "ALL_EVENTS",
@@ -48,44 +48,6 @@ __all__ = [
 MAX_PENDING = 100  # a flood of notices (64 slow nodes) is cut, not queued for hours
 RETRY_DELAY = 1.0
 KILL_WAIT = 5.0
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A redirected POST turns into a GET without its body: report it, do not follow."""
-
-    def redirect_request(self, *args: object, **kwargs: object) -> None:
-        return None
-
-
-def _why(exc: object, timeout: float) -> str:
-    if isinstance(exc, TimeoutError):
-        return f"no answer within {timeout:g}s"
-    if isinstance(exc, ConnectionRefusedError):
-        return "connection refused"
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if isinstance(exc, BaseException) else text
-
-
-def _post_once(url: str, body: bytes, timeout: float) -> tuple[str, bool] | None:
-    """None on a 2xx answer, else (why, worth one retry): only when no connection could
-    be made or the request could not be sent, so a processed POST is never repeated."""
-    req = urllib.request.Request(
-        url,
-        data=body,
-        method="POST",
-        headers={"Content-Type": "application/json", "User-Agent": "mntui"},
-    )
-    try:
-        with urllib.request.build_opener(_NoRedirect()).open(req, timeout=timeout) as resp:
-            resp.read(4096)
-    except urllib.error.HTTPError as exc:
-        exc.close()
-        return f"HTTP {exc.code} {exc.reason}", False
-    except urllib.error.URLError as exc:
-        return _why(exc.reason, timeout), isinstance(exc.reason, ConnectionError)
-    except (OSError, http.client.HTTPException, ValueError) as exc:
-        return _why(exc, timeout), False
-    return None
 
 
 def _tail(out: IO[bytes], size: int = 300) -> str:
@@ -107,6 +69,8 @@ class Notifier:
         self._queue: deque[Notice] = deque()
         self._pending = 0  # queued + being delivered
         self._worker: threading.Thread | None = None
+        self._current: Notice | None = None  # being delivered
+        self._closed = False
 
     def send(self, notice: Notice) -> None:
         """Returns at once; never raises."""
@@ -114,7 +78,9 @@ class Notifier:
             return
         problem: str | None = None
         with self._cond:
-            if self._pending >= MAX_PENDING:
+            if self._closed:
+                problem = "not sent: mntui was already exiting"
+            elif self._pending >= MAX_PENDING:
                 problem = "dropped: too many notifications pending"
             else:
                 self._queue.append(notice)
@@ -148,19 +114,39 @@ class Notifier:
                 self._cond.wait(left)
         return True
 
+    def close(self, timeout: float) -> list[Notice]:
+        """The last drain, before mntui exits (and its daemon thread with it): waits at
+        most `timeout` s, then every notice not delivered is said in the notify log and
+        returned, and none is sent after. Without this, a `gave-up` queued behind a slow
+        webhook would vanish with the process."""
+        self.drain(timeout)
+        with self._cond:
+            self._closed = True
+            left = list(self._queue)
+            self._queue.clear()
+            self._pending -= len(left)
+            current = self._current
+            self._cond.notify_all()
+        if current is not None:
+            self._log(current, f"abandoned: still being delivered at exit ({timeout:g}s drain)")
+        for notice in left:
+            self._log(notice, f"not delivered: still queued at exit ({timeout:g}s drain)")
+        return ([current] if current is not None else []) + left
+
     def _work(self) -> None:
         while True:
             with self._cond:
                 if not self._queue:
                     self._worker = None
                     return
-                notice = self._queue.popleft()
+                notice = self._current = self._queue.popleft()
             try:
                 self._deliver(notice)
             except Exception as exc:  # a bug here must not kill later notices
                 self._log(notice, f"notifier error: {type(exc).__name__}: {exc}")
             finally:
                 with self._cond:
+                    self._current = None
                     self._pending -= 1
                     self._cond.notify_all()
 
@@ -170,20 +156,22 @@ class Notifier:
         with contextlib.ExitStack() as stack:
             running = self._start_command(notice, stack) if self.policy.command else None
             if self.policy.webhook:
-                self._post(notice, self.policy.webhook)
+                self._post(notice, self.policy.webhook, deadline)
             if running is not None:
                 self._finish_command(notice, *running, deadline)
 
-    def _post(self, notice: Notice, url: str) -> None:
+    def _post(self, notice: Notice, url: str, deadline: float) -> None:
+        """One POST, and one retry if no connection could be made and time is left:
+        both within the delivery's deadline."""
         reason = check_webhook_url(url)
         if reason is not None:
             self._log(notice, f"webhook not used: {reason}")
             return
         body = webhook_body(notice)
-        failed = _post_once(url, body, self.policy.timeout)
-        if failed is not None and failed[1]:
+        failed = post_once(url, body, self.policy.timeout)
+        if failed is not None and failed[1] and deadline - time.monotonic() > RETRY_DELAY:
             time.sleep(RETRY_DELAY)
-            failed = _post_once(url, body, self.policy.timeout)
+            failed = post_once(url, body, deadline - time.monotonic())
             if failed is not None:
                 failed = (f"{failed[0]} (retried once)", False)
         if failed is not None:

@@ -76,7 +76,10 @@ class ProgressTracker:
         self._below: dict[str, float] = {}  # node -> since when its rate is below the bar
         self._reported: set[str] = set()  # nodes already returned by slow() this episode
 
-    def feed(self, node: str, lines: Iterable[str], now: float) -> None:
+    def feed(self, node: str, lines: Iterable[str], now: float, pending: str = "") -> bool:
+        """True if the node's step advanced (or was first seen). `pending` is the line
+        still being written (LineSplitter.pending): a progress bar redrawn with `\\r`
+        never ends its line, and its step counts once the number is whole."""
         s = self._series.setdefault(node, _Series())
         self._clock = now if self._clock is None else max(self._clock, now)
         best: int | None = None
@@ -84,12 +87,15 @@ class ProgressTracker:
             step = self._step_of(line)
             if step is not None and (best is None or step > best):
                 best = step
+        step = self._step_of(pending, whole=False) if pending else None
+        if step is not None and (best is None or step > best):
+            best = step
         # Several local ranks share a node's log and print the same steps slightly out
         # of order: the node's step is the highest seen, so one late line is no setback.
         last = s.samples[-1] if s.samples else None
         if best is None or (last is not None and best <= last[1]):
             self._prune(s, now)
-            return
+            return False
         if last is None:
             s.first = now
         else:
@@ -99,9 +105,11 @@ class ProgressTracker:
         else:
             s.samples.append((now, best))
         self._prune(s, now)
+        return True
 
-    def _step_of(self, line: str) -> int | None:
-        # A progress bar rewrites itself with \r: its latest state is at the end.
+    def _step_of(self, line: str, whole: bool = True) -> int | None:
+        # A progress bar rewrites itself with \r: its latest state is at the end. A line
+        # not `whole` may end inside the number ("step 42" of "step 4200"): not a step yet.
         text = line[-MAX_LINE:] if "\r" in line else line[:MAX_LINE]
         text = _ANSI.sub("", text)
         for segment in reversed(text.split("\r")):
@@ -111,6 +119,8 @@ class ProgressTracker:
             raw = m.group("step")
             if raw is None:
                 continue
+            if not whole and segment[m.end("step") :] in ("", "."):
+                return None
             try:
                 value = int(raw)
             except ValueError:

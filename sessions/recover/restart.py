@@ -12,7 +12,8 @@ swapped for a spare, keeping ranks contiguous.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from mntui.sessions.config import JobConfig, NodeSpec, RestartPolicy
 from mntui.sessions.poll import NodeState
@@ -29,6 +30,25 @@ class AttemptEnd:
     exit_codes: tuple[int, ...] = ()  # the nodes' non-zero exit codes
     progressed_for: float = 0.0  # seconds the attempt kept making progress
     cause: str = ""
+
+    def plain(self) -> dict[str, Any]:
+        """As the record keeps it (JSON): a supervisor that resumes reads it back."""
+        out = asdict(self)
+        out["state"] = self.state.value
+        out["exit_codes"] = list(self.exit_codes)
+        return out
+
+
+def ends_from(items: object) -> tuple[AttemptEnd, ...]:
+    """Attempts' ends read back from a record, skipping what this version cannot read."""
+    out = []
+    for e in items if isinstance(items, list) else []:
+        try:
+            end = AttemptEnd(**e)
+            out.append(replace(end, state=NodeState(e["state"]), exit_codes=tuple(end.exit_codes)))
+        except (TypeError, ValueError, KeyError):
+            continue
+    return tuple(out)
 
 
 @dataclass(frozen=True)

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass
 from typing import IO, Any
 
 from mntui.sessions.agent import Agent, start_agent
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import LaunchError
 from mntui.sessions.events import Event, Phase
-from mntui.sessions.launch import Attempt, launch
+from mntui.sessions.launch import Attempt, guard_chain, heartbeat, kill_job, launch, stop_job
 from mntui.sessions.notify import Notice, NotifyEvent
 from mntui.sessions.poll import NodeState
 from mntui.sessions.results import NodeError
@@ -33,9 +33,10 @@ from mntui.sessions.watch import (
     WatchOutcome,
     acquire_lock,
     make_notifier,
+    user_kills,
 )
 
-from .restart import AttemptEnd, Decision, decide, repeat_culprit, swap_in_spare
+from .restart import AttemptEnd, Decision, decide, ends_from, repeat_culprit, swap_in_spare
 
 EventSink = Callable[[Event], None]
 WAIT_STEP = 0.2  # seconds between looks at the record during a backoff
@@ -51,7 +52,10 @@ class Chain:
     history: tuple[AttemptEnd, ...] = ()
 
 
-def attempt_end(chain: Chain, end: WatchEnd, obs_last_output: float | None) -> AttemptEnd:
+def attempt_end(chain: Chain, end: WatchEnd, last_progress: float | None) -> AttemptEnd:
+    """`last_progress` is when a step last advanced, not when output last grew: the
+    failure's own traceback is output, and a job that hangs silently until its collective
+    timeout must not count as one that made progress (`reset_after`)."""
     rec = chain.record
     state, culprit, cause = NodeState.FAILED, None, rec.cause or ""
     if end.trigger is not None:
@@ -62,7 +66,7 @@ def attempt_end(chain: Chain, end: WatchEnd, obs_last_output: float | None) -> A
         cause = report.headline
     codes = tuple(n.exit_code for n in report.nodes if n.exit_code) if report else ()
     started = rec.finished_launch_at or rec.created_at
-    progressed = max(0.0, obs_last_output - started) if obs_last_output else 0.0
+    progressed = max(0.0, last_progress - started) if last_progress else 0.0
     return AttemptEnd(rec.attempt, rec.run_id, state, culprit, codes, progressed, cause)
 
 
@@ -71,7 +75,8 @@ def _mark(record: RunRecord, status: RunStatus, what: str, **details: Any) -> bo
     moved = []
 
     def change(r: RunRecord) -> None:
-        if r.status.is_live or r.status in (RunStatus.TORN_DOWN, RunStatus.FAILED):
+        ended = (RunStatus.TORN_DOWN, RunStatus.FAILED, RunStatus.ABORTED)
+        if r.status.is_live or r.status in ended:
             r.status = status
             r.note(what, **details)
             moved.append(True)
@@ -102,28 +107,65 @@ class Supervisor:
 
     def run(self) -> WatchEnd:
         """Watch attempt after attempt until one ends for good; then give pending
-        notifications a bounded moment (the teardown is long done). The run's agent
-        serves the whole chain, attempt after attempt."""
-        self.agent = start_agent(self.chain.cfg.job, self.on_event)
-        try:
-            return self._run()
-        finally:
-            if self.agent is not None:
-                self.agent.stop()
-            self.notifier.drain(DRAIN)
+        notifications a bounded moment (the teardown is long done). The chain's lock is
+        held throughout (backoffs and relaunches included), and the run's agent serves
+        the whole chain, attempt after attempt."""
+        with guard_chain(self.chain.record) as guard:
+            if guard is None:
+                self._say(
+                    f"another supervisor guards chain {self.chain.record.chain}; not watching"
+                )
+                return WatchEnd(WatchOutcome.STOOD_DOWN)
+            with heartbeat(guard):
+                self.agent = start_agent(self.chain.cfg.job, self.on_event)
+                try:
+                    return self._run()
+                finally:
+                    if self.agent is not None:
+                        self.agent.stop()
+                    left = self.notifier.close(DRAIN)
+                    if left:
+                        self._say(f"{len(left)} notification(s) not delivered; see notify.log")
 
     def _run(self) -> WatchEnd:
+        history = self._resume()
+        if history is not None:  # a supervisor died in a backoff or mid-relaunch
+            nxt = self._next(history)
+            if nxt is None:
+                return WatchEnd(WatchOutcome.STOOD_DOWN)
+            self.chain = nxt
         while True:
-            end, last_output = self._watch(self.chain)
+            end, last_progress = self._watch(self.chain)
             if end.outcome in (WatchOutcome.STOOD_DOWN, WatchOutcome.STOPPED):
                 return end
             if end.outcome is WatchOutcome.FINISHED:
                 return end
-            history = (*self.chain.history, attempt_end(self.chain, end, last_output))
+            killed, _ = user_kills(self.chain.record)
+            if killed:
+                self._say(f"no restart: the user killed {', '.join(killed)}")
+                return end
+            history = (*self.chain.history, attempt_end(self.chain, end, last_progress))
             nxt = self._next(history)
             if nxt is None:
                 return end
             self.chain = nxt
+
+    def _resume(self) -> tuple[AttemptEnd, ...] | None:
+        """Where a chain whose supervisor died stands: None to watch its run as it is;
+        else the attempts' ends to decide on. A relaunch left half-done is stopped first."""
+        rec = self.chain.record
+        if rec.status is RunStatus.RESTARTING:
+            self._say(f"resuming chain {rec.chain}: its supervisor died in the backoff")
+            return _restart_ends(rec) or self.chain.history
+        if rec.status is not RunStatus.LAUNCHING or rec.attempt == 0:
+            return None
+        self._say(f"resuming chain {rec.chain}: attempt {rec.attempt} was left mid-launch")
+        with Cluster(self.chain.cfg.nodes, self.chain.cfg.ssh) as cluster:
+            kill_job(self.chain.cfg, cluster, on_event=self.on_event)
+        _mark(rec, RunStatus.ABORTED, "aborted", why="its launcher died mid-launch")
+        lost = AttemptEnd(rec.attempt, rec.run_id, NodeState.FAILED, None, (), 0.0,
+                          "the launch was interrupted (its supervisor died)")  # fmt: skip
+        return (*self.chain.history, lost)
 
     def _watch(self, chain: Chain) -> tuple[WatchEnd, float | None]:
         try:
@@ -137,7 +179,7 @@ class Supervisor:
                     chain.cfg, chain.record, cluster, on_event=self.on_event,
                     notifier=self.notifier, agent=self.agent,
                 )  # fmt: skip
-                return dog.run(), dog.obs.last_output
+                return dog.run(), dog.obs.last_progress
         finally:
             lock.close()
 
@@ -152,8 +194,9 @@ class Supervisor:
                 return None
             cfg, swapped = self._swap(cfg, history)
             n = history[-1].attempt + 1
+            ends = [e.plain() for e in history]
             if not _mark(record, RunStatus.RESTARTING, "restart", attempt=n, why=decision.why,
-                         delay=decision.delay, swapped=swapped):  # fmt: skip
+                         delay=decision.delay, swapped=swapped, ends=ends):  # fmt: skip
                 return None
             text = f"attempt {n}/{cfg.restart.max} in {decision.delay:g}s ({decision.why})"
             text += f"; {swapped}" if swapped else ""
@@ -162,7 +205,7 @@ class Supervisor:
             if not wait_backoff(record, decision.delay):
                 self._say("restart cancelled: the run was killed during the backoff")
                 return None
-            attempt = Attempt(n, record.chain or record.run_id, tuple(asdict(e) for e in history))
+            attempt = Attempt(n, record.chain or record.run_id, tuple(e.plain() for e in history))
             try:
                 result = launch(cfg, on_event=self.on_event, attempt=attempt)
             except (LaunchError, NodeError) as exc:
@@ -170,7 +213,17 @@ class Supervisor:
                 history = (*history, AttemptEnd(n, None, state, None, (), 0.0, str(exc)))
                 self._say(f"attempt {n} did not start: {str(exc).splitlines()[0]}")
                 continue
+            if read_status(record.job, record.run_id) in (RunStatus.KILLING, RunStatus.KILLED):
+                self._killed_meanwhile(cfg)
+                return None
             return Chain(cfg, result.record, history)
+
+    def _killed_meanwhile(self, cfg: JobConfig) -> None:
+        """A user's kill that came while this relaunch was starting may have looked before
+        the new run existed: it is the user's word, so the new run is killed too."""
+        self._say("the chain was killed during the relaunch: stopping the new attempt")
+        with Cluster(cfg.nodes, cfg.ssh) as cluster:
+            stop_job(cfg, cluster, on_event=self.on_event)
 
     def _swap(self, cfg: JobConfig, history: tuple[AttemptEnd, ...]) -> tuple[JobConfig, str]:
         culprit = repeat_culprit(history)
@@ -200,11 +253,10 @@ class Supervisor:
 
 def _earlier(record: RunRecord) -> tuple[AttemptEnd, ...]:
     """A supervisor that takes over a chain (the app quit) picks up its history."""
-    out = []
-    for e in record.attempts:
-        try:
-            end = AttemptEnd(**e)
-            out.append(replace(end, state=NodeState(e["state"]), exit_codes=tuple(end.exit_codes)))
-        except (TypeError, ValueError, KeyError):
-            continue
-    return tuple(out)
+    return ends_from(record.attempts)
+
+
+def _restart_ends(record: RunRecord) -> tuple[AttemptEnd, ...]:
+    """The ends a supervisor decided its last restart on (kept in the record's note)."""
+    note = next((h for h in reversed(record.history) if h.get("what") == "restart"), None)
+    return ends_from(note.get("ends")) if note is not None else ()

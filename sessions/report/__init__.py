@@ -10,6 +10,7 @@ from mntui.sessions.exports import lazy_exports
 if TYPE_CHECKING:
     from .failure import Ending as Ending
     from .failure import FailureReport as FailureReport
+    from .failure import by_user as by_user
     from .failure import render as render
     from .failure import to_json as to_json
     from .postmortem import HUNG as HUNG
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from .postmortem import observations as observations
     from .postmortem import observe as observe
     from .postmortem import report_now as report_now
+    from .postmortem import save as save
     from .postmortem import saved_report as saved_report
     from .postmortem import try_report as try_report
 else:

@@ -31,11 +31,11 @@ MAX_BLOCK_LINES = 400  # a traceback or torchrun table longer than this is noise
 
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
-_PREFIX = re.compile(r"^.{0,120}?\[(?P<kind>rank|default)(?P<num>\d+)\]: ?")
-_TEXT_RANK = re.compile(r"\[(?:PG [^\]]{0,60}?)?Rank (?P<num>\d+)\]")
+_PREFIX = re.compile(r"^.{0,120}?\[(?P<kind>rank|default)(?P<num>[0-9]{1,9})\]: ?")
+_TEXT_RANK = re.compile(r"\[(?:PG [^\]]{0,60}?)?Rank (?P<num>[0-9]{1,9})\]")
 _TB_HEAD = re.compile(r"(?:^Original )?Traceback \(most recent call last\):")
 _CHAIN = re.compile(r"^(?:During handling of the above exception|The above exception was the)")
-_FRAME = re.compile(r'^\s*File "(?P<path>[^"]*)", line (?P<line>\d+)(?P<comma>,?) in ')
+_FRAME = re.compile(r'^\s*File "(?P<path>[^"]*)", line (?P<line>[0-9]{1,9})(?P<comma>,?) in ')
 _EXC = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s*(?P<msg>.*))?$")
 _EXC_SUFFIX = ("Error", "Exception", "Interrupt", "Exit", "Failure", "Timeout")
 _FAULT_LINE = re.compile(
@@ -217,7 +217,7 @@ def _parse_block(stream: list[_Line], start: int) -> tuple[dict[str, str], int]:
 
 
 def _block_hit(first: _Line, fields: dict[str, str], exc_type: str | None) -> _Hit | None:
-    if (code_m := re.match(r"-?\d+", fields.get("exitcode", ""))) is None:
+    if (code_m := re.match(r"-?[0-9]{1,9}", fields.get("exitcode", ""))) is None:
         return None
     code = int(code_m.group(0))
     described = f"exitcode {code}"
@@ -225,7 +225,7 @@ def _block_hit(first: _Line, fields: dict[str, str], exc_type: str | None) -> _H
         described += f" ({signal.Signals(-code).name})" if code < 0 else ""
     found = _match(f"failed (exitcode: {code})")  # the same rules as torchrun's own log line
     cause, secondary = (found[0].cause, found[0].secondary) if found else (Cause.TRACEBACK, False)
-    if rank_m := re.match(r"\d+", fields.get("rank", "")):
+    if rank_m := re.match(r"[0-9]{1,9}", fields.get("rank", "")):
         first = first._replace(rank=int(rank_m.group(0)))
     summary = f"torchrun: worker failed with {described}"
     return _hit(first, cause, secondary, summary, (exc_type, described), None)
@@ -247,8 +247,19 @@ def _match(text: str) -> tuple[Rule, str] | None:
         if any(n in text for n in rule.needles) and (m := rule.pattern.search(text)):
             extra = rule.detail.search(text) if rule.detail else None
             groups = {**m.groupdict(), **(extra.groupdict() if extra else {})}
+            if sig := groups.get("sig"):
+                groups["sig"] = _signal_name(sig)
             return rule, _render(rule.summary, {k: v for k, v in groups.items() if v})
     return None
+
+
+def _signal_name(sig: str) -> str:
+    """`15` (and `-15`, a child's exit code) as `SIGTERM`: Python >= 3.11 prints a signal
+    number where it used to print the name."""
+    if re.fullmatch("-?[0-9]{1,3}", sig, re.ASCII):
+        with contextlib.suppress(ValueError):
+            return signal.Signals(abs(int(sig))).name
+    return sig
 
 
 def _render(template: str, groups: dict[str, str]) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -265,3 +265,24 @@ def render(report: FailureReport) -> str:
 
 def to_json(report: FailureReport) -> dict[str, Any]:
     return asdict(report)
+
+
+def by_user(built: FailureReport, killed: Sequence[str], at: float | None) -> FailureReport:
+    """The report of a run a user's `mntui kill NODE` ended: the user's action is the
+    cause, and what the other ranks did after losing their peer is its consequence,
+    never a failure of theirs (nor of the killed node)."""
+    node = killed[0]
+    when = f" at {_clock(at)}" if at is not None else ""
+    cause = f"killed by the user{when} (`mntui kill {' '.join(killed)}`)"
+    others = [n.node for n in built.nodes if n.node not in killed]
+    head = f"{', '.join(killed)} killed by the user{when}"
+    if others:
+        head += f"; {', '.join(others)} ended as a consequence"
+    consequences = tuple(
+        f"{n.node} (node rank {n.rank}): {_node_cause(n, n.state)} — a consequence"
+        for n in built.nodes
+        if n.node not in killed and (n.finding or n.first_problem_at)
+    )
+    return replace(
+        built, headline=head, cause=cause, cause_node=node, first_at=at, consequences=consequences
+    )

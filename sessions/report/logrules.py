@@ -102,6 +102,10 @@ RULES: tuple[Rule, ...] = (
           "segmentation fault"),
     _rule("Fatal Python error: ", Cause.FATAL_PYTHON, False, "fatal Python error: {what}",
           detail=r"Fatal Python error: (?P<what>.+)"),
+    # torchrun's handler for a SIGTERM, SIGHUP or SIGINT sent to it (a teardown, a closed
+    # session, Ctrl+C): `got signal: 15` on Python >= 3.11, `Signals.SIGTERM` before.
+    _rule("got signal: ", Cause.SIGNAL, True, "torchrun stopped by {sig} (from outside the job)",
+          pattern=r"got signal: (?:Signals\.)?(?P<sig>SIG(?:TERM|HUP|INT)\b|(?:15|1|2)(?![0-9]))"),
     _rule("Signal 15 (SIGTERM) received|exitcode: -15)|Signals.SIGTERM|closing signal SIGTERM",
           Cause.SIGNAL, True, "terminated by SIGTERM (stopped by the launcher)"),
     _rule("received by PID|failed (exitcode: -|<Signals.SIG|killed by signal|return code = -"

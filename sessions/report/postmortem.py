@@ -49,6 +49,7 @@ class Observations:
     states: dict[str, NodeState] = field(default_factory=dict)
     progress: str = ""
     last_output: float | None = None  # local time any node's log last grew
+    last_progress: float | None = None  # local time any node's step last advanced
     tracker: ProgressTracker | None = None
     ranks: dict[str, int] = field(default_factory=dict)  # node -> node rank, for wording
     splitters: dict[str, LineSplitter] = field(default_factory=dict)
@@ -78,7 +79,8 @@ def observe(
     """Feed one poll's results: the node's clock is read at about the middle of the
     round trip, and a state counts from the first poll that saw it. Every node's
     progress is fed on every poll, lines or not: that is how a stopped node's rate
-    falls to 0."""
+    falls to 0. Output is not progress (a traceback is output): `last_progress` moves
+    only when a step advances, the unfinished line's (a `\\r` progress bar) included."""
     now = time.time()
     for node, snap in snaps.items():
         if snap.node_time is not None and snap.rtt is not None:
@@ -89,7 +91,9 @@ def observe(
             obs.last_output = now
         if obs.tracker is not None:
             splitter = obs.splitters.setdefault(node, LineSplitter())
-            obs.tracker.feed(node, splitter.feed(snap.new_output), now)
+            lines = splitter.feed(snap.new_output)
+            if obs.tracker.feed(node, lines, now, splitter.pending()):
+                obs.last_progress = now
     if obs.tracker is not None:
         obs.progress = describe(obs.tracker.snapshot(now), obs.ranks)
 

@@ -89,6 +89,8 @@ def connect(name: str, s: SshSettings, policy: SshPolicy, password: str | None):
     if s.proxy_jump:
         for hop in s.proxy_jump.split(","):  # first hop is dialled first
             host, _, port = hop.rpartition(":") if hop.count(":") == 1 else (hop, "", "")
+            if port and not re.fullmatch("[0-9]{1,5}", port, re.ASCII):
+                raise NodeError(name, f"ProxyJump {hop!r}: the port is not a number")
             hs = resolve(host, policy.config, port=int(port) if port else None)
             gateway = _connection(hs, policy, gateway, password)
     elif s.proxy_command:

@@ -13,6 +13,10 @@ shell clean?"), so the ssh side runs through a relay (sessions/sync/relay.py) th
 arrives before a marker the remote command prints. Git mode
 (`sync: {git: ...}`, sessions/sync/gitsync.py) shares the ssh command, the relay and the fan-out
 (sessions/sync/fanout.py).
+
+`delete: true` never reaches a home, what holds one, or mntui's own directories: the
+config, a local node's real paths and the remote node itself refuse first
+(sessions/config/syncguard.py); inside the workdir, excluded and ignored paths are kept.
 """
 
 from __future__ import annotations
@@ -21,11 +25,13 @@ import os
 import re
 import secrets
 import shlex
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mntui.sessions.config import FIX, GUARD_SCRIPT, local_refusal, node_refusal, parse_refused
 from mntui.sessions.errors import UsageError
 from mntui.sessions.events import Event, Phase
 
@@ -49,14 +55,24 @@ def rsync_argv(cfg: JobConfig, spec: NodeSpec, marker: str) -> list[str]:
     argv += ["--delete"] if policy.delete else []
     argv += ["--filter=:- .gitignore"] if policy.gitignore else []
     argv += [f"--exclude={x}" for x in policy.excludes]
+    # Excluded paths are never deleted (no --delete-excluded). Deleting after the transfer
+    # lets the node side read the .gitignore files just sent: during it, a first sync
+    # into a workdir without them deleted the node's ignored checkpoints.
+    argv += ["--delete-after"] if policy.delete else []
     source = policy.source.rstrip("/") + "/"
     if spec.is_local:
         return [*argv, source, os.path.expanduser(workdir).rstrip("/") + "/"]
     host = ssh_host(cfg, spec)
     relay = relay_argv(marker, ssh_argv(cfg))
     dest = remote_dest(workdir)
+    quoted = shlex.quote(dest)
+    # the node's own check, where its home is known (sessions/config/syncguard.py)
+    guard = f"sh -c {shlex.quote(GUARD_SCRIPT)} mntui-guard {quoted} {marker} && "
     # `cd`: to $HOME, where mntui's scripts resolve ~/ too (sshd starts in the passwd home)
-    rsync_path = f"cd && mkdir -p -- {shlex.quote(dest)} && printf %s {marker} && exec rsync"
+    rsync_path = (
+        f"cd && mkdir -p -- {quoted} && {guard if policy.delete else ''}"
+        f"printf %s {marker} && exec rsync"
+    )
     return [*argv, "-e", shlex.join(relay), f"--rsync-path={rsync_path}", source, f"{host}:{dest}/"]
 
 
@@ -119,14 +135,7 @@ def _one(
     where = argv[-1] if spec.is_local else f"{spec.host}:{spec.workdir}"
     on_event(SyncEvent(spec.name, spec.rank, Phase.NOTICE, f"sync -> {where}"))
     t0 = time.monotonic()
-    try:
-        if spec.is_local:
-            os.makedirs(argv[-1], exist_ok=True)
-        proc = runs.start(argv)
-    except OSError as exc:
-        proc, why = None, f"{exc.strerror or exc}"
-    else:
-        why = "interrupted"
+    proc, why = _start(cfg, spec, argv, runs)
     if proc is not None:
         out, err = proc.communicate()
         if proc.returncode == 0:
@@ -144,6 +153,27 @@ def _one(
                 )
             )
             return stats
-        why = rsync_error(err, proc.returncode)
+        refused = parse_refused(err, marker)
+        why = (
+            rsync_error(err, proc.returncode)
+            if refused is None
+            else node_refusal(refused, str(spec.workdir))
+        )
     on_event(Event(spec.name, spec.rank, Phase.FAILED, f"sync failed: {why}"))
     return why
+
+
+def _start(
+    cfg: JobConfig, spec: NodeSpec, argv: list[str], runs: Runs
+) -> tuple[subprocess.Popen[str] | None, str]:
+    """rsync under way, or why not; a local node is checked on its real paths first."""
+    if spec.is_local and cfg.sync is not None and cfg.sync.delete:
+        why = local_refusal(str(spec.workdir))
+        if why is not None:
+            return None, f"refused before rsync: workdir {spec.workdir} {why}; {FIX}"
+    try:
+        if spec.is_local:
+            os.makedirs(argv[-1], exist_ok=True)
+        return runs.start(argv), "interrupted"
+    except OSError as exc:
+        return None, f"{exc.strerror or exc}"

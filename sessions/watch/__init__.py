@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from .judge import Trigger as Trigger
     from .judge import next_poll as next_poll
     from .takedown import teardown as teardown
+    from .takedown import user_kills as user_kills
     from .watchdog import LockHeld as LockHeld
     from .watchdog import Watchdog as Watchdog
     from .watchdog import WatchEnd as WatchEnd

@@ -21,10 +21,12 @@ from mntui.sessions.report import (
     Ending,
     FailureReport,
     Observations,
+    by_user,
     capture_stacks,
+    save,
     try_report,
 )
-from mntui.sessions.runs import RunRecord, RunStatus
+from mntui.sessions.runs import RunRecord, RunStatus, load_run
 from mntui.sessions.ssh import Cluster
 
 from .judge import Trigger
@@ -68,11 +70,12 @@ def teardown(
         cfg, record, cluster, obs, trigger=(t.node, t.state, t.why), taken=taken,
         ended_at=ended, ending=Ending.TORN_DOWN,
     )  # fmt: skip
+    built = users_doing(record, built)
     culprit = next((n for n in built.nodes if n.node == t.node), None) if built else None
 
     def torn_down(r: RunRecord) -> None:
         if r.status.is_live:  # a user's kill that got there first keeps its word
-            r.status = RunStatus.TORN_DOWN
+            r.status = RunStatus.KILLED if r.killed_nodes else RunStatus.TORN_DOWN
         r.error = f"{t.node} {t.state.value}: {t.why}"
         r.note(
             "watchdog-teardown",
@@ -90,3 +93,29 @@ def teardown(
     if built is not None:
         on_event(Event(None, None, Phase.NOTICE, f"report: {built.headline} (`mntui report`)"))
     return Teardown(not dirty, built)
+
+
+def user_kills(record: RunRecord) -> tuple[list[str], float | None]:
+    """Nodes a user's `mntui kill NODE` stopped in this run, and when (the record on disk:
+    the kill is another process)."""
+    current = load_run(record.job, record.run_id) or record
+    at = next(
+        (
+            h.get("at")
+            for h in reversed(current.history)
+            if h.get("what") == "kill" and "nodes" in h
+        ),
+        None,
+    )
+    return list(current.killed_nodes), at if isinstance(at, (int, float)) else None
+
+
+def users_doing(record: RunRecord, built: FailureReport | None) -> FailureReport | None:
+    """A run a user partly killed ended because of it: the report says so, and blames
+    no node for what followed."""
+    killed, at = user_kills(record)
+    if built is None or not killed:
+        return built
+    mended = by_user(built, killed, at)
+    save(record, mended)
+    return mended

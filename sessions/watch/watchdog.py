@@ -25,6 +25,7 @@ from mntui.sessions.agent import Agent
 from mntui.sessions.config import Action, JobConfig
 from mntui.sessions.errors import MntuiError, private_dir, state_dir
 from mntui.sessions.events import Event, Phase
+from mntui.sessions.launch import kill_job
 from mntui.sessions.notify import Notice, Notifier, NotifyEvent
 from mntui.sessions.poll import NodeSnapshot, NodeState, Poller, Verdict, may_still_run
 from mntui.sessions.report import Ending, FailureReport, observations, observe, try_report
@@ -32,7 +33,7 @@ from mntui.sessions.runs import RunRecord, RunStatus, read_status
 from mntui.sessions.ssh import Cluster
 
 from .judge import WAKE_MARGIN, Deadline, Judge, Trigger, next_poll, trigger_kind
-from .takedown import Teardown, teardown
+from .takedown import Teardown, teardown, user_kills, users_doing
 
 __all__ = [
     "Judge",
@@ -156,10 +157,15 @@ class Watchdog:
             self.tell(NotifyEvent.SLOW, text)
 
     def finish(self, verdicts: dict[str, Verdict]) -> WatchEnd:
-        """The job ended by itself: record how, with a report when a node failed."""
+        """The job ended by itself: record how, with a report when a node failed, and
+        close its sessions (their output is in the run dir and the report; a dead pane
+        left behind only trips the next launch or a person)."""
         failed = [n for n, v in verdicts.items() if v.state is NodeState.FAILED]
         finished = any(v.state is NodeState.FINISHED for v in verdicts.values())
         status = RunStatus.FAILED if failed else RunStatus.FINISHED if finished else None
+        killed, _ = user_kills(self.record)
+        if killed:
+            status = RunStatus.KILLED
         if status is not None:
 
             def ended(r: RunRecord) -> None:
@@ -174,14 +180,24 @@ class Watchdog:
                 self.cfg, self.record, self.cluster, self.obs, trigger=None, taken=None,
                 ended_at=time.time(), ending=Ending.ENDED,
             )  # fmt: skip
+            built = users_doing(self.record, built)
             if built is not None:
                 text += f"; report: {built.headline}"
+        self.close_sessions()
         self.on_event(Event(None, None, Phase.KILLED, text + "; watchdog exits"))
-        if failed:
+        if failed and not killed:
             self.tell(NotifyEvent.FAILED, built.headline if built else text, built is not None)
         elif status is RunStatus.FINISHED:
             self.tell(NotifyEvent.FINISHED, f"{self.record.job} finished")
         return WatchEnd(WatchOutcome.FAILED if failed else WatchOutcome.FINISHED, report=built)
+
+    def close_sessions(self) -> None:
+        """The same sweep a kill makes (sessions, and any tagged straggler), with no grace:
+        nothing of the job is meant to run any more. A node that cannot be reached keeps
+        its session; the next launch replaces it and `mntui kill` closes it."""
+        results = kill_job(self.cfg, self.cluster, grace=0.0)
+        for name, error in results.errors.items():
+            self.on_event(Event(name, None, Phase.NOTICE, f"session not closed: {error}"))
 
     def run(self, stop: Callable[[], bool] = lambda: False) -> WatchEnd:
         """Watch until the job ends, is torn down, or a user's kill stands us down; the

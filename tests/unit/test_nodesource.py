@@ -5,13 +5,14 @@ the placeholders when nodes differ, and the rsync command lines."""
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from mntui.sessions.config import ConfigError
+from mntui.sessions.config import GUARD_SCRIPT, ConfigError
 from mntui.sessions.config.jobconfig import load_config, parse_config
 from mntui.sessions.config.nodesource import (
     Listed,
@@ -297,7 +298,10 @@ def test_rsync_command_lines(tmp_path: Path) -> None:
     relay = remote[remote.index("-e") + 1]
     assert relay.startswith(f"{sys.executable} -m mntui.sessions.sync.relay MARK ssh -F ")
     assert f"{tmp_path / 'ssh_config'} -o BatchMode=yes -o ConnectTimeout=8" in relay
-    assert "--rsync-path=cd && mkdir -p -- 'my code' && printf %s MARK && exec rsync" in remote
+    guard = f"sh -c {shlex.quote(GUARD_SCRIPT)} mntui-guard 'my code' MARK && "
+    assert (
+        f"--rsync-path=cd && mkdir -p -- 'my code' && {guard}printf %s MARK && exec rsync" in remote
+    )
     assert remote[-2:] == [f"{tmp_path / 'src'}/", "n0:my code/"]
     local = rsync_argv(cfg, cfg.node("here"), "MARK")
     assert "-e" not in local and local[-1].endswith("/my code/") and not local[-1].startswith("~")

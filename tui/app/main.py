@@ -245,6 +245,11 @@ class MntuiApp(JobControl):
 def run_app(
     cfg: JobConfig, *, launch_now: bool = False, restart: bool = False, watchdog: bool = True
 ) -> int:
+    if not launch_now:  # a live chain is shown where it runs (a spare), not where the file says
+        from mntui.sessions.launch import chain_of, run_config
+
+        view = chain_of(cfg.job)
+        cfg = run_config(cfg, view) if view is not None and view.live else cfg
     app = MntuiApp(cfg, launch_now=launch_now, restart=restart, watchdog=watchdog)
     app.run()
     return app.return_code or ExitCode.OK

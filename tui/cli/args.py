@@ -40,12 +40,22 @@ def find_config(arg: str | None) -> Path:
 
 
 def check_nodes(cfg: JobConfig, names: Sequence[str]) -> list[str]:
-    """Node names typed on the command line, each checked against the config."""
-    known = [n.name for n in cfg.nodes]
-    for name in names:
-        if name not in known:
-            raise UsageError(f"unknown node {name!r}; nodes are {', '.join(known)}")
-    return list(names)
+    """Node names typed on the command line, each checked against where the job runs
+    (`where`'s config)."""
+    from mntui.sessions.launch import check_nodes as check
+
+    return check(cfg, list(names))
+
+
+def where(cfg: JobConfig, run_id: str | None = None) -> JobConfig:
+    """The config as the job's records say it runs (the chain of `run_id`, default the
+    latest): a spare swapped in, a node the file no longer names. The file's nodes
+    decide a new launch only."""
+    from mntui.sessions.launch import chain_of, run_config
+    from mntui.sessions.runs import check_run_id, load_run
+
+    record = load_run(cfg.job, check_run_id(run_id)) if run_id else None
+    return run_config(cfg, chain_of(cfg.job, record))
 
 
 def find_run(cfg: JobConfig, run_id: str | None) -> RunRecord:

@@ -19,9 +19,12 @@ from collections.abc import Sequence
 from mntui.sessions.config import ConfigError, JobConfig, load_config
 from mntui.sessions.errors import ExitCode, MntuiError, UsageError, log_exception
 
-from .args import build_parser, check_nodes, demo_config_path, find_config, find_run
+from .args import build_parser, check_nodes, demo_config_path, find_config, find_run, where
 from .job_verbs import cmd_attach, cmd_cleanup, cmd_demo, cmd_kill, cmd_launch
 from .output import say
+
+# Verbs that act on a recorded run reach the nodes its chain used, not the file's.
+ON_THE_RUN = frozenset({"kill", "cleanup", "attach", "status", "logs", "report"})
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -40,6 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.cmd == "demo":
             return cmd_demo(args)
         cfg = load_config(find_config(args.config))
+        if args.cmd in ON_THE_RUN:
+            cfg = where(cfg, getattr(args, "run", None))
         handler = {
             "launch": cmd_launch,
             "kill": cmd_kill,

@@ -44,9 +44,29 @@ def status_header(record: RunRecord, progress: str, restarts: int = 0) -> str:
         lines.append(f"  attempt {int(earlier.get('attempt', 0)) + 1}: {earlier.get('cause', '')}")
     if (record.cause and not record.status.is_live) or record.status.value == "restarting":
         lines.append(f"cause: {record.cause or record.error or '-'}  (`mntui report`)")
+    if record.killed_nodes:
+        lines.append(f"killed by the user: {', '.join(record.killed_nodes)}")
+    if orphan := orphan_line(record):
+        lines.append(orphan)
     if progress:
         lines.append(f"progress: {progress}")
     return "\n".join(lines)
+
+
+def orphan_line(record: RunRecord) -> str:
+    """One line when the run's chain is live but its supervisor is gone (SIGKILLed while
+    watching, in a backoff or mid-relaunch): nothing guards or restarts it any more."""
+    from mntui.sessions.launch import chain_of, orphaned
+
+    view = chain_of(record.job, record)
+    gone = orphaned(view) if view is not None else None
+    if gone is None:
+        return ""
+    since = time.strftime("%H:%M:%S", time.localtime(gone.since))
+    return (
+        f"supervisor: gone since {since} (pid {gone.pid}): nothing watches or restarts this "
+        "chain; `mntui watch` resumes it, `mntui kill` ends it"
+    )
 
 
 def status_table(
@@ -116,6 +136,8 @@ def status_json(
             "attempt": record.attempt,
             "chain": record.chain,
             "cause": record.cause,
+            "killed_nodes": record.killed_nodes,
+            "supervisor": orphan_line(record) or None,
             "exit_code": int(code),
             "via": via,
             "nodes": nodes,
@@ -203,7 +225,8 @@ def _status_direct(
             verdicts = {n: derive(s, cfg.watch.stall_after) for n, s in snaps.items()}
             now = time.time()
             for node, snap in snaps.items():
-                tracker.feed(node, splitters[node].feed(snap.new_output), now)
+                lines = splitters[node].feed(snap.new_output)
+                tracker.feed(node, lines, now, splitters[node].pending())
             steps = tracker.snapshot(now)
             summary = describe(steps, ranks)
             st = AgentStatus(snaps, verdicts, steps, summary, now)
@@ -214,6 +237,9 @@ def _status_direct(
 
 
 def cmd_watch(cfg: JobConfig, record: RunRecord, say: Say) -> ExitCode:
+    """The supervisor in the foreground; on a chain whose supervisor died, it resumes
+    the chain where it stood (watching, in its backoff, or mid-relaunch)."""
+    from mntui.sessions.launch import ChainView, run_config
     from mntui.sessions.recover import Supervisor
     from mntui.sessions.watch import LockHeld, WatchOutcome, acquire_lock
 
@@ -222,6 +248,7 @@ def cmd_watch(cfg: JobConfig, record: RunRecord, say: Say) -> ExitCode:
     except LockHeld as exc:
         say(f"mntui: {exc}", err=True)
         return ExitCode.FAILED
+    cfg = run_config(cfg, ChainView((record,)))  # this attempt's nodes: a spare, not the file's
     t0 = time.time()
     restart = cfg.restart
     say(

@@ -1,0 +1,186 @@
+"""Fault campaign (issue 18): randomized faults over a job's whole lifecycle, on real sshd
+nodes (tests/fakecluster.py) with a real torchrun job (gloo, CPU), restart chains and a
+spare included; after each, the invariants of mntui's promises.
+
+    .venv/bin/python bench/chaos.py --seed 18 --faults 20
+    .venv/bin/python bench/chaos.py --faults 3 --kinds partial-kill,tmux-kill --profiles plain
+
+A fault is one chain of one fresh job: launch, hit it (the kinds are bench/chaos_kinds.py's),
+let the chain end or come back, and check, as it ended and again after the user's
+`mntui kill` where anything was left: no process tagged with the job on any node, its
+port free, none of its tmux sessions, every run record terminal (or superseded by a later
+attempt), no attempt created after a kill, `mntui status` saying so when the supervisor
+died, and no file changed in any node's home outside ~/.mntui (the workdir is outside the
+homes). The seed draws the faults (kind, profile, node, moment) up front; timings on a
+shared machine still vary. Every failure is a VIOLATION line; the exit code is 1 if any
+(or a harness error), else 0. Each fault has its own deadline; a fault that fails is
+cleaned up by tag and the campaign goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "bench"))
+
+from chaos_fault import Fault, FaultPlan, Outcome  # noqa: E402
+from chaos_job import Job, Profile  # noqa: E402
+from chaos_kinds import KINDS, MOMENTS, PROFILES  # noqa: E402
+from fakecluster import FakeCluster  # noqa: E402
+
+ABBR = {k: "".join(w[0] for w in k.split("-")) for k in KINDS}  # rank-exit -> re
+SPARE_SHARE = 0.25  # of the faults whose kind may run in a spare chain (3 attempts: slow)
+
+
+def draw(
+    seed: int, n: int, kinds: list[str], profiles: list[Profile], nodes: int
+) -> list[FaultPlan]:
+    """The campaign's faults: kinds in shuffled rounds (each kind as often as the others),
+    then a profile, a node, a moment for each."""
+    rng = random.Random(seed)
+    order: list[str] = []
+    while len(order) < n:
+        batch = list(kinds)
+        rng.shuffle(batch)
+        order += batch
+    plans = []
+    for i, kind in enumerate(order[:n]):
+        allowed = [p for p in PROFILES.get(kind, tuple(Profile)) if p in profiles]
+        allowed = [p for p in allowed if p is not Profile.SPARE or nodes >= 3]
+        if not allowed:
+            raise SystemExit(f"chaos: {kind} runs in none of --profiles {profiles}")
+        others = [p for p in allowed if p is not Profile.SPARE]
+        spare = Profile.SPARE in allowed and (not others or rng.random() < SPARE_SHARE)
+        profile = Profile.SPARE if spare else rng.choice(others)
+        moment = rng.choice(MOMENTS[kind]) if kind in MOMENTS else ""
+        if moment in ("backoff", "relaunch") and profile is not Profile.RESTART:
+            moment = "watching"  # a plain run has no backoff; a spare chain's is the spare's
+        then = rng.choice(("kill", "resume")) if kind == "supervisor-kill" else ""
+        delay = rng.uniform(0.0, 3.0)
+        plans.append(FaultPlan(i, kind, profile, rng.random(), delay, moment, then,
+                               rng.randint(3, 6)))  # fmt: skip
+    return plans
+
+
+def job_args(plan: FaultPlan) -> tuple[str, float]:
+    """The job's own failure (its args) and the backoff, for kinds that need one."""
+    again = " --fail-attempts 1" if plan.profile is Profile.RESTART else ""
+    if plan.kind == "rank-exit":
+        return (
+            f"--fail-rank {int(plan.pick * 2)} --fail-step {plan.fail_step} --how exit3{again}",
+            2,
+        )
+    if plan.moment in ("backoff", "relaunch"):  # the job fails by itself, once
+        return f"--fail-rank 1 --fail-step {plan.fail_step} --how exit3{again}", 4
+    return "", 2
+
+
+def run_fault(fc: FakeCluster, root: Path, plan: FaultPlan) -> Outcome:
+    t0 = time.monotonic()
+    fc.start()  # a node's sshd that died is started again
+    args, backoff = job_args(plan)
+    job = Job(fc, root, f"c{plan.index:02d}{ABBR[plan.kind]}", plan.profile, args, backoff)
+    limit = 480 if plan.profile is Profile.SPARE else 330
+    fault = Fault(fc, root, plan, job, limit)
+    print(f"  {plan.describe()} job {job.job}", file=sys.stderr, flush=True)
+    try:
+        KINDS[plan.kind](fault)
+        fault.check_files()
+    except Exception as exc:  # a harness failure: logged, cleaned up by tag, next fault
+        fault.out.error = f"{type(exc).__name__}: {exc}"
+        print(f"    {plan.index}: HARNESS ERROR {fault.out.error}", file=sys.stderr, flush=True)
+    finally:
+        left = job.cleanup()
+        if left:
+            fault.say("cleanup stopped: " + "; ".join(left[:6]))
+        fault.out.runs = len(job.records())
+        fault.out.took = time.monotonic() - t0
+    return fault.out
+
+
+def report(seed: int, outs: list[Outcome], took: float, nodes: int) -> str:
+    kinds = Counter(o.plan.kind for o in outs)
+    bad = [(o, v) for o in outs for v in o.violations]
+    by_inv = Counter(v.invariant for _, v in bad)
+    lines = [
+        f"chaos: seed {seed}, {len(outs)} faults on {nodes} fake nodes in {took:.0f}s",
+        f"runs: {sum(o.runs for o in outs)} run records in {len(outs)} chains",
+        "faults by kind: " + ", ".join(f"{k} {c}" for k, c in sorted(kinds.items())),
+        f"violations: {len(bad)}"
+        + (" (" + ", ".join(f"{k} {c}" for k, c in by_inv.most_common()) + ")" if bad else ""),
+    ]
+    for o, v in bad:
+        lines.append(f"VIOLATION {o.plan.describe()} job {o.job}: {v.line()}")
+    for o in outs:
+        if o.error:
+            lines.append(f"HARNESS ERROR {o.plan.describe()} job {o.job}: {o.error}")
+    return "\n".join(lines)
+
+
+def as_json(seed: int, outs: list[Outcome], took: float) -> dict[str, object]:
+    return {"seed": seed, "took_s": round(took, 1), "faults": [asdict(o) for o in outs]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--seed", type=int, default=None, help="default: a random one (printed)")
+    ap.add_argument("--faults", type=int, default=10)
+    ap.add_argument("--nodes", type=int, default=3, help="fake nodes; the last is the spare")
+    ap.add_argument("--kinds", default=",".join(KINDS), help="comma-separated")
+    ap.add_argument("--profiles", default=",".join(Profile), help="plain, restart, spare")
+    ap.add_argument("--json", type=Path, default=None, help="write every fault's outcome here")
+    ap.add_argument("--keep", action="store_true", help="keep the work dir (logs, records)")
+    args = ap.parse_args(argv)
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
+    kinds = [k for k in args.kinds.split(",") if k]
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown or args.nodes < 2 or args.faults < 1:
+        ap.error(f"unknown kind(s) {unknown}; kinds: {', '.join(KINDS)}" if unknown
+                 else "--nodes at least 2, --faults at least 1")  # fmt: skip
+    profiles = [Profile(p) for p in args.profiles.split(",") if p]
+    plans = draw(seed, args.faults, kinds, profiles, args.nodes)
+    root = Path(tempfile.mkdtemp(prefix="mntui-chaos-"))
+    _isolate(root)
+    print(f"chaos: seed {seed}, {args.faults} faults, work dir {root}", file=sys.stderr, flush=True)
+    t0 = time.monotonic()
+    fc = FakeCluster(root / "cluster", args.nodes).start()
+    outs: list[Outcome] = []
+    try:
+        for plan in plans:
+            outs.append(run_fault(fc, root, plan))
+    finally:
+        fc.stop()
+        subprocess.run(["tmux", "kill-server"], capture_output=True)  # our own, isolated
+        took = time.monotonic() - t0
+        if args.json:
+            args.json.write_text(json.dumps(as_json(seed, outs, took), indent=2, default=str))
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    print(report(seed, outs, took, args.nodes))
+    return 1 if any(o.violations or o.error for o in outs) else 0
+
+
+def _isolate(root: Path) -> None:
+    """Run records and the supervisors' local tmux server of the campaign are its own."""
+    os.environ["XDG_STATE_HOME"] = str(root / "state")
+    (root / "tmux").mkdir(mode=0o700)
+    os.environ["TMUX_TMPDIR"] = str(root / "tmux")
+    os.environ.pop("TMUX", None)
+    os.environ.pop("TMUX_PANE", None)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

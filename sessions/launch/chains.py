@@ -1,0 +1,219 @@
+"""Where a job runs, as its records say: every node any attempt of its chain used.
+
+The config names the nodes of a new launch only. Once a run exists, a restart may
+have swapped a spare in, an allocation may have moved, or the file may have been
+edited since: a kill or a status built from the config would miss the spare and say
+`clean` while the job runs on. So every verb that acts on a running job (kill,
+status, logs, attach, cleanup, report, the app and the agent) asks `run_config` for
+a config whose nodes are the chain's, and the config only lends how to reach them.
+
+A chain that no supervisor guards any more (it was SIGKILLed while watching, in the
+backoff or mid-relaunch) is `orphaned`: status says so and `mntui watch` resumes it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import IO
+
+from mntui.sessions.config import JobConfig, NodeSpec
+from mntui.sessions.errors import UsageError, private_dir, state_dir
+from mntui.sessions.runs import RUN_ID_RE, NodeRecord, RunRecord, RunStatus, latest, load_run
+
+__all__ = [
+    "ChainView",
+    "chain_of",
+    "check_nodes",
+    "guard_chain",
+    "orphaned",
+    "run_config",
+]
+
+SUPERVISOR_LOCK = "supervisor.lock"
+
+
+@dataclass(frozen=True)
+class ChainView:
+    """The runs of one chain, first attempt first."""
+
+    runs: tuple[RunRecord, ...]
+
+    @property
+    def latest(self) -> RunRecord:
+        return self.runs[-1]
+
+    @property
+    def first(self) -> RunRecord:
+        return self.runs[0]
+
+    @property
+    def live(self) -> bool:
+        """The chain may hold processes, or is about to (a backoff, a kill under way). An
+        earlier attempt stays `restarting` once its successor exists: the latest speaks."""
+        return self.latest.status.is_live or self.latest.status.is_stopping
+
+    def nodes(self) -> tuple[NodeRecord, ...]:
+        """The latest attempt's nodes in rank order, then every node only an earlier
+        attempt used (a replaced culprit may come back with its processes)."""
+        seen = {n.node: n for n in self.latest.nodes}
+        for run in reversed(self.runs[:-1]):
+            for n in run.nodes:
+                seen.setdefault(n.node, n)
+        return tuple(seen.values())
+
+
+def _runs_of(job: str, chain: str) -> list[RunRecord]:
+    out = []
+    for path in sorted((state_dir() / job).glob("*/run.json")):
+        if not RUN_ID_RE.match(path.parent.name):
+            continue
+        rec = load_run(job, path.parent.name)
+        if rec is not None and (rec.chain or rec.run_id) == chain:
+            out.append(rec)
+    return sorted(out, key=lambda r: (r.attempt, r.created_at))
+
+
+def chain_of(job: str, record: RunRecord | None = None) -> ChainView | None:
+    """The chain of `record` (default: the job's latest run), read from disk now."""
+    record = record if record is not None else latest(job)
+    if record is None:
+        return None
+    runs = _runs_of(job, record.chain or record.run_id)
+    if not any(r.run_id == record.run_id for r in runs):
+        runs.append(record)
+    return ChainView(tuple(runs))
+
+
+def _spec(cfg: JobConfig, n: NodeRecord) -> NodeSpec:
+    """The node as the config knows it (nodes or spares); a node the config no longer
+    names is still reached at the host its run recorded."""
+    known = {s.name: s for s in (*cfg.nodes, *cfg.spares)}
+    spec = known.get(n.node)
+    if spec is None:
+        template = cfg.nodes[0]
+        return replace(template, name=n.node, host=n.host, rank=n.rank, nproc_per_node=n.nproc)
+    return replace(spec, host=n.host, rank=n.rank)
+
+
+def run_config(cfg: JobConfig, view: ChainView | None) -> JobConfig:
+    """`cfg` with the chain's nodes, main and port: what a kill or a status must reach.
+    With no recorded run the config is all there is."""
+    if view is None:
+        return cfg
+    rec = view.latest
+    nodes = tuple(_spec(cfg, n) for n in view.nodes())
+    main = next((n.node for n in rec.nodes if n.rank == 0), nodes[0].name)
+    ports = tuple(p for p in cfg.ports if p != rec.master_port)
+    return replace(cfg, nodes=nodes, main=main, master_port=rec.master_port, ports=ports)
+
+
+def check_nodes(cfg: JobConfig, names: list[str] | tuple[str, ...]) -> list[str]:
+    """Node names typed by a user, checked against where the job runs."""
+    known = [n.name for n in cfg.nodes]
+    for name in names:
+        if name not in known:
+            raise UsageError(f"unknown node {name!r}; nodes are {', '.join(known)}")
+    return list(names)
+
+
+# -- who guards the chain -------------------------------------------------------------
+
+
+def _lock_path(view: ChainView) -> Path:
+    return view.first.dir / SUPERVISOR_LOCK
+
+
+@contextmanager
+def guard_chain(record: RunRecord) -> Iterator[IO[str] | None]:
+    """Held by a supervisor for its whole life, across attempts and backoffs: a free lock
+    on a live chain means nobody guards it. Yields None when another holds it. The
+    lock's mtime is the supervisor's heartbeat (`heartbeat`)."""
+    first = record.dir.parent / (record.chain or record.run_id)
+    private_dir(first)
+    fh = open(first / SUPERVISOR_LOCK, "a+")  # noqa: SIM115 - held for the context
+    try:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield None
+            return
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}\n")
+        fh.flush()
+        yield fh
+    finally:
+        fh.close()
+
+
+BEAT = 1.0  # seconds between a supervisor's heartbeats
+
+
+def _beat(fh: IO[str]) -> None:
+    try:
+        os.utime(fh.fileno())
+    except OSError:
+        pass
+
+
+@contextmanager
+def heartbeat(guard: IO[str]) -> Iterator[None]:
+    """Touch the chain's lock every BEAT seconds from a thread of our own while the
+    supervisor lives, so a status can say since when a dead one has been gone."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(BEAT):
+            _beat(guard)
+
+    _beat(guard)
+    thread = threading.Thread(target=loop, name="mntui-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(2 * BEAT)
+
+
+@dataclass(frozen=True)
+class Orphan:
+    since: float  # the last sign of its supervisor
+    pid: str
+
+
+def _guarded(path: Path) -> bool:
+    try:
+        fh = open(path)  # noqa: SIM115 - closed below
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        fh.close()
+    return False
+
+
+def orphaned(view: ChainView) -> Orphan | None:
+    """A live chain whose supervisor is gone: not guarded by the chain's lock, nor by a
+    watchdog on its latest run (the app's, or `mntui watch` of an older version)."""
+    if not view.live or view.latest.status is RunStatus.KILLING:
+        return None
+    path = _lock_path(view)
+    if not path.exists() or _guarded(path) or _guarded(view.latest.dir / "watch.lock"):
+        return None
+    try:
+        since = path.stat().st_mtime
+        pid = path.read_text().strip() or "?"
+    except OSError:
+        since, pid = time.time(), "?"
+    return Orphan(since, pid)

@@ -1,0 +1,119 @@
+"""A user's kill: every process the chain ever started, on every node it used, and
+the user's intent written down before anything is killed.
+
+Marking comes first so a watchdog stands down instead of reporting the kill as a
+failure, and so a supervisor never restarts after it. The nodes come from the chain's
+records (chains.run_config), never from the config alone: after a spare was swapped
+in, or with the supervisor dead, the config would miss where the job runs. A relaunch
+that was already under way when the kill began is caught by looking again after it.
+A partial kill (`mntui kill g375`) is recorded on the run as the user's doing: what
+follows from it (the other ranks losing their peer) is never restarted nor blamed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from mntui.sessions.config import JobConfig
+from mntui.sessions.events import Event
+from mntui.sessions.results import GroupResult
+from mntui.sessions.runs import RunRecord, RunStatus, live_runs
+from mntui.sessions.ssh import Cluster
+
+from .chains import ChainView, chain_of, check_nodes, run_config
+from .kill import KillReport, kill_job
+
+__all__ = ["stop_job"]
+
+SWEEPS = 3  # looks for a run born while we killed (a relaunch mid-start)
+
+
+def _killing(r: RunRecord) -> None:
+    if r.status.is_live:
+        r.status = RunStatus.KILLING
+        r.note("kill", by="user")
+
+
+def _killed(r: RunRecord) -> None:
+    if r.status.is_stopping:
+        r.status = RunStatus.KILLED
+
+
+def _partial(names: list[str]) -> Callable[[RunRecord], None]:
+    def change(r: RunRecord) -> None:
+        r.killed_nodes = sorted({*r.killed_nodes, *names})
+        r.note("kill", by="user", nodes=names, at=time.time())
+
+    return change
+
+
+def _kill_on(
+    full: JobConfig,
+    cluster: Cluster,
+    names: list[str],
+    grace: float | None,
+    on_event: Callable[[Event], None],
+) -> GroupResult[KillReport]:
+    """`names` over `cluster` where it reaches them, over connections of our own for the
+    rest (a spare, a replaced culprit), both at once."""
+    here = [n for n in names if n in cluster.nodes]
+    there = [n for n in full.nodes if n.name in names and n.name not in cluster.nodes]
+    extra: list[GroupResult[KillReport]] = []
+
+    def kill_there() -> None:
+        with Cluster(there, full.ssh) as side:
+            extra.append(kill_job(full, side, grace=grace, on_event=on_event))
+
+    thread = threading.Thread(target=kill_there, daemon=True) if there else None
+    if thread is not None:
+        thread.start()
+    results = kill_job(full, cluster, names=here, grace=grace, on_event=on_event)
+    if thread is not None:
+        thread.join()
+    merged: GroupResult[KillReport] = GroupResult()
+    for group in (results, *extra):
+        merged.update(group)
+    return GroupResult((n, merged[n]) for n in names if n in merged)
+
+
+def stop_job(
+    cfg: JobConfig,
+    cluster: Cluster,
+    *,
+    names: Iterable[str] | None = None,
+    grace: float | None = None,
+    on_event: Callable[[Event], None] = lambda e: None,
+) -> GroupResult[KillReport]:
+    """A user's kill (CLI `kill`, the app's K, the agent's kill): mark, kill, mark."""
+    view = chain_of(cfg.job)
+    if names is not None:
+        full = run_config(cfg, view)
+        picked = check_nodes(full, list(names))
+        if view is not None:
+            view.latest.update(_partial(picked))
+        return _kill_on(full, cluster, picked, grace, on_event)
+    marked: dict[str, RunRecord] = {}
+    results: GroupResult[KillReport] = GroupResult()
+    for sweep in range(SWEEPS):
+        fresh = [r for r in live_runs(cfg.job) if r.run_id not in marked]
+        if sweep and not fresh:
+            break
+        for record in fresh:  # the latest, and a chain waiting in its backoff
+            record.update(_killing)
+            marked[record.run_id] = record
+        full = run_config(cfg, _with(chain_of(cfg.job), list(marked.values())))
+        results.update(_kill_on(full, cluster, [n.name for n in full.nodes], grace, on_event))
+    for record in marked.values():
+        record.update(_killed)
+    return results
+
+
+def _with(view: ChainView | None, runs: list[RunRecord]) -> ChainView | None:
+    """The chain, plus live runs of other chains of the job (their nodes too)."""
+    if view is None and not runs:
+        return None
+    own = {r.run_id for r in view.runs} if view is not None else set()
+    others = tuple(r for r in runs if r.run_id not in own)
+    return ChainView(others + (view.runs if view is not None else ()))
