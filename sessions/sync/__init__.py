@@ -1,6 +1,6 @@
 """Code sync before a launch (`sync:`): rsync mode and the facade that picks the mode
-(rsync.py), git mode (gitsync.py, gitnode.py), and what both share (fanout.py, relay.py).
-Imports ssh and below; never the launch that calls it.
+(rsync.py), git mode (gitsync.py, gitnode.py), and what both share (fanout.py,
+relay.py). Imports ssh and below; never the launch that calls it.
 """
 
 from typing import TYPE_CHECKING
