@@ -188,7 +188,7 @@ def supervisor_kill(f: Fault) -> None:
 def _resume(f: Fault) -> None:
     rec = f.job.latest()
     assert rec is not None
-    want = rec.attempt + (1 if rec.status.value in ("restarting", "launching") else 0)
+    want = rec.attempt  # the latest attempt, or a later one, must train under the new watch
     w = f.job.popen("watch", log=f.root / f"{f.job.job}.watch.log")
 
     def resumed() -> str | None:
@@ -196,7 +196,7 @@ def _resume(f: Fault) -> None:
             return "exited"
         return "training" if f.job.training(want) and f.job.supervisor() == w.pid else None
 
-    how = until(resumed, 150, f.dl, 0.3)
+    how = until(resumed, 90, f.dl, 0.3)
     text = (f.root / f"{f.job.job}.watch.log").read_text(errors="replace")
     f.say(f"`mntui watch` resumed: {how or 'no'} ({last_line(text)})")
     if how != "training":
