@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from .jobconfig import JobConfig as JobConfig
     from .jobconfig import load_config as load_config
     from .nodesource import SourceKind as SourceKind
+    from .settings import AUTO_FLOOR as AUTO_FLOOR
+    from .settings import AUTO_STEPS as AUTO_STEPS
     from .settings import Action as Action
     from .settings import GitSync as GitSync
     from .settings import HostKeyPolicy as HostKeyPolicy

@@ -139,6 +139,20 @@ def seconds(*, maximum: float, positive: bool = False, floor: float = 0.0) -> Ch
     return check
 
 
+def seconds_or_auto(*, maximum: float) -> Check:
+    """`auto` (a value the code learns), or a duration > 0."""
+
+    def check(doc: Document, value: Any, path: Path_) -> float | str:
+        if value == "auto":
+            return "auto"
+        seconds = _duration(value, True, maximum)
+        if isinstance(seconds, str):
+            raise doc.error(path, seconds.replace(" (seconds), got", " (seconds) or auto, got"))
+        return seconds
+
+    return check
+
+
 def fraction(doc: Document, value: Any, path: Path_) -> float:
     ok = not isinstance(value, bool) and isinstance(value, (int, float))
     if not ok or not math.isfinite(value) or not 0 < value <= 1:

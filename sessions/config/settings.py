@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Literal
 
 from . import checks as ck
 from . import jobchecks as jc
@@ -110,9 +111,9 @@ class WatchPolicy:
     # a node failed, orphaned, froze or stayed unreachable
     on_failure: Action = field(default=Action.KILL_ALL, metadata=ck.meta(ck.choice(Action)))
     on_stall: Action = field(default=Action.NOTIFY, metadata=ck.meta(ck.choice(Action)))
-    # seconds without output
-    stall_after: float = field(
-        default=300.0, metadata=ck.meta(ck.seconds(positive=True, maximum=DAY))
+    # seconds without output, or `auto`: learnt from the job's steps (stall_threshold)
+    stall_after: float | Literal["auto"] = field(
+        default=300.0, metadata=ck.meta(ck.seconds_or_auto(maximum=DAY))
     )
     # a stop this short is a debugger (py-spy), not a hang
     frozen_after: float = field(default=3.0, metadata=ck.meta(ck.seconds(maximum=DAY)))
@@ -129,6 +130,24 @@ class WatchPolicy:
     slow_after: float = field(
         default=120.0, metadata=ck.meta(ck.seconds(positive=True, maximum=DAY))
     )
+
+    def stall_threshold(self, step: float | None = None, longest: float | None = None) -> float:
+        """Seconds without output that make a stall. `auto`: max(AUTO_FLOOR, AUTO_STEPS ×
+        the step interval, 2 × the longest pause between steps seen), AUTO_UNKNOWN until
+        the job's steps are known. A step AUTO_STEPS times slower than the median is no
+        jitter; the floor keeps a fast job's short pauses (garbage collection, a loader's
+        refill) from counting; a pause the job made once and came back from (an eval, a
+        checkpoint) is not a stall when it comes again."""
+        if self.stall_after != "auto":
+            return self.stall_after
+        if step is None:
+            return AUTO_UNKNOWN
+        return max(AUTO_FLOOR, AUTO_STEPS * step, 2 * (longest or 0.0))
+
+
+AUTO_FLOOR = 60.0
+AUTO_STEPS = 10
+AUTO_UNKNOWN = 300.0  # `auto` before the step interval is known: the fixed default
 
 
 RESTARTABLE = ("failed", "orphaned", "frozen", "unreachable", "stalled")

@@ -15,12 +15,14 @@ import shlex
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from textwrap import indent
 
 from mntui.sessions.config import JobConfig, NodeSpec
 from mntui.sessions.procs import TAG_VAR, run_dir_word, run_tag
 from mntui.sessions.runs import NodeRecord, RunRecord
 
 from . import tmux
+from .flightenv import flight_recorder_block
 
 RUNS_DIR = ".mntui/runs"  # relative to the node user's $HOME
 
@@ -175,6 +177,7 @@ printf '[mntui] %s rank %s starting at %s\\n' {name} {spec.rank} "$(date '+%F %T
 {{
 {setup}
 {cd}
+{indent(flight_recorder_block(), "  ")}
 {command}
 }} 2>&1 | tee -a "$run_dir/output.log"
 rc=${{PIPESTATUS[0]}}

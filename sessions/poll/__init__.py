@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from .poller import Poller as Poller
     from .progress import DEFAULT_PATTERN as DEFAULT_PATTERN
     from .progress import NodeProgress as NodeProgress
+    from .progress import Pace as Pace
     from .progress import ProgressTracker as ProgressTracker
     from .progress import describe as describe
     from .snapshot import NodeSnapshot as NodeSnapshot

@@ -2,8 +2,9 @@
 
 After a teardown the processes are gone but their traces are not: the tail of the
 log, the exit code and when it was written (node clock), the kernel's OOM-killer
-lines when `dmesg`/`journalctl -k` is readable, and NCCL Flight Recorder dumps when
-the job enabled them (`TORCH_FR_DUMP_TEMP_FILE`). Everything travels base64-encoded
+lines when `dmesg`/`journalctl -k` is readable, and the ranks' Flight Recorder dumps:
+where launch.sh pointed them (`fr/where` in the run directory), else where the job's
+env did (`TORCH_FR_DUMP_TEMP_FILE`). Everything travels base64-encoded
 behind nonce-marked lines: a log is data, never protocol.
 """
 
@@ -18,12 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mntui.sessions.procs import run_dir_word
-from mntui.sessions.results import GroupResult
+from mntui.sessions.results import GroupResult, Outcome
 from mntui.sessions.runs import RunRecord
 from mntui.sessions.ssh import Cluster, Node
 
 LOG_BYTES = 512 * 1024  # the first error is rarely further back than this from the end
-FR_BYTES = 4 * 1024 * 1024  # per node: flight recorder dumps are a few MB at most
+FR_BYTES = 32 * 1024 * 1024  # per node: a dump of 2,000 entries is about 1 MB a rank
 FR_DEFAULT_PREFIX = "/tmp/nccl_trace_rank_"  # torch's default for TORCH_FR_DUMP_TEMP_FILE
 
 
@@ -54,17 +55,18 @@ class NodeEvidence:
 def evidence_script(run_dir: str, fr_prefix: str | None, nonce: str) -> str:
     m = f"@{nonce}"
     d = run_dir_word(run_dir)
-    fr = ""
-    if fr_prefix:
-        # Only this run's dumps: the default prefix is in /tmp, shared by every job.
-        where, _, base = fr_prefix.rpartition("/")
-        fr = f"""total=0
-find {shlex.quote(where or ".")} -maxdepth 1 -type f -name {shlex.quote(base + "*")} \\
-  -newer "$d/launch.sh" 2>/dev/null | while IFS= read -r f; do
-  size=$(stat -c %s "$f"); total=$((total + size))
-  [ "$total" -le {FR_BYTES} ] || break
-  echo "{m}FR $(printf '%s' "${{f##*/}}" | base64 -w0) $(base64 -w0 <"$f")"
-done"""
+    # Only this run's dumps (newer than its launch.sh): a prefix in /tmp is shared.
+    fr = f"""fr=$(sed -n 1p "$d/fr/where" 2>/dev/null)
+[ -n "$fr" ] || fr={shlex.quote(fr_prefix or "")}
+if [ -n "$fr" ]; then
+  total=0
+  find "$(dirname -- "$fr")" -maxdepth 1 -type f -name "$(basename -- "$fr")*" \\
+    ! -name '*.tmp' -newer "$d/launch.sh" 2>/dev/null | while IFS= read -r f; do
+    size=$(stat -c %s "$f"); total=$((total + size))
+    [ "$total" -le {FR_BYTES} ] || break
+    echo "{m}FR $(printf '%s' "${{f##*/}}" | base64 -w0) $(base64 -w0 <"$f")"
+  done
+fi"""
     return f"""d={d}
 if [ -f "$d/exit_code" ]; then
   read -r rc <"$d/exit_code"; echo "{m}EXIT $rc $(stat -c %.3Y "$d/exit_code")"
@@ -121,9 +123,13 @@ def _b64(text: str) -> bytes:
 
 
 def gather(
-    cluster: Cluster, record: RunRecord, fr_prefixes: dict[str, str | None]
+    cluster: Cluster,
+    record: RunRecord,
+    fr_prefixes: dict[str, str | None],
+    skip: frozenset[str] = frozenset(),
 ) -> GroupResult[NodeEvidence]:
-    """Every node at once; an unreachable node is an error in its Outcome."""
+    """Every node but `skip` (one known to be out of reach) at once; a node that does
+    not answer is an error in its Outcome."""
     nonce = secrets.token_hex(4)
 
     def one(node: Node) -> NodeEvidence:
@@ -131,7 +137,10 @@ def gather(
         script = evidence_script(rec.run_dir, fr_prefixes.get(node.name), nonce)
         return parse_evidence(node.name, node.run(script, timeout=30).stdout, nonce)
 
-    return cluster.map(one, [n.node for n in record.nodes])
+    got = cluster.map(one, [n.node for n in record.nodes if n.node not in skip])
+    for node in sorted(skip):
+        got[node] = Outcome(node, error="not read: the watchdog found it unreachable")
+    return got
 
 
 def save_flight_records(record: RunRecord, evidence: dict[str, NodeEvidence]) -> list[Path]:

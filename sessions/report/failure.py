@@ -23,6 +23,11 @@ from .classify import first_error
 from .evidence import NodeEvidence
 from .logrules import Finding
 from .stacks import NodeStacks, RankStack
+from .verdict import Conclusion, Suspect
+
+# A conclusion from stacks and dumps leads only where the watchdog saw a hang (or on a
+# live run): a failed rank's own error says more than what the others wait in.
+CONCLUDES = frozenset({NodeState.FROZEN, NodeState.STALLED, NodeState.UNREACHABLE})
 
 VERBS = {
     NodeState.FAILED: "failed",
@@ -81,6 +86,10 @@ class FailureReport:
     progress: str = ""
     flight_records: tuple[str, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
+    stack_consensus: tuple[str, ...] = ()  # the ranks' stacks folded, odd ones first
+    flight: tuple[str, ...] = ()  # what the Flight Recorder dumps say
+    culprits: tuple[Suspect, ...] = ()  # who holds the job, the likeliest first
+    watchdog: str = ""  # what the watchdog saw first, when a conclusion leads instead
 
 
 def exit_text(code: int) -> str:
@@ -165,6 +174,7 @@ def build(
     ending: Ending,
     progress: str = "",
     flight_records: Sequence[str] = (),
+    conclusion: Conclusion | None = None,
 ) -> FailureReport:
     root = _root(nodes, trigger[0] if trigger else None)
     why = trigger[2] if trigger and root is not None and trigger[0] == root.node else ""
@@ -176,6 +186,10 @@ def build(
         if root is not None and n.node != root.node and (n.finding or n.first_problem_at)
     )
     headline = _headline(root, cause, nodes, trigger, ended_at, ending)
+    watchdog = ""
+    leads = ending is Ending.LIVE or (trigger is not None and trigger[1] in CONCLUDES)
+    if conclusion is not None and conclusion.headline and leads:
+        watchdog, headline = headline, conclusion.headline
     return FailureReport(
         job=job,
         run_id=run_id,
@@ -190,6 +204,10 @@ def build(
         ending=ending,
         progress=progress,
         flight_records=tuple(flight_records),
+        stack_consensus=conclusion.stacks if conclusion else (),
+        flight=conclusion.flight if conclusion else (),
+        culprits=conclusion.culprits if conclusion else (),
+        watchdog=watchdog,
     )
 
 
@@ -233,6 +251,16 @@ def _clock(t: float) -> str:
 def render(report: FailureReport) -> str:
     """The text form: what a person reads at 3 a.m., most important first."""
     out = [report.headline, ""]
+    if report.watchdog:
+        out += [f"watchdog: {report.watchdog}", ""]
+    if report.stack_consensus:
+        out.append("what the ranks were doing (py-spy stacks, folded):")
+        out += [f"  {line}" for line in report.stack_consensus]
+        out.append("")
+    if report.flight:
+        out.append("flight recorder (the ranks' own record of their collectives):")
+        out += [f"  {line}" for line in report.flight]
+        out.append("")
     if report.progress:
         out += [f"progress: {report.progress}", ""]
     if report.consequences:

@@ -31,9 +31,10 @@ from mntui.sessions.procs import run_pattern
 from mntui.sessions.runs import RunRecord
 from mntui.sessions.ssh import Cluster
 
-from . import evidence, stacks
+from . import evidence, flightrec, stacks
 from . import failure as report
 from .failure import Change, Ending, FailureReport
+from .verdict import Conclusion, conclude
 
 # States in which the other ranks are most likely blocked in a collective: worth a stack.
 HUNG = frozenset({NodeState.FROZEN, NodeState.STALLED, NodeState.UNREACHABLE})
@@ -108,13 +109,16 @@ def capture_stacks(
     cfg: JobConfig, record: RunRecord, cluster: Cluster, skip: frozenset[str] = frozenset()
 ) -> Stacks:
     """py-spy on every live rank of every node but `skip` (an unreachable one), within
-    `watch.capture_budget`; a node that fails says why in its entry."""
+    `watch.capture_budget`, and the ranks' Flight Recorder dumps asked for meanwhile; a
+    node that fails says why in its entry."""
     t0 = time.monotonic()
     budget = cfg.watch.capture_budget
     if budget <= 0:
         return Stacks({}, 0.0)
-    patterns = {n.node: run_pattern(n.tag) for n in record.nodes if n.node not in skip}
-    got = stacks.capture(cluster, patterns, budget)
+    targets: dict[str, tuple[str, str | None]] = {
+        n.node: (run_pattern(n.tag), n.run_dir) for n in record.nodes if n.node not in skip
+    }
+    got = stacks.capture(cluster, targets, budget)
     by_node = dict(got.succeeded)
     by_node.update({n: stacks.NodeStacks(n, (), f"no stacks: {e}") for n, e in got.errors.items()})
     return Stacks(by_node, time.monotonic() - t0)
@@ -133,9 +137,11 @@ def make_report(
 ) -> FailureReport:
     """Read every node's evidence (one round trip each, in parallel), build, save."""
     prefixes = {n.name: evidence.flight_recorder_prefix(dict(n.env)) for n in cfg.nodes}
-    found = evidence.gather(cluster, record, prefixes)
+    lost = trigger[0] if trigger is not None and trigger[1] is NodeState.UNREACHABLE else None
+    found = evidence.gather(cluster, record, prefixes, frozenset({lost} if lost else ()))
     saved = evidence.save_flight_records(record, found.succeeded)
     by_node = taken.by_node if taken is not None else {}
+    conclusion = _conclusion(record, trigger, taken, found.succeeded, ending)
     nodes = [
         report.summarize_node(
             n.node,
@@ -159,9 +165,44 @@ def make_report(
         ending=ending,
         progress=obs.progress,
         flight_records=[str(p) for p in saved],
+        conclusion=conclusion,
     )
     save(record, built)
     return built
+
+
+def ranks_of(record: RunRecord) -> dict[str, tuple[int, ...]]:
+    """node -> its global ranks: torchrun numbers them node by node, in node-rank order."""
+    out: dict[str, tuple[int, ...]] = {}
+    start = 0
+    for n in sorted(record.nodes, key=lambda n: n.rank):
+        count = n.nproc if n.nproc is not None else 1
+        out[n.node] = tuple(range(start, start + count))
+        start += count
+    return out
+
+
+def _conclusion(
+    record: RunRecord,
+    trigger: tuple[str, NodeState, str] | None,
+    taken: Stacks | None,
+    found: Mapping[str, evidence.NodeEvidence],
+    ending: Ending,
+) -> Conclusion | None:
+    """Who holds the job, from the stacks taken before the kill and the dumps read
+    after it; a node that gave no stacks is named with why."""
+    if ending is Ending.ENDED and not any(ev.flight_records for ev in found.values()):
+        return None
+    by_node = taken.by_node if taken is not None else {}
+    ranks = ranks_of(record)
+    files = {(node, name): data for node, ev in found.items()
+             for name, data in ev.flight_records.items()}  # fmt: skip
+    reading = flightrec.read(files, sum(len(r) for r in ranks.values())) if files else None
+    all_stacks = [s for n in by_node.values() for s in n.stacks]
+    missing = {node: n.missing for node, n in by_node.items() if n.missing and not n.stacks}
+    if by_node:  # a capture ran: a node it did not reach is named too
+        missing.update({n.node: "not reached" for n in record.nodes if n.node not in by_node})
+    return conclude(trigger, all_stacks, missing, ranks, reading)
 
 
 def try_report(
@@ -217,7 +258,8 @@ def report_now(cfg: JobConfig, record: RunRecord, cluster: Cluster) -> FailureRe
     poller = Poller(record, cluster)
     poller.tail_from_end()
     snaps = poller.poll()
-    observe(obs, snaps, {n: derive(s, cfg.watch.stall_after) for n, s in snaps.items()})
+    stall = cfg.watch.stall_threshold()
+    observe(obs, snaps, {n: derive(s, stall) for n, s in snaps.items()})
     unreachable = frozenset(n for n, s in snaps.items() if not s.reachable)
     taken = capture_stacks(cfg, record, cluster, unreachable)
     return make_report(

@@ -22,9 +22,11 @@ import secrets
 import shlex
 from dataclasses import dataclass
 
-from mntui.sessions.procs import SHELL_LIB
+from mntui.sessions.procs import SHELL_LIB, run_dir_word
 from mntui.sessions.results import GroupResult
 from mntui.sessions.ssh import Cluster, Node
+
+from .frdump import Asked, ask_snippet, parse_asked, wait_snippet
 
 # Frames whose function names say "this rank is waiting for the others".
 COLLECTIVES = frozenset({
@@ -79,22 +81,26 @@ class NodeStacks:
     stacks: tuple[RankStack, ...]
     missing: str | None = None  # why no stack could be taken on this node at all
     malformed: int = 0
+    asked: Asked | None = None  # Flight Recorder dumps asked for (None: no pipes set up)
 
 
-def capture_script(pattern: str, budget: float, nonce: str) -> str:
+def capture_script(pattern: str, budget: float, nonce: str, run_dir: str | None = None) -> str:
     """py-spy is looked up on the node's PATH and on the PATH the ranks themselves run
-    with (the job's environment after `setup`: a venv activated there)."""
+    with (the job's environment after `setup`: a venv activated there). With `run_dir`,
+    the ranks' Flight Recorder dumps are asked for first (frdump.py), while py-spy runs."""
     m = f"@{nonce}"
     limit = max(1, int(budget))
+    ask = ask_snippet(run_dir_word(run_dir), m) if run_dir else ""
+    wait = wait_snippet(m) if run_dir else ""
     return f"""{SHELL_LIB}
-pids=$(mntui_scan {shlex.quote(pattern)} | tr '\\n' ' ')
+{ask}pids=$(mntui_scan {shlex.quote(pattern)} | tr '\\n' ' ')
 spy=$(command -v py-spy 2>/dev/null)
 for p in $pids; do
   [ -n "$spy" ] && break
   jobpath=$(tr '\\0' '\\n' 2>/dev/null <"/proc/$p/environ" | sed -n 's/^PATH=//p')
   spy=$(PATH="$jobpath" command -v py-spy 2>/dev/null)
 done
-if [ -z "$spy" ]; then echo "{m}NOSPY"; exit 0; fi
+if [ -z "$spy" ]; then echo "{m}NOSPY"; pids=; fi
 tmp=$(mktemp -d) || exit 1
 for p in $pids; do
   rank=$(tr '\\0' '\\n' 2>/dev/null <"/proc/$p/environ" | sed -n 's/^RANK=\\([0-9]*\\)$/\\1/p')
@@ -114,7 +120,7 @@ for f in "$tmp"/*.rc; do
   echo "{m}STACK $p $(cat "$f") $out $err"
 done
 rm -rf "$tmp"
-"""
+{wait}"""
 
 
 _RANK = re.compile(r"RANK (\d{1,9}) (\d{1,6}) ([A-Za-z])\Z")
@@ -125,14 +131,17 @@ def parse_capture(node: str, out: str, nonce: str) -> NodeStacks:
     m = f"@{nonce}"
     ranks: dict[int, tuple[int, str]] = {}
     dumps: dict[int, tuple[int, str, str]] = {}
-    bad = 0
+    bad, nospy, asked = 0, False, None
     for line in out.splitlines():
         if not line.startswith(m):
             continue
         body = line[len(m) :]
         if body == "NOSPY":
-            return NodeStacks(node, (), "py-spy not found on the node (PATH, or after `setup`)")
-        if r := _RANK.match(body):
+            nospy = True
+        elif body.startswith("ASKED "):
+            asked = parse_asked(body)
+            bad += asked is None
+        elif r := _RANK.match(body):
             ranks[int(r[1])] = (int(r[2]), r[3])
         elif s := _STACK.match(body):
             dumps[int(s[1])] = (int(s[2]), _b64(s[3]), _b64(s[4]))
@@ -143,7 +152,10 @@ def parse_capture(node: str, out: str, nonce: str) -> NodeStacks:
         rc, dump, err = dumps.get(pid, (-1, "", "no answer"))
         frames, problem = _frames(dump) if rc == 0 else ((), _why(rc, err))
         stacks.append(RankStack(node, pid, rank, state, frames, problem))
-    return NodeStacks(node, tuple(stacks), None, bad)
+    if nospy:
+        why = "py-spy not found on the node (PATH, or after `setup`)"
+        return NodeStacks(node, (), why, bad, asked)
+    return NodeStacks(node, tuple(stacks), None, bad, asked)
 
 
 def _b64(text: str) -> str:
@@ -181,13 +193,19 @@ def _frames(dump: str) -> tuple[tuple[Frame, ...], str | None]:
     return tuple(frames), None if frames else "empty stack"
 
 
-def capture(cluster: Cluster, patterns: dict[str, str], budget: float) -> GroupResult[NodeStacks]:
-    """Dump every rank on the given nodes at once; a node that does not answer within
-    the budget is an error in its Outcome, never a delay for the teardown."""
+def capture(
+    cluster: Cluster, targets: dict[str, tuple[str, str | None]], budget: float
+) -> GroupResult[NodeStacks]:
+    """Dump every rank on the given nodes at once (`targets`: node -> the run's process
+    pattern, and its run directory to ask for Flight Recorder dumps); a node that does
+    not answer within the budget is an error in its Outcome, never a delay for the
+    teardown."""
     nonce = secrets.token_hex(4)
 
     def one(node: Node) -> NodeStacks:
-        script = capture_script(patterns[node.name], budget, nonce)
-        return parse_capture(node.name, node.run(script, timeout=budget + 2).stdout, nonce)
+        pattern, run_dir = targets[node.name]
+        script = capture_script(pattern, budget, nonce, run_dir)
+        out = node.run(script, timeout=budget + 4).stdout
+        return parse_capture(node.name, out, nonce)
 
-    return cluster.map(one, list(patterns))
+    return cluster.map(one, list(targets))

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from .judge import Judge as Judge
     from .judge import Trigger as Trigger
     from .judge import next_poll as next_poll
+    from .judge import threshold_text as threshold_text
     from .takedown import teardown as teardown
     from .takedown import user_kills as user_kills
     from .watchdog import LockHeld as LockHeld

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from mntui.sessions.config import Action, WatchPolicy
-from mntui.sessions.poll import NodeSnapshot, NodeState, Verdict, derive, may_still_run
+from mntui.sessions.config import AUTO_FLOOR, AUTO_STEPS, Action, WatchPolicy
+from mntui.sessions.poll import NodeSnapshot, NodeState, Pace, Verdict, derive, may_still_run
 
 # A poll for a deadline is sent this long after it, so that it is asked strictly after
 # (a stall's deadline mixes the wall clock of the output's age with the monotonic one).
@@ -72,9 +72,27 @@ class Judge:
     since: dict[str, tuple[NodeState, float]] = field(default_factory=dict)
     notified: set[tuple[str, NodeState]] = field(default_factory=set)
     seen: dict[str, float] = field(default_factory=dict)  # up to when the last evidence counts
+    pace: Pace | None = None  # the job's steps, for `stall_after: auto`
+
+    @property
+    def stall_after(self) -> float:
+        """The stall threshold in force: the config's, or learnt from `pace`."""
+        p = self.pace
+        if p is None:
+            return self.policy.stall_threshold()
+        return self.policy.stall_threshold(p.step_interval, p.longest_gap)
+
+    def learn(self, pace: Pace | None) -> bool:
+        """Take the job's latest pace; True when that moves the threshold in force by
+        more than a tenth (worth saying; smaller moves are the poll's own jitter)."""
+        before = self.stall_after
+        if pace is None or self.policy.stall_after != "auto":
+            return False
+        self.pace = pace
+        return abs(self.stall_after - before) > 0.1 * before
 
     def verdicts(self, snaps: dict[str, NodeSnapshot]) -> dict[str, Verdict]:
-        return {n: derive(s, self.policy.stall_after) for n, s in snaps.items()}
+        return {n: derive(s, self.stall_after) for n, s in snaps.items()}
 
     def judge(
         self, snaps: dict[str, NodeSnapshot], now: float, asked: Mapping[str, float] | None = None
@@ -125,7 +143,7 @@ class Judge:
             elif v.state is NodeState.RUNNING and node in snaps:
                 age = snaps[node].output_age
                 if age is not None and self._matters(node, NodeState.STALLED, p.on_stall):
-                    yield Deadline(node, NodeState.STALLED, now + p.stall_after - age)
+                    yield Deadline(node, NodeState.STALLED, now + self.stall_after - age)
 
     def _held(self, node: str, state: NodeState, now: float, asked: float) -> float:
         """How long `state` has held: from the end of the round that first saw it to the
@@ -149,6 +167,21 @@ class Judge:
     def _matters(self, node: str, state: NodeState, action: Action) -> bool:
         """A kill always acts; a notification only the first time for this problem."""
         return action is not Action.NOTIFY or (node, state) not in self.notified
+
+
+def threshold_text(judge: Judge) -> str:
+    """ "300 s", or "60 s (auto: max(60 s, 10 × 0.41 s a step, 2 × the longest pause 1.0 s))"."""
+    p = judge.policy
+    seconds = judge.stall_after
+    if p.stall_after != "auto":
+        return f"{seconds:g} s"
+    if judge.pace is None:
+        return f"{seconds:g} s (auto: the job's steps not known yet)"
+    pace = judge.pace
+    return (
+        f"{seconds:.0f} s (auto: max({AUTO_FLOOR:g} s, {AUTO_STEPS} × {pace.step_interval:.2f} s "
+        f"a step, 2 × the longest pause {pace.longest_gap:.1f} s))"
+    )
 
 
 def trigger_kind(t: Trigger) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from mntui.sessions.config import JobConfig
@@ -49,7 +50,8 @@ def teardown(
     """Kill the whole job because of `t`, write why into the run record, and leave a
     failure report. For a hang, the ranks' stacks are taken first, within the budget."""
     obs = obs if obs is not None else Observations()
-    obs.saw(t.node, t.state, t.why, time.time())
+    decided = time.time()
+    obs.saw(t.node, t.state, t.why, decided)
     rank = record.node(t.node).rank
     what = f"watchdog: {t.state.value} ({t.why}); tearing the job down"
     on_event(Event(t.node, rank, Phase.KILLING, what))
@@ -62,15 +64,27 @@ def teardown(
             Event(None, None, Phase.NOTICE, f"stacks of {count} rank(s) in {taken.seconds:.1f}s")
         )
     started = time.time()
-    results = kill_job(cfg, cluster, on_event=on_event)
+    # An unreachable culprit's kill runs out its own timeout aside: the others' kill and
+    # the report do not wait for a node that cannot answer.
+    lost = t.node if t.state is NodeState.UNREACHABLE else None
+    pool = ThreadPoolExecutor(1, "mntui-lost-kill") if lost else None
+    late = None
+    if pool is not None and lost is not None:
+        late = pool.submit(kill_job, cfg, cluster, names=[lost], on_event=on_event)
+    names = [n.name for n in cfg.nodes if n.name != lost]
+    results = kill_job(cfg, cluster, names=names, on_event=on_event)
     ended = time.time()
-    # An unreachable culprit cannot be killed: the others being clean is what counts.
-    dirty = [n for n in not_clean(results) if n != t.node or t.state is not NodeState.UNREACHABLE]
     built = try_report(
         cfg, record, cluster, obs, trigger=(t.node, t.state, t.why), taken=taken,
         ended_at=ended, ending=Ending.TORN_DOWN,
     )  # fmt: skip
     built = users_doing(record, built)
+    reported = time.time()
+    if late is not None and pool is not None:
+        results.update(late.result())
+        pool.shutdown()
+    # An unreachable culprit cannot be killed: the others being clean is what counts.
+    dirty = [n for n in not_clean(results) if n != lost]
     culprit = next((n for n in built.nodes if n.node == t.node), None) if built else None
 
     def torn_down(r: RunRecord) -> None:
@@ -84,6 +98,8 @@ def teardown(
             why=t.why,
             last_lines=list(culprit.last_lines) if culprit else [],
             kill_seconds=round(ended - started, 3),
+            decided_at=round(decided, 3),
+            report_at=round(reported, 3) if built is not None else None,
             stack_seconds=round(taken.seconds, 3) if taken else None,
             clean=not dirty,
             results={n: (o.value.summary() if o.value else o.error) for n, o in results.items()},

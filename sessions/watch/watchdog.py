@@ -32,7 +32,7 @@ from mntui.sessions.report import Ending, FailureReport, observations, observe, 
 from mntui.sessions.runs import RunRecord, RunStatus, read_status
 from mntui.sessions.ssh import Cluster
 
-from .judge import WAKE_MARGIN, Deadline, Judge, Trigger, next_poll, trigger_kind
+from .judge import WAKE_MARGIN, Deadline, Judge, Trigger, next_poll, threshold_text, trigger_kind
 from .takedown import Teardown, teardown, user_kills, users_doing
 
 __all__ = [
@@ -122,6 +122,7 @@ class Watchdog:
         verdicts, triggers = self.judge.judge(snaps, now, self.poller.asked())
         self.due = self.judge.deadlines(snaps, verdicts, now)
         observe(self.obs, snaps, verdicts)
+        self.learn_pace()
         self.flag_slow()
         if self.on_snapshots:
             self.on_snapshots(snaps, verdicts)
@@ -143,6 +144,18 @@ class Watchdog:
 
     def teardown(self, t: Trigger) -> Teardown:
         return teardown(self.cfg, self.record, self.cluster, t, self.on_event, self.obs)
+
+    def learn_pace(self) -> None:
+        """`stall_after: auto`: the threshold follows the job's steps; each move that
+        matters is said and noted in the run record, where `mntui status` reads it."""
+        if self.obs.tracker is not None and self.judge.learn(self.obs.tracker.pace()):
+            self.note_threshold()
+
+    def note_threshold(self) -> None:
+        text = threshold_text(self.judge)
+        seconds = round(self.judge.stall_after, 1)
+        self.record.update(lambda r: r.note("stall-threshold", seconds=seconds, text=text))
+        self.on_event(Event(None, None, Phase.NOTICE, f"stall threshold: {text}"))
 
     def flag_slow(self) -> None:
         """A straggler is reported (notify only): a node whose step rate stays below
@@ -212,6 +225,7 @@ class Watchdog:
 
     def _run(self, stop: Callable[[], bool]) -> WatchEnd:
         idle = 0
+        self.note_threshold()
         while not stop():
             t0 = time.monotonic()
             if self.stood_down():

@@ -16,6 +16,7 @@ from textual.widgets import DataTable, RichLog
 
 from mntui.sessions.errors import log_exception
 from mntui.sessions.events import Event
+from mntui.sessions.watch import Judge, threshold_text
 
 from .following import Following
 from .messages import EngineEvent
@@ -35,6 +36,7 @@ class Drawing(Following):
     events: RichLog
     draw_failed: set[str]
     started: float
+    judge: Judge
 
     def post_event(self, event: Event) -> None:
         self.post_message(EngineEvent(event))
@@ -122,8 +124,8 @@ class Drawing(Following):
         text = (
             f"{self.cfg.job}  run {rec.run_id if rec else '-'}{elapsed}  "
             f"{overall_state(list(self.views.values()), self.record is not None)}  "
-            f"[{who}: on failure {w.on_failure.value}, on stall {w.on_stall.value}]"
-            + (f"  {self.busy}..." if self.busy else "")
+            f"[{who}: on failure {w.on_failure.value}, on stall {w.on_stall.value}"
+            f" after {threshold_text(self.judge)}]" + (f"  {self.busy}..." if self.busy else "")
         )
         if self.header.is_attached:
             self.header.set_text(text)

@@ -26,6 +26,7 @@ from mntui.sessions.watch import (
     acquire_lock,
     next_poll,
     teardown,
+    threshold_text,
 )
 
 from .drawing import Drawing
@@ -156,6 +157,8 @@ class Polling(Drawing):
         verdicts, triggers = self.judge.judge(snaps, now, asked)
         self.due = self.judge.deadlines(snaps, verdicts, now)
         observe(self.obs, snaps, verdicts)
+        if self.obs.tracker is not None and self.judge.learn(self.obs.tracker.pace()):
+            self.log_event(f"stall threshold: {threshold_text(self.judge)}")
         for name, v in verdicts.items():
             self.views[name].verdict = v
         if self.busy != "kill":  # a kill in progress looks like failures; it is not one

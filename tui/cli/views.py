@@ -50,6 +50,9 @@ def status_header(record: RunRecord, progress: str, restarts: int = 0) -> str:
         lines.append(orphan)
     if progress:
         lines.append(f"progress: {progress}")
+    stall = [h for h in record.history if h.get("what") == "stall-threshold"]
+    if stall and record.status.is_live:
+        lines.append(f"stall threshold: {stall[-1].get('text', '?')}")
     return "\n".join(lines)
 
 
@@ -222,7 +225,10 @@ def _status_direct(
         poller.start_near_end(STEP_BACK)
         while True:
             snaps = poller.poll()
-            verdicts = {n: derive(s, cfg.watch.stall_after) for n, s in snaps.items()}
+            pace = tracker.pace()
+            learnt = (pace.step_interval, pace.longest_gap) if pace is not None else (None, None)
+            stall = cfg.watch.stall_threshold(*learnt)
+            verdicts = {n: derive(s, stall) for n, s in snaps.items()}
             now = time.time()
             for node, snap in snaps.items():
                 lines = splitters[node].feed(snap.new_output)
@@ -234,6 +240,12 @@ def _status_direct(
             if not watch:
                 return code
             time.sleep(cfg.watch.interval)
+
+
+def _stall_words(stall_after: float | str) -> str:
+    if stall_after == "auto":
+        return "a threshold learnt from the job's steps (auto)"
+    return f"{stall_after:g}s"
 
 
 def cmd_watch(cfg: JobConfig, record: RunRecord, say: Say) -> ExitCode:
@@ -253,7 +265,7 @@ def cmd_watch(cfg: JobConfig, record: RunRecord, say: Say) -> ExitCode:
     restart = cfg.restart
     say(
         f"watching {record.job} run {record.run_id}: on failure {cfg.watch.on_failure.value}, "
-        f"on stall {cfg.watch.on_stall.value} after {cfg.watch.stall_after:g}s"
+        f"on stall {cfg.watch.on_stall.value} after {_stall_words(cfg.watch.stall_after)}"
         + (f"; restarts: up to {restart.max}" if restart.max else "")
     )
     end = Supervisor(cfg, record, on_event=lambda e: say(e.format(t0))).run()

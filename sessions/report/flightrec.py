@@ -1,0 +1,232 @@
+"""Reading PyTorch Flight Recorder dumps ourselves: which collective each rank reached.
+
+Every rank of a job launched by mntui records its collectives (TORCH_FR_BUFFER_SIZE);
+before a hang's teardown mntui asks for a dump and copies every rank's file into the run
+record. torch's own reader (`torchfrtrace`) wants the files in one folder and fails on
+gloo dumps (their `pg_config` is empty), so this reads them: per process group, each
+rank's last enqueued and completed collective, and the first one not every rank entered
+("collective #6 all_reduce (default_pg, 4×float32): rank 1 never entered it; 7 ranks
+waiting since 12:18:20"), differing ops, sizes or dtypes, and ranks with no dump.
+
+A dump is a pickle that came from a node: data, never code. It is read by an Unpickler
+whose find_class refuses every global (the format is plain dicts, lists, strings and
+numbers), within a size bound; a file that does not read is counted, never raised.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import pickle
+import re
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .consensus import fold_nodes, fold_ranks, user_frame
+from .stacks import Frame
+
+MAX_DUMP = 16 * 1024 * 1024
+_RANK = re.compile(r"(\d{1,7})\Z")
+DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
+          "Long": "int64", "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8",
+          "Bool": "bool"}  # fmt: skip
+
+
+class _DataOnly(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"global {module}.{name} refused: a dump is data")
+
+
+def load(data: bytes) -> dict[str, Any] | None:
+    """The dump as plain data, or None: too big, not a pickle, or one that names code."""
+    if len(data) > MAX_DUMP:
+        return None
+    try:
+        value = _DataOnly(io.BytesIO(data)).load()
+    except Exception:  # any malformed pickle: counted by the caller, never raised
+        return None
+    return value if isinstance(value, dict) and isinstance(value.get("entries"), list) else None
+
+
+@dataclass(frozen=True)
+class Op:
+    """One recorded collective of one rank."""
+
+    seq: int  # collective_seq_id within its process group
+    name: str  # "all_reduce" (the backend's prefix dropped)
+    shape: str  # "4×float32"
+    created: float | None  # wall clock, seconds
+    completed: bool
+    site: str  # the user's line that called it, "train.py:66"
+
+
+@dataclass(frozen=True)
+class RankDump:
+    rank: int
+    node: str
+    ops: Mapping[str, tuple[Op, ...]]  # process group ("0 default_pg") -> its ops, in order
+    enqueued: Mapping[str, int]  # process group -> last enqueued collective
+    completed: Mapping[str, int]  # process group -> last completed collective
+
+
+@dataclass(frozen=True)
+class Reading:
+    dumps: tuple[RankDump, ...]
+    malformed: tuple[str, ...]  # files that did not read, "node/name"
+    findings: tuple[str, ...]  # most telling first
+    culprits: tuple[int, ...]  # ranks that never entered the collective the others wait in
+    usual: frozenset[str]  # lines whose collectives completed: the job's usual ones
+
+
+def read(files: Mapping[tuple[str, str], bytes], world: int | None = None) -> Reading:
+    """`files`: (node, file name) -> bytes; the rank is the number the name ends with
+    (torch writes `<TORCH_FR_DUMP_TEMP_FILE><rank>`)."""
+    dumps, bad = [], []
+    for (node, name), data in sorted(files.items()):
+        m = _RANK.search(name)
+        d = load(data) if m else None
+        parsed = _rank_dump(int(m[1]), node, d) if m and d is not None else None
+        if parsed is None:
+            bad.append(f"{node}/{name}")
+        else:
+            dumps.append(parsed)
+    dumps = list({d.rank: d for d in dumps}.values())  # a rank dumped twice: the last file
+    usual = frozenset(o.site for d in dumps for ops in d.ops.values() for o in ops if o.completed)
+    findings, culprits = _compare(dumps, usual)
+    have = {d.rank for d in dumps}
+    if world and len(have) < world and dumps:
+        lost = [r for r in range(world) if r not in have]
+        findings.append(f"no dump from rank{'s' if len(lost) > 1 else ''} {fold_ranks(lost)}")
+    if bad:
+        findings.append(f"{len(bad)} dump(s) unreadable: {', '.join(bad[:4])}")
+    return Reading(tuple(dumps), tuple(bad), tuple(findings), tuple(culprits), usual)
+
+
+def _rank_dump(rank: int, node: str, d: Mapping[str, Any]) -> RankDump | None:
+    try:
+        ops: dict[str, list[Op]] = {}
+        for e in d["entries"]:
+            if not isinstance(e, dict) or e.get("is_p2p"):
+                continue
+            pg = e.get("process_group")
+            key = f"{pg[0]} {pg[1]}" if isinstance(pg, (tuple, list)) and len(pg) == 2 else "?"
+            ops.setdefault(key, []).append(_op(e))
+        status = d.get("pg_status") or {}
+        ids = {k.split(" ", 1)[0]: k for k in ops}
+        enq = {ids.get(str(i), str(i)): int(v["last_enqueued_collective"])
+               for i, v in status.items()}  # fmt: skip
+        done = {ids.get(str(i), str(i)): int(v["last_completed_collective"])
+                for i, v in status.items()}  # fmt: skip
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+        return None
+    return RankDump(rank, node, {k: tuple(v) for k, v in ops.items()}, enq, done)
+
+
+def _op(e: Mapping[str, Any]) -> Op:
+    name = str(e.get("profiling_name", "?")).rsplit(":", 1)[-1]
+    sizes = e.get("input_sizes") or []
+    dtypes = e.get("input_dtypes") or []
+    shape = ", ".join(
+        f"{math.prod(int(x) for x in s)}×{DTYPES.get(str(t), str(t))}"
+        for t, s in zip(dtypes, sizes, strict=False)
+    )
+    frames = [Frame(str(f.get("name", "?")), str(f.get("filename", "?")), int(f.get("line", 0)))
+              for f in e.get("frames") or [] if isinstance(f, dict)]  # fmt: skip
+    call = user_frame(frames)
+    created = e.get("time_created_ns")
+    return Op(
+        seq=int(e["collective_seq_id"]),
+        name=name,
+        shape=shape or "no tensor",
+        created=created / 1e9 if isinstance(created, int) else None,
+        completed=bool(e.get("retired")) or e.get("state") == "completed",
+        site=call.where if call else "?",
+    )
+
+
+def _compare(dumps: Sequence[RankDump], usual: frozenset[str]) -> tuple[list[str], list[int]]:
+    """Per process group: the first collective some rank entered and another did not,
+    and the ranks that entered the same one with another op, size or dtype."""
+    findings: list[str] = []
+    culprits: list[int] = []
+    groups = sorted({pg for d in dumps for pg in (*d.ops, *d.enqueued)})
+    for pg in groups:
+        members = [d for d in dumps if pg in d.enqueued or pg in d.ops]
+        if not members:
+            continue
+        last = {d.rank: d.enqueued.get(pg, max((o.seq for o in d.ops.get(pg, ())), default=0))
+                for d in members}  # fmt: skip
+        done = {d.rank: d.completed.get(pg, 0) for d in members}
+        top = max(last.values())
+        if top == min(done.values()):
+            continue  # every rank finished all it entered: this group is not stuck
+        pending = min(v + 1 for v in done.values())
+        entered = [d for d in members if last[d.rank] >= pending]
+        missing = [d for d in members if last[d.rank] < pending]
+        ops = {d.rank: _find(d.ops.get(pg, ()), pending) for d in entered}
+        odd = _mismatched(ops, usual)
+        findings += _mismatch_lines(pg, pending, ops, entered)
+        findings += _pending_line(pg, pending, ops, entered, missing, last)
+        culprits += [d.rank for d in missing] + odd
+    return findings, culprits
+
+
+def _find(ops: Iterable[Op], seq: int) -> Op | None:
+    return next((o for o in ops if o.seq == seq), None)
+
+
+def _pending_line(pg: str, seq: int, ops: Mapping[int, Op | None], entered: Sequence[RankDump],
+                  missing: Sequence[RankDump], last: Mapping[int, int]) -> list[str]:  # fmt: skip
+    first = next((o for o in ops.values() if o is not None), None)
+    what = f"collective #{seq} {first.name if first else '?'} ({_pg(pg)}"
+    what += f", {first.shape}, {first.site})" if first else ")"
+    since = [o.created for o in ops.values() if o is not None and o.created is not None]
+    at = f" since {time.strftime('%H:%M:%S', time.localtime(min(since)))}" if since else ""
+    waiting = f"{_who(entered)} waiting{at}" if entered else "no rank entered it"
+    if not missing:
+        return [f"{what}: {waiting}, none completed"]
+    reached = sorted({last[d.rank] for d in missing})
+    got = f" (last entered: #{', #'.join(map(str, reached))})" if reached != [0] else ""
+    return [f"{what}: {_who(missing)} never entered it{got}; {waiting}"]
+
+
+def _mismatched(ops: Mapping[int, Op | None], usual: frozenset[str]) -> list[int]:
+    """Ranks whose op at this number differs from the most common one; between as many
+    on each side, the one called from a line whose collectives completed before is the
+    common one (a barrier nobody else reached is the odd one)."""
+    kinds: dict[tuple[str, str], list[Op]] = {}
+    ranks: dict[tuple[str, str], list[int]] = {}
+    for rank, o in ops.items():
+        if o is not None:
+            kinds.setdefault((o.name, o.shape), []).append(o)
+            ranks.setdefault((o.name, o.shape), []).append(rank)
+    if len(kinds) < 2:
+        return []
+    common = max(kinds, key=lambda k: (len(kinds[k]), any(o.site in usual for o in kinds[k])))
+    return sorted(r for k, rs in ranks.items() if k != common for r in rs)
+
+
+def _mismatch_lines(pg: str, seq: int, ops: Mapping[int, Op | None],
+                    entered: Sequence[RankDump]) -> list[str]:  # fmt: skip
+    kinds: dict[tuple[str, str, str], list[RankDump]] = {}
+    for d in entered:
+        o = ops.get(d.rank)
+        if o is not None:
+            kinds.setdefault((o.name, o.shape, o.site), []).append(d)
+    if len({(k[0], k[1]) for k in kinds}) < 2:
+        return []
+    parts = [f"{_who(ds)} {name} {shape} ({site})" for (name, shape, site), ds in kinds.items()]
+    return [f"collective #{seq} ({_pg(pg)}) mismatch: " + "; ".join(parts)]
+
+
+def _pg(key: str) -> str:
+    ident, _, desc = key.partition(" ")
+    return desc if desc and desc != "undefined" else f"pg {ident}"
+
+
+def _who(ds: Sequence[RankDump]) -> str:
+    ranks = [d.rank for d in ds]
+    head = "rank" if len(ranks) == 1 else f"{len(ranks)} ranks"
+    return f"{head} {fold_ranks(ranks)} ({fold_nodes(d.node for d in ds)})"
