@@ -21,11 +21,14 @@ if TYPE_CHECKING:
     from .settings import HostKeyPolicy as HostKeyPolicy
     from .settings import NodeSpec as NodeSpec
     from .settings import PasswordMode as PasswordMode
+    from .settings import QuarantineAfter as QuarantineAfter
     from .settings import ReadyMode as ReadyMode
     from .settings import RestartPolicy as RestartPolicy
     from .settings import SshPolicy as SshPolicy
     from .settings import SshTransport as SshTransport
     from .settings import WatchPolicy as WatchPolicy
+    from .spans import format_span as format_span
+    from .spans import parse_span as parse_span
     from .syncguard import FIX as FIX
     from .syncguard import GUARD_SCRIPT as GUARD_SCRIPT
     from .syncguard import local_refusal as local_refusal

@@ -13,6 +13,7 @@ jobchecks.py's.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -60,6 +61,15 @@ def _sync(doc: Document, value: Any, path: Path_) -> SyncPolicy:
     return replace(policy, source=str(source))
 
 
+def _python_regex(doc: Document, value: Any, path: Path_) -> str:
+    text = ck.text(doc, value, path)
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise doc.error(path, f"not a valid regular expression: {exc}") from None
+    return text
+
+
 @dataclass(frozen=True)
 class JobConfig:
     path: str
@@ -84,6 +94,9 @@ class JobConfig:
     notify: NotifyPolicy = field(default_factory=NotifyPolicy, metadata=ck.meta(jc.notify))
     # a Python regex with a group `step`; None: progress.DEFAULT_PATTERN
     progress_pattern: str | None = field(default=None, metadata=ck.meta(jc.progress_pattern))
+    # a Python regex matching the job's "checkpoint saved" lines (a group `step`, if any,
+    # names the step saved): the ledger's lost work; None: not followed
+    checkpoint_pattern: str | None = field(default=None, metadata=ck.meta(_python_regex))
     # nodes that replace one that broke twice in a row (ranks are given when they join)
     spares: tuple[NodeSpec, ...] = field(default=(), metadata=ck.meta())
     # where `nodes: {hostfile: ...}` / `{slurm: ...}` took the nodes from; None: the list

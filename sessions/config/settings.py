@@ -12,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from . import checks as ck
 from . import jobchecks as jc
+from .spans import parse_span
+from .yamlmarks import Document, Path_
 
 # Hosts that run through a local runner, without SSH.
 LOCAL_HOSTS = frozenset({"local", "localhost"})
@@ -157,6 +159,32 @@ USAGE_EXIT_CODES = frozenset({2, 97, 126, 127})
 
 
 @dataclass(frozen=True)
+class QuarantineAfter:
+    """`restart.quarantine_after`: a node that caused `count` failures within `within`
+    seconds is quarantined for `hold` seconds (YAML `for`, a Python keyword)."""
+
+    count: int
+    within: float = DAY
+    hold: float = DAY
+
+
+def _span(doc: Document, value: Any, path: Path_) -> float:
+    try:
+        return parse_span(value)
+    except ValueError as exc:
+        raise doc.error(path, str(exc)) from None
+
+
+def _quarantine_after(doc: Document, value: Any, path: Path_) -> QuarantineAfter:
+    m = ck.mapping(doc, value, path, {"count", "within", "for"})
+    if m.get("count") is None:
+        raise doc.error((*path, "count"), "required: the failures that quarantine a node")
+    count = ck.whole(1, 1000)(doc, m["count"], (*path, "count"))
+    spans = {k: _span(doc, m[k], (*path, k)) for k in ("within", "for") if m.get(k) is not None}
+    return QuarantineAfter(count, spans.get("within", DAY), spans.get("for", DAY))
+
+
+@dataclass(frozen=True)
 class RestartPolicy:
     max: int = field(default=0, metadata=ck.meta(ck.whole(0, 1000)))  # 0: never restart
     # the first delay; it doubles up to backoff_max
@@ -174,6 +202,10 @@ class RestartPolicy:
     )
     # an attempt that made progress this long forgets earlier failures; 0: never
     reset_after: float = field(default=1800.0, metadata=ck.meta(ck.seconds(maximum=30 * DAY)))
+    # {count: N, within: 24h, for: 24h}: quarantine a node that caused N failures; None: off
+    quarantine_after: QuarantineAfter | None = field(
+        default=None, metadata=ck.meta(_quarantine_after)
+    )
 
 
 class GitCheckout(StrEnum):

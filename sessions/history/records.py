@@ -1,0 +1,228 @@
+"""Every run the state dir remembers, read as far as it goes.
+
+Records outlive the mntui that wrote them: an older run.json lacks keys this version
+added, a newer one has keys it does not know, a crash may have left one unreadable.
+`RunRecord.load` rightly refuses all of those (a watchdog must not guess); a history
+takes what each file holds, skips what it cannot read and counts it, and never raises.
+Each run is read into a small frozen view of the facts a history needs, no more.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mntui.sessions.errors import private_dir, state_dir
+
+RUN_ID_RE = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{4}\Z")
+MAX_FILE = 8 * 1024 * 1024  # a record or report larger than this is not one of ours
+
+
+@dataclass(frozen=True)
+class ReportView:
+    cause_node: str | None
+    cause: str
+    first_at: float | None
+    ended_at: float | None
+    consequences: tuple[str, ...]  # the other nodes that showed a problem
+    ending: str
+
+
+@dataclass(frozen=True)
+class RunView:
+    job: str
+    run_id: str
+    chain: str
+    attempt: int
+    status: str
+    created_at: float
+    nodes: tuple[tuple[str, int | None], ...]  # (node, nproc) in rank order
+    cause: str | None = None
+    killed_nodes: tuple[str, ...] = ()
+    notes: tuple[Mapping[str, Any], ...] = ()
+    report: ReportView | None = None
+
+    def last_note(self, what: str) -> Mapping[str, Any] | None:
+        return next((h for h in reversed(self.notes) if h.get("what") == what), None)
+
+    @property
+    def ended_at(self) -> float | None:
+        """The last thing the record says happened, once the run is over."""
+        times = [t for h in self.notes if isinstance(t := h.get("at"), (int, float))]
+        return max(times, default=None)
+
+
+@dataclass(frozen=True)
+class Scan:
+    runs: tuple[RunView, ...]
+    skipped: int = 0  # run.json files that could not be read at all
+    partial: int = 0  # reports or notes that could not be read (the run was kept)
+    doctor: tuple[Mapping[str, Any], ...] = field(default=())  # saved doctor rows
+
+
+def _num(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _load(path: Path) -> Any:
+    with open(path, "rb") as fh:
+        data = fh.read(MAX_FILE + 1)
+    if len(data) > MAX_FILE:
+        raise ValueError("too large")
+    return json.loads(data)
+
+
+def read_report(run_dir: Path) -> ReportView | None:
+    """The saved failure report's facts; None when there is none or it cannot be read."""
+    data = _load(run_dir / "report.json")
+    if not isinstance(data, dict):
+        raise ValueError("not a report")
+    root = _text(data.get("cause_node"))
+    others = []
+    for n in data.get("nodes") or []:
+        name = _text(n.get("node")) if isinstance(n, dict) else None
+        if name and name != root and (n.get("finding") or n.get("first_problem_at")):
+            others.append(name)
+    if not others:  # an older report: the consequences' text starts with the node
+        for c in data.get("consequences") or []:
+            if isinstance(c, str) and " (node rank" in c:
+                others.append(c.split(" (node rank", 1)[0])
+    return ReportView(
+        cause_node=root,
+        cause=_text(data.get("cause")) or "",
+        first_at=_num(data.get("first_at")),
+        ended_at=_num(data.get("ended_at")),
+        consequences=tuple(dict.fromkeys(others)),
+        ending=_text(data.get("ending")) or "",
+    )
+
+
+def read_run(job: str, run_dir: Path) -> tuple[RunView | None, int]:
+    """(the run, parts left out); (None, 0) when run.json itself cannot be read."""
+    try:
+        data = _load(run_dir / "run.json")
+    except (OSError, ValueError):
+        return None, 0
+    if not isinstance(data, dict) or _num(data.get("created_at")) is None:
+        return None, 0
+    nodes = []
+    for n in data.get("nodes") or []:
+        if isinstance(n, dict) and isinstance(n.get("node"), str):
+            nproc = n.get("nproc")
+            nodes.append((n["node"], nproc if isinstance(nproc, int) and nproc > 0 else None))
+    notes = [h for h in data.get("history") or [] if isinstance(h, dict)]
+    partial = len(data.get("history") or []) - len(notes)
+    report = None
+    if (run_dir / "report.json").exists():
+        try:
+            report = read_report(run_dir)
+        except (OSError, ValueError, AttributeError, TypeError):
+            partial += 1
+    attempt = data.get("attempt")
+    killed = data.get("killed_nodes")
+    view = RunView(
+        job=job,
+        run_id=run_dir.name,
+        chain=_text(data.get("chain")) or run_dir.name,
+        attempt=attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else 0,
+        status=_text(data.get("status")) or "unknown",
+        created_at=float(data["created_at"]),
+        nodes=tuple(nodes),
+        cause=_text(data.get("cause")),
+        killed_nodes=tuple(k for k in killed if isinstance(k, str))
+        if isinstance(killed, list)
+        else (),
+        notes=tuple(notes),
+        report=report,
+    )
+    return view, partial
+
+
+def _run_dirs(base: Path, job: str | None) -> Iterator[tuple[str, Path]]:
+    try:
+        jobs = [base / job] if job else [p for p in base.iterdir() if p.is_dir()]
+    except OSError:
+        return
+    for job_dir in jobs:
+        try:
+            entries = os.listdir(job_dir)
+        except OSError:
+            continue
+        for name in sorted(entries):
+            if RUN_ID_RE.match(name):
+                yield job_dir.name, job_dir / name
+
+
+def scan(job: str | None = None, since: float | None = None, now: float | None = None) -> Scan:
+    """Every run of every job (or of `job`) created within `since` seconds of `now`."""
+    base = state_dir()
+    cutoff = (time.time() if now is None else now) - since if since is not None else None
+    runs, skipped, partial = [], 0, 0
+    for name, run_dir in _run_dirs(base, job):
+        if cutoff is not None and _day_of(run_dir.name) < cutoff - 86400:
+            continue  # the run id names its day: skip old ones without opening them
+        view, left_out = read_run(name, run_dir)
+        if view is None:
+            skipped += 1 if (run_dir / "run.json").exists() else 0
+            continue
+        partial += left_out
+        if cutoff is None or view.created_at >= cutoff:
+            runs.append(view)
+    runs.sort(key=lambda r: (r.created_at, r.attempt))
+    return Scan(tuple(runs), skipped, partial, tuple(read_doctor(base, job)))
+
+
+def _day_of(run_id: str) -> float:
+    try:
+        return time.mktime(time.strptime(run_id[:8], "%Y%m%d"))
+    except ValueError:
+        return float("inf")
+
+
+def read_doctor(base: Path, job: str | None) -> Iterator[Mapping[str, Any]]:
+    """The rows of every saved `mntui doctor` run (doctorlog.save_doctor)."""
+    for name, path in _doctor_files(base, job):
+        try:
+            data = _load(path)
+        except (OSError, ValueError):
+            continue
+        at = _num(data.get("at")) if isinstance(data, dict) else None
+        rows = data.get("rows") if isinstance(data, dict) else None
+        for row in rows if isinstance(rows, list) else []:
+            if isinstance(row, dict) and isinstance(row.get("node"), str):
+                yield {**row, "job": name, "at": at}
+
+
+def _doctor_files(base: Path, job: str | None) -> Iterator[tuple[str, Path]]:
+    try:
+        jobs = [base / job] if job else [p for p in base.iterdir() if p.is_dir()]
+    except OSError:
+        return
+    for job_dir in jobs:
+        folder = job_dir / "doctor"
+        if folder.is_dir():
+            for path in sorted(folder.glob("*.json")):
+                yield job_dir.name, path
+
+
+def save_doctor(job: str, rows: Sequence[Mapping[str, Any]], now: float | None = None) -> Path:
+    """Keep one `mntui doctor` run's rows, so a node's history shows its failed checks."""
+    now = time.time() if now is None else now
+    folder = private_dir(state_dir() / job / "doctor")
+    path = folder / f"{time.strftime('%Y%m%d-%H%M%S', time.localtime(now))}-{os.getpid()}.json"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"at": now, "rows": [dict(r) for r in rows]}, fh)
+    return path
