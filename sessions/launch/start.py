@@ -18,6 +18,7 @@ from typing import NoReturn
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import LaunchError, MntuiError
 from mntui.sessions.events import Event, Phase
+from mntui.sessions.history import route_around
 from mntui.sessions.results import NodeError
 from mntui.sessions.runs import RunRecord, RunStatus
 from mntui.sessions.ssh import Cluster, Node, resolve
@@ -93,6 +94,10 @@ def launch(
 ) -> LaunchResult:
     """Launch the job; raises LaunchError with nothing of this run left running."""
     check_nodes_fresh(cfg, attempt)
+    cfg, routed = route_around(cfg)  # a quarantined node: refused, or a spare
+    for said in routed:
+        on_event(Event(None, None, Phase.NOTICE, said))
+    cluster = None if routed else cluster  # the caller's reaches the config's nodes
     own = cluster is None
     cluster = cluster or Cluster(cfg.nodes, cfg.ssh)
     count = attempt.number if attempt is not None else 0

@@ -37,6 +37,7 @@ class NotifyEvent(StrEnum):
     RESTART = "restart"  # the job is being relaunched
     GAVE_UP = "gave-up"  # no restarts left
     SLOW = "slow"  # a straggler: below the median rate for a while
+    QUARANTINED = "quarantined"  # restart.quarantine_after kept a node out
 
 
 ALL_EVENTS = frozenset(NotifyEvent)

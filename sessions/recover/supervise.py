@@ -20,6 +20,7 @@ from mntui.sessions.agent import Agent, start_agent
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import LaunchError
 from mntui.sessions.events import Event, Phase
+from mntui.sessions.history import active_quarantines, apply_policy, chain_line
 from mntui.sessions.launch import Attempt, guard_chain, heartbeat, kill_job, launch, stop_job
 from mntui.sessions.notify import Notice, NotifyEvent
 from mntui.sessions.poll import NodeState
@@ -145,6 +146,7 @@ class Supervisor:
                 self._say(f"no restart: the user killed {', '.join(killed)}")
                 return end
             history = (*self.chain.history, attempt_end(self.chain, end, last_progress))
+            self._quarantine(history[-1])
             nxt = self._next(history)
             if nxt is None:
                 return end
@@ -229,17 +231,33 @@ class Supervisor:
         culprit = repeat_culprit(history)
         if culprit is None or not cfg.spares:
             return cfg, ""
-        swapped = swap_in_spare(cfg, cfg.spares, culprit)
+        held = active_quarantines()  # a quarantined spare is never swapped in
+        swapped = swap_in_spare(cfg, [s for s in cfg.spares if s.name not in held], culprit)
         if swapped is None:
             return cfg, f"{culprit} broke twice in a row, but no spare is left"
         new, spare = swapped
         return new, f"{culprit} broke twice in a row: replaced by spare {spare.name}"
 
+    def _quarantine(self, end: AttemptEnd) -> None:
+        """`restart.quarantine_after`: this failure's culprit may have earned a quarantine;
+        the next launch then takes a spare or refuses it (launch.route_around)."""
+        rule = self.chain.cfg.restart.quarantine_after
+        if rule is None or end.culprit is None:
+            return
+        done = apply_policy(end.culprit, rule)
+        if done is not None:
+            self._say(done.describe())
+            self._tell(NotifyEvent.QUARANTINED, done.describe())
+
     def _stop(self, record: RunRecord, decision: Decision, history: tuple[AttemptEnd, ...]) -> None:
         if decision.gave_up:
             _mark(record, RunStatus.GAVE_UP, "gave-up", why=decision.why, attempts=len(history))
             self._say(f"gave up: {decision.why}; last: {history[-1].cause}")
-            self._tell(NotifyEvent.GAVE_UP, f"gave up: {decision.why}; last: {history[-1].cause}")
+            line = chain_line(record.job, record.chain)
+            self._say(line[2:])
+            self._tell(
+                NotifyEvent.GAVE_UP, f"gave up: {decision.why}; last: {history[-1].cause}{line}"
+            )
         elif self.chain.cfg.restart.max > 0:
             self._say(f"no restart: {decision.why}")
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from mntui.sessions.config import JobConfig, compile_pattern
 from mntui.sessions.errors import log_exception
+from mntui.sessions.history import StepClock, compile_checkpoint
 from mntui.sessions.launch import LineSplitter
 from mntui.sessions.poll import (
     DEFAULT_PATTERN,
@@ -54,6 +55,7 @@ class Observations:
     tracker: ProgressTracker | None = None
     ranks: dict[str, int] = field(default_factory=dict)  # node -> node rank, for wording
     splitters: dict[str, LineSplitter] = field(default_factory=dict)
+    steps: StepClock | None = None  # first/last step, checkpoints: the ledger's
 
     def saw(self, node: str, state: NodeState, why: str, at: float) -> None:
         if self.states.get(node) is not state:
@@ -71,6 +73,9 @@ def observations(cfg: JobConfig, record: RunRecord) -> Observations:
         tracker=ProgressTracker(pattern),
         ranks={n.node: n.rank for n in record.nodes},
         splitters={n.node: LineSplitter() for n in record.nodes},
+        steps=StepClock(
+            compile_checkpoint(cfg.checkpoint_pattern) if cfg.checkpoint_pattern else None
+        ),
     )
 
 
@@ -83,6 +88,7 @@ def observe(
     falls to 0. Output is not progress (a traceback is output): `last_progress` moves
     only when a step advances, the unfinished line's (a `\\r` progress bar) included."""
     now = time.time()
+    fed: list[str] = []
     for node, snap in snaps.items():
         if snap.node_time is not None and snap.rtt is not None:
             obs.clock(node, snap.node_time, snap.at - snap.rtt / 2)
@@ -93,10 +99,15 @@ def observe(
         if obs.tracker is not None:
             splitter = obs.splitters.setdefault(node, LineSplitter())
             lines = splitter.feed(snap.new_output)
+            fed += lines
             if obs.tracker.feed(node, lines, now, splitter.pending()):
                 obs.last_progress = now
     if obs.tracker is not None:
-        obs.progress = describe(obs.tracker.snapshot(now), obs.ranks)
+        steps = obs.tracker.snapshot(now)
+        obs.progress = describe(steps, obs.ranks)
+        if obs.steps is not None:
+            top = max((p.step for p in steps.values() if p.step is not None), default=None)
+            obs.steps.feed(now, top, fed)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from mntui.sessions.config import JobConfig
 from mntui.sessions.events import Event, Phase
+from mntui.sessions.history import note_steps
 from mntui.sessions.launch import kill_job, not_clean
 from mntui.sessions.poll import NodeState
 from mntui.sessions.report import (
@@ -91,6 +92,7 @@ def teardown(
         if r.status.is_live:  # a user's kill that got there first keeps its word
             r.status = RunStatus.KILLED if r.killed_nodes else RunStatus.TORN_DOWN
         r.error = f"{t.node} {t.state.value}: {t.why}"
+        note_steps(r, obs.steps)  # the ledger's training time and lost work
         r.note(
             "watchdog-teardown",
             node=t.node,

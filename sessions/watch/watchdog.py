@@ -25,6 +25,7 @@ from mntui.sessions.agent import Agent
 from mntui.sessions.config import Action, JobConfig
 from mntui.sessions.errors import MntuiError, private_dir, state_dir
 from mntui.sessions.events import Event, Phase
+from mntui.sessions.history import chain_line, note_steps
 from mntui.sessions.launch import kill_job
 from mntui.sessions.notify import Notice, Notifier, NotifyEvent
 from mntui.sessions.poll import NodeSnapshot, NodeState, Poller, Verdict, may_still_run
@@ -122,6 +123,7 @@ class Watchdog:
         verdicts, triggers = self.judge.judge(snaps, now, self.poller.asked())
         self.due = self.judge.deadlines(snaps, verdicts, now)
         observe(self.obs, snaps, verdicts)
+        self.note_first_step()
         self.learn_pace()
         self.flag_slow()
         if self.on_snapshots:
@@ -141,6 +143,14 @@ class Watchdog:
                 )
         fatal = next((t for t in triggers if t.action is Action.KILL_ALL), None)
         return verdicts, fatal
+
+    def note_first_step(self) -> None:
+        """The attempt's first step, into the record at once: the ledger's recovery
+        ends there, and a watchdog that dies later must not take it along."""
+        clock = self.obs.steps
+        if clock is not None and clock.first_due:
+            clock.noted_first = True
+            self.record.update(lambda r: note_steps(r, clock))
 
     def teardown(self, t: Trigger) -> Teardown:
         return teardown(self.cfg, self.record, self.cluster, t, self.on_event, self.obs)
@@ -184,6 +194,7 @@ class Watchdog:
             def ended(r: RunRecord) -> None:
                 if r.status.is_live:
                     r.status = status
+                note_steps(r, self.obs.steps)
 
             self.record.update(ended)
         text = f"job is no longer running ({status.value if status else 'no exit code'})"
@@ -201,7 +212,8 @@ class Watchdog:
         if failed and not killed:
             self.tell(NotifyEvent.FAILED, built.headline if built else text, built is not None)
         elif status is RunStatus.FINISHED:
-            self.tell(NotifyEvent.FINISHED, f"{self.record.job} finished")
+            line = chain_line(self.record.job, self.record.chain)
+            self.tell(NotifyEvent.FINISHED, f"{self.record.job} finished{line}")
         return WatchEnd(WatchOutcome.FAILED if failed else WatchOutcome.FINISHED, report=built)
 
     def close_sessions(self) -> None:
