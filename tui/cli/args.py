@@ -146,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     _launch_verbs(verb)
     _watch_verbs(verb)
     _check_verbs(verb)
+    _history_verbs(verb)
     return ap
 
 
@@ -247,6 +248,9 @@ def _check_verbs(verb: Verb) -> None:
 
     p = verb("nodes", "the job's nodes as a command sees them: ranks, nproc, where from")
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--history", action="store_true", help="every node's failures across all recorded runs"
+    )
 
     p = verb("demo", "run the bundled 2-node CPU demo: launch, show training, kill")
     p.add_argument(
@@ -255,3 +259,39 @@ def _check_verbs(verb: Verb) -> None:
         default=8.0,
         help="seconds of training to show (more than 0, at most 3600)",
     )
+
+
+def span(text: str) -> float:
+    """An argparse type: a time span (`24h`, `7d`, `90m`, or seconds)."""
+    from mntui.sessions.config import parse_span
+
+    try:
+        return parse_span(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def job_name(text: str) -> str:
+    """An argparse type: a job's name, never a path (`--job ../x` would leave the state dir)."""
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a job name (letters, digits, _ and -)")
+    return text
+
+
+def _history_verbs(verb: Verb) -> None:
+    p = verb("history", "the goodput ledger: per restart chain, training time and time lost")
+    p.add_argument("--job", type=job_name, help="only this job (default: every job here)")
+    p.add_argument("--since", type=span, help="only runs started within this span: 7d, 24h")
+    p.add_argument("--json", action="store_true")
+
+    p = verb("quarantine", "keep nodes out of launches for a while (--list, --release NODE)")
+    p.add_argument("nodes", nargs="*", help="the nodes to quarantine")
+    p.add_argument(
+        "--for", dest="hold", type=span, default=86400.0, help="how long: 24h (default), 7d, 90m"
+    )
+    p.add_argument("--why", help="the reason, shown to whoever launches on the node")
+    p.add_argument("--list", action="store_true", help="the quarantined nodes (default: no node)")
+    p.add_argument("--release", action="append", metavar="NODE", help="end NODE's quarantine")
+    p.add_argument("--json", action="store_true", help="the list as JSON")

@@ -20,9 +20,11 @@ from mntui.sessions.config import ConfigError, JobConfig, load_config
 from mntui.sessions.errors import ExitCode, MntuiError, UsageError, log_exception
 
 from .args import build_parser, check_nodes, demo_config_path, find_config, find_run, where
+from .history_view import cmd_history, cmd_quarantine
 from .job_verbs import cmd_attach, cmd_cleanup, cmd_demo, cmd_kill, cmd_launch
 from .output import say
 
+NO_CONFIG = {"history": cmd_history, "quarantine": cmd_quarantine}
 # Verbs that act on a recorded run reach the nodes its chain used, not the file's.
 ON_THE_RUN = frozenset({"kill", "cleanup", "attach", "status", "logs", "report"})
 
@@ -42,6 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.cmd == "demo":
             return cmd_demo(args)
+        if args.cmd in NO_CONFIG:  # the state dir only: no config needed
+            return NO_CONFIG[args.cmd](args)
         cfg = load_config(find_config(args.config))
         if args.cmd in ON_THE_RUN:
             cfg = where(cfg, getattr(args, "run", None))
@@ -151,6 +155,9 @@ def cmd_doctor(cfg: JobConfig, args: argparse.Namespace) -> int:
                 )
             else:
                 rows += doctor.allreduce(cfg, cluster, args.timeout)
+    from .history_view import keep_doctor
+
+    keep_doctor(cfg.job, [asdict(r) for r in rows])  # a node's history shows its failed checks
     if args.json:
         say(json.dumps([asdict(r) for r in rows], indent=2))
     else:
@@ -162,10 +169,15 @@ def cmd_doctor(cfg: JobConfig, args: argparse.Namespace) -> int:
 def cmd_nodes(cfg: JobConfig, args: argparse.Namespace) -> int:
     import json
 
+    from .history_view import history_section, nodes_history
     from .nodes_view import format_listing, listing
 
+    if args.history:
+        return nodes_history(args.json)
     data = listing(cfg)
     say(json.dumps(data, indent=2) if args.json else format_listing(data))
+    if not args.json:
+        say("\n".join(history_section(cfg)))
     return ExitCode.OK
 
 

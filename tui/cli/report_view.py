@@ -28,6 +28,10 @@ def cmd_report(
     saved = saved_report(record)
     if saved is not None and not record.status.is_live:
         say(saved[1] if as_json else saved[0], end="" if not as_json else "\n")
+        from mntui.sessions.history import chain_line
+
+        if not as_json and (line := chain_line(record.job, record.chain)):
+            say(line[2:])  # the chain's seff-style line
         return ExitCode.OK
     if not record.status.is_live:
         say(f"run {record.run_id} ended ({record.status}) without a failure report", err=True)

@@ -166,6 +166,10 @@ def _show_status(
         if watch and sys.stdout.isatty():
             say("\033[H\033[2J", end="")
         say(status_table(record, st.snaps, st.verdicts, st.progress, st.summary, restarts))
+        from mntui.sessions.history import chain_line
+
+        if line := chain_line(record.job, record.chain):  # the chain's seff-style line
+            say(line[2:])
     return code
 
 

@@ -1,0 +1,132 @@
+"""Across runs, on real sshd nodes with real torchrun: a node's failure history, the
+quarantine that keeps it out (refused, or a spare in its place; gone when it expires;
+by policy, with a notification), and the goodput ledger of a chain with two failures."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from fakecluster import FakeCluster, tagged, wait_for
+from helpers import REPO, Cfg, free_port, listener_job
+
+from mntui.sessions.history import quarantines
+from mntui.sessions.runs import RunRecord, latest, load_run
+
+FAULTY = REPO / "tests" / "jobs" / "faulty_train.py"
+
+
+def faulty_yaml(job: str, work: Path, args: str, extra: str) -> str:
+    return f"""
+    job: {job}
+    nodes: [node0, node1]
+    workdir: {work}
+    master_port: {free_port()}
+    env: {{OMP_NUM_THREADS: "1"}}
+    command: >-
+      exec python3 -m torch.distributed.run --nnodes={{nnodes}} --node_rank={{node_rank}}
+      --nproc_per_node=1 --master_addr={{master_addr}} --master_port={{master_port}}
+      faulty_train.py --interval 0.2 {args}
+    launch: {{ready_timeout: 90}}
+    kill: {{grace: 2}}
+    watch: {{capture_budget: 0}}
+    checkpoint_pattern: 'step (?P<step>3) loss'
+    {extra}
+    """
+
+
+def chain(job: str) -> list[RunRecord]:
+    rec = latest(job)
+    if rec is None:
+        return []
+    runs = [r for r in (load_run(job, p.name) for p in rec.dir.parent.iterdir()) if r]
+    return sorted((r for r in runs if r.chain == rec.chain), key=lambda r: r.attempt)
+
+
+def note(rec: RunRecord, what: str) -> dict[str, object]:
+    return next(h for h in reversed(rec.history) if h["what"] == what)
+
+
+def test_a_node_failing_in_three_runs_tops_the_history_and_the_ledger_matches_the_records(
+    fake: FakeCluster, cfg: Cfg
+) -> None:
+    work = cfg.tmp / "work"
+    work.mkdir()
+    shutil.copy(FAULTY, work / "faulty_train.py")
+    once = cfg.write(
+        faulty_yaml("honce", work, "--fail-rank 1 --fail-step 4 --how exit3", ""), "once.yaml"
+    )
+    assert cfg.mntui(once, "launch", "--no-ui", watch=True).returncode == 0
+    wait_for(lambda: chain("honce") and chain("honce")[-1].status.value in ("torn-down", "failed")
+             and (chain("honce")[-1].dir / "report.json").exists(), 120, interval=0.5,
+             what="the first job failed")  # fmt: skip
+    extra = ("restart: {max: 3, backoff: 1, quarantine_after: {count: 3, within: 1h, for: 1h}}\n"
+             "    spares: [node2]\n"
+             f"    notify: {{command: 'echo \"$MNTUI_EVENT $MNTUI_SUMMARY\" >> {cfg.tmp}/notices'}}")  # fmt: skip
+    path = cfg.write(faulty_yaml("hchain", work, "--fail-rank 1 --fail-step 4 --how exit3 "
+                                 "--fail-attempts 2 --steps 12", extra))  # fmt: skip
+    assert cfg.mntui(path, "launch", "--no-ui", watch=True).returncode == 0
+    wait_for(lambda: [r.status.value for r in chain("hchain")] == ["restarting", "restarting",
+             "finished"], 300, interval=0.5, what="two failures, then finished")  # fmt: skip
+    runs = chain("hchain")
+
+    res = cfg.mntui(path, "history", "--job", "hchain", "--json")
+    assert res.returncode == 0, res.stderr
+    (ledger,) = json.loads(res.stdout)["chains"]
+    assert ledger["attempts"] == 3 and len(ledger["losses"]) == 2
+    for loss, failed, nxt in zip(ledger["losses"], runs[:-1], runs[1:], strict=True):
+        teardown_at = float(note(failed, "watchdog-teardown")["at"])  # type: ignore[arg-type]
+        report = json.loads((failed.dir / "report.json").read_text())
+        first_step = float(note(nxt, "steps")["first_step_at"])  # type: ignore[arg-type]
+        assert abs(loss["detection"] - (teardown_at - report["first_at"])) < 0.1
+        assert abs(loss["recovery"] - (first_step - teardown_at)) < 0.1
+        assert loss["node"] == "node1" and loss["lost_steps"] is not None
+    text = cfg.mntui(path, "history").stdout
+    assert "hchain chain" in text and "2 failure(s)" in text and "GPU-h" in text
+    assert "hchain chain" in cfg.mntui(path, "status").stdout
+
+    res = cfg.mntui(path, "nodes", "--history")
+    assert res.returncode == 0, res.stderr
+    table = res.stdout.splitlines()
+    assert table[1].startswith("node1 [quarantined]") and " 3 " in table[1], res.stdout
+    assert "failed×3" in table[1]
+    listed = cfg.mntui(path, "quarantine", "--list").stdout
+    assert "node1" in listed and "policy" in listed and "caused 3 failures" in listed
+    wait_for(lambda: "quarantined node1" in (cfg.tmp / "notices").read_text(), 30,
+             what="the quarantine's notification")  # fmt: skip
+    print(f"\nPASTE mntui history:\n{text}\nPASTE mntui nodes --history:\n{res.stdout}")
+
+
+def test_a_quarantined_node_refuses_a_launch_takes_a_spare_and_expires(
+    fake: FakeCluster, cfg: Cfg
+) -> None:
+    job = "hquar"
+    path = cfg.write(listener_job(job, free_port()))
+    res = cfg.mntui(path, "quarantine", "node1", "--for", "1h", "--why", "XID 79")
+    assert res.returncode == 0 and "quarantined node1" in res.stdout, res.stderr
+    res = cfg.mntui(path, "launch", "--no-ui")
+    assert res.returncode == 1 and not tagged(job)
+    (line,) = [x for x in res.stderr.splitlines() if x]
+    assert "node1 is quarantined" in line and "XID 79" in line and "--release node1" in line
+
+    spare = cfg.write(listener_job(job, free_port(), extra="spares: [node2]"), "spare.yaml")
+    res = cfg.mntui(spare, "launch", "--no-ui")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "spare node2 takes its place" in res.stdout + res.stderr
+    rec = latest(job)
+    assert rec is not None and [(n.node, n.rank) for n in rec.nodes] == [("node0", 0), ("node2", 1)]
+    assert cfg.mntui(spare, "kill").returncode == 0
+
+    res = cfg.mntui(path, "quarantine", "--release", "node1")
+    assert "released node1" in res.stdout
+    assert cfg.mntui(path, "quarantine", "node1", "--for", "1").returncode == 0
+    wait_for(lambda: "no node is quarantined" in cfg.mntui(path, "quarantine", "--list").stdout,
+             15, what="the quarantine expired")  # fmt: skip
+    assert not list(quarantines.folder().glob("*.json"))
+    res = cfg.mntui(path, "launch", "--no-ui")
+    assert res.returncode == 0, res.stdout + res.stderr
+    rec = latest(job)
+    assert rec is not None and [n.node for n in rec.nodes] == ["node0", "node1"]
+    assert cfg.mntui(path, "kill").returncode == 0
+    wait_for(lambda: not tagged(job), 30, what="nothing left running")
