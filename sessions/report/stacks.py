@@ -90,11 +90,11 @@ def capture_script(pattern: str, budget: float, nonce: str, run_dir: str | None 
     the ranks' Flight Recorder dumps are asked for first (frdump.py), while py-spy runs."""
     m = f"@{nonce}"
     limit = max(1, int(budget))
-    ask = ask_snippet(run_dir_word(run_dir), m) if run_dir else ""
+    ask = ask_snippet(run_dir_word(run_dir)) if run_dir else ""
     wait = wait_snippet(m) if run_dir else ""
     return f"""{SHELL_LIB}
-{ask}pids=$(mntui_scan {shlex.quote(pattern)} | tr '\\n' ' ')
-spy=$(command -v py-spy 2>/dev/null)
+pids=$(mntui_scan {shlex.quote(pattern)} | tr '\\n' ' ')
+{ask}spy=$(command -v py-spy 2>/dev/null)
 for p in $pids; do
   [ -n "$spy" ] && break
   jobpath=$(tr '\\0' '\\n' 2>/dev/null <"/proc/$p/environ" | sed -n 's/^PATH=//p')

@@ -99,6 +99,7 @@ def scripts() -> dict[str, tuple[str, str]]:
     out["smoke-launch"] = ("bash", smoke.main.launch_script)
     out["smoke-start"] = ("sh", smoke.main.start_script)
     out["stacks"] = ("sh", capture_script("MNTUI_RUN=j/r/n\\.0", 10, "00ff"))
+    out["stacks-fr"] = ("sh", capture_script("MNTUI_RUN=j/r/n\\.0", 10, "00ff", rec.run_dir))
     out["evidence"] = ("sh", evidence_script(rec.run_dir, "/tmp/fr dir/nccl_'x'_", "00ff"))
     out["evidence-nofr"] = ("sh", evidence_script(rec.run_dir, None, "00ff"))
     return out
