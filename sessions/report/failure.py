@@ -248,6 +248,14 @@ def _clock(t: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t))
 
 
+# When the stacks were taken, as the report's ending says: a live report tears nothing down.
+STACKS_TAKEN = {
+    Ending.TORN_DOWN: "stacks of live ranks (py-spy, before the teardown):",
+    Ending.ENDED: "stacks of the ranks still running (py-spy, as the job ended):",
+    Ending.LIVE: "stacks of the ranks now (py-spy; the job runs on, nothing was killed):",
+}
+
+
 def render(report: FailureReport) -> str:
     """The text form: what a person reads at 3 a.m., most important first."""
     out = [report.headline, ""]
@@ -270,7 +278,7 @@ def render(report: FailureReport) -> str:
     stacks = [s for n in report.nodes for s in n.stacks]
     missing = [(n.node, n.stacks_missing) for n in report.nodes if n.stacks_missing]
     if stacks or missing:
-        out.append("stacks of live ranks (py-spy, before the teardown):")
+        out.append(STACKS_TAKEN[report.ending])
         out += [f"  {s.node} rank {s.rank} (pid {s.pid}): {s.summary}" for s in stacks]
         out += [f"  {node}: {why}" for node, why in missing]
         out.append("")

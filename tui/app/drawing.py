@@ -20,7 +20,7 @@ from mntui.sessions.watch import Judge, threshold_text
 
 from .following import Following
 from .messages import EngineEvent
-from .render import overall_state, table_row
+from .render import overall_state, step_cell, table_row
 from .widgets import HeaderBar, LogScreen, NodePane, NodeView
 
 
@@ -37,6 +37,7 @@ class Drawing(Following):
     draw_failed: set[str]
     started: float
     judge: Judge
+    progress_line: str
 
     def post_event(self, event: Event) -> None:
         self.post_message(EngineEvent(event))
@@ -76,10 +77,15 @@ class Drawing(Following):
     def tick(self) -> None:
         self.draw("header", self.refresh_header)
 
-    def redraw_node(self, view: NodeView, new_lines: bool) -> None:
+    def redraw_node(self, view: NodeView, new_lines: bool, restart: bool = False) -> None:
+        """`restart`: the view's log was replaced, not appended to (a new source)."""
         if new_lines:
             for screen in self.screen_stack:
-                if isinstance(screen, LogScreen) and screen.view is view and screen.is_attached:
+                if not (isinstance(screen, LogScreen) and screen.view is view):
+                    continue
+                if screen.is_attached and restart:
+                    screen.reload()
+                elif screen.is_attached:
                     screen.append_new()
         pane = self.panes[view.node]
         if not self.table_mode and pane.is_attached:
@@ -99,7 +105,8 @@ class Drawing(Following):
         if not table.is_attached:
             return
         for v in self.views.values():
-            row = table_row(v.node, v.rank, v.snap, v.verdict)
+            base = table_row(v.node, v.rank, v.snap, v.verdict)
+            row = (*base[:3], step_cell(v.progress, v.slow), *base[3:])
             if v.node not in table.rows:
                 table.add_row(*row, key=v.node)
                 continue
@@ -121,9 +128,10 @@ class Drawing(Following):
             elapsed = f"  {secs // 3600}:{secs // 60 % 60:02d}:{secs % 60:02d}"
         who = f"watchdog {self.watcher}"
         w = self.cfg.watch
+        progress = f"progress: {self.progress_line}  " if self.progress_line else ""
         text = (
             f"{self.cfg.job}  run {rec.run_id if rec else '-'}{elapsed}  "
-            f"{overall_state(list(self.views.values()), self.record is not None)}  "
+            f"{overall_state(list(self.views.values()), self.record is not None)}  {progress}"
             f"[{who}: on failure {w.on_failure.value}, on stall {w.on_stall.value}"
             f" after {threshold_text(self.judge)}]" + (f"  {self.busy}..." if self.busy else "")
         )

@@ -45,15 +45,15 @@ from mntui.sessions.runs import RunRecord, latest
 from mntui.sessions.ssh import Cluster
 from mntui.sessions.watch import Deadline, Judge, make_notifier
 
-from .historyops import HistoryOps
 from .jobcontrol import JobControl
 from .messages import PollDone
+from .pace import Pace
 from .widgets import HeaderBar, HelpScreen, LogScreen, NodePane, NodeView
 
 TABLE_ABOVE = 16  # nodes above which the app opens in the compact table view
 
 
-class MntuiApp(JobControl, HistoryOps):
+class MntuiApp(JobControl):
     TITLE = "mntui"
     CSS = """
     #grid { layout: grid; grid-size: 2; grid-gutter: 0 1; grid-rows: 16; overflow-y: auto; }
@@ -71,8 +71,6 @@ class MntuiApp(JobControl, HistoryOps):
         Binding("t", "toggle_view", "grid/table"),
         Binding("d", "doctor", "doctor"),
         Binding("R", "report", "report", show=False),  # in the help and the teardown notice
-        Binding("h", "node_history", "node history"),
-        Binding("H", "history", "ledger", show=False),
         Binding("question_mark", "help", "help"),
         Binding("q", "quit_app", "quit"),
     ]
@@ -110,7 +108,10 @@ class MntuiApp(JobControl, HistoryOps):
         self.agent_tried = 0.0  # monotonic time of the last try to reach the agent
         self.agent_snaps = 0  # snapshots that came from the agent
         self.agent_client: AgentClient | None = None
-        self.agent_offsets: tuple[int, dict[str, int]] = (-1, {})  # where its stream left
+        self.agent_fed = False  # the panes show the agent's backlog and stream
+        self.fresh: set[str] = set()  # nodes whose next read of ours starts their pane over
+        self.pace = Pace()  # the slow marks
+        self.progress_line = ""  # `ranks 0-1 at step 34`, as `mntui status` says it
         self.started = time.time()
         self.table_mode = len(cfg.nodes) > TABLE_ABOVE
         self.table_columns: list[Any] = []
@@ -141,7 +142,7 @@ class MntuiApp(JobControl, HistoryOps):
 
     def on_mount(self) -> None:
         self.table_columns = self.table.add_columns(
-            "node", "rank", "state", "GPUs", "memory", "output", "rtt"
+            "node", "rank", "state", "step", "GPUs", "memory", "output", "rtt"
         )
         self.cluster = Cluster(self.cfg.nodes, self.cfg.ssh)
         self.draw("header", self.refresh_header)
@@ -181,10 +182,12 @@ class MntuiApp(JobControl, HistoryOps):
         try:
             if message.snaps:
                 self.watch_over(message.snaps, message.asked)
+                self.note_progress(message.progress, message.summary)
         finally:
-            if message.generation is not None:
-                self.schedule_poll(self.next_poll_delay())  # re-armed only when this one is done
-                self.retry_agent()
+            # Between two polls of ours: the agent, if it answers, takes over from here;
+            # else the next poll is armed only now that this one is done.
+            if message.generation is not None and not self.retry_agent():
+                self.schedule_poll(self.next_poll_delay())
         if self.table_mode:
             self.draw("table", self.refresh_table)
         self.draw("header", self.refresh_header)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from textual.message import Message
 from textual.notifications import SeverityLevel
 
 from mntui.sessions.errors import ExitCode
 from mntui.sessions.events import Event
-from mntui.sessions.poll import NodeSnapshot
+from mntui.sessions.poll import NodeProgress, NodeSnapshot
 from mntui.sessions.procs import PortHolder
 from mntui.sessions.runs import RunRecord
 
@@ -20,17 +22,24 @@ class NodeSnap(Message):
 
 class PollDone(Message):
     """`generation` names the poller that produced it: a reply from a poller that was
-    replaced (a new run was attached) is dropped. None: the current one."""
+    replaced (a new run was attached) is dropped. None: the current one (or the agent's).
+
+    `progress` and `summary` are the agent's, who has read every line since the launch;
+    None: a poll of our own, whose progress the app's tracker reads from the snapshots."""
 
     def __init__(
         self,
         snaps: dict[str, NodeSnapshot],
         generation: int | None = None,
         asked: dict[str, float] | None = None,
+        *,
+        progress: Mapping[str, NodeProgress] | None = None,
+        summary: str | None = None,
     ) -> None:
         super().__init__()
         self.snaps, self.generation = snaps, generation
         self.asked = asked  # when each node's poll was sent: what the judge may count
+        self.progress, self.summary = progress, summary
 
 
 class EngineEvent(Message):

@@ -10,12 +10,14 @@ so the two never both act, and quitting hands it to a headless one.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from functools import partial
 
 from textual import work
 
 from mntui.sessions import notify
 from mntui.sessions.launch import LineSplitter
-from mntui.sessions.poll import NodeSnapshot, Poller, Verdict, may_still_run
+from mntui.sessions.poll import NodeProgress, NodeSnapshot, Poller, Verdict, may_still_run
 from mntui.sessions.report import Observations, observations, observe
 from mntui.sessions.runs import RunRecord, latest
 from mntui.sessions.watch import (
@@ -30,10 +32,11 @@ from mntui.sessions.watch import (
 )
 
 from .drawing import Drawing
+from .following import START_BACK
 from .messages import KillDone, NodeSnap, Notice, PollDone
+from .pace import Pace
 
 LOG_KEEP = 5000  # lines of log kept per node in the app
-START_BACK = 16 * 1024  # bytes of existing log shown when the app opens on a running job
 
 
 class Polling(Drawing):
@@ -47,6 +50,8 @@ class Polling(Drawing):
     poll_timer_pending: bool
     poll_inflight: bool
     due: tuple[Deadline, ...]
+    pace: Pace
+    progress_line: str
 
     def attach_run(self, record: RunRecord, watch_here: bool) -> None:
         """Start showing `record`; act as its watchdog if none is watching it already."""
@@ -57,6 +62,9 @@ class Polling(Drawing):
         self.judge = Judge(self.cfg.watch)
         self.due = ()
         self.obs = observations(self.cfg, record)
+        self.pace, self.progress_line = Pace(), ""
+        for view in self.views.values():
+            view.progress, view.slow = None, False
         self.release_lock()
         if watch_here and record.status.is_live:
             try:
@@ -73,9 +81,10 @@ class Polling(Drawing):
                 self.watcher = "headless"
         self.generation += 1
         self.subscribed = False
+        self.fresh = set(self.views)
         self.stop_following()
         if self.lock is None and self.polling_enabled:
-            self.try_agent(START_BACK)
+            self.try_agent()
         else:
             self.schedule_poll(0)
 
@@ -99,8 +108,8 @@ class Polling(Drawing):
 
     def _start_poll(self) -> None:
         self.poll_timer_pending = False
-        if self.poll_inflight or self.poller is None:
-            return
+        if self.poll_inflight or self.poller is None or self.subscribed:
+            return  # a timer armed before the agent's stream took over stays unused
         self.poll_inflight = True
         self.poll(self.poller, self.generation)
 
@@ -121,7 +130,11 @@ class Polling(Drawing):
         view = self.views[snap.node]
         view.snap = snap
         view.verdict = verdict or self.judge.verdicts({snap.node: snap})[snap.node]
-        self.apply_log(snap.node, snap.new_output)
+        if snap.node in self.fresh and snap.reachable:  # our first read of this log
+            self.fresh.discard(snap.node)
+            self.restart_log(snap.node, snap.new_output)
+        else:
+            self.apply_log(snap.node, snap.new_output)
 
     def apply_log(self, node: str, data: bytes) -> None:
         view = self.views[node]
@@ -130,6 +143,14 @@ class Polling(Drawing):
             lines = self.splitters[node].feed(data)
             view.log = ((view.log or []) + lines)[-LOG_KEEP:]
         self.draw("node pane", lambda: self.redraw_node(view, new_lines))
+
+    def restart_log(self, node: str, data: bytes) -> None:
+        """The pane starts over from `data`: a new source's first bytes, which may
+        overlap what the old one showed."""
+        view = self.views[node]
+        self.splitters[node] = LineSplitter()
+        view.log = self.splitters[node].feed(data)[-LOG_KEEP:]
+        self.draw("node pane", lambda: self.redraw_node(view, True, restart=True))
 
     def follow_chain(self) -> bool:
         """A restart's next attempt (same chain, a newer run) replaces the run shown; the
@@ -163,6 +184,23 @@ class Polling(Drawing):
             self.views[name].verdict = v
         if self.busy != "kill":  # a kill in progress looks like failures; it is not one
             self.act_on(triggers)
+
+    def note_progress(
+        self, progress: Mapping[str, NodeProgress] | None, summary: str | None
+    ) -> None:
+        """Each node's step, rate and slow mark, and the job's progress line: the agent's
+        when it sent them (it read every line since the launch), else our tracker's."""
+        tracker = self.obs.tracker
+        if progress is None:
+            progress = tracker.snapshot() if tracker is not None else {}
+        self.progress_line = summary if summary is not None else self.obs.progress
+        w = self.cfg.watch
+        slow = self.pace.slow(progress, time.time(), w.slow_fraction, w.slow_after)
+        for name, view in self.views.items():
+            seen = (progress.get(name), name in slow)
+            if seen != (view.progress, view.slow):
+                view.progress, view.slow = seen
+                self.draw("node pane", partial(self.redraw_node, view, False))
 
     def act_on(self, triggers: list[Trigger]) -> None:
         for t in triggers:

@@ -10,7 +10,8 @@ from typing import Any
 
 from rich.text import Text
 
-from mntui.sessions.poll import Gpu, GpuReading, NodeSnapshot, NodeState, Verdict
+from mntui.sessions.launch import session_name
+from mntui.sessions.poll import Gpu, GpuReading, NodeProgress, NodeSnapshot, NodeState, Verdict
 from mntui.tui import cells
 
 STATE_STYLE = {
@@ -25,6 +26,7 @@ STATE_STYLE = {
     NodeState.NOT_RUNNING: "grey50",
 }
 BARS = " ▏▎▍▌▋▊▉█"
+SLOW_STYLE = "bold black on yellow"
 
 
 def bar(fraction: float | None, width: int = 10, style: str = "green") -> Text:
@@ -84,11 +86,25 @@ def host_line(s: NodeSnapshot) -> Text:
     return Text(f"no GPU  {cells.load(s, 2)}" + (f"  {mem}" if mem else ""), style="grey70")
 
 
-def title_line(node: str, rank: int, snap: NodeSnapshot | None, verdict: Verdict | None) -> Text:
+def title_line(
+    node: str,
+    rank: int,
+    snap: NodeSnapshot | None,
+    verdict: Verdict | None,
+    progress: NodeProgress | None = None,
+    slow: bool = False,
+) -> Text:
+    """The pane's header: state, then the training step and rate as `mntui status` shows
+    them (`step 34 @2/s`), `SLOW` on a straggler, then the connection and processes."""
     t = Text(f"{node}", style="bold")
     t.append(f" [{rank}] ", style="grey70")
     if verdict is not None:
         t.append(f" {verdict.state.value} ", style=STATE_STYLE[verdict.state])
+    if progress is not None and progress.step is not None:
+        t.append(f"  step {cells.step(progress)}", style="bold")
+    if slow:
+        t.append(" ")
+        t.append(" SLOW ", style=SLOW_STYLE)
     if snap is not None and snap.rtt is not None:
         t.append(f"  {cells.rtt(snap)}", style="grey50")
     if snap is not None and snap.reachable:
@@ -105,9 +121,11 @@ def pane_text(
     verdict: Verdict | None,
     log: list[str],
     log_lines: int,
+    progress: NodeProgress | None = None,
+    slow: bool = False,
 ) -> Text:
     out = Text()
-    out.append_text(title_line(node, rank, snap, verdict))
+    out.append_text(title_line(node, rank, snap, verdict, progress, slow))
     if verdict is not None and verdict.state is not NodeState.RUNNING:
         out.append(f"\n{verdict.why}", style="italic grey70")
     if snap is not None and snap.reachable:
@@ -127,6 +145,14 @@ def table_row(
     """The node's name is a Text: a str cell would be read as Textual markup."""
     state = Text(verdict.state.value, style=STATE_STYLE[verdict.state]) if verdict else Text("?")
     return (Text(node), str(rank), state, *cells.table_cells(snap))
+
+
+def step_cell(progress: NodeProgress | None, slow: bool) -> Text:
+    """The table's step column: `34 @2/s`, marked on a straggler."""
+    cell = Text(cells.step(progress))
+    if slow:
+        cell.append(" SLOW", style=SLOW_STYLE)
+    return cell
 
 
 def overall_state(views: list[Any], launched: bool) -> str:
@@ -157,7 +183,7 @@ def kill_preview(views: list[Any], job: str, grace: float) -> str:
         pids = " ".join(str(p.pid) for p in procs[:8]) + (" ..." if len(procs) > 8 else "")
         lines.append(
             f"{v.node}: {len(procs)} process(es) {pids}".rstrip()
-            + (f", tmux session {job}-{v.node}" if v.snap.session else "")
+            + (f", tmux session {session_name(job, v.node)}" if v.snap.session else "")
         )
     return "\n".join(lines) + (
         "\n\nEvery process tagged with this job, on every node; nothing else. "

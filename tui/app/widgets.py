@@ -17,7 +17,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widget import Widget
 from textual.widgets import Button, Footer, Input, Label, RichLog, Static
 
-from mntui.sessions.poll import NodeSnapshot, NodeState, Verdict
+from mntui.sessions.poll import NodeProgress, NodeSnapshot, NodeState, Verdict
 
 from .render import pane_text
 
@@ -31,6 +31,8 @@ class NodeView:
     snap: NodeSnapshot | None = None
     verdict: Verdict | None = None
     log: list[str] | None = None
+    progress: NodeProgress | None = None  # its training step and rate
+    slow: bool = False  # a straggler: below the median rate for a while (pace.py)
 
 
 class NodePane(Widget, can_focus=True):
@@ -60,7 +62,9 @@ class NodePane(Widget, can_focus=True):
             v = self.view
             gpus = len(v.snap.gpu.gpus) if v.snap and v.snap.gpu else 1
             lines = max(0, (self.size.height or 12) - 4 - gpus)
-            self._text = pane_text(v.node, v.rank, v.snap, v.verdict, v.log or [], lines)
+            self._text = pane_text(
+                v.node, v.rank, v.snap, v.verdict, v.log or [], lines, v.progress, v.slow
+            )
         return self._text
 
     def on_resize(self) -> None:
@@ -147,8 +151,6 @@ mntui: one pane per node; the job keeps running when you quit.
   v        the focused node's log, large
   d        doctor: preflight checks on every node
   R        report: which rank broke first and why (live run: every rank's stack now)
-  h        the focused node's failures across every recorded run
-  H        the job's goodput ledger: time trained and lost, per restart chain
   t        grid / table view
   f        follow the log on/off (log view)
   /        filter the log (log view)
