@@ -132,7 +132,11 @@ def test_frozen_worker_report_has_stacks_and_teardown_waits_at_most_the_budget(
     assert re.fullmatch(r"rank 1 stopped at step \d+; rank 0 reached \d+", report["progress"]) or (
         re.fullmatch(r"ranks? .* at step \d+", report["progress"])
     ), report["progress"]
-    assert report["headline"].startswith("node1 (node rank 1) froze first"), report["headline"]
+    # With stacks, the conclusion leads (issue 20); what the watchdog saw follows it.
+    assert report["headline"].startswith("rank 1 (node1) is stopped (state T)"), report["headline"]
+    assert f"rank 0 (node0) waits in `all_reduce` ({all_reduce})" in report["headline"]
+    assert report["watchdog"].startswith("node1 (node rank 1) froze first"), report["watchdog"]
+    assert [(c["ranks"], c["nodes"]) for c in report["culprits"]] == [([1], ["node1"])]
     assert note["stack_seconds"] is not None and note["stack_seconds"] <= budget + 1
     print(f"{timing}\nREPORT (frozen):\n{text}")
 
