@@ -259,7 +259,7 @@ class Supervisor:
                 NotifyEvent.GAVE_UP, f"gave up: {decision.why}; last: {history[-1].cause}{line}"
             )
         elif self.chain.cfg.restart.max > 0:
-            self._say(f"no restart: {decision.why}")
+            self._say(f"no restart: {decision.why}{chain_line(record.job, record.chain)}")
 
     def _tell(self, event: NotifyEvent, summary: str) -> None:
         rec = self.chain.record

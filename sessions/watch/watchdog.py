@@ -144,6 +144,12 @@ class Watchdog:
         fatal = next((t for t in triggers if t.action is Action.KILL_ALL), None)
         return verdicts, fatal
 
+    def last_word(self) -> str:
+        """The chain's seff-style line, when no restart follows this failure."""
+        if self.cfg.restart.max > 0:
+            return ""  # the supervisor says it when the chain ends
+        return chain_line(self.record.job, self.record.chain)
+
     def note_first_step(self) -> None:
         """The attempt's first step, into the record at once: the ledger's recovery
         ends there, and a watchdog that dies later must not take it along."""
@@ -210,7 +216,8 @@ class Watchdog:
         self.close_sessions()
         self.on_event(Event(None, None, Phase.KILLED, text + "; watchdog exits"))
         if failed and not killed:
-            self.tell(NotifyEvent.FAILED, built.headline if built else text, built is not None)
+            summary = (built.headline if built else text) + self.last_word()
+            self.tell(NotifyEvent.FAILED, summary, built is not None)
         elif status is RunStatus.FINISHED:
             line = chain_line(self.record.job, self.record.chain)
             self.tell(NotifyEvent.FINISHED, f"{self.record.job} finished{line}")
@@ -246,7 +253,7 @@ class Watchdog:
             if fatal is not None:
                 done = self.teardown(fatal)
                 summary = done.report.headline if done.report else f"{fatal.node} {fatal.why}"
-                self.tell(NotifyEvent.TEARDOWN, summary, done.report is not None)
+                self.tell(NotifyEvent.TEARDOWN, summary + self.last_word(), done.report is not None)
                 return WatchEnd(WatchOutcome.TORN_DOWN, fatal, done, done.report)
             idle = 0 if may_still_run(v.state for v in verdicts.values()) else idle + 1
             if idle >= 2:
