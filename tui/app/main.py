@@ -45,6 +45,7 @@ from mntui.sessions.runs import RunRecord, latest
 from mntui.sessions.ssh import Cluster
 from mntui.sessions.watch import Deadline, Judge, make_notifier
 
+from .historyops import HistoryOps
 from .jobcontrol import JobControl
 from .messages import PollDone
 from .pace import Pace
@@ -53,7 +54,7 @@ from .widgets import HeaderBar, HelpScreen, LogScreen, NodePane, NodeView
 TABLE_ABOVE = 16  # nodes above which the app opens in the compact table view
 
 
-class MntuiApp(JobControl):
+class MntuiApp(JobControl, HistoryOps):
     TITLE = "mntui"
     CSS = """
     #grid { layout: grid; grid-size: 2; grid-gutter: 0 1; grid-rows: 16; overflow-y: auto; }
@@ -71,6 +72,8 @@ class MntuiApp(JobControl):
         Binding("t", "toggle_view", "grid/table"),
         Binding("d", "doctor", "doctor"),
         Binding("R", "report", "report", show=False),  # in the help and the teardown notice
+        Binding("h", "node_history", "node history"),
+        Binding("H", "history", "ledger", show=False),
         Binding("question_mark", "help", "help"),
         Binding("q", "quit_app", "quit"),
     ]

@@ -151,6 +151,8 @@ mntui: one pane per node; the job keeps running when you quit.
   v        the focused node's log, large
   d        doctor: preflight checks on every node
   R        report: which rank broke first and why (live run: every rank's stack now)
+  h        the focused node's failures across every recorded run
+  H        the job's goodput ledger: time trained and lost, per restart chain
   t        grid / table view
   f        follow the log on/off (log view)
   /        filter the log (log view)
