@@ -41,8 +41,16 @@ def cmd_launch(cfg: JobConfig, args: argparse.Namespace) -> int:
             return ExitCode.USAGE
         return run_app(cfg, launch_now=True, restart=args.restart, watchdog=not args.no_watch)
     if args.dry_run:
+        from mntui.sessions.history import route_around
+
         try:
+            cfg, routed = route_around(cfg)  # what a launch would do with a quarantine
+            for said in routed:
+                say(said)
             say(describe(launch.make_plan(cfg)))
+        except LaunchError as exc:
+            say(f"mntui: launch failed: {exc.message}", err=True)
+            return ExitCode.FAILED
         except NodeError as exc:
             say(f"mntui: {exc}", err=True)
             return ExitCode.FAILED
