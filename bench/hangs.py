@@ -11,7 +11,9 @@ sshd SIGSTOPped (`sshd-stop`). For each: was the culprit named right (the report
 culprit is exactly that rank on that node), seconds from the injection to the watchdog's
 decision and from the decision to report.txt. A share of the stalls run with
 `stall_after: auto` (the learnt threshold, max(60 s, 10 × the step interval)): their
-decision must come within that threshold plus a poll and the job's last step.
+decision must come within the threshold they learnt plus a second (a poll and the
+others' last step). A hang whose job never reached training (a loaded machine) is a
+harness error, tried once more and counted in the summary.
 The seed draws kind, node count, culprit and step up front. Exit 1 if any hang was named
 wrong or the harness failed.
 """
@@ -38,7 +40,6 @@ sys.path.insert(0, str(REPO / "bench"))
 from fakecluster import FakeCluster  # noqa: E402
 from hangs_run import IN_JOB, KINDS, HangRun, Plan, Result  # noqa: E402
 
-AUTO_BOUND = 60.0  # max(60 s, 10 × ~0.35 s a step) for this job
 LIMIT = 150.0  # seconds for one hang, launch to cleanup (auto: + the 60 s threshold)
 
 
@@ -87,14 +88,21 @@ def summary(results: list[Result], took: float, seed: int) -> str:
     right = sum(r.named for r in results)
     late = [r for r in results if r.report_s is not None and r.report_s > 2.0]
     autos = [r for r in results if r.plan.auto]
-    slow = [r for r in autos if r.decided_s is None or r.decided_s > AUTO_BOUND + 2 * 0.5 + 1]
+    # The other ranks' last output is up to a step before the injection; a poll is 0.5 s.
+    slow = [
+        r for r in autos
+        if r.decided_s is None or r.threshold is None or r.decided_s > r.threshold + 1.0
+    ]  # fmt: skip
+    retried = [r for r in results if r.retried]
     lines = [
         f"hangs: seed {seed}, {len(results)} hangs over {len({r.plan.kind for r in results})} "
         f"kinds in {took:.0f}s; culprit named right in {right}/{len(results)} "
         f"({100 * right / max(1, len(results)):.1f} %)",
         f"report complete more than 2 s after the decision: {len(late)}",
-        f"auto threshold: {len(autos)} hang(s), decided later than {AUTO_BOUND:.0f} s + a poll: "
-        f"{len(slow)}",
+        f"auto threshold: {len(autos)} hang(s) (learnt: "
+        f"{', '.join(f'{r.threshold:g} s' for r in autos if r.threshold) or '-'}), decided "
+        f"later than the threshold + 1 s: {len(slow)}",
+        f"harness retries (a launch that did not train; tried once more): {len(retried)}",
         "",
         table(results),
     ]
@@ -129,7 +137,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for plan in plans:
             fc.start()  # a node's sshd that died is started again
-            r = HangRun(fc, root, plan).run(LIMIT + (70 if plan.auto else 0))
+            limit = LIMIT + (70 if plan.auto else 0)
+            run = HangRun(fc, root, plan)
+            r = run.run(limit)
+            if run.harness:
+                print(f"  {plan.describe()}: harness error, once more: {r.error}", file=sys.stderr)
+                fc.start()
+                r = HangRun(fc, root, plan, retry=True).run(limit)
+                r.retried = run.out.error
             results.append(r)
             print(f"  {plan.describe()}: {'right' if r.named else 'WRONG'} "
                   f"decided {r.decided_s} report {r.report_s} | {r.error or r.headline[:150]}",

@@ -86,6 +86,7 @@ class Result:
     headline: str = ""
     error: str | None = None
     notes: list[str] = field(default_factory=list)
+    retried: str | None = None  # a first try's harness error before the injection
 
 
 def job_yaml(fc: FakeCluster, work: Path, job: str, plan: Plan) -> str:
@@ -112,10 +113,15 @@ def job_yaml(fc: FakeCluster, work: Path, job: str, plan: Plan) -> str:
     ]) + "\n"  # fmt: skip
 
 
+class HarnessError(RuntimeError):
+    """The job could not be brought to the point of the hang (a launch that failed on a
+    loaded machine): not a verdict on mntui, so the campaign tries that hang once more."""
+
+
 class HangRun:
-    def __init__(self, fc: FakeCluster, root: Path, plan: Plan) -> None:
+    def __init__(self, fc: FakeCluster, root: Path, plan: Plan, retry: bool = False) -> None:
         self.fc, self.plan = fc, plan
-        self.job = f"h{plan.index:02d}{plan.kind.replace('-', '')[:5]}"
+        self.job = f"h{plan.index:02d}{plan.kind.replace('-', '')[:5]}{'r' if retry else ''}"
         work = root / "work"
         work.mkdir(exist_ok=True)
         shutil.copy(JOB, work / "hang_train.py")
@@ -124,6 +130,7 @@ class HangRun:
         self.node = fc.nodes[plan.rank].name
         self.stopped: list[int] = []
         self.out = Result(plan)
+        self.harness = False  # the error was the harness's, before any hang
 
     def mntui(self, *args: str, timeout: float = 150) -> int:
         import subprocess
@@ -155,6 +162,16 @@ class HangRun:
         counts = [len(re.findall(r"(?m)^step \d+ ", self.log(rec, n.node))) for n in rec.nodes]
         return rec if all(c >= steps for c in counts) else None
 
+    def where(self) -> str:
+        """For a harness error: the run's status and each node's steps so far."""
+        rec = self.record()
+        if rec is None:
+            return "no run record"
+        steps = {
+            n.node: len(re.findall(r"(?m)^step \d+ ", self.log(rec, n.node))) for n in rec.nodes
+        }
+        return f"run {rec.status.value}, steps {steps}"
+
     def inject(self, rec: RunRecord, dl: Deadline) -> float:
         """The moment the hang began (wall clock)."""
         if self.plan.kind in IN_JOB:
@@ -182,10 +199,10 @@ class HangRun:
         dl = Deadline(limit)
         try:
             if self.mntui("launch", "--no-ui") != 0:
-                raise RuntimeError("launch failed: " + " ".join(self.out.notes[-1:]))
+                raise HarnessError("launch failed: " + " ".join(self.out.notes[-1:]))
             rec = until(self.training, 120, dl, 0.3)
             if rec is None:
-                raise RuntimeError("the job never trained")
+                raise HarnessError(f"the job never trained: {self.where()}")
             injected = self.inject(rec, dl)
             report = until(lambda: _read_json(rec.dir / "report.json"), limit, dl, 0.2)
             if report is None:
@@ -193,6 +210,7 @@ class HangRun:
             self.score(rec, report, injected)
         except Exception as exc:  # a harness failure: logged, cleaned up, next hang
             self.out.error = f"{type(exc).__name__}: {exc}"
+            self.harness = isinstance(exc, HarnessError)
         finally:
             self.cleanup()
         return self.out

@@ -57,7 +57,7 @@ class NodeProgress:
 class Pace:
     """How the job steps while it is healthy: what a learnt stall threshold is made of."""
 
-    step_interval: float  # seconds a step, the median over nodes of each one's median
+    step_interval: float  # seconds a step: the median over nodes of time / steps advanced
     longest_gap: float  # the longest wait between two advances seen on any node
     gaps: int  # advances seen, over all nodes
 
@@ -73,8 +73,8 @@ class _Series:
     samples: deque[tuple[float, int]] = field(default_factory=deque)
     first: float | None = None  # when the first step was seen
     advanced: bool = False  # seen two different steps: a rate means something
-    # (seconds a step, seconds since the previous advance) of the last MAX_GAPS advances
-    gaps: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=MAX_GAPS))
+    # (seconds since the previous advance, steps advanced) of the last MAX_GAPS advances
+    gaps: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=MAX_GAPS))
 
 
 class ProgressTracker:
@@ -117,7 +117,7 @@ class ProgressTracker:
         else:
             s.advanced = True
             if now > last[0]:
-                s.gaps.append(((now - last[0]) / (best - last[1]), now - last[0]))
+                s.gaps.append((now - last[0], best - last[1]))
         if last is not None and last[0] >= now:
             s.samples[-1] = (last[0], best)
         else:
@@ -185,17 +185,18 @@ class ProgressTracker:
 
     def pace(self) -> Pace | None:
         """The job's step interval and longest pause so far, once a node has advanced
-        MIN_GAPS times; None before. Only finished gaps count: a hang in progress never
-        stretches the pace it is judged by."""
+        MIN_GAPS times; None before. A node's interval is its time over its steps (polls
+        see steps in bunches: 1 step in one, 2 in the next); only finished gaps count,
+        so a hang in progress never stretches the pace it is judged by."""
         per_node = [
-            statistics.median(g[0] for g in s.gaps)
+            sum(g[0] for g in s.gaps) / sum(g[1] for g in s.gaps)
             for s in self._series.values()
             if len(s.gaps) >= MIN_GAPS
         ]
         if not per_node:
             return None
         gaps = [g for s in self._series.values() for g in s.gaps]
-        return Pace(statistics.median(per_node), max(g[1] for g in gaps), len(gaps))
+        return Pace(statistics.median(per_node), max(g[0] for g in gaps), len(gaps))
 
     def slow(self, now: float, fraction: float, after: float) -> list[str]:
         """Nodes newly found below `fraction` × the median rate for `after` seconds.

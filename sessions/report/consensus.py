@@ -234,7 +234,7 @@ def _headline(groups: Sequence[Group]) -> str:
     rest = [g for g in groups if g not in odd]
     if not odd:
         if rest[0].role is Role.WAITING and len(rest) == 1:
-            return describe(rest[0]) + ": no rank stands out (a peer outside the job, the network?)"
+            return describe(rest[0]) + ": no rank stands out"
         doing = "; ".join(f"{g.who} in {g.what}" for g in rest[:2])
         tail = f"; {len(rest) - 2} more group(s) below" if len(rest) > 2 else ""
         return f"no rank waits in a collective: {doing}{tail}"

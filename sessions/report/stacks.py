@@ -139,8 +139,9 @@ def parse_capture(node: str, out: str, nonce: str) -> NodeStacks:
         if body == "NOSPY":
             nospy = True
         elif body.startswith("ASKED "):
-            asked = parse_asked(body)
-            bad += asked is None
+            got = parse_asked(body)
+            bad += got is None
+            asked = got or asked
         elif r := _RANK.match(body):
             ranks[int(r[1])] = (int(r[2]), r[3])
         elif s := _STACK.match(body):

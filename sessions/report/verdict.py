@@ -67,7 +67,8 @@ def conclude(
         head = flight.findings[0] if flight.findings else ""
         return Conclusion(head, _lines(cons), fr_lines, (suspect,))
     if cons is not None and cons.headline:
-        return Conclusion(cons.headline, _lines(cons), fr_lines, ())
+        hint = " (a peer outside the job, or the network?)" if trigger and not fr_lines else ""
+        return Conclusion(cons.headline + hint, _lines(cons), fr_lines, ())
     if fr_lines:
         return Conclusion(fr_lines[0], (), fr_lines, ())
     return None

@@ -13,7 +13,8 @@ import pytest
 from mntui.sessions.poll import NodeState
 from mntui.sessions.report.consensus import Role, consensus, fold_nodes, waits_in
 from mntui.sessions.report.flightrec import MAX_DUMP, load, read
-from mntui.sessions.report.stacks import Frame, RankStack
+from mntui.sessions.report.frdump import Asked
+from mntui.sessions.report.stacks import Frame, RankStack, parse_capture
 from mntui.sessions.report.verdict import conclude
 
 FR = Path(__file__).parents[1] / "data" / "flight_recorder"
@@ -139,6 +140,20 @@ def test_the_conclusion_uses_both_and_an_unreachable_node_leads() -> None:
     assert gone is not None and gone.headline.startswith("rank 1 (n1) became unreachable")
     assert gone.culprits[0].nodes == ("n1",)
     assert conclude(None, [], {}, {}, None) is None
+    same = ranks({0: ("n0", "S", ALL_REDUCE), 1: ("n1", "S", ALL_REDUCE)})
+    hung = conclude(("n0", NodeState.STALLED, "no output"), same, {}, {}, None)
+    live = conclude(None, same, {}, {}, None)
+    assert hung is not None and hung.headline.endswith(
+        "no rank stands out (a peer outside the job, or the network?)"
+    )
+    assert live is not None and live.headline.endswith("no rank stands out") and not live.culprits
+
+
+def test_a_capture_says_how_many_dumps_were_asked_for_and_written() -> None:
+    out = "@N1RANK 10 0 T\n@N1NOSPY\n@N1ASKED 3 DUMPED 2\n@N1ASKED x\n"
+    got = parse_capture("n0", out, "N1")
+    assert got.asked == Asked(3, 2) and got.missing is not None and got.malformed == 1
+    assert parse_capture("n0", "@N1RANK 10 0 S\n", "N1").asked is None
 
 
 @pytest.mark.parametrize("how", ["sleep", "barrier"])

@@ -61,6 +61,10 @@ def test_pace_is_learnt_from_finished_gaps_only() -> None:
     pace = t.pace()
     assert pace is not None and pace.longest_gap == 1.0
     assert pace.step_interval == pytest.approx((1.0 + 0.25) / 2)
+    bunched = ProgressTracker(re.compile(DEFAULT_PATTERN))  # 3 steps a second, polled at 2 Hz
+    for i, step in enumerate([0, 1, 3, 4, 6, 7, 9]):
+        bunched.feed("a", [f"step {step}"], i * 0.5)
+    assert bunched.pace() == Pace(pytest.approx(1 / 3), 0.5, 6)  # type: ignore[arg-type]
 
 
 def test_the_judge_stalls_at_the_learnt_threshold_and_says_so() -> None:
