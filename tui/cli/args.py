@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, NoReturn
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import ExitCode, UsageError
 
+from .examples import epilog
+
 if TYPE_CHECKING:
     from mntui.sessions.runs import RunRecord
 
@@ -132,6 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mntui",
         description="Launch, watch and cleanly kill multi-node "
         "PyTorch jobs on SSH-reachable nodes.",
+        epilog=epilog(None),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("-c", "--config", help=config_help())
     # -c after the verb too (`mntui launch -c job.yaml`): every verb takes it, and leaves
@@ -141,8 +145,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
 
     def verb(name: str, summary: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=summary, parents=[common])
+        return sub.add_parser(
+            name,
+            help=summary,
+            parents=[common],
+            epilog=epilog(name),  # one example a verb (examples.py)
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
 
+    _setup_verbs(verb)
     _launch_verbs(verb)
     _watch_verbs(verb)
     _check_verbs(verb)
@@ -151,6 +162,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 Verb = Callable[[str, str], argparse.ArgumentParser]
+
+
+def _setup_verbs(verb: Verb) -> None:
+    p = verb("init", "write a commented ./mntui.yaml for your hosts (then: mntui doctor)")
+    p.usage = "mntui init [options] [HOST ...] [-- COMMAND ...]"
+    p.add_argument("hosts", nargs="*", metavar="HOST", help="the nodes as you ssh them, main first")
+    p.add_argument("--hostfile", metavar="FILE", help="the nodes of a DeepSpeed/MPI hostfile")
+    p.add_argument("--slurm", action="store_true", help="the nodes of the Slurm allocation")
+    p.add_argument("--job", help="the job's name (default: this directory's)")
+    p.add_argument("--workdir", help="where the code is on the nodes (default: as here)")
+    p.add_argument("--nproc", type=count(1, 1024), default=1, help="processes (GPUs) per node")
+    p.add_argument("--port", type=count(1, 65535), default=29500, help="the master port")
+    p.add_argument("--ssh-config", metavar="FILE", help="an ssh_config to use (default: ssh's)")
+
+    p = verb("completion", "print the shell completion script (bash, zsh, fish)")
+    p.add_argument("shell", choices=("bash", "zsh", "fish"))
 
 
 def _launch_verbs(verb: Verb) -> None:

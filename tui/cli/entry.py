@@ -20,6 +20,7 @@ from mntui.sessions.config import ConfigError, JobConfig, load_config
 from mntui.sessions.errors import ExitCode, MntuiError, UsageError, log_exception
 
 from .args import build_parser, check_nodes, demo_config_path, find_config, find_run, where
+from .completion import autocomplete
 from .history_view import cmd_history, cmd_quarantine
 from .job_verbs import cmd_attach, cmd_cleanup, cmd_demo, cmd_kill, cmd_launch
 from .output import say
@@ -34,7 +35,10 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    autocomplete(parser)  # a shell's TAB: answered here, and the process exits
+    args = parse(parser, argv)
     if args.cmd is None:
         return cmd_app(args)
     # A closed terminal or a `kill` must unwind like Ctrl+C, so a half-done launch is
@@ -44,6 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.cmd == "demo":
             return cmd_demo(args)
+        if args.cmd in ("init", "completion"):  # no config yet, or none needed
+            return cmd_setup(args)
         if args.cmd in NO_CONFIG:  # the state dir only: no config needed
             return NO_CONFIG[args.cmd](args)
         cfg = load_config(find_config(args.config))
@@ -79,6 +85,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             err=True,
         )
         return ExitCode.FAILED
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """`mntui init HOST... -- COMMAND...`: the words after `--` are the job's command,
+    never hosts (argparse would take them as more positionals, or refuse them)."""
+    if "--" in argv:
+        cut = argv.index("--")
+        args = parser.parse_args(argv[:cut])
+        if args.cmd == "init":
+            args.command = argv[cut + 1 :]
+            return args
+    return parser.parse_args(argv)
+
+
+def cmd_setup(args: argparse.Namespace) -> int:
+    if args.cmd == "completion":
+        from .completion import script
+
+        say(script(args.shell), end="")
+        return ExitCode.OK
+    from .init_config import cmd_init
+
+    return cmd_init(args)
 
 
 def cmd_app(args: argparse.Namespace) -> int:
