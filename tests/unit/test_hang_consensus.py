@@ -160,3 +160,36 @@ def test_a_capture_says_how_many_dumps_were_asked_for_and_written() -> None:
 def test_the_fixtures_are_real_torch_dumps(how: str) -> None:
     d = load((FR / how / "rank_0").read_bytes())
     assert d is not None and {"version", "pg_config", "pg_status", "entries"} <= set(d)
+
+
+def synthetic(
+    rank_ops: list[tuple[int, str, str, list[int], bool]], status: dict[str, dict[str, int]]
+) -> bytes:
+    """A dump in torch 2.13's layout: (seq, op, dtype, shape, completed) per entry."""
+    entries = [
+        {"collective_seq_id": seq, "profiling_name": f"gloo:{op}", "input_dtypes": [dtype],
+         "input_sizes": [shape], "retired": done, "state": "scheduled", "is_p2p": False,
+         "process_group": ("0", "default_pg"), "time_created_ns": 1795504222984179551,
+         "frames": [{"name": "main", "filename": "/w/train.py", "line": 66}]}
+        for seq, op, dtype, shape, done in rank_ops
+    ]  # fmt: skip
+    return pickle.dumps(
+        {"version": "2.10", "pg_config": {}, "pg_status": status, "entries": entries}
+    )
+
+
+def test_a_rank_that_entered_the_collective_with_another_size_is_named() -> None:
+    waiting = {"0": {"last_enqueued_collective": 2, "last_started_collective": -1,
+                     "last_completed_collective": 1}}  # fmt: skip
+    good = synthetic(
+        [(1, "all_reduce", "Float", [4], True), (2, "all_reduce", "Float", [4], False)], waiting
+    )
+    odd = synthetic(
+        [(1, "all_reduce", "Float", [4], True), (2, "all_reduce", "Double", [8], False)], waiting
+    )
+    r = read({("a", "rank_0"): good, ("b", "rank_1"): odd, ("c", "rank_2"): good}, world=3)
+    assert r.culprits == (1,), r.findings
+    assert r.findings[0] == (
+        "collective #2 (default_pg) mismatch: 2 ranks 0,2 (a,c) all_reduce 4×float32 (train.py:66); "
+        "rank 1 (b) all_reduce 8×float64 (train.py:66)"
+    )
