@@ -171,8 +171,8 @@ def scan(job: str | None = None, since: float | None = None, now: float | None =
     cutoff = (time.time() if now is None else now) - since if since is not None else None
     runs, skipped, partial = [], 0, 0
     for name, run_dir in _run_dirs(base, job):
-        if cutoff is not None and _day_of(run_dir.name) < cutoff - 86400:
-            continue  # the run id names its day: skip old ones without opening them
+        if cutoff is not None and _day_of(run_dir.name) + 2 * 86400 < cutoff:
+            continue  # the run id names its (local) day: skip older days unopened
         view, left_out = read_run(name, run_dir)
         if view is None:
             skipped += 1 if (run_dir / "run.json").exists() else 0

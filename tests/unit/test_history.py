@@ -387,3 +387,13 @@ def test_the_history_bench_runs(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
     assert "| mntui history |" in res.stdout and "40 run records" in res.stdout
+
+
+def test_since_keeps_a_run_from_just_before_midnight() -> None:
+    import time as t
+
+    late = t.mktime((2026, 9, 21, 23, 59, 0, 0, 0, -1))
+    rid = t.strftime("%Y%m%d-%H%M%S", t.localtime(late)) + "-00aa"
+    write_run("jm", rid, record("jm", rid, at=late))
+    assert [r.run_id for r in scan(since=3600, now=late + 1800).runs] == [rid]
+    assert scan(since=3600, now=late + 7200).runs == ()
