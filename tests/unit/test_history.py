@@ -397,3 +397,36 @@ def test_since_keeps_a_run_from_just_before_midnight() -> None:
     write_run("jm", rid, record("jm", rid, at=late))
     assert [r.run_id for r in scan(since=3600, now=late + 1800).runs] == [rid]
     assert scan(since=3600, now=late + 7200).runs == ()
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (
+            "restart: {quarantine_after: {count: 0}}",
+            "restart.quarantine_after.count: expected an integer",
+        ),
+        (
+            "restart: {quarantine_after: {count: 2, for: 2y}}",
+            "restart.quarantine_after.for: expected a time span",
+        ),
+        ("restart: {quarantine_after: {within: 1h}}", "restart.quarantine_after.count: required"),
+        ("restart: {quarantine_after: {count: 2, fro: 1h}}", "did you mean 'for'?"),
+        ("checkpoint_pattern: '('", "checkpoint_pattern: not a valid regular expression"),
+    ],
+)
+def test_bad_history_settings_are_one_line_naming_the_key(extra: str, said: str) -> None:
+    from mntui.sessions.config import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        parse_config(JOB.format(extra=extra))
+    assert said in str(err.value) and "\n" not in str(err.value)
+
+
+def test_history_settings_are_read() -> None:
+    cfg = parse_config(JOB.format(extra="restart: {quarantine_after: {count: 3, within: 2h, for: 1d}}\n"
+                                         "checkpoint_pattern: 'saved (?P<step>[0-9]+)'"))  # fmt: skip
+    rule = cfg.restart.quarantine_after
+    assert rule is not None and (rule.count, rule.within, rule.hold) == (3, 7200, 86400)
+    assert cfg.checkpoint_pattern == "saved (?P<step>[0-9]+)"
+    assert parse_config(JOB.format(extra="")).restart.quarantine_after is None
