@@ -14,7 +14,9 @@ from mntui.sessions.config.settings import AUTO_UNKNOWN, Action, WatchPolicy
 from mntui.sessions.poll import NodeState, Pace
 from mntui.sessions.poll.progress import DEFAULT_PATTERN, ProgressTracker
 from mntui.sessions.poll.snapshot import JobProc
+from mntui.sessions.runs import RunRecord, RunStatus
 from mntui.sessions.watch.judge import Deadline, Judge, threshold_text
+from mntui.tui.cli.views import status_header
 
 MINIMAL = "job: j\nnodes: [a]\ncommand: x\n"
 AUTO = WatchPolicy(stall_after="auto", on_stall=Action.KILL_ALL)
@@ -81,3 +83,13 @@ def test_the_judge_stalls_at_the_learnt_threshold_and_says_so() -> None:
     assert threshold_text(j).startswith("60 s (auto: max(60 s, 10 × 0.36 s a step")
     fixed = Judge(WatchPolicy(stall_after=20))
     assert not fixed.learn(Pace(0.35, 1.0, 12)) and threshold_text(fixed) == "20 s"
+
+
+def test_status_shows_the_threshold_the_watchdog_noted_while_the_run_lives() -> None:
+    rec = RunRecord("j", "r1", "c.yaml", "127.0.0.1", 29500, [], status=RunStatus.RUNNING)
+    assert "stall threshold" not in status_header(rec, "")
+    rec.note("stall-threshold", seconds=300.0, text="300 s (auto: the job's steps not known yet)")
+    rec.note("stall-threshold", seconds=60.0, text="60 s (auto: max(60 s, 10 × 0.33 s a step))")
+    assert "stall threshold: 60 s (auto: max(60 s, 10 × 0.33 s a step))" in status_header(rec, "")
+    rec.status = RunStatus.TORN_DOWN
+    assert "stall threshold" not in status_header(rec, "")
