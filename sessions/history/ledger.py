@@ -195,7 +195,8 @@ def ledgers(scan: Scan, now: float) -> list[ChainLedger]:
 
 
 def format_ledgers(items: Iterable[ChainLedger]) -> str:
-    """The text of `mntui history`."""
+    """The text of `mntui history`: each chain, then the sum when there are several."""
+    items = list(items)
     out: list[str] = []
     for c in items:
         out.append(c.summary())
@@ -205,7 +206,22 @@ def format_ledgers(items: Iterable[ChainLedger]) -> str:
                 f"detection {format_span(x.detection)}, recovery {format_span(x.recovery)}, "
                 f"lost work {_work(x)}; {x.gpu_hours:.3f} GPU-h"
             )
+    if len(items) > 1:
+        out.append(total_line(items))
     return "\n".join(out)
+
+
+def total_line(items: Sequence[ChainLedger]) -> str:
+    """How much the failures of all these chains cost, in one line."""
+    wall = sum(c.wall for c in items)
+    training = sum(c.training for c in items)
+    good = f" ({training / wall:.0%} goodput)" if wall > 0 else ""
+    return (
+        f"total: {len(items)} chains, {sum(c.attempts for c in items)} attempts, "
+        f"{sum(len(c.losses) for c in items)} failures; wall {format_span(wall)}, training "
+        f"{format_span(training)}{good}; lost {format_span(sum(c.lost for c in items))} = "
+        f"{sum(c.gpu_hours_lost for c in items):.3f} GPU-h (GPUs counted from {GPUS_FROM})"
+    )
 
 
 def _work(x: Loss) -> str:

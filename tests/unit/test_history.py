@@ -430,3 +430,17 @@ def test_history_settings_are_read() -> None:
     assert rule is not None and (rule.count, rule.within, rule.hold) == (3, 7200, 86400)
     assert cfg.checkpoint_pattern == "saved (?P<step>[0-9]+)"
     assert parse_config(JOB.format(extra="")).restart.quarantine_after is None
+
+
+def test_the_ledger_text_ends_with_the_sum_of_its_chains() -> None:
+    from mntui.sessions.history.ledger import format_ledgers
+
+    for i, status in ((700, "finished"), (701, "torn-down")):
+        rid = run_id(i)
+        notes = [steps(T0 + i, T0 + i + 50)] + (
+            [teardown("node1", T0 + i + 52)] if i == 701 else []
+        )
+        write_run("jt", rid, record("jt", rid, status=status, at=T0 + i - 10, notes=notes))
+    text = format_ledgers(ledgers(scan(), T0 + 2000))
+    assert text.splitlines()[-1].startswith("total: 2 chains, 2 attempts, 1 failures; wall ")
+    assert "training 1m40s" in text.splitlines()[-1] and "GPU-h" in text

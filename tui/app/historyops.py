@@ -21,6 +21,7 @@ from mntui.sessions.config import JobConfig
 from .widgets import NodePane, ReportScreen
 
 RECENT = 7 * 86400.0  # a node that caused a failure this recently is marked
+MARKS_EVERY = 30.0  # seconds between two readings of the records for the marks
 
 
 class HistoryReady(Message):
@@ -44,6 +45,7 @@ class HistoryOps(App[None]):
 
     def on_mount(self) -> None:
         self.load_marks()
+        self.set_interval(MARKS_EVERY, self.load_marks)  # a new failure gets its mark
 
     def action_node_history(self) -> None:
         self.load_node_history(self.focused_node())
@@ -78,7 +80,7 @@ class HistoryOps(App[None]):
             text = f"could not read the records: {type(exc).__name__}: {exc}"
         self.post_message(HistoryReady(f"{job}: goodput ledger (`mntui history`)", text))
 
-    @work(thread=True, group="history", exit_on_error=False)
+    @work(thread=True, group="marks", exclusive=True, exit_on_error=False)
     def load_marks(self) -> None:
         from mntui.sessions import history
 
