@@ -80,6 +80,12 @@ def test_each_line_once_when_the_agent_takes_over(fake: FakeCluster, cfg: Cfg) -
                 assert session in fake.node(node).sessions()
             await pilot.press("y")
             await until(pilot, lambda: not tagged("t-once"), 30, "the job killed")
+            await until(pilot, lambda: app.busy is None, 10, "the kill done")
+            await pilot.press("q")
+            # Its last line says what is true: the job was killed, not left running.
+            last = str(app._exit_renderables[-1])
+            assert last.startswith("mntui: t-once is not running (run "), last
+            assert last.endswith(": killed)"), last
 
     run(go())
 

@@ -41,7 +41,7 @@ from mntui.sessions.errors import ExitCode
 from mntui.sessions.launch import LineSplitter
 from mntui.sessions.poll import Poller
 from mntui.sessions.report import Observations
-from mntui.sessions.runs import RunRecord, latest
+from mntui.sessions.runs import RunRecord, latest, read_status
 from mntui.sessions.ssh import Cluster
 from mntui.sessions.watch import Deadline, Judge, make_notifier
 
@@ -247,8 +247,18 @@ class MntuiApp(JobControl, HistoryOps):
         self.push_screen(HelpScreen())
 
     def action_quit_app(self) -> None:
-        self.notify("the job keeps running; `mntui kill` stops it", timeout=3)
-        self.exit(message=Text(f"mntui: left {self.cfg.job} running (mntui status / mntui kill)"))
+        """Quitting never stops the job; the last line says where it stands (it once said
+        "left running" of a job killed a moment before)."""
+        rec = self.record
+        status = read_status(rec.job, rec.run_id) or rec.status if rec is not None else None
+        if status is not None and status.is_live:
+            self.notify("the job keeps running; `mntui kill` stops it", timeout=3)
+            text = f"mntui: left {self.cfg.job} running (mntui status / mntui kill)"
+        elif rec is not None:
+            text = f"mntui: {self.cfg.job} is not running (run {rec.run_id}: {status})"
+        else:
+            text = f"mntui: {self.cfg.job} has no run here yet (mntui launch)"
+        self.exit(message=Text(text))
 
 
 def run_app(
