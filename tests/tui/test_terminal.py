@@ -42,6 +42,6 @@ def test_app_in_a_terminal_shows_nodes_and_kills(fake: FakeCluster, cfg: Cfg) ->
         wait_for(lambda: "clean:" in screen(), 10, what="the kill reported on screen")
         assert not port_listening(port)
         pane.send_keys("q", enter=False)
-        wait_for(lambda: "left tterm running" in screen(), 10, what="the app quit")
+        wait_for(lambda: "tterm is not running (run " in screen(), 10, what="the app quit")
     finally:
         session.kill()
