@@ -11,12 +11,15 @@ a spare that is not quarantined itself.
 
 from __future__ import annotations
 
+import fcntl
 import getpass
 import json
 import os
 import socket
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from urllib.parse import quote, unquote
@@ -97,13 +100,26 @@ def _read(path: Path) -> Quarantine | None:
     return q if unquote(path.stem) == q.node else None
 
 
+@contextmanager
+def _writing() -> Iterator[None]:
+    """Writers take the folder's lock: a prune must never remove a quarantine that
+    another shell has just renewed between its look and its unlink."""
+    fd = os.open(private_dir(folder()) / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def quarantine_node(
     node: str, seconds: float, why: str, who: str | None = None, now: float | None = None
 ) -> Quarantine:
     """Keep `node` out of launches for `seconds`; a second call replaces the first."""
     now = time.time() if now is None else now
     q = Quarantine(node, who or who_am_i(), now, now + seconds, why)
-    _write_atomic(_path(node), json.dumps(asdict(q), indent=2))
+    with _writing():
+        _write_atomic(_path(node), json.dumps(asdict(q), indent=2))
     prune_quarantines(now)
     return q
 
@@ -111,11 +127,12 @@ def quarantine_node(
 def release_node(node: str) -> Quarantine | None:
     """End `node`'s quarantine now; the one that was ended, or None if there was none."""
     path = _path(node)
-    q = _read(path)
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        return None
+    with _writing():
+        q = _read(path)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return None
     return q
 
 
@@ -139,12 +156,15 @@ def active_quarantines(now: float | None = None) -> dict[str, Quarantine]:
 
 def prune_quarantines(now: float | None = None) -> tuple[Quarantine, ...]:
     """Remove the files of quarantines that have ended; the ones removed."""
-    gone = quarantine_listing(now).expired
-    for q in gone:
-        try:
-            _path(q.node).unlink()
-        except FileNotFoundError:
-            pass
+    if not folder().is_dir():
+        return ()
+    with _writing():
+        gone = quarantine_listing(now).expired
+        for q in gone:
+            try:
+                _path(q.node).unlink()
+            except FileNotFoundError:
+                pass
     return gone
 
 
