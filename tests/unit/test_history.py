@@ -444,3 +444,14 @@ def test_the_ledger_text_ends_with_the_sum_of_its_chains() -> None:
     text = format_ledgers(ledgers(scan(), T0 + 2000))
     assert text.splitlines()[-1].startswith("total: 2 chains, 2 attempts, 1 failures; wall ")
     assert "training 1m40s" in text.splitlines()[-1] and "GPU-h" in text
+
+
+def test_quarantine_input_is_checked_in_one_line() -> None:
+    from mntui.tui.cli.entry import main
+
+    assert main(["quarantine", "g1", "--why", "a\x1b[31mb"]) == 2
+    assert main(["quarantine", "g1\tx"]) == 2
+    assert quarantines.quarantine_listing().active == ()
+    assert main(["quarantine", "g1", "--for", "2h", "--why", "XID 79"]) == 0
+    assert [q.node for q in quarantines.quarantine_listing().active] == ["g1"]
+    assert main(["quarantine", "--release", "g1"]) == 0 and not quarantines.active_quarantines()

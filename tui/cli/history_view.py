@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from mntui.sessions.history import NodeHistory
 
 MAX_NODE = 253
+MAX_WHY = 300
 
 
 def _left_out(skipped: int, partial: int) -> str | None:
@@ -62,6 +63,13 @@ def check_node_name(name: str) -> str:
     return name
 
 
+def check_why(text: str) -> str:
+    """`--why` is shown to whoever launches on the node: one printable line."""
+    if len(text) > MAX_WHY or any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise UsageError(f"--why: one line of printable text, at most {MAX_WHY} characters")
+    return text
+
+
 def cmd_quarantine(args: argparse.Namespace) -> int:
     from mntui.sessions import history
 
@@ -69,7 +77,7 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
         gone = history.release_node(check_node_name(name))
         say(f"released {name}" if gone else f"{name} was not quarantined")
     if args.nodes:
-        why = args.why or "no reason given"
+        why = check_why(args.why) if args.why else "no reason given"
         for name in args.nodes:
             q = history.quarantine_node(check_node_name(name), args.hold, why)
             say(f"quarantined {q.node} {q.describe()}; `mntui quarantine --release {q.node}` "
