@@ -61,9 +61,9 @@ def draw(seed: int, n: int, kinds: list[str], sizes: list[int], auto_share: floa
 
 
 def table(results: list[Result]) -> str:
-    """The README's table: one row a kind, then all."""
-    rows = ["| kind | hangs | named right | decided after injection (median / max) | report "
-            "after decision (median / max) |", "|---|---|---|---|---|"]  # fmt: skip
+    """The README's table: one row a kind, then all; times are median / max."""
+    rows = ["| kind | hangs | named right | decided after injection | stacks + dumps | kill | "
+            "report after decision |", "|---|---|---|---|---|---|---|"]  # fmt: skip
     groups = {k: [r for r in results if r.plan.kind == k] for k in KINDS}
     groups = {k: v for k, v in groups.items() if v}
     autos = [r for r in results if r.plan.auto]
@@ -73,7 +73,8 @@ def table(results: list[Result]) -> str:
     for kind, rs in groups.items():
         right = sum(r.named for r in rs)
         rows.append(f"| {kind} | {len(rs)} | {right}/{len(rs)} ({100 * right / len(rs):.0f} %) | "
-                    f"{_spread([r.decided_s for r in rs])} | {_spread([r.report_s for r in rs])} |")  # fmt: skip
+                    f"{_spread([r.decided_s for r in rs])} | {_spread([r.capture_s for r in rs])} | "
+                    f"{_spread([r.kill_s for r in rs])} | {_spread([r.report_s for r in rs])} |")  # fmt: skip
     return "\n".join(rows)
 
 

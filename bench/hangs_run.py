@@ -82,6 +82,8 @@ class Result:
     named_as: str = ""
     decided_s: float | None = None  # injection -> the watchdog's decision
     report_s: float | None = None  # decision -> report.txt written
+    capture_s: float | None = None  # stacks and Flight Recorder dumps, before the kill
+    kill_s: float | None = None  # the kill, between the capture and the report
     threshold: float | None = None  # the stall threshold in force (auto: learnt)
     headline: str = ""
     error: str | None = None
@@ -227,6 +229,8 @@ class HangRun:
         if end is not None:
             out.decided_s = float(end["decided_at"]) - injected
             out.report_s = float(end["report_at"]) - float(end["decided_at"])
+            out.capture_s = end.get("stack_seconds")
+            out.kill_s = end.get("kill_seconds")
         now = self.record()
         notes = [h for h in (now.history if now else []) if h.get("what") == "stall-threshold"]
         out.threshold = float(notes[-1]["seconds"]) if notes else None
