@@ -169,12 +169,16 @@ class Judge:
         return action is not Action.NOTIFY or (node, state) not in self.notified
 
 
-def threshold_text(judge: Judge) -> str:
-    """ "300 s", or "60 s (auto: max(60 s, 10 × 0.41 s a step, 2 × the longest pause 1.0 s))"."""
+def threshold_text(judge: Judge, short: bool = False) -> str:
+    """The stall threshold in force, for people: `300 s`; with auto, how it was learnt
+    (`60 s (auto: max(60 s, 10 × 0.41 s a step, 2 × the longest pause 1.0 s))`), or, for a
+    header (`short`), `60 s (auto)`."""
     p = judge.policy
     seconds = judge.stall_after
     if p.stall_after != "auto":
         return f"{seconds:g} s"
+    if short:
+        return f"{seconds:.0f} s (auto)"
     if judge.pace is None:
         return f"{seconds:g} s (auto: the job's steps not known yet)"
     pace = judge.pace

@@ -133,7 +133,8 @@ class Drawing(Following):
             f"{self.cfg.job}  run {rec.run_id if rec else '-'}{elapsed}  "
             f"{overall_state(list(self.views.values()), self.record is not None)}  {progress}"
             f"[{who}: on failure {w.on_failure.value}, on stall {w.on_stall.value}"
-            f" after {threshold_text(self.judge)}]" + (f"  {self.busy}..." if self.busy else "")
+            f" after {threshold_text(self.judge, short=True)}]"
+            + (f"  {self.busy}..." if self.busy else "")
         )
         if self.header.is_attached:
             self.header.set_text(text)
