@@ -94,6 +94,14 @@ def test_zsh_and_fish_scripts(shell: str, tmp_path: Path) -> None:
         path.write_text(res.stdout)
         check = ["zsh", "-n", str(path)] if shell == "zsh" else ["fish", "--no-execute", str(path)]
         assert subprocess.run(check, capture_output=True).returncode == 0
+    if shell == "fish" and shutil.which("fish"):  # and completes, as fish asks it
+        setup(tmp_path)
+        env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+        probe = f"source {tmp_path / 'mntui.fish'}; complete -C 'mntui kill g'"
+        got = subprocess.run(
+            ["fish", "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+        assert got.stdout.split() == ["g369", "g375"], got.stderr
     bad = subprocess.run(
         [sys.executable, "-m", "mntui.tui.cli", "completion", "csh"],
         capture_output=True, text=True, timeout=30,
