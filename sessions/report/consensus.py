@@ -34,7 +34,18 @@ C10D = frozenset({
     "send", "recv", "isend", "irecv", "send_object_list", "recv_object_list",
     "batch_isend_irecv", "wait", "wait_tensor", "new_group", "init_process_group",
 })  # fmt: skip
-_TORCH_DIST = re.compile(r"(^|/)torch/distributed/[^/]+\.py\Z")
+_TORCH_DIST = re.compile(r"(^|/)torch/distributed/.+\.py\Z")
+# Where the collectives run out of Python's sight: DDP and FSDP all-reduce gradients
+# inside the autograd engine, and DDP broadcasts buffers from C++; the innermost Python
+# frame is then one of these. (file pattern, function) -> the name the report uses.
+HIDDEN = (
+    (re.compile(r"(^|/)torch/autograd/graph\.py\Z"), "_engine_run_backward", "backward"),
+    (re.compile(r"(^|/)torch/nn/parallel/distributed\.py\Z"), "_sync_buffers", "DDP _sync_buffers"),
+    (re.compile(r"(^|/)torch/nn/parallel/distributed\.py\Z"), "_sync_module_buffers",
+     "DDP _sync_module_buffers"),
+    (re.compile(r"(^|/)torch/nn/parallel/distributed\.py\Z"), "_default_broadcast_coalesced",
+     "DDP _default_broadcast_coalesced"),
+)  # fmt: skip
 _TORCH = re.compile(r"(^|/)torch/")
 
 
@@ -68,14 +79,27 @@ class Wait:
 def waits_in(frames: Sequence[Frame]) -> Wait | None:
     """The collective this stack (innermost frame first) waits in, or None: the
     outermost torch.distributed entry point (`all_reduce`, `barrier`, `wait_tensor`…),
-    and the first frame outside torch and the libraries that called it."""
-    hit = None
+    or, innermost, the autograd engine or DDP's buffer sync (HIDDEN: their collectives
+    run in C++), and the first frame outside torch and the libraries that called it."""
+    hit, name = None, ""
     for i, f in enumerate(frames):
-        if f.name in C10D and _TORCH_DIST.search(f.file):
-            hit = i
+        if _bare(f.name) in C10D and _TORCH_DIST.search(f.file):
+            hit, name = i, _bare(f.name)
+    if hit is None and frames:
+        inner = frames[0]
+        found = (
+            label for rx, fn, label in HIDDEN if _bare(inner.name) == fn and rx.search(inner.file)
+        )
+        name = next(found, "")
+        hit = 0 if name else None
     if hit is None:
         return None
-    return Wait(frames[hit].name, user_frame(frames[hit + 1 :]))
+    return Wait(name, user_frame(frames[hit + 1 :]))
+
+
+def _bare(name: str) -> str:
+    """py-spy names a method by its qualified name: `DistributedDataParallel._sync_buffers`."""
+    return name.rsplit(".", 1)[-1]
 
 
 def user_frame(frames: Sequence[Frame]) -> Frame | None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mntui.sessions.poll import NodeState
-from mntui.sessions.report.consensus import Role, consensus, fold_nodes, waits_in
+from mntui.sessions.report.consensus import Role, Wait, consensus, fold_nodes, waits_in
 from mntui.sessions.report.flightrec import MAX_DUMP, load, read
 from mntui.sessions.report.frdump import Asked
 from mntui.sessions.report.stacks import Frame, RankStack, parse_capture
@@ -61,6 +61,23 @@ def test_waits_in_names_the_collective_and_the_users_line_not_a_lookalike() -> N
         waits_in(functional) == waits_in(functional)
         and waits_in(functional).collective == "wait_tensor"
     )  # type: ignore[union-attr]
+
+
+def test_under_ddp_the_backward_is_where_ranks_wait_for_a_peer() -> None:
+    graph = "/v/lib/python3.11/site-packages/torch/autograd/graph.py"
+    backward = (Frame("_engine_run_backward", graph, 829),
+                Frame("backward", "/v/lib/python3.11/site-packages/torch/_tensor.py", 625),
+                Frame("train_step", "/w/train.py", 72))  # fmt: skip
+    wait = waits_in(backward)
+    assert wait is not None and (wait.collective, wait.site) == ("backward", "train.py:72")
+    spec = {r: (f"n{r}", "S", DATA if r == 2 else backward) for r in range(4)}
+    c = consensus(ranks(spec))
+    assert c.headline.startswith("rank 2 (n2) is not in a collective: in `next_batch`")
+    assert c.headline.endswith("ranks 0-1,3 (n[0-1,3]) wait in `backward` (train.py:72)")
+    ddp = "/v/lib/python3.11/site-packages/torch/nn/parallel/distributed.py"
+    sync = (Frame("DistributedDataParallel._sync_buffers", ddp, 2410),
+            Frame("DistributedDataParallel.forward", ddp, 1700), Frame("step", "/w/t.py", 9))  # fmt: skip
+    assert waits_in(sync) == Wait("DDP _sync_buffers", Frame("step", "/w/t.py", 9))
 
 
 def test_another_collective_is_a_mismatch_and_a_tie_goes_by_the_usual_line() -> None:
