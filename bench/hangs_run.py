@@ -78,6 +78,7 @@ class Plan:
 @dataclass
 class Result:
     plan: Plan
+    job: str = ""  # the job's name: its run records are under the state dir by it
     named: bool = False  # the report's first culprit is exactly the injected rank and node
     named_as: str = ""
     decided_s: float | None = None  # injection -> the watchdog's decision
@@ -131,7 +132,7 @@ class HangRun:
         self.cfg.write_text(job_yaml(fc, work, self.job, plan))
         self.node = fc.nodes[plan.rank].name
         self.stopped: list[int] = []
-        self.out = Result(plan)
+        self.out = Result(plan, self.job)
         self.harness = False  # the error was the harness's, before any hang
 
     def mntui(self, *args: str, timeout: float = 150) -> int:
