@@ -5,8 +5,9 @@ before a hang's teardown mntui asks for a dump and copies every rank's file into
 record. torch's own reader (`torchfrtrace`) wants the files in one folder and fails on
 gloo dumps (their `pg_config` is empty), so this reads them: per process group, each
 rank's last enqueued and completed collective, and the first one not every rank entered
-("collective #6 all_reduce (default_pg, 4×float32): rank 1 never entered it; 7 ranks
-waiting since 12:18:20"), differing ops, sizes or dtypes, and ranks with no dump.
+("collective #6 all_reduce (default_pg, 1×float32, train.py:66): rank 1 (g375) never
+entered it (last entered: #5); 7 ranks 0,2-7 (g[369,376-381]) waiting since 12:18:20"),
+differing ops, sizes or dtypes, and ranks with no dump.
 
 A dump is a pickle that came from a node: data, never code. It is read by an Unpickler
 whose find_class refuses every global (the format is plain dicts, lists, strings and
