@@ -5,7 +5,10 @@ a live report that says what it did."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import re
+import signal
 from collections.abc import Awaitable
 from typing import Any
 
@@ -70,6 +73,23 @@ def test_each_line_once_when_the_agent_takes_over(fake: FakeCluster, cfg: Cfg) -
                 "each pane's step and rate",
             )
             assert "progress: " in str(app.query_one("#header").render())
+            # The agent goes away (its watchdog stopped): the panes start over from our own
+            # read near each log's end, and go on with each line once.
+            assert app.record is not None
+            agent = json.loads((app.record.dir / "agent.json").read_text())["pid"]
+            os.kill(agent, signal.SIGTERM)  # the watchdog the app started for this run
+            await until(pilot, lambda: app.watcher == "none", 30, "the app polling directly")
+            seen = {n: max(_numbers(v.log or [])) for n, v in app.views.items()}
+            await until(
+                pilot,
+                lambda: all(max(_numbers(v.log or []), default=0) > seen[n] + 20
+                            for n, v in app.views.items()),
+                30,
+                "lines polled directly",
+            )  # fmt: skip
+            for v in app.views.values():
+                nums = _numbers(v.log or [])
+                assert nums == list(range(nums[0], nums[0] + len(nums))), f"{v.node}: {nums}"
             # The kill dialog names the tmux sessions the nodes really have.
             await pilot.press("K")
             await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 10, "the dialog")
