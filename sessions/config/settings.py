@@ -132,6 +132,10 @@ class WatchPolicy:
     slow_after: float = field(
         default=120.0, metadata=ck.meta(ck.seconds(positive=True, maximum=DAY))
     )
+    # seconds between py-spy samples of every rank, for the straggler; 0: none
+    sample_every: float = field(default=10.0, metadata=ck.meta(ck.seconds(maximum=HOUR)))
+    # a straggler named by the samples: tell (notify), or take the job down (kill_all)
+    on_slow: Action = field(default=Action.NOTIFY, metadata=ck.meta(ck.choice(Action)))
 
     def stall_threshold(self, step: float | None = None, longest: float | None = None) -> float:
         """Seconds without output that make a stall. `auto`: max(AUTO_FLOOR, AUTO_STEPS ×

@@ -1,5 +1,6 @@
 """`mntui doctor`: one probe of every node before a launch (probe.py), the verdicts
-(checks.py) and the allreduce smoke test (smoke.py). Imports launch and below;
+(checks.py), the allreduce smoke test (smoke.py) and the pairs that find a slow
+node or link with it (pairs.py). Imports launch and below;
 only the UI imports it.
 """
 
@@ -12,6 +13,10 @@ if TYPE_CHECKING:
     from .checks import Status as Status
     from .checks import exit_code as exit_code
     from .checks import format_rows as format_rows
+    from .pairs import node_rows as node_rows
+    from .pairs import pair_checks as pair_checks
+    from .pairs import run_pairs as run_pairs
+    from .pairs import save_pairs as save_pairs
     from .probe import run_checks as run_checks
     from .smoke import allreduce as allreduce
 else:

@@ -118,7 +118,7 @@ def smoke_job(job: str) -> str:
     return SMOKE_PREFIX + job
 
 
-def smoke_config(cfg: JobConfig, timeout: float, token: str) -> JobConfig:
+def smoke_config(cfg: JobConfig, timeout: float, token: str, sustain: float = 0.0) -> JobConfig:
     """The job, with its command replaced by the bundled smoke test: same nodes, env,
     setup, ordering and launch path, under a job name of its own."""
     source = resources.files("mntui.sessions.jobs").joinpath("allreduce_smoke.py").read_text()
@@ -129,6 +129,7 @@ def smoke_config(cfg: JobConfig, timeout: float, token: str) -> JobConfig:
         "--nproc_per_node={nproc_per_node} "
         '--master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT" '
         f'"$MNTUI_RUN_DIR/smoke.py" {int(timeout)} {shlex.quote(token)}'
+        + (f" {sustain:g}" if sustain > 0 else "")
     )
     return replace(
         cfg,
@@ -142,6 +143,8 @@ def smoke_config(cfg: JobConfig, timeout: float, token: str) -> JobConfig:
 class RankResult:
     ok: bool
     detail: str
+    latency_us: float | None = None  # one float's all-reduce
+    algbw_gbps: float | None = None  # 4 MiB's
 
 
 def _number(entry: dict[str, Any], key: str) -> float | None:
@@ -163,11 +166,13 @@ def parse_smoke_line(line: str, token: str) -> RankResult | None:
     total, expected = _number(e, "sum"), _number(e, "expected")
     if e.get("ok") is not True or total is None or expected is None:
         return RankResult(False, f"rank {e.get('rank')}: {e.get('error') or 'wrong sum'}")
+    latency, bw = _number(e, "latency_us"), _number(e, "algbw_gbps")
     return RankResult(
         True,
         f"rank {e.get('rank')}/{e.get('world')} {e.get('backend')}: sum {total} "
-        f"(expected {expected}), latency {_number(e, 'latency_us') or 0:.0f} us, "
-        f"algbw {_number(e, 'algbw_gbps') or 0:.3f} GB/s",
+        f"(expected {expected}), latency {latency or 0:.0f} us, algbw {bw or 0:.3f} GB/s",
+        latency,
+        bw,
     )
 
 
@@ -242,8 +247,30 @@ def _not_started(main: str, exc: Exception) -> Check:
 def allreduce(cfg: JobConfig, cluster: Cluster, timeout: float = 60.0) -> list[Check]:
     """Launch the smoke job through the normal path; collect every rank's line; kill what
     was started, and only that: a launch refused by its preflight started nothing."""
+    ran = smoke_run(cfg, cluster, timeout)
+    if isinstance(ran, Check):
+        return [ran]
+    return _rows(ran[0], ran[1], timeout)
+
+
+def smoke_results(
+    cfg: JobConfig, cluster: Cluster, timeout: float, sustain: float = 0.0
+) -> tuple[dict[str, list[RankResult]], str | None]:
+    """Every node's rank results, and why a rank gave none (None: all did): for the
+    doctor's pairs (pairs.py), which want the numbers, not the rows."""
+    ran = smoke_run(cfg, cluster, timeout, sustain)
+    if isinstance(ran, Check):
+        return {}, ran.detail
+    rows = [r for r in _rows(ran[0], ran[1], timeout) if r.status is Status.FAIL]
+    return {n: f.results for n, f in ran[0].items()}, rows[0].detail if rows else None
+
+
+def smoke_run(
+    cfg: JobConfig, cluster: Cluster, timeout: float, sustain: float = 0.0
+) -> tuple[dict[str, _Follow], Plan] | Check:
+    """The smoke job's launch, its results, its kill (allreduce's, and the pairs')."""
     token = secrets.token_hex(8)
-    smoke = smoke_config(cfg, timeout, token)
+    smoke = smoke_config(cfg, timeout, token, sustain)
     attempted: list[str] = []  # nodes whose start was tried: launch's own abort stops them
 
     def started(e: Event) -> None:
@@ -255,9 +282,9 @@ def allreduce(cfg: JobConfig, cluster: Cluster, timeout: float = 60.0) -> list[C
     except (LaunchError, NodeError) as exc:
         if attempted:  # launch's abort stopped these; make sure, and touch no other node
             kill_job(smoke, cluster, names=list(dict.fromkeys(attempted)))
-        return [_not_started(cfg.main, exc)]
+        return _not_started(cfg.main, exc)
     try:
         follow = _collect(cluster, result.plan, token, timeout)
     finally:
         kill_job(smoke, cluster, names=[np.node for np in result.plan.nodes])
-    return _rows(follow, result.plan, timeout)
+    return follow, result.plan

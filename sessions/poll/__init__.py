@@ -24,5 +24,9 @@ if TYPE_CHECKING:
     from .states import Verdict as Verdict
     from .states import derive as derive
     from .states import may_still_run as may_still_run
+    from .throttle import THROTTLE_QUERY as THROTTLE_QUERY
+    from .throttle import GpuClock as GpuClock
+    from .throttle import parse_clocks as parse_clocks
+    from .throttle import throttled as throttled
 else:
     __getattr__ = lazy_exports(__name__, __file__)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from mntui.sessions.exports import lazy_exports
 
 if TYPE_CHECKING:
+    from .consensus import waits_in as waits_in
     from .failure import Ending as Ending
     from .failure import FailureReport as FailureReport
     from .failure import by_user as by_user
@@ -22,5 +23,15 @@ if TYPE_CHECKING:
     from .postmortem import save as save
     from .postmortem import saved_report as saved_report
     from .postmortem import try_report as try_report
+    from .stacks import NodeStacks as NodeStacks
+    from .stacks import capture_script as capture_script
+    from .stacks import parse_capture as parse_capture
+    from .suspect import Finding as Finding
+    from .suspect import RankWait as RankWait
+    from .suspect import Suspect as Suspect
+    from .suspect import Throttle as Throttle
+    from .suspect import load_finding as load_finding
+    from .suspect import save_finding as save_finding
+    from .suspect import slow_section as slow_section
 else:
     __getattr__ = lazy_exports(__name__, __file__)

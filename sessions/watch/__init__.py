@@ -13,6 +13,9 @@ if TYPE_CHECKING:
     from .judge import Trigger as Trigger
     from .judge import next_poll as next_poll
     from .judge import threshold_text as threshold_text
+    from .sampler import Sampler as Sampler
+    from .straggler import Tally as Tally
+    from .straggler import name_suspect as name_suspect
     from .takedown import teardown as teardown
     from .takedown import user_kills as user_kills
     from .watchdog import LockHeld as LockHeld

@@ -29,11 +29,20 @@ from mntui.sessions.history import chain_line, note_steps
 from mntui.sessions.launch import kill_job
 from mntui.sessions.notify import Notice, Notifier, NotifyEvent
 from mntui.sessions.poll import NodeSnapshot, NodeState, Poller, Verdict, may_still_run
-from mntui.sessions.report import Ending, FailureReport, observations, observe, try_report
+from mntui.sessions.report import (
+    Ending,
+    FailureReport,
+    Finding,
+    Suspect,
+    observations,
+    observe,
+    try_report,
+)
 from mntui.sessions.runs import RunRecord, RunStatus, read_status
 from mntui.sessions.ssh import Cluster
 
 from .judge import WAKE_MARGIN, Deadline, Judge, Trigger, next_poll, threshold_text, trigger_kind
+from .sampler import Sampler
 from .takedown import Teardown, teardown, user_kills, users_doing
 
 __all__ = [
@@ -102,6 +111,8 @@ class Watchdog:
         self.poller.tail_from_end()
         self.obs = observations(cfg, record)
         self.notifier = notifier or make_notifier(cfg)
+        self.sampler = Sampler(cfg, record, cluster, self.sampled)
+        self.named: list[Suspect] = []  # by the sampler's thread, told by the poll loop
 
     def tell(self, event: NotifyEvent, summary: str, with_report: bool = False) -> None:
         """A notification (webhook/command, in the background): never in the way."""
@@ -142,7 +153,24 @@ class Watchdog:
                     )
                 )
         fatal = next((t for t in triggers if t.action is Action.KILL_ALL), None)
-        return verdicts, fatal
+        return verdicts, fatal or self.tell_slow()
+
+    def sampled(self, finding: Finding, new: Suspect | None) -> None:
+        if new is not None:
+            self.named.append(new)
+
+    def tell_slow(self) -> Trigger | None:
+        """A straggler the sampler named: told here, on the poll loop's thread; a kill
+        only when `watch.on_slow: kill_all` asks for one."""
+        fatal = None
+        while self.named:
+            s = self.named.pop(0)
+            text, action = f"straggler: {s.line}", self.cfg.watch.on_slow
+            self.on_event(Event(s.node, s.rank, Phase.NOTICE, f"{text} (on_slow: {action})"))
+            self.tell(NotifyEvent.SLOW, text)
+            if action is Action.KILL_ALL:
+                fatal = Trigger(s.node, NodeState.RUNNING, text, Action.KILL_ALL)
+        return fatal
 
     def last_word(self) -> str:
         """The chain's seff-style line, when no restart follows this failure."""
@@ -243,6 +271,13 @@ class Watchdog:
             self.agent.detach()
 
     def _run(self, stop: Callable[[], bool]) -> WatchEnd:
+        self.sampler.start()
+        try:
+            return self._watch(stop)
+        finally:
+            self.sampler.stop()
+
+    def _watch(self, stop: Callable[[], bool]) -> WatchEnd:
         idle = 0
         self.note_threshold()
         while not stop():
@@ -251,6 +286,7 @@ class Watchdog:
                 return WatchEnd(WatchOutcome.STOOD_DOWN)
             verdicts, fatal = self.step()
             if fatal is not None:
+                self.sampler.stop()  # its py-spy must not hold a rank the teardown dumps
                 done = self.teardown(fatal)
                 summary = done.report.headline if done.report else f"{fatal.node} {fatal.why}"
                 self.tell(NotifyEvent.TEARDOWN, summary + self.last_word(), done.report is not None)

@@ -16,6 +16,7 @@ from textual.widgets import DataTable, RichLog
 
 from mntui.sessions.errors import log_exception
 from mntui.sessions.events import Event
+from mntui.sessions.report import load_finding
 from mntui.sessions.watch import Judge, threshold_text
 
 from .following import Following
@@ -136,5 +137,7 @@ class Drawing(Following):
             f" after {threshold_text(self.judge, short=True)}]"
             + (f"  {self.busy}..." if self.busy else "")
         )
+        if rec is not None and (slow := load_finding(rec.dir)) is not None and slow.lines:
+            text += "  " + "; ".join(slow.lines)  # the sampler's, here or headless
         if self.header.is_attached:
             self.header.set_text(text)

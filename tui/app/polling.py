@@ -16,14 +16,23 @@ from functools import partial
 from textual import work
 
 from mntui.sessions import notify
+from mntui.sessions.config import Action
 from mntui.sessions.launch import LineSplitter
-from mntui.sessions.poll import NodeProgress, NodeSnapshot, Poller, Verdict, may_still_run
-from mntui.sessions.report import Observations, observations, observe
+from mntui.sessions.poll import (
+    NodeProgress,
+    NodeSnapshot,
+    NodeState,
+    Poller,
+    Verdict,
+    may_still_run,
+)
+from mntui.sessions.report import Finding, Observations, Suspect, observations, observe
 from mntui.sessions.runs import RunRecord, latest
 from mntui.sessions.watch import (
     Deadline,
     Judge,
     LockHeld,
+    Sampler,
     Trigger,
     acquire_lock,
     next_poll,
@@ -52,6 +61,7 @@ class Polling(Drawing):
     due: tuple[Deadline, ...]
     pace: Pace
     progress_line: str
+    sampler: Sampler | None = None  # while the app is the run's watchdog
 
     def attach_run(self, record: RunRecord, watch_here: bool) -> None:
         """Start showing `record`; act as its watchdog if none is watching it already."""
@@ -79,6 +89,9 @@ class Polling(Drawing):
                 self.release_lock()  # restarts are the headless supervisor's: it keeps
                 start_detached(self.cfg, record)  # the chain going after the app quits
                 self.watcher = "headless"
+        if self.lock is not None:
+            self.sampler = Sampler(self.cfg, record, self.cluster, self.sampled)
+            self.sampler.start()
         self.generation += 1
         self.subscribed = False
         self.fresh = set(self.views)
@@ -224,6 +237,8 @@ class Polling(Drawing):
     @work(thread=True, exclusive=True, group="ops", exit_on_error=False)
     def teardown(self, trigger: Trigger) -> None:
         assert self.cluster is not None and self.record is not None
+        if self.sampler is not None:
+            self.sampler.stop()  # its py-spy must not hold a rank the teardown dumps
         done = teardown(self.cfg, self.record, self.cluster, trigger, self.post_event, self.obs)
         why = done.report.headline if done.report else f"{trigger.node} {trigger.state.value}"
         path = str(self.record.dir / "report.txt") if done.report else None
@@ -232,7 +247,28 @@ class Polling(Drawing):
         summary = f"watchdog tore the job down: {why} (R: the report)"
         self.post_message(KillDone(done.clean, summary))
 
+    def sampled(self, finding: Finding, new: Suspect | None) -> None:
+        """The sampler's thread: a newly named straggler goes to the app's thread."""
+        if new is not None:
+            self.call_from_thread(self.slow_named, new)
+
+    def slow_named(self, s: Suspect) -> None:
+        """Told, and acted on only as `watch.on_slow` says (the sampler decides nothing)."""
+        text = f"straggler: {s.line}"
+        self.log_event(f"{text} (on_slow: {self.cfg.watch.on_slow})")
+        if self.record is not None:
+            n = notify.Notice(notify.NotifyEvent.SLOW, self.record.job, self.record.run_id, text)
+            self.notifier.send(n)
+        self.refresh_header()
+        if self.cfg.watch.on_slow is Action.KILL_ALL:
+            self.act_on([Trigger(s.node, NodeState.RUNNING, text, Action.KILL_ALL)])
+        else:
+            self.notify(text, severity="warning", timeout=10)
+
     def release_lock(self) -> None:
+        if self.sampler is not None:
+            self.sampler.stop(wait=False)
+            self.sampler = None
         if self.lock is not None:
             self.lock.close()
             self.lock = None

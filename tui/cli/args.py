@@ -267,6 +267,11 @@ def _check_verbs(verb: Verb) -> None:
         "--allreduce", action="store_true", help="also launch a torch all-reduce smoke test"
     )
     p.add_argument(
+        "--pairs",
+        action="store_true",
+        help="all-reduce between pairs of nodes, in two rounds: name a slow node or link",
+    )
+    p.add_argument(
         "--timeout",
         type=seconds(0, 3600, above=True),
         default=60.0,

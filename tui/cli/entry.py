@@ -15,6 +15,7 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from mntui.sessions.config import ConfigError, JobConfig, load_config
 from mntui.sessions.errors import ExitCode, MntuiError, UsageError, log_exception
@@ -170,6 +171,7 @@ def cmd_doctor(cfg: JobConfig, args: argparse.Namespace) -> int:
     from mntui.sessions.ssh import Cluster
 
     t0 = time.time()
+    pairs_line = ""
     with Cluster(cfg.nodes, cfg.ssh) as cluster:
         rows = doctor.run_checks(cfg, cluster)
         if args.allreduce:
@@ -184,6 +186,8 @@ def cmd_doctor(cfg: JobConfig, args: argparse.Namespace) -> int:
                 )
             else:
                 rows += doctor.allreduce(cfg, cluster, args.timeout)
+        if args.pairs:
+            pairs_line = _doctor_pairs(cfg, cluster, rows, args.timeout)
     from .history_view import keep_doctor
 
     keep_doctor(cfg.job, [asdict(r) for r in rows])  # a node's history shows its failed checks
@@ -192,7 +196,31 @@ def cmd_doctor(cfg: JobConfig, args: argparse.Namespace) -> int:
     else:
         say(doctor.format_rows(rows))
         say(f"{len(cfg.nodes)} node(s), {len(rows)} checks in {time.time() - t0:.1f}s")
+        if pairs_line:
+            say(pairs_line)
     return ExitCode(doctor.exit_code(rows))
+
+
+def _doctor_pairs(cfg: JobConfig, cluster: Any, rows: list[Any], timeout: float) -> str:
+    """`doctor --pairs`: its rows join the others, its one line ends the output, and its
+    pairs are kept (state_dir()/<job>/doctor/doctor-pairs-<stamp>.json)."""
+    from mntui.sessions import doctor
+
+    if any(
+        r.status is doctor.Status.FAIL and r.check in ("ssh", "ports", "leftovers") for r in rows
+    ):
+        rows.append(
+            doctor.Check(cfg.main, "pairs", doctor.Status.FAIL, "skipped: fix the failures above")
+        )
+        return ""
+    started = time.time()
+    verdict = doctor.run_pairs(cfg, cluster, timeout)
+    rows += doctor.pair_checks(verdict)
+    try:
+        doctor.save_pairs(cfg.job, verdict, started)
+    except OSError as exc:
+        say(f"mntui: pairs not kept for the node history: {exc}", err=True)
+    return f"pairs: {verdict.line}"
 
 
 def cmd_nodes(cfg: JobConfig, args: argparse.Namespace) -> int:

@@ -28,6 +28,7 @@ def cmd_report(
     saved = saved_report(record)
     if saved is not None and not record.status.is_live:
         say(saved[1] if as_json else saved[0], end="" if not as_json else "\n")
+        _slow(record, as_json, say)
         from mntui.sessions.history import chain_line
 
         if not as_json and (line := chain_line(record.job, record.chain)):
@@ -35,12 +36,24 @@ def cmd_report(
         return ExitCode.OK
     if not record.status.is_live:
         say(f"run {record.run_id} ended ({record.status}) without a failure report", err=True)
+        _slow(record, as_json, say)
         return ExitCode.NOT_RUNNING
     text, data, via = _live(cfg, record)
     if verbose:
         say(f"mntui: {via.describe()}", err=True)
     say(json.dumps({**data, "via": via.name}, indent=2) if as_json else text, end="")
+    _slow(record, as_json, say)
     return ExitCode.OK
+
+
+def _slow(record: RunRecord, as_json: bool, say: Say) -> None:
+    """The straggler the watchdog's sampler named while the job ran (report/suspect.py):
+    a section of its own after the report, which is about how the run ended."""
+    from mntui.sessions.report import slow_section
+
+    lines = slow_section(record.dir)
+    if lines and not as_json:
+        say("\n" + "\n".join(lines))
 
 
 def _live(cfg: JobConfig, record: RunRecord) -> tuple[str, dict[str, Any], Via]:

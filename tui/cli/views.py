@@ -143,10 +143,30 @@ def status_json(
             "supervisor": orphan_line(record) or None,
             "exit_code": int(code),
             "via": via,
+            "straggler": slow_json(record),
             "nodes": nodes,
         },
         indent=indent,
     )
+
+
+def slow_lines(record: RunRecord) -> list[str]:
+    """The straggler and throttled GPUs the run's watchdog found (report/suspect.py)."""
+    from mntui.sessions.report import load_finding
+
+    found = load_finding(record.dir)
+    return found.lines if found is not None else []
+
+
+def slow_json(record: RunRecord) -> dict[str, object] | None:
+    from dataclasses import asdict
+
+    from mntui.sessions.report import load_finding
+
+    found = load_finding(record.dir)
+    if found is None:
+        return None
+    return {**asdict(found), "lines": found.lines}
 
 
 def _show_status(
@@ -166,6 +186,8 @@ def _show_status(
         if watch and sys.stdout.isatty():
             say("\033[H\033[2J", end="")
         say(status_table(record, st.snaps, st.verdicts, st.progress, st.summary, restarts))
+        for line in slow_lines(record):  # the watchdog's sampler: who holds the job
+            say(line)
         from mntui.sessions.history import chain_line
 
         if line := chain_line(record.job, record.chain):  # the chain's seff-style line

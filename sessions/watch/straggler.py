@@ -1,0 +1,80 @@
+"""Which rank holds a synchronous job: the one that waits least while the others wait most.
+
+Every rank runs the same step and meets the others in a collective; the slow one arrives
+last and never waits, the others wait for it. So each rank's Python stack is sampled
+(sampler.py) and every sample counts as waiting or not (`waits_in`, the report wing's one
+test of "this stack waits in a collective"). Pure: a tally per rank over the last
+`WINDOW` samples, and the rule below, judged after every round.
+
+The rule, from the bench's measurements (README, "Stragglers"): a clean job's ranks all
+wait little and alike; a rank 2x slower leaves the others waiting about half the time,
+1.3x about a quarter. Named when, over each rank's last samples:
+- every rank has at least MIN_SAMPLES samples,
+- the low ranks (wait share <= SUSPECT_MAX) all sit on one node,
+- the other ranks' median share is >= OTHERS_MIN, and the least of them waits at least
+  GAP more than the most-waiting low rank.
+A node of several ranks made slow as a whole (its CPU throttled) shows as all its ranks
+low: the node is named by its lowest rank.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from mntui.sessions.report import RankWait, Suspect
+
+WINDOW = 30  # samples per rank the rule looks at: a straggler that recovers is let go
+MIN_SAMPLES = 6
+SUSPECT_MAX = 0.15
+OTHERS_MIN = 0.30
+GAP = 0.20
+
+
+@dataclass(frozen=True)
+class Sample:
+    rank: int
+    node: str
+    waiting: bool
+
+
+class Tally:
+    """The last WINDOW samples of each rank (keyed by rank: a restarted job's ranks keep
+    their numbers, and each is on one node)."""
+
+    def __init__(self, window: int = WINDOW) -> None:
+        self.window = window
+        self.seen: dict[int, deque[bool]] = {}
+        self.nodes: dict[int, str] = {}
+        self.rounds = 0
+
+    def add(self, samples: Iterable[Sample]) -> None:
+        self.rounds += 1
+        for s in samples:
+            self.seen.setdefault(s.rank, deque(maxlen=self.window)).append(s.waiting)
+            self.nodes[s.rank] = s.node
+
+    def ranks(self) -> tuple[RankWait, ...]:
+        return tuple(
+            RankWait(r, self.nodes[r], len(q), sum(q)) for r, q in sorted(self.seen.items())
+        )
+
+
+def name_suspect(
+    ranks: Sequence[RankWait], after: float, now: float, min_samples: int = MIN_SAMPLES
+) -> Suspect | None:
+    """The suspect by the rule above, or None (too few samples, no clear odd one)."""
+    if len(ranks) < 2 or any(r.samples < min_samples for r in ranks):
+        return None
+    low = [r for r in ranks if r.share <= SUSPECT_MAX]
+    others = [r for r in ranks if r.share > SUSPECT_MAX]
+    if not low or not others or len({r.node for r in low}) != 1:
+        return None
+    if statistics.median(r.share for r in others) < OTHERS_MIN:
+        return None
+    if min(r.share for r in others) < max(r.share for r in low) + GAP:
+        return None
+    worst = min(low, key=lambda r: (r.share, r.rank))
+    return Suspect(worst.rank, worst.node, after, now, tuple(ranks))

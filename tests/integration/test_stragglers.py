@@ -1,0 +1,124 @@
+"""The straggler, caught on real nodes: a rank made slow is named by the watchdog's
+sampler (py-spy on every rank), told, shown by `status` and `report`; a node made slow
+for real (its sshd in a CPU-quota cgroup) is named and, with `on_slow: kill_all`, the job
+is taken down; `doctor --pairs` names the throttled node; the bench's short version."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import straggle
+from fakecluster import FakeCluster, free_port, wait_for
+from helpers import Cfg
+
+from mntui.sessions.watch import WatchOutcome
+
+REPO = Path(__file__).resolve().parents[2]
+needs_cgroup = pytest.mark.skipif(not straggle.can_throttle(), reason="no writable cgroup v1 cpu")
+
+
+def job_file(
+    cfg: Cfg, job: str, nodes: list[str], args: str, watch: str, fake: FakeCluster, extra: str = ""
+) -> Path:
+    work = cfg.tmp / "work"
+    work.mkdir(exist_ok=True)
+    (work / "straggler_train.py").write_bytes(straggle.JOB_SCRIPT.read_bytes())
+    body = straggle.job_yaml(job, nodes, free_port(), work, args, watch, extra)
+    path = cfg.tmp / f"{job}.yaml"
+    path.write_text(
+        textwrap.dedent(body).strip()
+        + f"\nssh: {{config: {fake.ssh_config}, connect_timeout: 5}}\n"
+    )
+    return path
+
+
+def test_a_slow_rank_is_named_told_and_shown(fake: FakeCluster, cfg: Cfg) -> None:
+    job = "stragrank"
+    args = "--work 0.1 --kind sleep --slow-rank 1 --slow-factor 3"
+    told = cfg.tmp / "told"
+    notify = f"""notify: {{command: 'printf "%s|%s\\n" "$MNTUI_EVENT" "$MNTUI_SUMMARY" >>{told}', on: [slow]}}"""
+    path = job_file(cfg, job, ["node0", "node1"], args, "sample_every: 0.5", fake, notify)
+    run = straggle.run_once(fake, path, job, 40, stop_early=True)
+    assert run.suspect is not None, run.finding
+    assert (run.suspect.rank, run.suspect.node) == (1, "node1")
+    assert run.notices and run.notices[0].startswith("straggler: rank 1 (node1) waits ")
+    assert run.notices[0].endswith("it holds the job (on_slow: notify)")
+    assert run.end is not None and run.end.outcome is WatchOutcome.STOPPED  # notify: no kill
+    wait_for(lambda: told.exists() and "\n" in told.read_text(), 10, what="the notice")
+    assert told.read_text().startswith("slow|straggler: rank 1 (node1) waits ")
+    status = cfg.mntui(path, "status")
+    line = next(x for x in status.stdout.splitlines() if x.startswith("straggler: "))
+    print(line)  # the README quotes it
+    assert "rank 1 (node1) waits" in line
+    data = json.loads(cfg.mntui(path, "status", "--json").stdout)
+    assert data["straggler"]["suspect"]["rank"] == 1
+    report = cfg.mntui(path, "report")
+    assert "Slow node (sampled while the job ran):" in report.stdout, report.stdout + report.stderr
+    print(report.stdout[report.stdout.index("Slow node") :])
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeCluster]:
+    """Nodes of our own: a quota on a node's sshd reaches only what it starts afterwards
+    (the session's nodes' tmux servers are already running)."""
+    with FakeCluster(tmp_path_factory.mktemp("strag"), 4).start() as cluster:
+        yield cluster
+
+
+@needs_cgroup
+def test_a_node_at_half_a_cpu_is_named_and_on_slow_kill_all_takes_the_job_down(
+    fresh: FakeCluster, tmp_path: Path
+) -> None:
+    cfg = Cfg(fresh, tmp_path)
+    job = "stragcg"
+    watch = "sample_every: 0.5, on_slow: kill_all, capture_budget: 0"
+    path = job_file(cfg, job, ["node0", "node1"], "--work 0.1 --kind cpu", watch, fresh)
+    with straggle.cpu_quota(straggle.sshd_pid(fresh, "node1"), 0.5, "test"):
+        run = straggle.run_once(fresh, path, job, 60, stop_early=False)
+    assert run.suspect is not None and run.suspect.node == "node1", run.finding
+    assert run.end is not None and run.end.outcome is WatchOutcome.TORN_DOWN
+    assert run.end.trigger is not None and run.end.trigger.why.startswith("straggler: rank 1")
+
+
+@needs_cgroup
+def test_doctor_pairs_names_the_throttled_node(fresh: FakeCluster, tmp_path: Path) -> None:
+    path = tmp_path / "pairs.yaml"
+    path.write_text(
+        textwrap.dedent(f"""
+        job: pairs
+        nodes: [node0, node1, node2, node3]
+        master_port: {free_port()}
+        command: "true"
+        ssh: {{config: {fresh.ssh_config}, connect_timeout: 5}}
+        """)
+    )
+    argv = [sys.executable, "-m", "mntui.tui.cli", "-c", str(path), "doctor", "--pairs"]
+    with straggle.cpu_quota(straggle.sshd_pid(fresh, "node2"), 0.1, "pairs"):
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    line = next(x for x in res.stdout.splitlines() if x.startswith("pairs: "))
+    assert line.startswith("pairs: node2 is slow: all-reduce "), res.stdout
+    assert res.returncode == 2  # a slow node fails the doctor
+    rows = [x.split() for x in res.stdout.splitlines() if " pairs " in f" {x} "]
+    assert {r[0]: r[2] for r in rows if len(r) > 2} == {
+        "node0": "PASS", "node1": "PASS", "node2": "FAIL", "node3": "PASS"
+    }  # fmt: skip
+    from mntui.sessions.errors import state_dir
+
+    (kept,) = (state_dir() / "pairs" / "doctor").glob("doctor-pairs-*.json")
+    data = json.loads(kept.read_text())
+    assert data["slow_nodes"] == ["node2"] and data["pairs"][0]["round"] == 1
+
+
+def test_the_bench_short_version() -> None:
+    res = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "stragglers.py"), "--quick"],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "| 2x | 1 | 2 | 1 | 0 | 0 |" in res.stdout

@@ -1,0 +1,159 @@
+"""Slow nodes for real, and one straggler run, for tests/integration/test_stragglers.py and
+bench/stragglers.py.
+
+`cpu_quota`: a fake node's sshd moved into a cgroup v1 `cpu` child with a CFS quota, so
+everything it starts afterwards (the node's tmux server, the job's ranks) inherits the
+quota: a node slow for real, not by a flag of our own job. The cgroup is ours (created
+here under a unique name) and removed after, its processes moved back to the parent
+first. `run_once`: a straggler_train.py job on the given nodes, watched in-process by a
+real Watchdog with its sampler, until the sampler names a suspect or `seconds` run out.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from fakecluster import FakeCluster, process_tree, wait_for
+
+from mntui.sessions.config import load_config
+from mntui.sessions.events import Event, Phase
+from mntui.sessions.report import Finding, Suspect
+from mntui.sessions.runs import latest
+from mntui.sessions.ssh import Cluster
+from mntui.sessions.watch import Watchdog, WatchEnd
+
+CPU_CGROUP = Path("/sys/fs/cgroup/cpu")
+JOB_SCRIPT = Path(__file__).resolve().parent / "jobs" / "straggler_train.py"
+
+
+def can_throttle() -> bool:
+    return (CPU_CGROUP / "cpu.cfs_quota_us").exists() and os.access(CPU_CGROUP, os.W_OK)
+
+
+@contextmanager
+def cpu_quota(pid: int, fraction: float, name: str) -> Iterator[Path]:
+    """`pid` (an sshd) and its future children limited to `fraction` of one CPU."""
+    group = CPU_CGROUP / f"mntui-test-{name}-{os.getpid()}"
+    group.mkdir()
+    try:
+        period = 100_000
+        (group / "cpu.cfs_period_us").write_text(str(period))
+        (group / "cpu.cfs_quota_us").write_text(str(int(period * fraction)))
+        (group / "cgroup.procs").write_text(str(pid))
+        yield group
+    finally:
+        for line in (group / "cgroup.procs").read_text().split():
+            try:
+                (CPU_CGROUP / "cgroup.procs").write_text(line)
+            except OSError:
+                pass  # it ended meanwhile
+        wait_for(lambda: not (group / "cgroup.procs").read_text().split(), 10, what="cgroup empty")
+        group.rmdir()
+
+
+def job_yaml(
+    job: str, nodes: list[str], port: int, work_dir: Path, args: str, watch: str, extra: str = ""
+) -> str:
+    return f"""
+    job: {job}
+    nodes: [{", ".join(nodes)}]
+    workdir: {work_dir}
+    master_port: {port}
+    env: {{OMP_NUM_THREADS: "1"}}
+    command: >-
+      exec python3 -m torch.distributed.run --nnodes={{nnodes}} --node_rank={{node_rank}}
+      --nproc_per_node={{nproc_per_node}} --master_addr={{master_addr}} --master_port={{master_port}}
+      straggler_train.py {args}
+    launch: {{ready_timeout: 90}}
+    kill: {{grace: 2}}
+    watch: {{{watch}}}
+    {extra}
+    """
+
+
+@dataclass
+class Run:
+    suspect: Suspect | None = None
+    named_after: float | None = None  # seconds from the watchdog's start
+    finding: Finding | None = None
+    notices: list[str] | None = None
+    end: WatchEnd | None = None
+    steps: dict[str, list[float]] | None = None  # node -> its rank 0's step times
+
+
+def step_times(log: str) -> list[float]:
+    out = []
+    for line in log.splitlines():
+        parts = line.split()
+        if len(parts) == 6 and parts[0] == "step" and parts[4] == "t":
+            try:
+                out.append(float(parts[5]))
+            except ValueError:
+                pass
+    return out
+
+
+def run_once(fake: FakeCluster, path: Path, job: str, seconds: float, stop_early: bool) -> Run:
+    """Launch (no watchdog of its own), watch in this process for `seconds` (or until a
+    suspect when `stop_early`), then kill the job."""
+    import subprocess
+    import sys
+
+    res = subprocess.run(
+        [sys.executable, "-m", "mntui.tui.cli", "-c", str(path), "launch", "--no-ui", "--no-watch"],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    config, record = load_config(path), latest(job)
+    assert record is not None
+    run = Run(notices=[])
+    t0 = time.monotonic()
+
+    def on_event(e: Event) -> None:
+        if e.phase is Phase.NOTICE and "straggler" in e.message:
+            assert run.notices is not None
+            run.notices.append(e.message)
+
+    cluster = Cluster(config.nodes, config.ssh)
+    with cluster:
+        dog = Watchdog(config, record, cluster, on_event)
+        seen = dog.sampler.on_finding
+
+        def found(f: Finding, new: Suspect | None) -> None:
+            run.finding = f
+            if new is not None and run.suspect is None:
+                run.suspect, run.named_after = new, time.monotonic() - t0
+            seen(f, new)
+
+        dog.sampler.on_finding = found
+        deadline = t0 + seconds
+        stop = threading.Event()
+
+        def until() -> bool:
+            """With `stop_early`, a second after the naming: the poll loop tells it."""
+            named = run.named_after is not None and time.monotonic() - t0 > run.named_after + 1
+            return stop.is_set() or time.monotonic() > deadline or (stop_early and named)
+
+        run.end = dog.run(until)
+        names = {n.node for n in record.nodes}
+        run.steps = {n.name: step_times(n.log(job)) for n in fake.nodes if n.name in names}
+        subprocess.run(
+            [sys.executable, "-m", "mntui.tui.cli", "-c", str(path), "kill"],
+            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    return run
+
+
+def sshd_pid(fake: FakeCluster, node: str) -> int:
+    proc = fake.node(node).proc
+    assert proc is not None
+    return proc.pid
+
+
+__all__ = ["process_tree"]

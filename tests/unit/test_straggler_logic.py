@@ -1,0 +1,133 @@
+"""The straggler rule on tallies, the sampler's parsing of a node's answer, GPU throttle
+reasons from a recorded real nvidia-smi answer, the finding kept for `status`, and
+`doctor --pairs`' two rounds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mntui.sessions.doctor.pairs import Pair, conclude, judge_pairs, node_rows, round_one
+from mntui.sessions.poll import parse_clocks, throttled
+from mntui.sessions.report import Finding, RankWait, load_finding, save_finding, slow_section
+from mntui.sessions.watch import Tally, name_suspect
+from mntui.sessions.watch.sampler import parse_round, samples_of
+from mntui.sessions.watch.straggler import Sample
+
+SMI = Path(__file__).resolve().parents[1] / "data" / "nvidia-smi"
+
+
+def ranks(*shares: tuple[str, float], n: int = 10) -> list[RankWait]:
+    return [RankWait(i, node, n, round(share * n)) for i, (node, share) in enumerate(shares)]
+
+
+def test_the_rank_that_waits_least_while_the_others_wait_is_named() -> None:
+    s = name_suspect(ranks(("g1", 0.6), ("g2", 0.6), ("g3", 0.0), ("g4", 0.7)), 12.0, 0.0)
+    assert s is not None and (s.rank, s.node) == (2, "g3")
+    assert s.line == "rank 2 (g3) waits 0 % of the time, the others 60–70 %: it holds the job"
+
+
+def test_a_clean_job_names_nobody() -> None:
+    assert name_suspect(ranks(("g1", 0.1), ("g2", 0.0), ("g3", 0.1)), 1, 0) is None
+    # everyone waits alike (a slow network, a slow shared filesystem): nobody holds the job
+    assert name_suspect(ranks(("g1", 0.5), ("g2", 0.6), ("g3", 0.5)), 1, 0) is None
+
+
+def test_too_few_samples_or_two_low_nodes_name_nobody() -> None:
+    assert name_suspect(ranks(("g1", 0.6), ("g2", 0.0), n=3), 1, 0) is None
+    assert name_suspect(ranks(("g1", 0.6), ("g2", 0.0), ("g3", 0.0)), 1, 0) is None
+    # the others barely wait more than the low one: no clear odd one
+    assert name_suspect(ranks(("g1", 0.3), ("g2", 0.1)), 1, 0) is None
+
+
+def test_a_slow_node_of_several_ranks_is_named_by_its_lowest_rank() -> None:
+    s = name_suspect(ranks(("g1", 0.6), ("g1", 0.6), ("g2", 0.1), ("g2", 0.0)), 1, 0)
+    assert s is not None and (s.rank, s.node) == (3, "g2")
+
+
+def test_the_tally_keeps_a_window() -> None:
+    t = Tally(window=4)
+    for waiting in (True, True, True, True, False, False):
+        t.add([Sample(0, "g1", waiting)])
+    assert t.ranks() == (RankWait(0, "g1", 4, 2),)
+
+
+def test_throttle_reasons_from_a_recorded_answer() -> None:
+    gpus, bad = parse_clocks((SMI / "h100-powercap.throttle.csv").read_text())
+    assert bad == 0 and len(gpus) == 1
+    (g,) = throttled(gpus)
+    assert (g.sm_clock, g.max_clock, g.reasons) == (1590.0, 1980.0, ("power cap (SW)",))
+    # the poll's own recording has no throttle column: nothing is throttled, nothing invented
+    gpus, bad = parse_clocks((SMI / "h100x8.gpu.csv").read_text())
+    assert len(gpus) == 8 and throttled(gpus) == () and bad == 0
+
+
+def test_a_round_parses_stacks_and_gpus_and_counts_garbage() -> None:
+    nonce = "ab12cd34"
+    smi = "\n".join(
+        line for line in (SMI / "h100-powercap.throttle.csv").read_text().splitlines()
+        if not line.startswith("#")
+    )  # fmt: skip
+    out = (
+        "Welcome (noise from .bashrc)\n"
+        f"@{nonce}RANK 4242 1 S\n@{nonce}bogus\n"
+        f"@{nonce}GPU\n{smi}\nclocks_throttle_reasons.active, index\nnot-a-mask, 0\n"
+    )
+    stacks, held, bad = parse_round("g9", out, nonce)
+    assert stacks.malformed == 1 and [s.rank for s in stacks.stacks] == [1]
+    assert samples_of(stacks) == []  # a rank py-spy gave no stack for is no sample
+    assert [t.line for t in held] == [
+        "GPU None of g9 is throttled at 1590/1980 MHz: power cap (SW) (700 W, 71 °C)"
+    ]
+    assert bad == 2  # a second header is no data, and a mask that is not hex
+
+
+def test_the_finding_round_trips_and_makes_the_report_section(tmp_path: Path) -> None:
+    rs = ranks(("g1", 0.6), ("g2", 0.0))
+    s = name_suspect(rs, 8.0, 1.0)
+    save_finding(tmp_path, Finding(s, (), tuple(rs), 12))
+    found = load_finding(tmp_path)
+    assert found is not None and found.suspect == s
+    assert slow_section(tmp_path)[1] == (
+        "  straggler: rank 1 (g2) waits 0 % of the time, the other 60 %: it holds the job"
+    )
+    (tmp_path / "straggler.json").write_text('{"suspect": 3}')
+    assert load_finding(tmp_path) is None and slow_section(tmp_path) == []
+
+
+# -- doctor --pairs: the two rounds' verdicts (pure) ----------------------------------
+
+
+def pair(rnd: int, a: str, b: str, lat: float | None, bw: float | None = 1.0) -> Pair:
+    return Pair(rnd, a, b, lat, bw, None if lat is not None else "smoke job did not start")
+
+
+def test_round_one_pairs_neighbours_and_the_odd_one_joins_node_0() -> None:
+    assert round_one(["a", "b", "c", "d"]) == [("a", "b"), ("c", "d")]
+    assert round_one(["a", "b", "c"]) == [("a", "b"), ("c", "a")]
+
+
+def test_the_node_slow_with_a_fast_partner_is_named() -> None:
+    first = judge_pairs([pair(1, "g0", "g1", 250), pair(1, "g2", "g3", 2000, 0.17)])
+    assert [p.slow for p in first] == [False, True]
+    second = [pair(2, "g2", "g0", 4100, 0.17), pair(2, "g3", "g1", 270)]
+    judged = judge_pairs(first + second)
+    v = conclude(judged[:2], judged[2:], ["g0", "g1", "g2", "g3"])
+    assert v.slow_nodes == ("g2",) and v.slow_links == ()
+    assert v.line.startswith("g2 is slow: all-reduce 4100 us, 0.170 GB/s with g0")
+    assert [r[3] for r in node_rows(v)] == ["ok", "ok", "SLOW", "ok"]
+
+
+def test_a_pair_slow_only_together_is_a_slow_link() -> None:
+    first = judge_pairs([pair(1, "g0", "g1", 250), pair(1, "g2", "g3", 300, 0.2)])
+    second = [pair(2, "g2", "g0", 260), pair(2, "g3", "g1", 240)]
+    judged = judge_pairs(first + second)
+    v = conclude(judged[:2], judged[2:], ["g0", "g1", "g2", "g3"])
+    assert v.slow_nodes == () and v.slow_links == (("g2", "g3"),)
+    assert "the link g2–g3 is slow" in v.line
+
+
+def test_latency_noise_alone_is_no_slow_pair_and_a_failed_pair_is() -> None:
+    v = judge_pairs([pair(1, "g0", "g1", 720), pair(1, "g2", "g3", 273), pair(1, "g4", "g0", None)])
+    assert [p.slow for p in v] == [False, False, True]
+    clean = conclude(judge_pairs([pair(1, "g0", "g1", 720), pair(1, "g2", "g3", 273)]), [], [])
+    assert clean.line.startswith("no slow node or link")
