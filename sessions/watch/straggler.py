@@ -8,13 +8,16 @@ test of "this stack waits in a collective"). Pure: a tally per rank over the las
 
 The rule, from the bench's measurements (README, "Stragglers"): a clean job's ranks all
 wait little and alike; a rank 2x slower leaves the others waiting about half the time,
-1.3x about a quarter. Named when, over each rank's last samples:
-- every rank has at least MIN_SAMPLES samples,
-- the low ranks (wait share <= SUSPECT_MAX) all sit on one node,
-- the other ranks' median share is >= OTHERS_MIN, and the least of them waits at least
-  GAP more than the most-waiting low rank.
-A node of several ranks made slow as a whole (its CPU throttled) shows as all its ranks
-low: the node is named by its lowest rank.
+1.3x about a quarter. Named when, over each rank's last samples, every rank has at
+least MIN_SAMPLES samples and the low ranks all sit on one node, the low ranks being:
+- those that wait at most SUSPECT_MAX, when the other ranks' median is at least
+  OTHERS_MIN and the least of them waits GAP more than the most-waiting low rank; or
+- those that wait at most HALF of what the least-waiting other rank does, when every
+  other rank waits at least BUSY. A node slowed by a CPU quota is stopped wherever its
+  quota runs out, often inside the collective it just entered: the bench's node at half
+  a CPU "waited" 50 % of its samples, its partner 100 %.
+A node of several ranks made slow as a whole shows as all its ranks low: the node is
+named by its lowest rank. A clean job's ranks wait alike, whatever their share.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ MIN_SAMPLES = 6
 SUSPECT_MAX = 0.15
 OTHERS_MIN = 0.30
 GAP = 0.20
+HALF = 0.5
+BUSY = 0.60
 
 
 @dataclass(frozen=True)
@@ -68,13 +73,28 @@ def name_suspect(
     """The suspect by the rule above, or None (too few samples, no clear odd one)."""
     if len(ranks) < 2 or any(r.samples < min_samples for r in ranks):
         return None
-    low = [r for r in ranks if r.share <= SUSPECT_MAX]
-    others = [r for r in ranks if r.share > SUSPECT_MAX]
-    if not low or not others or len({r.node for r in low}) != 1:
-        return None
-    if statistics.median(r.share for r in others) < OTHERS_MIN:
-        return None
-    if min(r.share for r in others) < max(r.share for r in low) + GAP:
+    low = _idle(ranks) or _throttled(ranks)
+    if not low or len({r.node for r in low}) != 1:
         return None
     worst = min(low, key=lambda r: (r.share, r.rank))
     return Suspect(worst.rank, worst.node, after, now, tuple(ranks))
+
+
+def _idle(ranks: Sequence[RankWait]) -> list[RankWait]:
+    """The ranks that barely wait while the others wait a good part of the time."""
+    low = [r for r in ranks if r.share <= SUSPECT_MAX]
+    others = [r for r in ranks if r.share > SUSPECT_MAX]
+    if not low or not others or statistics.median(r.share for r in others) < OTHERS_MIN:
+        return []
+    return low if min(r.share for r in others) >= max(r.share for r in low) + GAP else []
+
+
+def _throttled(ranks: Sequence[RankWait]) -> list[RankWait]:
+    """The ranks that wait half as much as any other, while every other is nearly always
+    waiting (a quota stops the slow one inside collectives too)."""
+    by_share = sorted(ranks, key=lambda r: r.share)
+    for k in range(1, len(by_share)):
+        low, others = by_share[:k], by_share[k:]
+        if others[0].share >= BUSY and low[-1].share <= HALF * others[0].share:
+            return low
+    return []

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from mntui.sessions.config import Action, ConfigError, WatchPolicy, load_config
 from mntui.sessions.doctor.pairs import Pair, conclude, judge_pairs, node_rows, round_one
 from mntui.sessions.poll import parse_clocks, throttled
 from mntui.sessions.report import Finding, RankWait, load_finding, save_finding, slow_section
@@ -131,3 +134,34 @@ def test_latency_noise_alone_is_no_slow_pair_and_a_failed_pair_is() -> None:
     assert [p.slow for p in v] == [False, False, True]
     clean = conclude(judge_pairs([pair(1, "g0", "g1", 720), pair(1, "g2", "g3", 273)]), [], [])
     assert clean.line.startswith("no slow node or link")
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ("sample_every: -1", "watch.sample_every: expected a number >= 0 and <= 3600"),
+        ("sample_every: fast", "watch.sample_every: expected a number"),
+        ("on_slow: kill", "watch.on_slow: expected one of kill_all, notify, got 'kill'"),
+    ],
+)
+def test_bad_sampling_keys_are_one_line_with_file_line_and_key(
+    tmp_path: Path, line: str, says: str
+) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(f"job: j\nnodes: [a]\ncommand: x\nwatch: {{{line}}}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert f"{path}:4 {says}" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_sampling_defaults() -> None:
+    w = WatchPolicy()
+    assert (w.sample_every, w.on_slow) == (10.0, Action.NOTIFY)
+
+
+def test_a_node_throttled_inside_its_collectives_is_named_against_busy_waiters() -> None:
+    # measured: node1 at half a CPU "waited" 15 of 30 samples, node0 all 30
+    s = name_suspect(ranks(("g0", 1.0), ("g1", 0.5), n=30), 1, 0)
+    assert s is not None and s.node == "g1"
+    assert name_suspect(ranks(("g0", 0.9), ("g1", 0.6), n=30), 1, 0) is None
+    assert name_suspect(ranks(("g0", 0.5), ("g1", 0.25), n=30), 1, 0) is None  # not busy
