@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from mntui.sessions.config import JobConfig, load_config
@@ -25,6 +28,51 @@ if TYPE_CHECKING:
 
 
 def cmd_launch(cfg: JobConfig, args: argparse.Namespace) -> int:
+    """A Ctrl+C (or a closed terminal) once every node has started must not leave the job
+    running with nobody watching it: the watchdog is started before the interrupt goes on."""
+    since = time.time()
+    try:
+        return _launch(cfg, args)
+    except KeyboardInterrupt:
+        if not (args.no_ui or args.dry_run or args.no_watch):
+            raise
+        with _signals_held():
+            _watch_interrupted(cfg, since)
+        raise
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Ctrl+C, SIGTERM and SIGHUP wait until the block is done (then they are delivered)."""
+    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _watch_interrupted(cfg: JobConfig, since: float) -> None:
+    """The interrupted launch's run, if it got as far as running, gets its watchdog."""
+    from mntui.sessions.launch import chain_of, orphaned
+    from mntui.sessions.runs import RunStatus, latest
+    from mntui.sessions.watch import start_detached
+
+    rec = latest(cfg.job)
+    if rec is None or rec.created_at < since or rec.status is not RunStatus.RUNNING:
+        return  # the launch stopped what it had started, or never created a run
+    view = chain_of(cfg.job, rec)
+    if view is not None and (rec.dir / "watch.lock").exists() and orphaned(view) is None:
+        return  # its watchdog already runs
+    name = start_detached(cfg, rec)
+    say(
+        f"mntui: interrupted after every node had started: {cfg.job} runs on, watched from "
+        f"local tmux session {name}; `mntui kill` stops it",
+        err=True,
+    )
+
+
+def _launch(cfg: JobConfig, args: argparse.Namespace) -> int:
     from mntui.sessions import launch
     from mntui.sessions.launch import describe
     from mntui.sessions.results import NodeError
