@@ -41,9 +41,18 @@ from .straggler import Sample, Tally, name_suspect
 MAX_BUDGET = 5.0  # seconds for one round's dumps, however long the interval
 
 
+BLOCKING = "*) nb= ;;"  # the capture script's choice for a running rank
+
+
 def round_script(pattern: str, budget: float, nonce: str) -> str:
+    """The teardown's capture, every rank read with `--nonblocking`: a sample must not
+    stop the rank (no ptrace stop: no pause in its step, no `t` state that a poll could
+    read as frozen); a torn read is a failed dump, no sample."""
+    capture = capture_script(pattern, budget, nonce)
+    if BLOCKING in capture:
+        capture = capture.replace(BLOCKING, "*) nb=--nonblocking ;;")
     gpu = f"echo '@{nonce}GPU'\n{THROTTLE_QUERY}\n"
-    return capture_script(pattern, budget, nonce) + "\n" + gpu
+    return capture + "\n" + gpu
 
 
 def parse_round(node: str, out: str, nonce: str) -> tuple[NodeStacks, tuple[Throttle, ...], int]:

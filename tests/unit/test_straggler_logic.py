@@ -13,7 +13,7 @@ from mntui.sessions.doctor.pairs import Pair, conclude, judge_pairs, node_rows, 
 from mntui.sessions.poll import parse_clocks, throttled
 from mntui.sessions.report import Finding, RankWait, load_finding, save_finding, slow_section
 from mntui.sessions.watch import Tally, name_suspect
-from mntui.sessions.watch.sampler import parse_round, samples_of
+from mntui.sessions.watch.sampler import BLOCKING, parse_round, round_script, samples_of
 from mntui.sessions.watch.straggler import Sample
 
 SMI = Path(__file__).resolve().parents[1] / "data" / "nvidia-smi"
@@ -165,3 +165,10 @@ def test_a_node_throttled_inside_its_collectives_is_named_against_busy_waiters()
     assert s is not None and s.node == "g1"
     assert name_suspect(ranks(("g0", 0.9), ("g1", 0.6), n=30), 1, 0) is None
     assert name_suspect(ranks(("g0", 0.5), ("g1", 0.25), n=30), 1, 0) is None  # not busy
+
+
+def test_a_sample_never_stops_a_rank() -> None:
+    """py-spy's blocking dump ptrace-stops the rank: a pause in its step, and a `t` state
+    that a poll reads as frozen. Every sample reads with --nonblocking."""
+    script = round_script("MNTUI_RUN=x", 2.0, "ab12cd34")
+    assert "*) nb=--nonblocking ;;" in script and BLOCKING not in script
