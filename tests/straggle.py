@@ -116,7 +116,7 @@ def run_once(fake: FakeCluster, path: Path, job: str, seconds: float, stop_early
     t0 = time.monotonic()
 
     def on_event(e: Event) -> None:
-        if e.phase is Phase.NOTICE and "straggler" in e.message:
+        if e.phase is Phase.NOTICE and e.message.startswith(("straggler", "throttled")):
             assert run.notices is not None
             run.notices.append(e.message)
 

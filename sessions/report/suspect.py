@@ -54,9 +54,8 @@ class Throttle:
         extra = [f"{self.power:.0f} W"] if self.power is not None else []
         extra += [f"{self.temperature:.0f} °C"] if self.temperature is not None else []
         more = f" ({', '.join(extra)})" if extra else ""
-        return (
-            f"GPU {self.index} of {self.node} is throttled{clock}: {', '.join(self.reasons)}{more}"
-        )
+        gpu = "a GPU" if self.index is None else f"GPU {self.index}"
+        return f"{gpu} of {self.node} is throttled{clock}: {', '.join(self.reasons)}{more}"
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from mntui.sessions.report import (
     FailureReport,
     Finding,
     Suspect,
+    Throttle,
     observations,
     observe,
     try_report,
@@ -113,6 +114,8 @@ class Watchdog:
         self.notifier = notifier or make_notifier(cfg)
         self.sampler = Sampler(cfg, record, cluster, self.sampled)
         self.named: list[Suspect] = []  # by the sampler's thread, told by the poll loop
+        self.throttled: list[Throttle] = []  # likewise: GPUs newly seen held back
+        self.seen_throttles: set[tuple[str, int | None, tuple[str, ...]]] = set()
 
     def tell(self, event: NotifyEvent, summary: str, with_report: bool = False) -> None:
         """A notification (webhook/command, in the background): never in the way."""
@@ -158,11 +161,19 @@ class Watchdog:
     def sampled(self, finding: Finding, new: Suspect | None) -> None:
         if new is not None:
             self.named.append(new)
+        for t in finding.throttles:
+            if (key := (t.node, t.index, t.reasons)) not in self.seen_throttles:
+                self.seen_throttles.add(key)
+                self.throttled.append(t)
 
     def tell_slow(self) -> Trigger | None:
         """A straggler the sampler named: told here, on the poll loop's thread; a kill
         only when `watch.on_slow: kill_all` asks for one."""
         fatal = None
+        while self.throttled:  # told once per GPU and reasons; never a kill by itself
+            t = self.throttled.pop(0)
+            self.on_event(Event(t.node, None, Phase.NOTICE, f"throttled: {t.line}"))
+            self.tell(NotifyEvent.SLOW, f"throttled: {t.line}")
         while self.named:
             s = self.named.pop(0)
             text, action = f"straggler: {s.line}", self.cfg.watch.on_slow

@@ -6,6 +6,7 @@ is taken down; `doctor --pairs` names the throttled node; the bench's short vers
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -66,9 +67,28 @@ def test_a_slow_rank_is_named_told_and_shown(fake: FakeCluster, cfg: Cfg) -> Non
 @pytest.fixture(scope="module")
 def fresh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeCluster]:
     """Nodes of our own: a quota on a node's sshd reaches only what it starts afterwards
-    (the session's nodes' tmux servers are already running)."""
-    with FakeCluster(tmp_path_factory.mktemp("strag"), 4).start() as cluster:
+    (the session's nodes' tmux servers are already running). node3 has a GPU held by its
+    power cap: a recorded real nvidia-smi answer (tests/data/nvidia-smi)."""
+    data = REPO / "tests" / "data"
+    path = os.pathsep.join(
+        [str(data / "fakebin"), str(Path(sys.executable).parent), "/usr/bin", "/bin"]
+    )
+    smi = str(data / "nvidia-smi" / "h100-powercap.throttle.csv")
+    env = {"node3": {"PATH": path, "FAKE_NVIDIA_SMI_GPU": smi}}
+    with FakeCluster(tmp_path_factory.mktemp("strag"), 4, node_env=env).start() as cluster:
         yield cluster
+
+
+def test_a_throttled_gpu_is_named_with_its_reason(fresh: FakeCluster, tmp_path: Path) -> None:
+    cfg = Cfg(fresh, tmp_path)
+    job = "stragsmi"
+    path = job_file(cfg, job, ["node2", "node3"], "--work 0.1", "sample_every: 0.5", fresh)
+    run = straggle.run_once(fresh, path, job, 4, stop_early=False)
+    line = "a GPU of node3 is throttled at 1590/1980 MHz: power cap (SW) (700 W, 71 °C)"
+    assert run.notices == [f"throttled: {line}"]  # once, however many rounds saw it
+    assert run.suspect is None
+    status = cfg.mntui(path, "status").stdout
+    assert f"throttled: {line}" in status.splitlines()
 
 
 @needs_cgroup

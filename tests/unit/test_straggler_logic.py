@@ -79,7 +79,7 @@ def test_a_round_parses_stacks_and_gpus_and_counts_garbage() -> None:
     assert stacks.malformed == 1 and [s.rank for s in stacks.stacks] == [1]
     assert samples_of(stacks) == []  # a rank py-spy gave no stack for is no sample
     assert [t.line for t in held] == [
-        "GPU None of g9 is throttled at 1590/1980 MHz: power cap (SW) (700 W, 71 °C)"
+        "a GPU of g9 is throttled at 1590/1980 MHz: power cap (SW) (700 W, 71 °C)"
     ]
     assert bad == 2  # a second header is no data, and a mask that is not hex
 
