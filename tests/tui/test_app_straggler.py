@@ -1,0 +1,44 @@
+"""The app shows the straggler its run's watchdog named, in its header."""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+
+import straggle
+from fakecluster import FakeCluster, free_port, tagged
+from helpers import Cfg, until
+
+from mntui.sessions.config import load_config
+from mntui.tui.app.main import MntuiApp
+
+
+def test_the_app_names_the_straggler_in_its_header(fake: FakeCluster, cfg: Cfg) -> None:
+    work = cfg.tmp / "work"
+    work.mkdir()
+    (work / "straggler_train.py").write_bytes(straggle.JOB_SCRIPT.read_bytes())
+    args = "--work 0.1 --kind sleep --slow-rank 0 --slow-factor 3"
+    body = straggle.job_yaml(
+        "tappslow", ["node0", "node1"], free_port(), work, args, "sample_every: 0.5"
+    )
+    path = cfg.tmp / "job.yaml"
+    path.write_text(
+        textwrap.dedent(body).strip()
+        + f"\nssh: {{config: {fake.ssh_config}, connect_timeout: 5}}\n"
+    )
+    config = load_config(path)
+
+    async def go() -> None:
+        app = MntuiApp(config, launch_now=True, watchdog=True)
+        async with app.run_test(size=(200, 48)) as pilot:
+            header = lambda: str(app.query_one("#header").render())  # noqa: E731
+            await until(pilot, lambda: "straggler: rank 0 (node0)" in header(), 60, "the suspect")
+            assert "it holds the job" in header()
+            # whoever watches the run (the app, or the headless watchdog its launch
+            # started) samples it; the header reads the finding from the run's directory
+            await pilot.press("K")
+            await pilot.pause(0.5)
+            await pilot.press("y")
+            await until(pilot, lambda: not tagged("tappslow"), 30, "job killed on the nodes")
+
+    asyncio.run(go())
