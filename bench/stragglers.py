@@ -46,6 +46,7 @@ class Outcome:
     named_node: str | None
     after_first_sample: float | None
     after_start: float | None
+    shares: str = ""  # every rank's wait share when the run ended: the evidence either way
 
     @property
     def correct(self) -> bool:
@@ -79,8 +80,13 @@ def one(
     s = run.suspect
     return Outcome(
         case, nodes, slow, s.rank if s else None, s.node if s else None,
-        s.after if s else None, run.named_after,
+        s.after if s else None, run.named_after, shares_of(run),
     )  # fmt: skip
+
+
+def shares_of(run: straggle.Run) -> str:
+    ranks = run.finding.ranks if run.finding else ()
+    return " ".join(f"{r.rank}:{round(100 * r.share)}%/{r.samples}" for r in ranks)
 
 
 def cgroup_run(root: Path, i: int, quota: float) -> Outcome:
@@ -90,11 +96,11 @@ def cgroup_run(root: Path, i: int, quota: float) -> Outcome:
         args = "--work 0.1 --kind cpu"
         path = write_job(fake, root, job, 2, args, f"sample_every: {SAMPLE_EVERY}")
         with straggle.cpu_quota(straggle.sshd_pid(fake, "node1"), quota, f"bench{i}"):
-            run = straggle.run_once(fake, path, job, LIMIT, stop_early=True)
+            run = straggle.run_once(fake, path, job, 40, stop_early=True)  # a busy host: slower
     s = run.suspect
     return Outcome(
         f"node1 at {quota:g} CPU (cgroup)", 2, 1, s.rank if s else None, s.node if s else None,
-        s.after if s else None, run.named_after,
+        s.after if s else None, run.named_after, shares_of(run),
     )  # fmt: skip
 
 

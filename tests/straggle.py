@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from fakecluster import FakeCluster, process_tree, wait_for
+from fakecluster import FakeCluster, wait_for
 
 from mntui.sessions.config import load_config
 from mntui.sessions.events import Event, Phase
@@ -154,6 +154,3 @@ def sshd_pid(fake: FakeCluster, node: str) -> int:
     proc = fake.node(node).proc
     assert proc is not None
     return proc.pid
-
-
-__all__ = ["process_tree"]
