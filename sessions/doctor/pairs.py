@@ -190,8 +190,13 @@ def pair_checks(v: Verdict) -> list[Check]:
 
 
 def save_pairs(job: str, v: Verdict, started: float, now: float | None = None) -> Path:
-    """One JSON file per `doctor --pairs` run, for the node history: `rows` as every doctor
-    run keeps them (history/records.py reads those), and the pairs themselves."""
+    """One JSON file per `doctor --pairs` run, for the node history, at
+    state_dir()/<job>/doctor/doctor-pairs-<YYYYmmdd-HHMMSS>.json (0600): `at` and
+    `started_at` (epoch seconds), `kind: "pairs"`, `threshold` (SLOW), `line` (the
+    verdict), `slow_nodes` [node], `slow_links` [[a, b]], `pairs` [{round, a, b,
+    latency_us, algbw_gbps, error, slow}] (a: the pair's main; None where no number), and
+    `rows` [{node, check: "pairs", status: PASS|FAIL, detail, fix}] as every doctor run
+    keeps them (history/records.py reads those)."""
     now = time.time() if now is None else now
     folder = private_dir(state_dir() / job / "doctor")
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))

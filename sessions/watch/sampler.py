@@ -82,13 +82,14 @@ class Sampler:
         cluster: Cluster,
         on_finding: Callable[[Finding, Suspect | None], None] = lambda f, new: None,
     ) -> None:
-        """`on_finding(finding, new)`: after every round; `new` is a suspect named in this
-        round that was not the suspect before (a notification's worth)."""
+        """`on_finding(finding, new)`: after every round; `new` is a rank named for the
+        first time in this run (a notification's worth)."""
         self.cfg, self.record, self.cluster, self.on_finding = cfg, record, cluster, on_finding
         self.every = cfg.watch.sample_every
         self.tally = Tally()
         self.first: float | None = None  # monotonic time of the first round with samples
         self.suspect: Suspect | None = None
+        self.told: set[int] = set()
         self.malformed = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -146,13 +147,14 @@ class Sampler:
         self.tally.add(samples)
         ranks = self.tally.ranks()
         found = name_suspect(ranks, now - (self.first or now), time.time())
-        new = None
-        if found is not None and (self.suspect is None or self.suspect.rank != found.rank):
-            new = found
-        if found is None or new is not None or self.suspect is None:
+        if found is None or self.suspect is None or self.suspect.rank != found.rank:
             self.suspect = found
         else:  # the same rank still: named when first named, on today's evidence
             self.suspect = replace(self.suspect, ranks=found.ranks)
+        new = None  # told once per rank and run: a straggler that comes and goes is no spam
+        if found is not None and found.rank not in self.told:
+            self.told.add(found.rank)
+            new = found
         finding = Finding(self.suspect, throttles, ranks, self.tally.rounds, self.malformed)
         try:
             save_finding(self.record.dir, finding)

@@ -172,3 +172,22 @@ def test_a_sample_never_stops_a_rank() -> None:
     that a poll reads as frozen. Every sample reads with --nonblocking."""
     script = round_script("MNTUI_RUN=x", 2.0, "ab12cd34")
     assert "*) nb=--nonblocking ;;" in script and BLOCKING not in script
+
+
+def test_a_straggler_that_comes_and_goes_is_told_once(tmp_path: Path) -> None:
+    """The sampler's judging, fed samples by hand: named, let go, named again: one notice."""
+    from types import SimpleNamespace
+
+    from mntui.sessions.watch import Sampler
+
+    told: list[int] = []
+    record = SimpleNamespace(dir=tmp_path, nodes=[])
+    cfg = SimpleNamespace(watch=WatchPolicy(sample_every=0))
+    sampler = Sampler(cfg, record, None, lambda f, new: new and told.append(new.rank))  # type: ignore[arg-type]
+    slow = [Sample(0, "g0", True), Sample(1, "g1", False)]
+    clean = [Sample(0, "g0", False), Sample(1, "g1", False)]
+    for samples in [slow] * 8 + [clean] * 30 + [slow] * 30:
+        sampler.judge(samples, ())
+    assert told == [1]
+    found = load_finding(tmp_path)
+    assert found is not None and found.suspect is not None and found.suspect.rank == 1
