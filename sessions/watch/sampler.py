@@ -121,13 +121,14 @@ class Sampler:
     def round(self) -> Finding:
         nonce = secrets.token_hex(4)
         budget = max(1.0, min(MAX_BUDGET, self.every))
-        targets = {n.node: run_pattern(n.tag) for n in self.record.nodes}
+        nodes = self.cluster.nodes  # a run's node the cluster lacks is not sampled
+        targets = {n.node: run_pattern(n.tag) for n in self.record.nodes if n.node in nodes}
 
         def one(node: Node) -> tuple[NodeStacks, tuple[Throttle, ...], int]:
             out = node.run(round_script(targets[node.name], budget, nonce), timeout=budget + 4)
             return parse_round(node.name, out.stdout, nonce)
 
-        futures = [self._pool.submit(one, self.cluster.nodes[n]) for n in targets]
+        futures = [self._pool.submit(one, nodes[n]) for n in targets]
         samples: list[Sample] = []
         throttles: list[Throttle] = []
         for fut in futures:
