@@ -33,7 +33,7 @@ import straggle  # noqa: E402
 from fakecluster import FakeCluster, free_port  # noqa: E402
 
 SAMPLE_EVERY = 0.5
-LIMIT = 25.0
+LIMIT = 20.0
 WORK = 0.1
 
 
