@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from mntui.sessions.config import JobConfig
+from mntui.sessions.errors import log_exception
 from mntui.sessions.poll import THROTTLE_QUERY, parse_clocks, throttled
 from mntui.sessions.procs import run_pattern
 from mntui.sessions.report import (
@@ -114,8 +115,8 @@ class Sampler:
             t0 = time.monotonic()
             try:
                 self.round()
-            except Exception:  # a sampler's bug must never end the watchdog
-                pass
+            except Exception as exc:  # a sampler's bug must never end the watchdog
+                log_exception("straggler sampler", exc)
             wait = max(0.0, self.every - (time.monotonic() - t0))
 
     def round(self) -> Finding:
