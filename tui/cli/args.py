@@ -36,8 +36,8 @@ def find_config(arg: str | None) -> Path:
     if Path(DEFAULT_CONFIG).exists():
         return Path(DEFAULT_CONFIG)
     raise UsageError(
-        "no config: pass -c FILE or create ./mntui.yaml "
-        "(see configs/example.yaml); `mntui demo` runs the bundled demo"
+        "no config: pass -c FILE, or write ./mntui.yaml with `mntui init HOST...` "
+        "(or from configs/example.yaml); `mntui demo` runs the bundled demo"
     )
 
 
