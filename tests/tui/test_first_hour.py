@@ -90,6 +90,17 @@ def test_each_line_once_when_the_agent_takes_over(fake: FakeCluster, cfg: Cfg) -
             for v in app.views.values():
                 nums = _numbers(v.log or [])
                 assert nums == list(range(nums[0], nums[0] + len(nums))), f"{v.node}: {nums}"
+            # Our own polls' tracker keeps the step and rate in the panes.
+            await until(
+                pilot,
+                lambda: all(
+                    (m := re.search(r"step (\d+) @", str(p.render())))
+                    and int(m.group(1)) > seen[n] + 20
+                    for n, p in app.panes.items()
+                ),
+                20,
+                "each pane's step, from our own polls",
+            )
             # The kill dialog names the tmux sessions the nodes really have.
             await pilot.press("K")
             await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 10, "the dialog")
