@@ -180,7 +180,9 @@ def _find(ops: Iterable[Op], seq: int) -> Op | None:
 
 def _pending_line(pg: str, seq: int, ops: Mapping[int, Op | None], entered: Sequence[RankDump],
                   missing: Sequence[RankDump], last: Mapping[int, int]) -> list[str]:  # fmt: skip
-    first = next((o for o in ops.values() if o is not None), None)
+    # The op most ranks entered names the collective (a mismatched one has its own line).
+    entered_ops = [o for o in ops.values() if o is not None]
+    first = max(entered_ops, key=lambda o: sum(x.name == o.name for x in entered_ops), default=None)
     what = f"collective #{seq} {first.name if first else '?'} ({_pg(pg)}"
     what += f", {first.shape}, {first.site})" if first else ")"
     since = [o.created for o in ops.values() if o is not None and o.created is not None]

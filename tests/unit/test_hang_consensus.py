@@ -127,6 +127,8 @@ def test_a_real_gloo_mismatch_is_named_with_both_ops() -> None:
     assert r.culprits == (1,), r.findings
     assert r.findings[0].startswith("collective #4 (default_pg) mismatch: rank 0 (n0) all_reduce")
     assert "rank 1 (n1) barrier no tensor" in r.findings[0]
+    four = {**dumps("barrier"), ("n2", "rank_2"): dumps("barrier")[("n0", "rank_0")]}
+    assert read(four, world=3).findings[1].startswith("collective #4 all_reduce (default_pg")
 
 
 class Boom:
