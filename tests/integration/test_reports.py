@@ -81,7 +81,10 @@ def test_oom_on_node1_is_named_first_and_node0_is_a_consequence(
         posts = wait_for(hook.bodies, 20, what="the webhook's POST")
     assert isinstance(posts, list) and len(posts) == 1, posts
     assert posts[0]["event"] in ("teardown", "failed") and posts[0]["job"] == job
-    assert posts[0]["summary"] == report["headline"]
+    # the headline, then the chain's seff-style line (issue 22) when no restart follows
+    summary = posts[0]["summary"]
+    assert summary.split("; room chain ")[0] == report["headline"], summary
+    assert "room chain " in summary and "GPU-h" in summary
     node1 = node_of(report, "node1")
     assert report["cause_node"] == "node1", report["headline"]
     assert node1["finding"]["cause"] == "cuda-oom", node1["finding"]
