@@ -95,7 +95,8 @@ def test_oom_on_node1_is_named_first_and_node0_is_a_consequence(
     wait_for(lambda: not tagged(job), 30, what="the job gone")
     text = (latest(job).dir / "report.txt").read_text()  # type: ignore[union-attr]
     assert text.splitlines()[0] == report["headline"] and "consequences (not causes):" in text
-    assert cfg.mntui(path, "report").stdout == text
+    shown = cfg.mntui(path, "report").stdout  # the report, then the chain's seff-style line
+    assert shown.startswith(text) and shown[len(text) :].startswith("room chain "), shown
     assert json.loads(cfg.mntui(path, "report", "--json").stdout)["headline"] == report["headline"]
     status = cfg.mntui(path, "status").stdout
     assert f"cause: {report['headline']}" in status, status
