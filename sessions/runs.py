@@ -122,7 +122,7 @@ class RunRecord:
     def create(self) -> Path:
         """The first save of a new run, which also becomes the job's latest run."""
         path = self.save()
-        _write_atomic(self.dir.parent / "latest", self.run_id + "\n")
+        write_atomic(self.dir.parent / "latest", self.run_id + "\n")
         return path
 
     def save(self) -> Path:
@@ -144,7 +144,7 @@ class RunRecord:
     def _write(self) -> Path:
         data = asdict(self)
         data["status"] = self.status.value
-        return _write_atomic(self.dir / "run.json", json.dumps(data, indent=2))
+        return write_atomic(self.dir / "run.json", json.dumps(data, indent=2))
 
     @classmethod
     def load(cls, path: Path) -> RunRecord:
@@ -154,7 +154,8 @@ class RunRecord:
         return cls(**data)
 
 
-def _write_atomic(path: Path, text: str) -> Path:
+def write_atomic(path: Path, text: str) -> Path:
+    """A private file (0600) replaced whole: a reader never sees half of it."""
     private_dir(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -16,7 +16,6 @@ import getpass
 import json
 import os
 import socket
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +25,7 @@ from urllib.parse import quote, unquote
 
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import LaunchError, private_dir, state_dir
+from mntui.sessions.runs import write_atomic
 
 
 @dataclass(frozen=True)
@@ -71,20 +71,6 @@ def _path(node: str) -> Path:
     return folder() / (quote(node, safe="-_@").replace(".", "%2E") + ".json")
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    private_dir(path.parent)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:  # mkstemp: mode 0600
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def _read(path: Path) -> Quarantine | None:
     try:
         data = json.loads(path.read_text())
@@ -119,7 +105,7 @@ def quarantine_node(
     now = time.time() if now is None else now
     q = Quarantine(node, who or who_am_i(), now, now + seconds, why)
     with _writing():
-        _write_atomic(_path(node), json.dumps(asdict(q), indent=2))
+        write_atomic(_path(node), json.dumps(asdict(q), indent=2))
     prune_quarantines(now)
     return q
 
