@@ -54,14 +54,6 @@ ts = [threading.Thread(target=one, args=(p,)) for p in ports]
 """
 
 
-def _isolate(root: Path) -> None:
-    """Run records and the watchdogs' tmux server of the bench are its own."""
-    os.environ["XDG_STATE_HOME"] = str(root / "state")
-    (root / "tmux").mkdir(mode=0o700, exist_ok=True)
-    os.environ["TMUX_TMPDIR"] = str(root / "tmux")
-    os.environ.pop("TMUX", None)
-
-
 def _mntui(cfg: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     res = subprocess.run(
         [*CLI, "-c", str(cfg), *args], capture_output=True, text=True, stdin=subprocess.DEVNULL

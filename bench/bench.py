@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 
-from benchlib import job_config, make_tree, pdsh  # noqa: E402
+from benchlib import isolate, job_config, make_tree, pdsh  # noqa: E402
 from fakecluster import FakeCluster  # noqa: E402
 
 from mntui.sessions.config.jobconfig import parse_config  # noqa: E402
@@ -431,7 +431,7 @@ def agent_main(args: argparse.Namespace) -> int:
     import agentbench
 
     root = Path(tempfile.mkdtemp(prefix="mntui-agentbench-", dir=os.path.expanduser("~")))
-    agentbench._isolate(root)
+    isolate(root)
     cold = {}
     for n in [int(x) for x in args.cold.split(",") if x]:
         print(f"== cold commands, N={n}", file=sys.stderr, flush=True)

@@ -1,5 +1,6 @@
 """What the benchmarks share: the fake cluster's idle job, pdsh (the baseline of every
-fan-out row) and a source tree of random files. Its own module, so bench.py,
+fan-out row), a source tree of random files, a campaign's own state and tmux server,
+and a deadline. Its own module, so bench.py,
 agentbench.py and syncbench.py import it and not each other.
 """
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 from fakecluster import FakeCluster, free_port
@@ -51,3 +53,23 @@ def make_tree(root: Path, mb: int, file_kb: int = 50) -> list[Path]:
         path.write_bytes(os.urandom(file_kb * 1000))
         files.append(path)
     return files
+
+
+def isolate(root: Path) -> None:
+    """Run records and the supervisors' local tmux server of a bench are its own."""
+    os.environ["XDG_STATE_HOME"] = str(root / "state")
+    (root / "tmux").mkdir(mode=0o700, exist_ok=True)
+    os.environ["TMUX_TMPDIR"] = str(root / "tmux")
+    os.environ.pop("TMUX", None)
+    os.environ.pop("TMUX_PANE", None)
+
+
+class Deadline:
+    """One fault's or hang's own time limit, across every wait it makes."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return self.end - time.monotonic()

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import shutil
 import subprocess
@@ -36,6 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 
+from benchlib import isolate  # noqa: E402
 from chaos_fault import Fault, FaultPlan, Outcome  # noqa: E402
 from chaos_job import Job, Profile  # noqa: E402
 from chaos_kinds import KINDS, MOMENTS, PROFILES  # noqa: E402
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     profiles = [Profile(p) for p in args.profiles.split(",") if p]
     plans = draw(seed, args.faults, kinds, profiles, args.nodes)
     root = Path(tempfile.mkdtemp(prefix="mntui-chaos-"))
-    _isolate(root)
+    isolate(root)
     print(f"chaos: seed {seed}, {args.faults} faults, work dir {root}", file=sys.stderr, flush=True)
     t0 = time.monotonic()
     fc = FakeCluster(root / "cluster", args.nodes).start()
@@ -171,15 +171,6 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(root, ignore_errors=True)
     print(report(seed, outs, took, args.nodes))
     return 1 if any(o.violations or o.error for o in outs) else 0
-
-
-def _isolate(root: Path) -> None:
-    """Run records and the supervisors' local tmux server of the campaign are its own."""
-    os.environ["XDG_STATE_HOME"] = str(root / "state")
-    (root / "tmux").mkdir(mode=0o700)
-    os.environ["TMUX_TMPDIR"] = str(root / "tmux")
-    os.environ.pop("TMUX", None)
-    os.environ.pop("TMUX_PANE", None)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TypeVar
 
+from benchlib import Deadline
 from fakecluster import FakeCluster, alive, cmdline, free_port, pids_with_env, tagged
 
 from mntui.sessions.errors import state_dir
@@ -41,15 +42,6 @@ class Profile(StrEnum):
 
 class FaultTimeout(Exception):
     """The fault ran past its own deadline: a harness failure, cleaned up by tag."""
-
-
-class Deadline:
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.end = time.monotonic() + seconds
-
-    def left(self) -> float:
-        return self.end - time.monotonic()
 
 
 def until(cond: Callable[[], T], timeout: float, dl: Deadline, interval: float = 0.2) -> T | None:

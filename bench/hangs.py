@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import shutil
 import statistics
@@ -37,6 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 
+from benchlib import isolate  # noqa: E402
 from fakecluster import FakeCluster  # noqa: E402
 from hangs_run import IN_JOB, KINDS, HangRun, Plan, Result  # noqa: E402
 
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"kinds: {', '.join(KINDS)}; --nodes at least 2; --hangs at least 1")
     plans = draw(args.seed, args.hangs, kinds, sizes, args.auto_share)
     root = Path(tempfile.mkdtemp(prefix="mntui-hangs-"))
-    _isolate(root)
+    isolate(root)
     print(f"hangs: seed {args.seed}, {len(plans)} hangs, work dir {root}", file=sys.stderr)
     t0 = time.monotonic()
     fc = FakeCluster(root / "cluster", max(sizes)).start()
@@ -162,15 +162,6 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(root, ignore_errors=True)
     print(summary(results, took, args.seed))
     return 0 if results and all(r.named and not r.error for r in results) else 1
-
-
-def _isolate(root: Path) -> None:
-    """Run records and the watchdogs' local tmux server of the campaign are its own."""
-    os.environ["XDG_STATE_HOME"] = str(root / "state")
-    (root / "tmux").mkdir(mode=0o700)
-    os.environ["TMUX_TMPDIR"] = str(root / "tmux")
-    os.environ.pop("TMUX", None)
-    os.environ.pop("TMUX_PANE", None)
 
 
 if __name__ == "__main__":

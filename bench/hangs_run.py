@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from benchlib import Deadline
 from fakecluster import FakeCluster, alive, cmdline, free_port, pids_with_env, process_tree, tagged
 
 from mntui.sessions.errors import state_dir
@@ -37,15 +38,6 @@ STALL = 4  # watch.stall_after when not auto: seconds without output
 
 
 T = TypeVar("T")
-
-
-class Deadline:
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.end = time.monotonic() + seconds
-
-    def left(self) -> float:
-        return self.end - time.monotonic()
 
 
 def until(cond: Callable[[], T], timeout: float, dl: Deadline, interval: float = 0.2) -> T | None:
