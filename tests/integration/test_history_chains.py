@@ -10,38 +10,19 @@ from pathlib import Path
 
 from fakecluster import FakeCluster, tagged, wait_for
 from helpers import REPO, Cfg, free_port, listener_job
+from test_restart import chain, job_yaml
 
 from mntui.sessions.history import quarantines
-from mntui.sessions.runs import RunRecord, latest, load_run
+from mntui.sessions.runs import RunRecord, latest
 
 FAULTY = REPO / "tests" / "jobs" / "faulty_train.py"
 
 
 def faulty_yaml(job: str, work: Path, args: str, extra: str) -> str:
-    return f"""
-    job: {job}
-    nodes: [node0, node1]
-    workdir: {work}
-    master_port: {free_port()}
-    env: {{OMP_NUM_THREADS: "1"}}
-    command: >-
-      exec python3 -m torch.distributed.run --nnodes={{nnodes}} --node_rank={{node_rank}}
-      --nproc_per_node=1 --master_addr={{master_addr}} --master_port={{master_port}}
-      faulty_train.py --interval 0.2 {args}
-    launch: {{ready_timeout: 90}}
-    kill: {{grace: 2}}
-    watch: {{capture_budget: 0}}
-    checkpoint_pattern: 'step (?P<step>3) loss'
-    {extra}
-    """
-
-
-def chain(job: str) -> list[RunRecord]:
-    rec = latest(job)
-    if rec is None:
-        return []
-    runs = [r for r in (load_run(job, p.name) for p in rec.dir.parent.iterdir()) if r]
-    return sorted((r for r in runs if r.chain == rec.chain), key=lambda r: r.attempt)
+    """test_restart's job, with checkpoint lines the ledger counts lost work from."""
+    return job_yaml(
+        job, work, args, f"checkpoint_pattern: 'step (?P<step>3) loss'\n    {extra}", ""
+    )
 
 
 def note(rec: RunRecord, what: str) -> dict[str, object]:
