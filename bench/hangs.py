@@ -9,7 +9,8 @@ loading" (`sleep`), busy-looping in Python (`busy`), waiting on a lock (`lock`),
 a barrier while the others all-reduce (`barrier`), SIGSTOPped (`sigstop`), or its node's
 sshd SIGSTOPped (`sshd-stop`). For each: was the culprit named right (the report's first
 culprit is exactly that rank on that node), seconds from the injection to the watchdog's
-decision and from the decision to report.txt. A share of the stalls run with
+decision and from the decision to report.txt (written while the kill runs; the kill's
+end completes it, a column of its own). A share of the stalls run with
 `stall_after: auto` (the learnt threshold, max(60 s, 10 × the step interval)): their
 decision must come within the threshold they learnt plus a second (a poll and the
 others' last step). A hang whose job never reached training (a loaded machine) is a
@@ -63,7 +64,8 @@ def draw(seed: int, n: int, kinds: list[str], sizes: list[int], auto_share: floa
 def table(results: list[Result]) -> str:
     """The README's table: one row a kind, then all; times are median / max."""
     rows = ["| kind | hangs | named right | decided after injection | stacks + dumps | kill | "
-            "report after decision |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+            "report after decision | kill ended after decision |",
+            "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     groups = {k: [r for r in results if r.plan.kind == k] for k in KINDS}
     groups = {k: v for k, v in groups.items() if v}
     autos = [r for r in results if r.plan.auto]
@@ -74,7 +76,8 @@ def table(results: list[Result]) -> str:
         right = sum(r.named for r in rs)
         rows.append(f"| {kind} | {len(rs)} | {right}/{len(rs)} ({100 * right / len(rs):.0f} %) | "
                     f"{_spread([r.decided_s for r in rs])} | {_spread([r.capture_s for r in rs])} | "
-                    f"{_spread([r.kill_s for r in rs])} | {_spread([r.report_s for r in rs])} |")  # fmt: skip
+                    f"{_spread([r.kill_s for r in rs])} | {_spread([r.report_s for r in rs])} | "
+                    f"{_spread([r.final_s for r in rs])} |")  # fmt: skip
     return "\n".join(rows)
 
 

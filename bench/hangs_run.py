@@ -74,7 +74,8 @@ class Result:
     named: bool = False  # the report's first culprit is exactly the injected rank and node
     named_as: str = ""
     decided_s: float | None = None  # injection -> the watchdog's decision
-    report_s: float | None = None  # decision -> report.txt written
+    report_s: float | None = None  # decision -> report.txt written (the kill may still run)
+    final_s: float | None = None  # decision -> the kill ended and the report completed with it
     capture_s: float | None = None  # stacks and Flight Recorder dumps, before the kill
     kill_s: float | None = None  # the kill, between the capture and the report
     threshold: float | None = None  # the stall threshold in force (auto: learnt)
@@ -222,6 +223,8 @@ class HangRun:
         if end is not None:
             out.decided_s = float(end["decided_at"]) - injected
             out.report_s = float(end["report_at"]) - float(end["decided_at"])
+            if isinstance(end.get("killed_at"), (int, float)):
+                out.final_s = float(end["killed_at"]) - float(end["decided_at"])
             out.capture_s = end.get("stack_seconds")
             out.kill_s = end.get("kill_seconds")
         now = self.record()

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from .failure import Ending as Ending
     from .failure import FailureReport as FailureReport
     from .failure import by_user as by_user
+    from .failure import killed_at as killed_at
     from .failure import render as render
     from .failure import to_json as to_json
     from .postmortem import HUNG as HUNG

@@ -233,15 +233,32 @@ def _headline(
     verb = VERBS.get(state, "failed") if state is not None else "failed"
     at = f" at {_clock(root.first_problem_at)}" if root.first_problem_at is not None else ""
     head = f"{_who(root)} {verb} first{at}: {cause}"
-    others = [n.node for n in nodes if n.node != root.node]
-    if ending is Ending.TORN_DOWN and ended_at is not None and root.first_problem_at is not None:
-        later = max(0.0, ended_at - root.first_problem_at)
-        who = ", ".join(others) if others else "the job"
-        head += f"; {who} torn down {later:.1f} s later"
+    if ending is Ending.TORN_DOWN:
+        head += _torn_down(root, nodes, ended_at)
     elif ending is Ending.ENDED:
         codes = [f"{n.node} {n.exit_code}" for n in nodes if n.exit_code is not None]
         head += "; the job ended" + (f" (exit codes: {', '.join(codes)})" if codes else "")
     return head
+
+
+def _torn_down(root: NodeSummary, nodes: Sequence[NodeSummary], ended_at: float | None) -> str:
+    if ended_at is None or root.first_problem_at is None:
+        return ""
+    others = [n.node for n in nodes if n.node != root.node]
+    later = max(0.0, ended_at - root.first_problem_at)
+    return f"; {', '.join(others) if others else 'the job'} torn down {later:.1f} s later"
+
+
+def killed_at(built: FailureReport, ended_at: float) -> FailureReport:
+    """A teardown's report, written while the kill ran, completed with when the kill
+    ended: the conclusion does not wait for a slow kill, and the time lost is still said."""
+    root = next((n for n in built.nodes if n.node == built.cause_node), None)
+    if built.ending is not Ending.TORN_DOWN or built.ended_at is not None or root is None:
+        return replace(built, ended_at=built.ended_at or ended_at)
+    tail = _torn_down(root, built.nodes, ended_at)
+    if built.watchdog:  # a conclusion leads: the watchdog's own line carries the time
+        return replace(built, ended_at=ended_at, watchdog=built.watchdog + tail)
+    return replace(built, ended_at=ended_at, headline=built.headline + tail)
 
 
 def _clock(t: float) -> str:

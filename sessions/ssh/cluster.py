@@ -57,8 +57,10 @@ class Cluster:
                 self.nodes[spec.name] = OpenSshNode(spec.name, spec.host, policy)
             else:
                 self.nodes[spec.name] = RemoteNode(spec.name, spec.host, policy, prompt)
+        # Two cluster-wide calls at once (a teardown's kill and its report's reads) must
+        # not queue behind each other: room for two per node (threads start as needed).
         self._pool = ThreadPoolExecutor(
-            max_workers=max(4, min(128, len(self.nodes))), thread_name_prefix="mntui-node"
+            max_workers=max(4, min(256, 2 * len(self.nodes))), thread_name_prefix="mntui-node"
         )
 
     def connect(self, names: Iterable[str] | None = None) -> GroupResult[None]:

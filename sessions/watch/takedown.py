@@ -2,8 +2,9 @@
 
 The watchdog (headless or in the app) calls this once it has decided. For a hang,
 the ranks' Python stacks are taken before the kill, within `watch.capture_budget`,
-because they vanish with the processes; the report is built after the kill from what
-stays on the nodes. Neither may stop the kill: a failed capture or report is logged.
+because they vanish with the processes; the report is built from what the nodes hold
+while the kill runs, and completed with the kill's end. Neither may stop the kill: a
+failed capture or report is logged.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from mntui.sessions.report import (
     Observations,
     by_user,
     capture_stacks,
+    killed_at,
     save,
     try_report,
 )
@@ -65,25 +67,29 @@ def teardown(
             Event(None, None, Phase.NOTICE, f"stacks of {count} rank(s) in {taken.seconds:.1f}s")
         )
     started = time.time()
-    # An unreachable culprit's kill runs out its own timeout aside: the others' kill and
-    # the report do not wait for a node that cannot answer.
+    # The kill and the report's reads run at once: the stacks and dumps are in hand, so
+    # the conclusion is written while the kill runs, not after it (it can take seconds on
+    # a loaded node). An unreachable culprit's kill runs out its own timeout aside.
     lost = t.node if t.state is NodeState.UNREACHABLE else None
-    pool = ThreadPoolExecutor(1, "mntui-lost-kill") if lost else None
-    late = None
-    if pool is not None and lost is not None:
-        late = pool.submit(kill_job, cfg, cluster, names=[lost], on_event=on_event)
     names = [n.name for n in cfg.nodes if n.name != lost]
-    results = kill_job(cfg, cluster, names=names, on_event=on_event)
-    ended = time.time()
-    built = try_report(
-        cfg, record, cluster, obs, trigger=(t.node, t.state, t.why), taken=taken,
-        ended_at=ended, ending=Ending.TORN_DOWN,
-    )  # fmt: skip
+    with ThreadPoolExecutor(2, "mntui-teardown-kill") as pool:
+        late = None
+        if lost is not None:
+            late = pool.submit(kill_job, cfg, cluster, names=[lost], on_event=on_event)
+        kill = pool.submit(kill_job, cfg, cluster, names=names, on_event=on_event)
+        built = try_report(
+            cfg, record, cluster, obs, trigger=(t.node, t.state, t.why), taken=taken,
+            ended_at=None, ending=Ending.TORN_DOWN,
+        )  # fmt: skip
+        reported = time.time()
+        results = kill.result()
+        ended = time.time()
+        if late is not None:
+            results.update(late.result())
+    if built is not None:
+        built = killed_at(built, ended)
+        save(record, built)
     built = users_doing(record, built)
-    reported = time.time()
-    if late is not None and pool is not None:
-        results.update(late.result())
-        pool.shutdown()
     # An unreachable culprit cannot be killed: the others being clean is what counts.
     dirty = [n for n in not_clean(results) if n != lost]
     culprit = next((n for n in built.nodes if n.node == t.node), None) if built else None
@@ -102,6 +108,7 @@ def teardown(
             kill_seconds=round(ended - started, 3),
             decided_at=round(decided, 3),
             report_at=round(reported, 3) if built is not None else None,
+            killed_at=round(ended, 3),  # the report is completed with it
             stack_seconds=round(taken.seconds, 3) if taken else None,
             clean=not dirty,
             results={n: (o.value.summary() if o.value else o.error) for n, o in results.items()},

@@ -55,8 +55,10 @@ def launch_faulty(fake: FakeCluster, cfg: Cfg, job: str, args: str, extra: str =
 
 def saved_report(job: str, timeout: float = 60) -> dict[str, Any]:
     def ready() -> dict[str, Any] | None:
+        # A teardown writes its report while the kill runs and completes it after: the
+        # run's status turns once the final one is saved.
         rec = latest(job)
-        path = rec.dir / "report.json" if rec else None
+        path = rec.dir / "report.json" if rec and not rec.status.is_live else None
         return json.loads(path.read_text()) if path and path.exists() else None
 
     report = wait_for(ready, timeout, interval=0.2, what=f"the report of {job}")

@@ -10,7 +10,15 @@ import pytest
 
 from mntui.sessions.poll import NodeState
 from mntui.sessions.report.evidence import flight_recorder_prefix, parse_evidence
-from mntui.sessions.report.failure import Change, Ending, build, exit_text, render, summarize_node
+from mntui.sessions.report.failure import (
+    Change,
+    Ending,
+    build,
+    exit_text,
+    killed_at,
+    render,
+    summarize_node,
+)
 from mntui.sessions.report.stacks import parse_capture
 
 
@@ -133,6 +141,27 @@ def test_root_cause_is_the_earliest_primary_error_and_the_rest_are_consequences(
     text = render(rep)
     assert text.splitlines()[0] == rep.headline
     assert "| [rank1]: torch.OutOfMemoryError" in text
+
+
+def test_a_report_written_while_the_kill_runs_gets_the_kills_end_after_it() -> None:
+    # The teardown writes the report as soon as the evidence is in, the kill still running;
+    # the kill's end then completes the headline, and it matches a report built after it.
+    changes = [Change("g375", NodeState.FROZEN, "stopped: pid 7", 1000.0)]
+    nodes = [
+        summarize_node("g369", 0, NodeState.RUNNING, changes, None, None, None),
+        summarize_node("g375", 1, NodeState.FROZEN, changes, None, None, None),
+    ]
+    trigger = ("g375", NodeState.FROZEN, "stopped: pid 7")
+    early = build("j", "r", nodes, changes, trigger=trigger, ended_at=None, ending=Ending.TORN_DOWN)
+    assert early.ended_at is None and "torn down" not in early.headline
+    done = killed_at(early, 1003.25)
+    after = build(
+        "j", "r", nodes, changes, trigger=trigger, ended_at=1003.25, ending=Ending.TORN_DOWN
+    )
+    assert done == after and done.headline.endswith("g369 torn down 3.2 s later")
+    assert killed_at(done, 2000.0) == done  # the first end stands
+    live = build("j", "r", nodes, changes, trigger=None, ended_at=None, ending=Ending.LIVE)
+    assert killed_at(live, 5.0).headline == live.headline
 
 
 def test_no_primary_error_falls_back_to_the_earliest_problem_and_live_reports_say_so() -> None:
