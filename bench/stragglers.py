@@ -14,6 +14,7 @@ after LIMIT seconds. Prints a markdown table; writes bench/results/stragglers-<s
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -33,7 +34,7 @@ import straggle  # noqa: E402
 from fakecluster import FakeCluster, free_port  # noqa: E402
 
 SAMPLE_EVERY = 0.5
-LIMIT = 20.0
+LIMIT = 30.0
 WORK = 0.1
 
 
@@ -112,21 +113,75 @@ def step_rate(times: list[float], skip: float = 3.0) -> float | None:
     return (len(kept) - 1) / (kept[-1] - kept[0]) if len(kept) > 2 else None
 
 
-def cost(fake: FakeCluster, root: Path, reps: int, seconds: float) -> dict[str, list[float]]:
-    """Clean 2-node runs, sampling off / at the bench's rate / at the default, interleaved."""
-    rates: dict[str, list[float]] = {"off": [], f"every {SAMPLE_EVERY:g}s": [], "every 10s": []}
-    settings = {"off": 0, f"every {SAMPLE_EVERY:g}s": SAMPLE_EVERY, "every 10s": 10}
+COST = {"off": 0.0, "every 1s": 1.0, "every 10s (default)": 10.0}
+
+
+def cost(
+    fake: FakeCluster, root: Path, reps: int, seconds: float
+) -> tuple[dict[str, list[float]], list[float]]:
+    """Clean 2-node runs with sampling off, every second (ten times the default's rate:
+    a cost large enough to see on this host) and at the default, in ABBA order so that a
+    drift of the host's load falls on every setting alike. Returns the step rates of
+    each setting, and the extra step time each round of the 1 s runs cost (round_cost)."""
+    rates: dict[str, list[float]] = {name: [] for name in COST}
+    per_round: list[float] = []
     for r in range(reps):
-        for name, every in settings.items():
-            job = f"stragcost{r}{every}".replace(".", "")
+        order = list(COST.items())
+        for name, every in order if r % 2 == 0 else order[::-1]:
+            job = f"stragcost{r}{int(every)}"
             path = write_job(
                 fake, root, job, 2, "--work 0.05 --kind sleep", f"sample_every: {every}"
             )
             run = straggle.run_once(fake, path, job, seconds, stop_early=False)
-            got = [step_rate(t) for t in (run.steps or {}).values()]
-            if got and all(g is not None for g in got):
-                rates[name].append(min(g for g in got if g is not None))
-    return rates
+            times = (run.steps or {}).get("node0", [])
+            rate = step_rate(times)
+            if rate is not None:
+                rates[name].append(rate)
+            extra = round_cost(times, run.rounds or []) if every == 1.0 else None
+            if extra is not None:
+                per_round.append(extra)
+    return rates, per_round
+
+
+def round_cost(
+    times: list[float], rounds: list[tuple[float, float]], skip: float = 3.0
+) -> float | None:
+    """Seconds of training one sampling round costs, measured inside one run: the steps
+    whose interval overlaps a round, against the median step that overlaps none (the same
+    run, so the host's drift between runs does not enter), summed, per round."""
+    steps = [(a, b) for a, b in itertools.pairwise(times) if a >= times[0] + skip]
+    if not steps:
+        return None
+    hit = [any(a < e and s < b for s, e in rounds) for a, b in steps]
+    clear = [b - a for (a, b), h in zip(steps, hit, strict=True) if not h]
+    counted = [r for r in rounds if r[0] >= steps[0][0] and r[1] <= steps[-1][1]]
+    if len(clear) < 10 or not counted:
+        return None
+    base = statistics.median(clear)
+    extra = sum((b - a) - base for (a, b), h in zip(steps, hit, strict=True) if h)
+    return extra / len(counted)
+
+
+def cost_table(rates: dict[str, list[float]], per_round: list[float]) -> list[str]:
+    base = statistics.median(rates["off"]) if rates["off"] else None
+    out = ["", "| sampling | runs | steps/s, median (min–max) | vs off |", "|---|---:|---:|---:|"]
+    for name, xs in rates.items():
+        if not xs:
+            continue
+        med = statistics.median(xs)
+        vs = f"{100 * (med / base - 1):+.1f} %" if base and name != "off" else ""
+        out.append(f"| {name} | {len(xs)} | {med:.2f} ({min(xs):.2f}–{max(xs):.2f}) | {vs} |")
+    if per_round:
+        c = statistics.median(per_round)
+        out += [
+            "",
+            f"One round (py-spy on every rank, nvidia-smi) costs the job {1000 * c:.1f} ms of "
+            f"training (median of {len(per_round)} runs sampled every 1 s, "
+            f"{1000 * min(per_round):.1f}–{1000 * max(per_round):.1f} ms; steps that overlap "
+            f"a round against those that do not, in the same run): {100 * c / 1.0:.2f} % of "
+            f"the job at 1 s, {100 * c / 10.0:.2f} % at the default 10 s.",
+        ]
+    return out
 
 
 def doctor_pairs(root: Path, quota: float | None) -> tuple[str, float, bool]:
@@ -214,11 +269,11 @@ def main() -> int:
                 for case, factor in cases:
                     nodes = 2 if args.quick else 2 + (r + i) % 3
                     outs.append(
-                        one(fake, root, i, case, nodes, factor, 15 if args.quick else LIMIT)
+                        one(fake, root, i, case, nodes, factor, 25 if args.quick else LIMIT)
                     )
                     print(outs[-1], flush=True)
                     i += 1
-            rates = {} if args.quick else cost(fake, root, 2, 14.0)
+            rates, per_round = ({}, []) if args.quick else cost(fake, root, 3, 20.0)
         if straggle.can_throttle() and not args.quick:
             for k in range(4):
                 outs.append(cgroup_run(root, 100 + k, 0.5))
@@ -232,12 +287,7 @@ def main() -> int:
         shutil.rmtree(root, ignore_errors=True)
     out = table(outs)
     if rates:
-        base = statistics.median(rates["off"]) if rates["off"] else None
-        out += ["", "| sampling | steps/s (median of runs) | cost |", "|---|---:|---:|"]
-        for name, xs in rates.items():
-            med = statistics.median(xs) if xs else None
-            c = f"{100 * (1 - med / base):+.1f} %" if med and base else "-"
-            out.append(f"| {name} | {med or 0:.2f} | {c if name != 'off' else ''} |")
+        out += cost_table(rates, per_round)
     if pairs:
         out += ["", "| doctor --pairs, 4 nodes | right | s | its line |", "|---|---|---:|---|"]
         for quota, line, took, right in pairs:
@@ -251,6 +301,7 @@ def main() -> int:
     data = {
         "outcomes": [o.__dict__ for o in outs],
         "rates": rates,
+        "cost_per_round_s": per_round,
         "pairs": [list(p) for p in pairs],
         "table": out,
     }

@@ -85,6 +85,7 @@ class Run:
     notices: list[str] | None = None
     end: WatchEnd | None = None
     steps: dict[str, list[float]] | None = None  # node -> its rank 0's step times
+    rounds: list[tuple[float, float]] | None = None  # the sampler's rounds, wall clock
 
 
 def step_times(log: str) -> list[float]:
@@ -132,6 +133,19 @@ def run_once(fake: FakeCluster, path: Path, job: str, seconds: float, stop_early
             seen(f, new)
 
         dog.sampler.on_finding = found
+        run.rounds = []
+        sample = dog.sampler.round
+
+        def timed() -> Finding:
+            """Each round's span, for bench/stragglers.py's cost per round."""
+            t = time.time()
+            try:
+                return sample()
+            finally:
+                assert run.rounds is not None
+                run.rounds.append((t, time.time()))
+
+        dog.sampler.round = timed  # type: ignore[method-assign]
         deadline = t0 + seconds
         stop = threading.Event()
 

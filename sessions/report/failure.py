@@ -90,6 +90,7 @@ class FailureReport:
     flight: tuple[str, ...] = ()  # what the Flight Recorder dumps say
     culprits: tuple[Suspect, ...] = ()  # who holds the job, the likeliest first
     watchdog: str = ""  # what the watchdog saw first, when a conclusion leads instead
+    slow: tuple[str, ...] = ()  # the straggler the sampler named while the job ran
 
 
 def exit_text(code: int) -> str:
@@ -175,6 +176,7 @@ def build(
     progress: str = "",
     flight_records: Sequence[str] = (),
     conclusion: Conclusion | None = None,
+    slow: Sequence[str] = (),
 ) -> FailureReport:
     root = _root(nodes, trigger[0] if trigger else None)
     why = trigger[2] if trigger and root is not None and trigger[0] == root.node else ""
@@ -208,6 +210,7 @@ def build(
         flight=conclusion.flight if conclusion else (),
         culprits=conclusion.culprits if conclusion else (),
         watchdog=watchdog,
+        slow=tuple(slow),
     )
 
 
@@ -288,6 +291,8 @@ def render(report: FailureReport) -> str:
         out.append("")
     if report.progress:
         out += [f"progress: {report.progress}", ""]
+    if report.slow:
+        out += [*report.slow, ""]
     if report.consequences:
         out.append("consequences (not causes):")
         out += [f"  {c}" for c in report.consequences]

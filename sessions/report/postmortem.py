@@ -35,6 +35,7 @@ from mntui.sessions.ssh import Cluster
 from . import evidence, flightrec, stacks
 from . import failure as report
 from .failure import Change, Ending, FailureReport
+from .suspect import slow_section
 from .verdict import Conclusion, conclude
 
 # States in which the other ranks are most likely blocked in a collective: worth a stack.
@@ -177,6 +178,7 @@ def make_report(
         progress=obs.progress,
         flight_records=[str(p) for p in saved],
         conclusion=conclusion,
+        slow=slow_section(record.dir),
     )
     save(record, built)
     return built

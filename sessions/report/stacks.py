@@ -84,11 +84,21 @@ class NodeStacks:
     asked: Asked | None = None  # Flight Recorder dumps asked for (None: no pipes set up)
 
 
-def capture_script(pattern: str, budget: float, nonce: str, run_dir: str | None = None) -> str:
+def capture_script(
+    pattern: str,
+    budget: float,
+    nonce: str,
+    run_dir: str | None = None,
+    nonblocking: bool = False,
+) -> str:
     """py-spy is looked up on the node's PATH and on the PATH the ranks themselves run
     with (the job's environment after `setup`: a venv activated there). With `run_dir`,
-    the ranks' Flight Recorder dumps are asked for first (frdump.py), while py-spy runs."""
+    the ranks' Flight Recorder dumps are asked for first (frdump.py), while py-spy runs.
+    `nonblocking`: every rank is read without stopping it (a sampler's choice: a torn
+    read is a failed dump); otherwise only a stopped one, and a running rank's stack is
+    read whole."""
     m = f"@{nonce}"
+    running = "--nonblocking" if nonblocking else ""
     limit = max(1, int(budget))
     ask = ask_snippet(run_dir_word(run_dir)) if run_dir else ""
     wait = wait_snippet(m) if run_dir else ""
@@ -107,7 +117,7 @@ for p in $pids; do
   [ -n "$rank" ] || continue
   read -r s 2>/dev/null <"/proc/$p/stat" || continue
   s=${{s#*) }}; st=${{s%% *}}
-  case $st in T|t) nb=--nonblocking ;; *) nb= ;; esac
+  case $st in T|t) nb=--nonblocking ;; *) nb={running} ;; esac
   echo "{m}RANK $p $rank $st"
   ( timeout {limit} "$spy" dump --json $nb --pid "$p" >"$tmp/$p.out" 2>"$tmp/$p.err"
     echo $? >"$tmp/$p.rc" ) &

@@ -42,16 +42,11 @@ from .straggler import Sample, Tally, name_suspect
 MAX_BUDGET = 5.0  # seconds for one round's dumps, however long the interval
 
 
-BLOCKING = "*) nb= ;;"  # the capture script's choice for a running rank
-
-
 def round_script(pattern: str, budget: float, nonce: str) -> str:
     """The teardown's capture, every rank read with `--nonblocking`: a sample must not
     stop the rank (no ptrace stop: no pause in its step, no `t` state that a poll could
     read as frozen); a torn read is a failed dump, no sample."""
-    capture = capture_script(pattern, budget, nonce)
-    if BLOCKING in capture:
-        capture = capture.replace(BLOCKING, "*) nb=--nonblocking ;;")
+    capture = capture_script(pattern, budget, nonce, nonblocking=True)
     gpu = f"echo '@{nonce}GPU'\n{THROTTLE_QUERY}\n"
     return capture + "\n" + gpu
 
@@ -68,11 +63,20 @@ def parse_round(node: str, out: str, nonce: str) -> tuple[NodeStacks, tuple[Thro
     return stacks, held, bad
 
 
+# Waits of a job still starting: the last rank to join waits least there, and that says
+# nothing about its steps.
+STARTING = frozenset({"init_process_group", "new_group"})
+
+
 def samples_of(stacks: NodeStacks) -> list[Sample]:
-    """A rank py-spy could not read is no sample: a failed dump is no evidence of work."""
-    return [
-        Sample(s.rank, s.node, waits_in(s.frames) is not None) for s in stacks.stacks if s.frames
-    ]
+    """A rank py-spy could not read is no sample: a failed dump is no evidence of work;
+    nor is a rank still joining the job (STARTING)."""
+    out = []
+    for s in stacks.stacks:
+        wait = waits_in(s.frames) if s.frames else None
+        if s.frames and (wait is None or wait.collective not in STARTING):
+            out.append(Sample(s.rank, s.node, wait is not None))
+    return out
 
 
 class Sampler:

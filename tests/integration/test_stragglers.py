@@ -18,6 +18,7 @@ import straggle
 from fakecluster import FakeCluster, free_port, wait_for
 from helpers import Cfg
 
+from mntui.sessions.runs import latest
 from mntui.sessions.watch import WatchOutcome
 
 REPO = Path(__file__).resolve().parents[2]
@@ -104,6 +105,15 @@ def test_a_node_at_half_a_cpu_is_named_and_on_slow_kill_all_takes_the_job_down(
     assert run.suspect is not None and run.suspect.node == "node1", run.finding
     assert run.end is not None and run.end.outcome is WatchOutcome.TORN_DOWN
     assert run.end.trigger is not None and run.end.trigger.why.startswith("straggler: rank 1")
+    # the saved report carries the straggler, in its text and its JSON
+    rec = latest(job)
+    assert rec is not None
+    text = (rec.dir / "report.txt").read_text()
+    assert "Slow node (sampled while the job ran):\n  straggler: rank 1 (node1) waits" in text
+    slow = json.loads((rec.dir / "report.json").read_text())["slow"]
+    assert slow[1].startswith("  straggler: rank 1 (node1) waits"), slow
+    shown = cfg.mntui(path, "report").stdout
+    assert shown.count("Slow node (sampled") == 1, shown
 
 
 @needs_cgroup

@@ -28,7 +28,7 @@ def cmd_report(
     saved = saved_report(record)
     if saved is not None and not record.status.is_live:
         say(saved[1] if as_json else saved[0], end="" if not as_json else "\n")
-        _slow(record, as_json, say)
+        _slow(record, as_json, say, saved[0])
         from mntui.sessions.history import chain_line
 
         if not as_json and (line := chain_line(record.job, record.chain)):
@@ -42,17 +42,17 @@ def cmd_report(
     if verbose:
         say(f"mntui: {via.describe()}", err=True)
     say(json.dumps({**data, "via": via.name}, indent=2) if as_json else text, end="")
-    _slow(record, as_json, say)
+    _slow(record, as_json, say, text)
     return ExitCode.OK
 
 
-def _slow(record: RunRecord, as_json: bool, say: Say) -> None:
-    """The straggler the watchdog's sampler named while the job ran (report/suspect.py):
-    a section of its own after the report, which is about how the run ended."""
+def _slow(record: RunRecord, as_json: bool, say: Say, shown: str = "") -> None:
+    """The straggler the watchdog's sampler named while the job ran (report/suspect.py),
+    where the report `shown` lacks it (one saved before reports carried it, or none)."""
     from mntui.sessions.report import slow_section
 
     lines = slow_section(record.dir)
-    if lines and not as_json:
+    if lines and not as_json and lines[0] not in shown:
         say("\n" + "\n".join(lines))
 
 
