@@ -7,6 +7,7 @@ agentbench.py and syncbench.py import it and not each other.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -56,7 +57,11 @@ def make_tree(root: Path, mb: int, file_kb: int = 50) -> list[Path]:
 
 
 def isolate(root: Path) -> None:
-    """Run records and the supervisors' local tmux server of a bench are its own."""
+    """Run records and the supervisors' local tmux server of a bench are its own. A bench
+    started with SIGINT ignored (`nohup ... &`) would pass that on to the `mntui` it
+    starts (chaos's Ctrl+C faults) and could not be stopped itself: handle it."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     os.environ["XDG_STATE_HOME"] = str(root / "state")
     (root / "tmux").mkdir(mode=0o700, exist_ok=True)
     os.environ["TMUX_TMPDIR"] = str(root / "tmux")

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -9,6 +10,13 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+# The Ctrl+C tests send SIGINT to an `mntui` they start. A suite started with SIGINT
+# ignored (`nohup ... &`, a non-interactive shell's background job) would pass that on
+# through exec and the CLI would never see its Ctrl+C; handled here, the children start
+# with the default action instead.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
