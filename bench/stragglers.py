@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -187,23 +186,8 @@ def cost_table(rates: dict[str, list[float]], per_round: list[float]) -> list[st
 def doctor_pairs(root: Path, quota: float | None) -> tuple[str, float, bool]:
     """`doctor --pairs` on 4 fresh nodes, node2 at `quota` of a CPU (None: clean)."""
     with FakeCluster(root / f"pairs{quota}", 4).start() as fake:
-        path = root / "pairs.yaml"
-        path.write_text(
-            textwrap.dedent(f"""
-            job: pairs
-            nodes: [node0, node1, node2, node3]
-            master_port: {free_port()}
-            command: "true"
-            ssh: {{config: {fake.ssh_config}, connect_timeout: 5}}
-            """)
-        )
-        argv = [sys.executable, "-m", "mntui.tui.cli", "-c", str(path), "doctor", "--pairs"]
         t0 = time.monotonic()
-        if quota is None:
-            res = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-        else:
-            with straggle.cpu_quota(straggle.sshd_pid(fake, "node2"), quota, "pairs"):
-                res = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+        res = straggle.doctor_pairs(fake, root / "pairs.yaml", quota)
         took = time.monotonic() - t0
     line = next((x for x in res.stdout.splitlines() if x.startswith("pairs: ")), "no line")
     named_only_node2 = "node2 is slow" in line and line.count(" is slow") == 1

@@ -12,6 +12,9 @@ real Watchdog with its sampler, until the sampler names a suspect or `seconds` r
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -19,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from fakecluster import FakeCluster, wait_for
+from fakecluster import FakeCluster, free_port, wait_for
 
 from mntui.sessions.config import load_config
 from mntui.sessions.events import Event, Phase
@@ -168,3 +171,24 @@ def sshd_pid(fake: FakeCluster, node: str) -> int:
     proc = fake.node(node).proc
     assert proc is not None
     return proc.pid
+
+
+def doctor_pairs(
+    fake: FakeCluster, path: Path, quota: float | None, slow: str = "node2"
+) -> subprocess.CompletedProcess[str]:
+    """`mntui doctor --pairs` over the fake cluster's first 4 nodes, `slow` at `quota` of
+    a CPU (None: none slowed); the config is written to `path`."""
+    path.write_text(
+        textwrap.dedent(f"""
+        job: pairs
+        nodes: [node0, node1, node2, node3]
+        master_port: {free_port()}
+        command: "true"
+        ssh: {{config: {fake.ssh_config}, connect_timeout: 5}}
+        """)
+    )
+    argv = [sys.executable, "-m", "mntui.tui.cli", "-c", str(path), "doctor", "--pairs"]
+    if quota is None:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    with cpu_quota(sshd_pid(fake, slow), quota, "pairs"):
+        return subprocess.run(argv, capture_output=True, text=True, timeout=600)

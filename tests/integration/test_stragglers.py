@@ -118,19 +118,7 @@ def test_a_node_at_half_a_cpu_is_named_and_on_slow_kill_all_takes_the_job_down(
 
 @needs_cgroup
 def test_doctor_pairs_names_the_throttled_node(fresh: FakeCluster, tmp_path: Path) -> None:
-    path = tmp_path / "pairs.yaml"
-    path.write_text(
-        textwrap.dedent(f"""
-        job: pairs
-        nodes: [node0, node1, node2, node3]
-        master_port: {free_port()}
-        command: "true"
-        ssh: {{config: {fresh.ssh_config}, connect_timeout: 5}}
-        """)
-    )
-    argv = [sys.executable, "-m", "mntui.tui.cli", "-c", str(path), "doctor", "--pairs"]
-    with straggle.cpu_quota(straggle.sshd_pid(fresh, "node2"), 0.2, "pairs"):
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    res = straggle.doctor_pairs(fresh, tmp_path / "pairs.yaml", 0.2)
     line = next(x for x in res.stdout.splitlines() if x.startswith("pairs: "))
     print(f"\nMEASURED doctor --pairs, node2 at 0.2 CPU: {line}")
     assert line.startswith("pairs: node2 is slow: all-reduce "), res.stdout
