@@ -162,6 +162,11 @@ class Sampler:
             self.told.add(found.rank)
             new = found
         finding = Finding(self.suspect, throttles, ranks, self.tally.rounds, self.malformed)
+        if self._stop.is_set():
+            # A round that ends after the watchdog stopped the sampler (to act on a finding,
+            # or to tear the job down) is dropped: the finding it acted on stays the run's,
+            # and the report shows that one, not a later round's that may name nobody.
+            return finding
         try:
             save_finding(self.record.dir, finding)
         except OSError:

@@ -226,3 +226,27 @@ def test_a_straggler_that_comes_and_goes_is_told_once(tmp_path: Path) -> None:
     assert told == [1]
     found = load_finding(tmp_path)
     assert found is not None and found.suspect is not None and found.suspect.rank == 1
+
+
+def test_a_round_ending_after_the_sampler_stopped_leaves_the_finding_acted_on(
+    tmp_path: Path,
+) -> None:
+    """The watchdog stops the sampler before it acts (kill_all on slow) and tears down; a
+    round still under way then must not replace the named suspect with a later tally
+    that names nobody: the report reads the finding the watchdog acted on."""
+    from types import SimpleNamespace
+
+    from mntui.sessions.watch import Sampler
+
+    record = SimpleNamespace(dir=tmp_path, nodes=[])
+    cfg = SimpleNamespace(watch=WatchPolicy(sample_every=0))
+    sampler = Sampler(cfg, record, None)  # type: ignore[arg-type]
+    for waits in [True] * 7 + [False] * 3:  # rank 0 waits 7 of 10, rank 1 never: named
+        named = sampler.judge([Sample(0, "g0", waits), Sample(1, "g1", False)], ())
+    assert named.suspect is not None and named.suspect.rank == 1
+    sampler.stop()
+    late = sampler.judge([Sample(0, "g0", False), Sample(1, "g1", True)], ())
+    assert late.suspect is None  # 7 of 11 against 1 of 11 could be luck (p = 0.012)
+    found = load_finding(tmp_path)
+    assert found is not None and found.suspect is not None and found.suspect.rank == 1
+    assert found.rounds == 10
