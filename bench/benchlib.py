@@ -7,6 +7,7 @@ agentbench.py and syncbench.py import it and not each other.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import time
@@ -78,3 +79,14 @@ class Deadline:
 
     def left(self) -> float:
         return self.end - time.monotonic()
+
+
+def in_rounds(rng: random.Random, kinds: list[str], n: int) -> list[str]:
+    """`n` kinds drawn in shuffled rounds: each kind as often as the others, give or
+    take the last round's cut (a campaign's kinds, seeded)."""
+    order: list[str] = []
+    while len(order) < n:
+        batch = list(kinds)
+        rng.shuffle(batch)
+        order += batch
+    return order[:n]

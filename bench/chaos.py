@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 
-from benchlib import isolate  # noqa: E402
+from benchlib import in_rounds, isolate  # noqa: E402
 from chaos_fault import Fault, FaultPlan, Outcome  # noqa: E402
 from chaos_job import Job, Profile  # noqa: E402
 from chaos_kinds import KINDS, MOMENTS, PROFILES  # noqa: E402
@@ -51,13 +51,8 @@ def draw(
     """The campaign's faults: kinds in shuffled rounds (each kind as often as the others),
     then a profile, a node, a moment for each."""
     rng = random.Random(seed)
-    order: list[str] = []
-    while len(order) < n:
-        batch = list(kinds)
-        rng.shuffle(batch)
-        order += batch
     plans = []
-    for i, kind in enumerate(order[:n]):
+    for i, kind in enumerate(in_rounds(rng, kinds, n)):
         allowed = [p for p in PROFILES.get(kind, tuple(Profile)) if p in profiles]
         allowed = [p for p in allowed if p is not Profile.SPARE or nodes >= 3]
         if not allowed:

@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 
-from benchlib import isolate  # noqa: E402
+from benchlib import in_rounds, isolate  # noqa: E402
 from fakecluster import FakeCluster  # noqa: E402
 from hangs_run import IN_JOB, KINDS, HangRun, Plan, Result  # noqa: E402
 
@@ -48,13 +48,8 @@ def draw(seed: int, n: int, kinds: list[str], sizes: list[int], auto_share: floa
     """Kinds in shuffled rounds (each as often as the others), then a node count, a
     culprit rank, a hang step and (stalls only) whether the threshold is learnt."""
     rng = random.Random(seed)
-    order: list[str] = []
-    while len(order) < n:
-        batch = list(kinds)
-        rng.shuffle(batch)
-        order += batch
     plans = []
-    for i, kind in enumerate(order[:n]):
+    for i, kind in enumerate(in_rounds(rng, kinds, n)):
         nodes = rng.choice(sizes)
         auto = kind in IN_JOB and rng.random() < auto_share
         plans.append(Plan(i, kind, nodes, rng.randrange(nodes), rng.randint(8, 14), auto))
