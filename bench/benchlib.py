@@ -90,3 +90,21 @@ def in_rounds(rng: random.Random, kinds: list[str], n: int) -> list[str]:
         rng.shuffle(batch)
         order += batch
     return order[:n]
+
+
+def torchrun_job(job: str, nodes: list[str], work: Path, script: str) -> list[str]:
+    """A campaign's job config, up to its watch settings: one rank a node under real
+    torchrun, `script` (with its arguments) run from `work`."""
+    return [
+        f"job: {job}",
+        f"nodes: [{', '.join(nodes)}]",
+        f"workdir: {work}",
+        f"master_port: {free_port()}",
+        'env: {OMP_NUM_THREADS: "1"}',
+        "command: >-",
+        "  exec python3 -m torch.distributed.run --nnodes={nnodes} --node_rank={node_rank}",
+        "  --nproc_per_node=1 --master_addr={master_addr} --master_port={master_port}",
+        f"  {script}",
+        "launch: {ready_timeout: 90}",
+        "kill: {grace: 2}",
+    ]

@@ -21,8 +21,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TypeVar
 
-from benchlib import Deadline
-from fakecluster import FakeCluster, alive, cmdline, free_port, pids_with_env, tagged
+from benchlib import Deadline, torchrun_job
+from fakecluster import FakeCluster, alive, cmdline, pids_with_env, tagged
 
 from mntui.sessions.errors import state_dir
 from mntui.sessions.launch import session_name, watch_session_name
@@ -66,17 +66,7 @@ def job_yaml(fc: FakeCluster, work: Path, job: str, profile: Profile, args: str,
     if profile is Profile.SPARE:
         args = "--fail-if-env BREAK_HERE --fail-step 2 --how exit3 --fail-attempts 2 " + args
     lines = [
-        f"job: {job}",
-        f"nodes: [{', '.join(nodes)}]",
-        f"workdir: {work}",
-        f"master_port: {free_port()}",
-        'env: {OMP_NUM_THREADS: "1"}',
-        "command: >-",
-        "  exec python3 -m torch.distributed.run --nnodes={nnodes} --node_rank={node_rank}",
-        "  --nproc_per_node=1 --master_addr={master_addr} --master_port={master_port}",
-        f"  faulty_train.py --interval 0.3 --timeout 600 {args}",
-        "launch: {ready_timeout: 90}",
-        "kill: {grace: 2}",
+        *torchrun_job(job, nodes, work, f"faulty_train.py --interval 0.3 --timeout 600 {args}"),
         "watch: {capture_budget: 0, frozen_after: 3, unreachable_after: 4}",
     ]
     if profile is not Profile.PLAIN:

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from benchlib import Deadline
-from fakecluster import FakeCluster, alive, cmdline, free_port, pids_with_env, process_tree, tagged
+from benchlib import Deadline, torchrun_job
+from fakecluster import FakeCluster, alive, cmdline, pids_with_env, process_tree, tagged
 
 from mntui.sessions.errors import state_dir
 from mntui.sessions.runs import RunRecord, load_run
@@ -92,17 +92,7 @@ def job_yaml(fc: FakeCluster, work: Path, job: str, plan: Plan) -> str:
         args += f" --hang-rank {plan.rank} --hang-step {plan.step} --how {plan.kind}"
     stall = "auto" if plan.auto else STALL
     return "\n".join([
-        f"job: {job}",
-        f"nodes: [{', '.join(names)}]",
-        f"workdir: {work}",
-        f"master_port: {free_port()}",
-        'env: {OMP_NUM_THREADS: "1"}',
-        "command: >-",
-        "  exec python3 -m torch.distributed.run --nnodes={nnodes} --node_rank={node_rank}",
-        "  --nproc_per_node=1 --master_addr={master_addr} --master_port={master_port}",
-        f"  hang_train.py {args}",
-        "launch: {ready_timeout: 90}",
-        "kill: {grace: 2}",
+        *torchrun_job(job, names, work, f"hang_train.py {args}"),
         f"watch: {{stall_after: {stall}, on_stall: kill_all, frozen_after: 2,"
         " unreachable_after: 4, interval: 0.5, capture_budget: 10}",
         f"ssh: {{config: {fc.ssh_config}, connect_timeout: 5}}",
