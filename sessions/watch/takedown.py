@@ -1,4 +1,4 @@
-"""Tearing a broken job down: stacks first, then the kill, then the report.
+"""Tearing a broken job down: stacks first, then the kill and the report at once.
 
 The watchdog (headless or in the app) calls this once it has decided. For a hang,
 the ranks' Python stacks are taken before the kill, within `watch.capture_budget`,
