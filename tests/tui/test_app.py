@@ -108,6 +108,12 @@ def test_cleanup_names_holder_and_quit_leaves_job_running(fake: FakeCluster, cfg
             assert re.search(
                 r"node0\s+leftovers\s+FAIL", report
             )  # the job is running: doctor says so
+            # and the nodes' history keeps it, as it does the CLI's doctor
+            from mntui.sessions.errors import state_dir
+            from mntui.sessions.history.records import read_doctor
+
+            kept = [r for r in read_doctor(state_dir(), "tquit") if r["check"] == "leftovers"]
+            assert {(r["node"], r["status"]) for r in kept} >= {("node0", "FAIL")}, kept
             await pilot.press("escape")
             await pilot.press("q")
         assert app.return_value is None

@@ -6,6 +6,8 @@ operation, each runs its IO in a thread worker and reports through a typed messa
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from textual import work
 from textual.app import App
 from textual.notifications import SeverityLevel
@@ -18,6 +20,9 @@ from mntui.sessions.ssh import Cluster
 
 from .messages import DoctorDone, HoldersFound, Notice, OpDone, ReportReady
 from .widgets import ConfirmScreen, ReportScreen
+
+if TYPE_CHECKING:
+    from mntui.sessions.doctor import Check
 
 DOCTOR_VERDICT = {
     ExitCode.OK: "all checks pass",
@@ -127,8 +132,22 @@ class Operations(App[None]):
 
         assert self.cluster is not None
         rows = doctor.run_checks(self.cfg, self.cluster)
+        self.keep_doctor(rows)
         code = ExitCode(doctor.exit_code(rows))
         self.post_message(DoctorDone(doctor.format_rows(rows), code))
+
+    def keep_doctor(self, rows: list[Check]) -> None:
+        """The rows go to the nodes' history, as `mntui doctor`'s do (a node's failed
+        checks show in `mntui nodes --history` and the app's `h`); a full disk costs the
+        history a row, never the doctor its answer."""
+        from dataclasses import asdict
+
+        from mntui.sessions.history import save_doctor
+
+        try:
+            save_doctor(self.cfg.job, [asdict(r) for r in rows])
+        except OSError as exc:
+            self.post_message(Notice(f"doctor results not kept for the history: {exc}", "warning"))
 
     def on_doctor_done(self, message: DoctorDone) -> None:
         self.busy = None
