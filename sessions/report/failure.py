@@ -255,9 +255,11 @@ def _torn_down(root: NodeSummary, nodes: Sequence[NodeSummary], ended_at: float 
 def killed_at(built: FailureReport, ended_at: float) -> FailureReport:
     """A teardown's report, written while the kill ran, completed with when the kill
     ended: the conclusion does not wait for a slow kill, and the time lost is still said."""
+    if built.ended_at is not None:
+        return built  # the first end stands
     root = next((n for n in built.nodes if n.node == built.cause_node), None)
-    if built.ending is not Ending.TORN_DOWN or built.ended_at is not None or root is None:
-        return replace(built, ended_at=built.ended_at or ended_at)
+    if built.ending is not Ending.TORN_DOWN or root is None:
+        return replace(built, ended_at=ended_at)
     tail = _torn_down(root, built.nodes, ended_at)
     if built.watchdog:  # a conclusion leads: the watchdog's own line carries the time
         return replace(built, ended_at=ended_at, watchdog=built.watchdog + tail)
