@@ -2,7 +2,7 @@
 port and log in a temp dir, and ticket caches of its own.
 
 Needs Debian's krb5-kdc, krb5-admin-server (kadmin.local) and krb5-user (kinit, klist,
-kdestroy), which .ci/setup installs: the fixture installs nothing and needs no root. The
+kdestroy), which `.ci/setup --tests` installs: the fixture installs nothing and needs no root. The
 system's /etc/krb5.conf is never read: every client, sshd and tool reaches this realm
 through KRB5_CONFIG (`env`). The KDC is stopped by its PID, never by name.
 """
@@ -177,9 +177,7 @@ def kdc_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kdc]:
     Import it as `kdc_fixture`; tests ask for `kdc`."""
     missing = missing_tools()
     if missing:
-        why = (
-            f"private KDC: needs {', '.join(missing)} (apt-get install {PACKAGES}; .ci/setup does)"
-        )
+        why = f"private KDC: needs {', '.join(missing)} (apt-get install {PACKAGES}; .ci/setup --tests does)"
         if os.environ.get("CI"):
             pytest.fail(why)
         pytest.skip(why)

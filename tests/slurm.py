@@ -2,7 +2,7 @@
 with its own key, socket, ports, state, spool, logs and pid files in a temp dir.
 
 Needs root (slurmd starts each job as its user) and Debian's slurmctld, slurmd,
-slurm-client and munge, which .ci/setup installs: the fixture installs nothing. Client
+slurm-client and munge, which `.ci/setup --tests` installs: the fixture installs nothing. Client
 tools reach this Slurm through SLURM_CONF (`env`). Everything it started carries
 MNTUI_SLURM=<dir> in its environment, and is stopped by PID (daemons) or by that tag
 (job steps, which slurmd detaches), never by name.
@@ -180,7 +180,7 @@ def slurm() -> Iterator[OneHostSlurm]:
     """The one-host Slurm; skipped (failed under CI) where its packages or root are missing."""
     missing = missing_tools()
     why = (
-        f"needs {', '.join(missing)} (apt-get install {PACKAGES}; .ci/setup does)"
+        f"needs {', '.join(missing)} (apt-get install {PACKAGES}; .ci/setup --tests does)"
         if missing
         else ("needs root: slurmd starts jobs as their users" if os.geteuid() != 0 else "")
     )

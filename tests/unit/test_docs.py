@@ -69,3 +69,23 @@ def test_the_readme_is_short_and_links_every_page() -> None:
     assert not unlinked, f"docs pages the README does not link: {unlinked}"
     assert len(readme) < 15_000, "the README is the newcomer's page: the rest goes in docs/"
     assert "docs/img/app.svg" in readme  # a screenshot of the app, made by the app
+
+
+def test_completion_help_and_docs_give_the_same_install_lines() -> None:
+    """`completion --help` once said "zsh: the same" as bash while docs/cli.md said
+    `completion zsh` after compinit (issue 29): both now read completion.INSTALL."""
+    from mntui.tui.cli.completion import INSTALL
+    from mntui.tui.cli.examples import EXAMPLES
+
+    cli = " ".join((DOCS / "cli.md").read_text().split())
+    for shell, line in INSTALL.items():
+        assert " ".join(line.split()) in cli, f"docs/cli.md lacks the {shell} line: {line}"
+    assert EXAMPLES["completion"] == " ".join(INSTALL["zsh"].split())
+
+
+def test_the_readme_numbers_its_first_steps_in_order() -> None:
+    """The five-minute block once numbered its steps 1, 2, 3, 5 (issue 29)."""
+    readme = (REPO / "README.md").read_text()
+    block = readme[readme.index("mntui init g369") :]
+    block = block[: block.index("```")]
+    assert re.findall(r"\b(\d)\. ", block) == ["1", "2", "3", "4", "5"]

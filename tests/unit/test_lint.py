@@ -20,7 +20,7 @@ def _tool(name: str) -> str:
         return str(path)
     found = shutil.which(name)
     if found is None:
-        pytest.fail(f"{name} is not installed: `bash .ci/setup` installs it")
+        pytest.fail(f"{name} is not installed: `bash .ci/setup --tests` installs it")
     return found
 
 

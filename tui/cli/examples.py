@@ -7,6 +7,8 @@ without one fails tests/unit/test_cli_help.py.
 
 from __future__ import annotations
 
+from .completion import INSTALL
+
 EXAMPLES = {
     "init": "mntui init g369 g375 -- torchrun train.py --lr 3e-4   # ./mntui.yaml for 2 nodes",
     "launch": "mntui launch --no-ui      # start, print each node's progress, return",
@@ -22,7 +24,7 @@ EXAMPLES = {
     "demo": "mntui demo --seconds 20   # the bundled 2-node CPU job: launch, watch, kill",
     "history": "mntui history --since 7d  # per restart chain: time trained, time lost",
     "quarantine": 'mntui quarantine g380 --for 24h --why "ECC errors"   # out of launches',
-    "completion": 'eval "$(mntui completion bash)"   # in ~/.bashrc (zsh: the same; fish: > file)',
+    "completion": " ".join(INSTALL["zsh"].split()),  # docs/cli.md gives the same three lines
 }
 FIRST_STEPS = "mntui init g369 g375 -- torchrun train.py && mntui doctor && mntui launch"
 
