@@ -73,9 +73,8 @@ def test_the_readme_is_short_and_links_every_page() -> None:
 
 def test_completion_help_and_docs_give_the_same_install_lines() -> None:
     """`completion --help` once said "zsh: the same" as bash while docs/cli.md said
-    `completion zsh` after compinit (issue 29): both now read completion.INSTALL."""
-    from mntui.tui.cli.completion import INSTALL
-    from mntui.tui.cli.examples import EXAMPLES
+    `completion zsh` after compinit (issue 29): both now read examples.INSTALL."""
+    from mntui.tui.cli.examples import EXAMPLES, INSTALL
 
     cli = " ".join((DOCS / "cli.md").read_text().split())
     for shell, line in INSTALL.items():

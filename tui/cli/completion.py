@@ -17,11 +17,6 @@ from pathlib import Path
 from typing import Any
 
 SHELLS = ("bash", "zsh", "fish")
-INSTALL = {
-    "bash": 'eval "$(mntui completion bash)"          # in ~/.bashrc',
-    "zsh": 'eval "$(mntui completion zsh)"           # in ~/.zshrc, after compinit',
-    "fish": "mntui completion fish > ~/.config/fish/completions/mntui.fish",
-}
 
 
 def script(shell: str) -> str:

@@ -7,7 +7,12 @@ without one fails tests/unit/test_cli_help.py.
 
 from __future__ import annotations
 
-from .completion import INSTALL
+# How to load `mntui completion`'s script in each shell; docs/cli.md shows the same lines.
+INSTALL = {
+    "bash": 'eval "$(mntui completion bash)"          # in ~/.bashrc',
+    "zsh": 'eval "$(mntui completion zsh)"           # in ~/.zshrc, after compinit',
+    "fish": "mntui completion fish > ~/.config/fish/completions/mntui.fish",
+}
 
 EXAMPLES = {
     "init": "mntui init g369 g375 -- torchrun train.py --lr 3e-4   # ./mntui.yaml for 2 nodes",
