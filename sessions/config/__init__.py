@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from .spans import parse_span as parse_span
     from .syncguard import FIX as FIX
     from .syncguard import GUARD_SCRIPT as GUARD_SCRIPT
+    from .syncguard import literal_refusal as literal_refusal
     from .syncguard import local_refusal as local_refusal
     from .syncguard import node_refusal as node_refusal
     from .syncguard import parse_refused as parse_refused

@@ -64,21 +64,25 @@ def workdir(doc: Document, value: Any, path: Path_) -> str:
         raise doc.error(
             path, f"~{user} is not expanded (only ~ and ~/ are): write the full path, /home/{user}"
         )
-    if _deletes(doc.data):
-        from .syncguard import FIX, config_refusal
+    sync = _rsync(doc.data)
+    if sync is not None:
+        from .syncguard import FIX, config_refusal, literal_refusal
 
-        why = config_refusal(text)
-        if why is not None:
+        # rsync writes where the node reads the path: a glob there writes into what it
+        # matches (`*` is `.ssh` too), with or without delete; a delete has more rules
+        if sync.get("delete") is True and (why := config_refusal(text)) is not None:
             raise doc.error(path, f"{text} {why}; {FIX}")
+        if (why := literal_refusal(text)) is not None:
+            raise doc.error(path, f"{text} {why}; sync writes into it")
     return text
 
 
-def _deletes(data: Any) -> bool:
-    """`sync: {delete: true}` in rsync mode, read here so that the refusal names the line
-    of the workdir that is unsafe: the top level's, a node's, an override's or a spare's
+def _rsync(data: Any) -> dict[str, Any] | None:
+    """The `sync` section in rsync mode, read here so that the refusal names the line of
+    the workdir that is unsafe: the top level's, a node's, an override's or a spare's
     (the sync section is read, and checked, before any of them)."""
     sync = data.get("sync") if isinstance(data, dict) else None
-    return isinstance(sync, dict) and sync.get("delete") is True and sync.get("git") is None
+    return sync if isinstance(sync, dict) and sync.get("git") is None else None
 
 
 def env(doc: Document, value: Any, path: Path_) -> dict[str, str]:

@@ -6,7 +6,8 @@ The refusal is decided three times, each where the facts are known:
 - on the config text (jobchecks.workdir), for every place a workdir is written: `/`,
   the home (`~`, `~/`, `.`, `~/x/..`, or this machine's home written out), an ancestor
   of it, or a directory at, in or above mntui's own (`~/.mntui` on the nodes; the run
-  records and the agent's sockets here);
+  records and the agent's sockets here); and a workdir the node may read otherwise than
+  the checks do (`$HOME`, a glob: literal_refusal), refused again just before rsync;
 - on a local node, just before rsync, on the real paths (a symlink to the home);
 - on a remote node, in the same connection, just before rsync (GUARD_SCRIPT): only the
   node knows its home, so `/home/me` written out is caught there.
@@ -74,9 +75,31 @@ def _owned_here(home: str) -> list[str]:
     return [posixpath.join(home, NODE_DIR), str(state_dir()), str(runtime_dir())]
 
 
+# What the node may read otherwise than written, while the checks here and the node's
+# own (GUARD_SCRIPT, quoted) read it as written: `$` and backquotes, which the node's
+# shell expands where rsync hands it the path (before 3.2.4, or RSYNC_OLD_ARGS=1: there
+# `$HOME` is the home; rsync.py passes --protect-args against that too), and the glob
+# characters and their escape, which rsync expands there even so (`*` matched `.ssh`).
+_NOT_LITERAL = re.compile(r"[$`*?\[\\]")
+
+
+def literal_refusal(workdir: str) -> str | None:
+    """Why the node might delete in another directory than the checks saw; None: it reads
+    the workdir as written."""
+    m = _NOT_LITERAL.search(workdir)
+    if m is None:
+        return None
+    return (
+        f"has '{m[0]}', which the node's shell or rsync may expand to another directory "
+        "than the one checked (write the path out, with ~ for the home)"
+    )
+
+
 def config_refusal(workdir: str) -> str | None:
     """The rule on the text, against this machine's home (as written and resolved): a
     `~` form is the home on any node; a path written out is compared with ours."""
+    if (why := literal_refusal(workdir)) is not None:
+        return why
     here = os.path.expanduser("~")
     for home in dict.fromkeys([normal(here), os.path.realpath(here)]):
         owned = [normal(os.path.abspath(p)) for p in _owned_here(home)]

@@ -59,10 +59,12 @@ class SyncError(MntuiError):
 
 
 def remote_dest(workdir: str) -> str:
-    """The workdir as rsync's remote path, which is relative to the node's home."""
+    """The workdir as rsync's remote path, which is relative to the node's home; `-x` as
+    `./-x`, which rsync on the node would read as an option, and `cd -- -` as $OLDPWD."""
     if workdir in ("~", "~/"):
         return "."
-    return workdir[2:] if workdir.startswith("~/") else workdir
+    dest = workdir[2:] if workdir.startswith("~/") else workdir
+    return f"./{dest}" if dest.startswith("-") else dest
 
 
 def ssh_argv(cfg: JobConfig) -> list[str]:

@@ -17,6 +17,9 @@ arrives before a marker the remote command prints. Git mode
 `delete: true` never reaches a home, what holds one, or mntui's own directories: the
 config, a local node's real paths and the remote node itself refuse first
 (sessions/config/syncguard.py); inside the workdir, excluded and ignored paths are kept.
+Those checks read the workdir as written, and so must rsync on the node: it gets the
+path through the protocol (--protect-args), never through the node's shell, which an
+rsync before 3.2.4 (or RSYNC_OLD_ARGS=1) handed it to, and which made `$HOME` the home.
 """
 
 from __future__ import annotations
@@ -31,7 +34,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mntui.sessions.config import FIX, GUARD_SCRIPT, local_refusal, node_refusal, parse_refused
+from mntui.sessions.config import (
+    FIX,
+    GUARD_SCRIPT,
+    literal_refusal,
+    local_refusal,
+    node_refusal,
+    parse_refused,
+)
 from mntui.sessions.errors import UsageError
 from mntui.sessions.events import Event, Phase
 
@@ -61,7 +71,7 @@ def rsync_argv(cfg: JobConfig, spec: NodeSpec, marker: str) -> list[str]:
     argv += ["--delete-after"] if policy.delete else []
     source = policy.source.rstrip("/") + "/"
     if spec.is_local:
-        return [*argv, source, os.path.expanduser(workdir).rstrip("/") + "/"]
+        return [*argv, source, _local_dest(workdir)]
     host = ssh_host(cfg, spec)
     relay = relay_argv(marker, ssh_argv(cfg))
     dest = remote_dest(workdir)
@@ -73,7 +83,16 @@ def rsync_argv(cfg: JobConfig, spec: NodeSpec, marker: str) -> list[str]:
         f"cd && mkdir -p -- {quoted} && {guard if policy.delete else ''}"
         f"printf %s {marker} && exec rsync"
     )
-    return [*argv, "-e", shlex.join(relay), f"--rsync-path={rsync_path}", source, f"{host}:{dest}/"]
+    # -s (--protect-args; --secluded-args since 3.2.6, the old name kept): the paths go
+    # through the protocol, not the node's shell; it also overrides RSYNC_OLD_ARGS=1
+    argv += ["-s", "-e", shlex.join(relay), f"--rsync-path={rsync_path}"]
+    return [*argv, source, f"{host}:{dest}/"]
+
+
+def _local_dest(workdir: str) -> str:
+    """A relative path as `./x`: rsync reads `-x` as an option and `a:b` as a host."""
+    path = os.path.expanduser(workdir)
+    return (path if path.startswith("/") else os.path.join(".", path)).rstrip("/") + "/"
 
 
 # ---- reading rsync's answers (its stderr carries the node's login-shell noise) -------
@@ -166,11 +185,15 @@ def _one(
 def _start(
     cfg: JobConfig, spec: NodeSpec, argv: list[str], runs: Runs
 ) -> tuple[subprocess.Popen[str] | None, str]:
-    """rsync under way, or why not; a local node is checked on its real paths first."""
-    if spec.is_local and cfg.sync is not None and cfg.sync.delete:
-        why = local_refusal(str(spec.workdir))
-        if why is not None:
-            return None, f"refused before rsync: workdir {spec.workdir} {why}; {FIX}"
+    """rsync under way, or why not: the workdir is checked as written (the config's
+    check, again for a JobConfig built otherwise), a local delete's on its real paths too."""
+    workdir = str(spec.workdir)
+    why = literal_refusal(workdir)  # rsync expands a glob there, delete or not
+    if why is None and cfg.sync is not None and cfg.sync.delete and spec.is_local:
+        why = local_refusal(workdir)
+    if why is not None:
+        fix = FIX if cfg.sync is not None and cfg.sync.delete else "sync writes into it"
+        return None, f"refused before rsync: workdir {workdir} {why}; {fix}"
     try:
         if spec.is_local:
             os.makedirs(argv[-1], exist_ok=True)

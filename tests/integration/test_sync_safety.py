@@ -188,6 +188,56 @@ def test_an_override_into_the_home_is_refused_at_its_line(
     assert intact(home, files) == []
 
 
+# ---- a workdir the node reads otherwise (issue 28: `$HOME`, RSYNC_OLD_ARGS=1) ---------
+
+OLD_ARGS = {**os.environ, "RSYNC_OLD_ARGS": "1"}  # as rsync < 3.2.4 passes remote paths
+
+
+def test_dollar_home_workdir_with_delete_is_refused_in_one_line(
+    fake: FakeCluster, cfg: Cfg, node2_home: tuple[Path, dict[str, str]]
+) -> None:
+    """A new user's `workdir: $HOME`: the checks read a directory named `$HOME`, the
+    node's shell the home, which --delete emptied. Refused at its line, nothing synced."""
+    home, files = node2_home
+    make_source(cfg.tmp)
+    path = _config(cfg, "$HOME")
+    before = sorted(p.name for p in home.iterdir())
+    res = cfg.mntui(path, "launch", "--no-ui", env=OLD_ARGS)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert res.stderr.strip().splitlines() == [
+        f"mntui: {path}:3 workdir: $HOME has '$', which the node's shell or rsync may expand "
+        "to another directory than the one checked (write the path out, with ~ for the home); "
+        "sync.delete: true deletes everything there that the source lacks: set workdir to "
+        "the project's own directory (like ~/code), or drop sync.delete"
+    ]
+    assert "synced" not in res.stdout
+    assert sorted(p.name for p in home.iterdir()) == before and intact(home, files) == []
+    assert tagged("tsafenode") == []
+
+
+def test_delete_sync_under_old_args_writes_only_the_workdir_as_written(
+    fake: FakeCluster,
+    cfg: Cfg,
+    node2_home: tuple[Path, dict[str, str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With RSYNC_OLD_ARGS=1 the node's shell split `~/tsafe code` and --delete emptied
+    ~/tsafe, another project: rsync now gets its paths through the protocol (-s)."""
+    home, files = node2_home
+    make_source(cfg.tmp)
+    other = home / "tsafe"
+    other.mkdir()
+    (other / "keep.py").write_text("another project\n")
+    monkeypatch.setenv("RSYNC_OLD_ARGS", "1")
+    try:
+        sync_nodes(load_config(_config(cfg, '"~/tsafe code"')))
+        assert (home / "tsafe code" / "train.py").is_file()
+        assert (other / "keep.py").read_text() == "another project\n"
+        assert intact(home, files) == []
+    finally:
+        subprocess.run(["rm", "-rf", "--", str(other), str(home / "tsafe code")], check=True)
+
+
 # ---- what a delete sync keeps in a proper workdir ---------------------------------
 
 
