@@ -3,7 +3,8 @@
 A run's ending names one node as its cause (the failure report's root cause, else the
 node the watchdog tore the job down for) and the others that only showed the fault's
 consequences (collective timeouts, a peer gone). A node that a user killed is never
-blamed for what followed. Pure: it folds what records.scan read.
+blamed for what followed. Pure: it folds what records.scan read, each value already
+in its shape (shape.py), so nothing here converts or raises.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .records import RunView, Scan
+from .shape import Scalar, number, text
 
 ENDED = frozenset({"failed", "torn-down", "restarting", "gave-up"})
 SHOWN = 5  # failures listed under each node
@@ -66,20 +68,19 @@ def failure_of(run: RunView) -> Failure | None:
     teardown = run.last_note("watchdog-teardown")
     report = run.report
     node = report.cause_node if report is not None else None
-    torn = teardown.get("node") if teardown is not None else None
-    node = node or (torn if isinstance(torn, str) else None)
+    note: Mapping[str, Scalar] = teardown or {}
+    torn = text(note.get("node"))
+    node = node or torn
     if node is None or node in run.killed_nodes:
+        return None
+    if report is not None and report.mistake:  # the job's own mistake: never the node's
         return None
     if teardown is None and run.status not in ENDED:
         return None
-    kind = "failed"
-    if teardown is not None and torn == node and isinstance(teardown.get("state"), str):
-        kind = teardown["state"]
+    kind = (text(note.get("state")) if torn == node else None) or "failed"
     at = report.first_at if report is not None else None
-    if at is None and teardown is not None and isinstance(teardown.get("at"), (int, float)):
-        at = float(teardown["at"])
-    why = teardown.get("why") if teardown is not None else None
-    cause = (report.cause if report is not None else "") or (why if isinstance(why, str) else "")
+    at = at if at is not None else number(note.get("at"))
+    cause = (report.cause if report is not None else "") or text(note.get("why")) or ""
     return Failure(run.job, run.run_id, node, at or run.created_at, kind, cause or run.cause or "")
 
 
@@ -118,15 +119,14 @@ def _rank(h: NodeHistory) -> tuple[float, float, float, str]:
     return (-len(h.caused), -(h.share or 0.0), -last, h.node)
 
 
-def _doctor_fails(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[DoctorFail]]:
+def _doctor_fails(rows: Iterable[Mapping[str, Scalar]]) -> dict[str, list[DoctorFail]]:
     out: dict[str, list[DoctorFail]] = {}
     for r in rows:
-        if str(r.get("status", "")).upper() != "FAIL":
-            continue
-        at = r.get("at")
+        if str(r.get("status", "")).upper() != "FAIL" or r.get("node_fault") is not True:
+            continue  # only a failure of the node itself counts, not a config mistake
         fail = DoctorFail(
             str(r.get("job", "")),
-            float(at) if isinstance(at, (int, float)) else None,
+            number(r.get("at")),
             str(r.get("check", "")),
             str(r.get("detail", ""))[:200],
         )

@@ -27,6 +27,8 @@ from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import LaunchError, private_dir, state_dir
 from mntui.sessions.runs import write_atomic
 
+from .shape import load, number, text
+
 
 @dataclass(frozen=True)
 class Quarantine:
@@ -72,18 +74,18 @@ def _path(node: str) -> Path:
 
 
 def _read(path: Path) -> Quarantine | None:
+    """The file's quarantine, its times finite numbers (a "NaN" or "inf" `until` would
+    keep a node out forever), or None."""
     try:
-        data = json.loads(path.read_text())
-        q = Quarantine(
-            node=str(data["node"]),
-            who=str(data.get("who") or "?"),
-            when=float(data["when"]),
-            until=float(data["until"]),
-            why=str(data.get("why") or ""),
-        )
-    except (OSError, ValueError, KeyError, TypeError):
+        data = load(path)
+    except (OSError, ValueError):
         return None
-    return q if unquote(path.stem) == q.node else None
+    if not isinstance(data, dict):
+        return None
+    node, when, until = text(data.get("node")), number(data.get("when")), number(data.get("until"))
+    if node is None or when is None or until is None or unquote(path.stem) != node:
+        return None
+    return Quarantine(node, text(data.get("who")) or "?", when, until, text(data.get("why")) or "")
 
 
 @contextmanager

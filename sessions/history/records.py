@@ -4,7 +4,8 @@ Records outlive the mntui that wrote them: an older run.json lacks keys this ver
 added, a newer one has keys it does not know, a crash may have left one unreadable.
 `RunRecord.load` rightly refuses all of those (a watchdog must not guess); a history
 takes what each file holds, skips what it cannot read and counts it, and never raises.
-Each run is read into a small frozen view of the facts a history needs, no more.
+Each run is read into a small frozen view of the facts a history needs, no more, each
+in its one shape (shape.py): a value of another shape is missing, never a raise later.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from typing import Any
 
 from mntui.sessions.errors import private_dir, state_dir
 
+from .shape import Scalar, count, flat, listed, load, number, text
+
 RUN_ID_RE = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{4}\Z")
-MAX_FILE = 8 * 1024 * 1024  # a record or report larger than this is not one of ours
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class ReportView:
     ended_at: float | None
     consequences: tuple[str, ...]  # the other nodes that showed a problem
     ending: str
+    mistake: bool = False  # the root cause is the job's own (report finding's `mistake`)
 
 
 @dataclass(frozen=True)
@@ -45,16 +48,16 @@ class RunView:
     nodes: tuple[tuple[str, int | None], ...]  # (node, nproc) in rank order
     cause: str | None = None
     killed_nodes: tuple[str, ...] = ()
-    notes: tuple[Mapping[str, Any], ...] = ()
+    notes: tuple[Mapping[str, Scalar], ...] = ()  # shape.flat: nothing nested
     report: ReportView | None = None
 
-    def last_note(self, what: str) -> Mapping[str, Any] | None:
+    def last_note(self, what: str) -> Mapping[str, Scalar] | None:
         return next((h for h in reversed(self.notes) if h.get("what") == what), None)
 
     @property
     def ended_at(self) -> float | None:
         """The last thing the record says happened, once the run is over."""
-        times = [t for h in self.notes if isinstance(t := h.get("at"), (int, float))]
+        times = [t for h in self.notes if (t := number(h.get("at"))) is not None]
         return max(times, default=None)
 
 
@@ -63,88 +66,88 @@ class Scan:
     runs: tuple[RunView, ...]
     skipped: int = 0  # run.json files that could not be read at all
     partial: int = 0  # reports or notes that could not be read (the run was kept)
-    doctor: tuple[Mapping[str, Any], ...] = field(default=())  # saved doctor rows
+    doctor: tuple[Mapping[str, Scalar], ...] = field(default=())  # saved doctor rows
 
 
-def _num(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _load(path: Path) -> Any:
-    with open(path, "rb") as fh:
-        data = fh.read(MAX_FILE + 1)
-    if len(data) > MAX_FILE:
-        raise ValueError("too large")
-    return json.loads(data)
-
-
-def read_report(run_dir: Path) -> ReportView | None:
-    """The saved failure report's facts; None when there is none or it cannot be read."""
-    data = _load(run_dir / "report.json")
+def read_report(run_dir: Path) -> ReportView:
+    """The saved failure report's facts; ValueError or OSError when it cannot be read."""
+    data = load(run_dir / "report.json")
     if not isinstance(data, dict):
         raise ValueError("not a report")
-    root = _text(data.get("cause_node"))
+    root = text(data.get("cause_node"))
     others = []
-    for n in data.get("nodes") or []:
-        name = _text(n.get("node")) if isinstance(n, dict) else None
+    for n in listed(data, "nodes")[0]:
+        name = text(n.get("node")) if isinstance(n, dict) else None
         if name and name != root and (n.get("finding") or n.get("first_problem_at")):
             others.append(name)
+    mistake = any(  # a mistyped script, a module not installed: the job's, not the node's
+        isinstance(n, dict) and n.get("node") == root and flat(n.get("finding")) is not None
+        and (flat(n.get("finding")) or {}).get("mistake") is True
+        for n in listed(data, "nodes")[0]
+    )
     if not others:  # an older report: the consequences' text starts with the node
-        for c in data.get("consequences") or []:
+        for c in listed(data, "consequences")[0]:
             if isinstance(c, str) and " (node rank" in c:
                 others.append(c.split(" (node rank", 1)[0])
     return ReportView(
         cause_node=root,
-        cause=_text(data.get("cause")) or "",
-        first_at=_num(data.get("first_at")),
-        ended_at=_num(data.get("ended_at")),
+        cause=text(data.get("cause")) or "",
+        first_at=number(data.get("first_at")),
+        ended_at=number(data.get("ended_at")),
         consequences=tuple(dict.fromkeys(others)),
-        ending=_text(data.get("ending")) or "",
+        ending=text(data.get("ending")) or "",
+        mistake=mistake,
     )
+
+
+def _nodes(data: dict[str, Any]) -> tuple[tuple[tuple[str, int | None], ...], int]:
+    items, bad = listed(data, "nodes")
+    nodes = []
+    for n in items:
+        name = text(n.get("node")) if isinstance(n, dict) else None
+        if name is None:
+            bad += 1
+            continue
+        nodes.append((name, count(n.get("nproc"), least=1)))
+    return tuple(nodes), bad
+
+
+def _notes(data: dict[str, Any]) -> tuple[tuple[Mapping[str, Scalar], ...], int]:
+    items, bad = listed(data, "history")
+    notes = [note for h in items if (note := flat(h)) is not None]
+    return tuple(notes), bad + len(items) - len(notes)
 
 
 def read_run(job: str, run_dir: Path) -> tuple[RunView | None, int]:
     """(the run, parts left out); (None, 0) when run.json itself cannot be read."""
     try:
-        data = _load(run_dir / "run.json")
+        data = load(run_dir / "run.json")
     except (OSError, ValueError):
         return None, 0
-    if not isinstance(data, dict) or _num(data.get("created_at")) is None:
+    created = number(data.get("created_at")) if isinstance(data, dict) else None
+    if not isinstance(data, dict) or created is None:
         return None, 0
-    nodes = []
-    for n in data.get("nodes") or []:
-        if isinstance(n, dict) and isinstance(n.get("node"), str):
-            nproc = n.get("nproc")
-            nodes.append((n["node"], nproc if isinstance(nproc, int) and nproc > 0 else None))
-    notes = [h for h in data.get("history") or [] if isinstance(h, dict)]
-    partial = len(data.get("history") or []) - len(notes)
+    nodes, partial = _nodes(data)
+    notes, left_out = _notes(data)
+    killed, bad_killed = listed(data, "killed_nodes")
+    partial += left_out + bad_killed
     report = None
     if (run_dir / "report.json").exists():
         try:
             report = read_report(run_dir)
-        except (OSError, ValueError, AttributeError, TypeError):
+        except (OSError, ValueError):
             partial += 1
-    attempt = data.get("attempt")
-    killed = data.get("killed_nodes")
     view = RunView(
         job=job,
         run_id=run_dir.name,
-        chain=_text(data.get("chain")) or run_dir.name,
-        attempt=attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else 0,
-        status=_text(data.get("status")) or "unknown",
-        created_at=float(data["created_at"]),
-        nodes=tuple(nodes),
-        cause=_text(data.get("cause")),
-        killed_nodes=tuple(k for k in killed if isinstance(k, str))
-        if isinstance(killed, list)
-        else (),
-        notes=tuple(notes),
+        chain=text(data.get("chain")) or run_dir.name,
+        attempt=count(data.get("attempt")) or 0,
+        status=text(data.get("status")) or "unknown",
+        created_at=created,
+        nodes=nodes,
+        cause=text(data.get("cause")),
+        killed_nodes=tuple(k for k in killed if isinstance(k, str)),
+        notes=notes,
         report=report,
     )
     return view, partial
@@ -191,18 +194,20 @@ def _day_of(run_id: str) -> float:
         return float("inf")
 
 
-def read_doctor(base: Path, job: str | None) -> Iterator[Mapping[str, Any]]:
-    """The rows of every saved `mntui doctor` run (doctorlog.save_doctor)."""
+def read_doctor(base: Path, job: str | None) -> Iterator[Mapping[str, Scalar]]:
+    """The rows of every saved `mntui doctor` run (doctorlog.save_doctor), flat."""
     for name, path in _doctor_files(base, job):
         try:
-            data = _load(path)
+            data = load(path)
         except (OSError, ValueError):
             continue
-        at = _num(data.get("at")) if isinstance(data, dict) else None
-        rows = data.get("rows") if isinstance(data, dict) else None
-        for row in rows if isinstance(rows, list) else []:
-            if isinstance(row, dict) and isinstance(row.get("node"), str):
-                yield {**row, "job": name, "at": at}
+        if not isinstance(data, dict):
+            continue
+        at = number(data.get("at"))
+        for row in listed(data, "rows")[0]:
+            kept = flat(row)
+            if kept is not None and isinstance(kept.get("node"), str):
+                yield {**kept, "job": name, "at": at}
 
 
 def _doctor_files(base: Path, job: str | None) -> Iterator[tuple[str, Path]]:

@@ -3,6 +3,7 @@ are checked as ssh resolves them, and an existing file is never overwritten."""
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import subprocess
@@ -12,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from mntui.sessions.config import load_config
+from mntui.sessions.errors import UsageError
 from mntui.sessions.launch.plan import render_command
-from mntui.tui.cli.init_config import command_template
+from mntui.tui.cli.init_config import _write_checked, command_template
 
 FLAGS = (
     "--nnodes={nnodes} --node_rank={node_rank} --nproc_per_node={nproc_per_node} "
@@ -133,3 +135,48 @@ def test_init_from_a_hostfile_or_slurm(tmp_path: Path) -> None:
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "job" in res.stderr
     assert not (tmp_path / "d.yaml").exists()
     assert not list(tmp_path.glob(".*.init-*")), "the check's copy is left behind"
+
+
+def test_init_never_writes_through_a_link_at_its_temp_name(tmp_path: Path) -> None:
+    """Issue 28, finding 9: init's copy, `.<name>.init-<pid>` beside the target, was
+    opened with Path.write_text (O_CREAT|O_TRUNC, follows links) at a name anyone could
+    guess: in a shared directory another user's link there made init overwrite what it
+    points to (their victim's ~/.bashrc), then unlink the link and leave no trace."""
+    victim = tmp_path / "victim_bashrc"
+    victim.write_text("export PATH=$HOME/bin:$PATH\n")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    path = shared / "mntui.yaml"
+    os.symlink(victim, shared / f".mntui.yaml.init-{os.getpid()}")  # planted by someone else
+    text = "job: demo\nnodes: [localhost]\ncommand: sleep 1\n"
+    try:
+        _write_checked(path, text, strict=True)
+    except Exception:  # refusing is fine; writing through the link is not
+        pass
+    assert victim.read_text() == "export PATH=$HOME/bin:$PATH\n", (
+        f"the victim file now holds: {victim.read_text()[:60]!r}"
+    )
+    # written beside it under a name of its own, with the umask's mode, and no copy left
+    assert path.read_text() == text and not path.is_symlink()
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask()
+    assert [p.name for p in shared.glob(".*.init-*")] == [f".mntui.yaml.init-{os.getpid()}"]
+
+
+def test_a_link_at_the_target_is_never_replaced(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("mine\n")
+    (tmp_path / "mntui.yaml").symlink_to(victim)
+    (tmp_path / "new.yaml").symlink_to(tmp_path / "nowhere")  # dangling
+    for name in ("mntui.yaml", "new.yaml"):
+        with pytest.raises(UsageError, match="exists; not overwriting"):
+            _write_checked(
+                tmp_path / name, "job: demo\nnodes: [localhost]\ncommand: x\n", strict=True
+            )
+    assert victim.read_text() == "mine\n" and not (tmp_path / "nowhere").exists()
+    assert not list(tmp_path.glob(".*.init-*")), "the check's copy is left behind"
+
+
+def umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import re
+import secrets
 import shlex
 import time
 from collections.abc import Sequence
@@ -225,13 +226,32 @@ def cmd_init(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def _create_beside(path: Path, text: str) -> Path:
+    """A new file holding `text` beside `path`, at a name no one can guess and opened
+    only if nothing is there: in a shared directory, a link planted at the copy's name
+    must never make init write through it (to someone's ~/.bashrc). Its mode is the
+    umask's, as the kept config's always was."""
+    tmp = path.with_name(f".{path.name}.init-{os.getpid()}-{secrets.token_hex(8)}")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(tmp, flags, 0o666)
+    except FileExistsError:
+        raise UsageError(f"init: {tmp} exists; not writing through it (remove it)") from None
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
 def _write_checked(path: Path, text: str, *, strict: bool) -> JobConfig | None:
     """Read `text` back with the config loader, beside `path` (relative paths resolve
     the same), and keep it only under a name nothing holds yet (a link never replaces).
     A config that does not load is a usage error, but with --slurm outside an
     allocation, where the nodes cannot be read now: written, with a warning."""
-    tmp = path.with_name(f".{path.name}.init-{os.getpid()}")
-    tmp.write_text(text)
+    tmp = _create_beside(path, text)
     try:
         try:
             cfg: JobConfig | None = load_config(tmp)
