@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError, private_dir, state_dir
+from .jsonshape import count, load, number
 
 __all__ = [
     "NodeRecord",
@@ -60,6 +61,12 @@ class RunStatus(StrEnum):
     @property
     def is_stopping(self) -> bool:
         return self is RunStatus.KILLING
+
+    @property
+    def may_restart(self) -> bool:
+        """Ended in a way the restart policy may relaunch from: until its supervisor marks
+        it `restarting`, the chain's next attempt is still undecided."""
+        return self in (RunStatus.TORN_DOWN, RunStatus.FAILED, RunStatus.ABORTED)
 
 
 def check_run_id(run_id: str) -> str:
@@ -116,6 +123,12 @@ class RunRecord:
     def node(self, name: str) -> NodeRecord:
         return next(n for n in self.nodes if n.node == name)
 
+    @property
+    def stopped_by_user(self) -> bool:
+        """A user's full kill reached this run: its chain ends here. A run that had
+        already failed keeps its own ending (history counts it); the kill is the note."""
+        return any(h.get("what") == "kill" and "nodes" not in h for h in self.history)
+
     def note(self, what: str, **details: Any) -> None:
         self.history.append({"at": time.time(), "what": what, **details})
 
@@ -148,10 +161,69 @@ class RunRecord:
 
     @classmethod
     def load(cls, path: Path) -> RunRecord:
-        data = json.loads(path.read_text())
+        """ValueError for a file that is no record of this shape (jsonshape.load bounds
+        its size and depth), so no reader meets a number, list or map it cannot use."""
+        data = load(path)
+        if not _shaped(data, _RUN):
+            raise ValueError(f"{path}: not a run record this mntui can read")
         data["nodes"] = [NodeRecord(**n) for n in data["nodes"]]
         data["status"] = RunStatus(data["status"])
         return cls(**data)
+
+
+Check = Callable[[Any], bool]
+
+
+def _optional(check: Check) -> Check:
+    return lambda v: v is None or check(v)
+
+
+def _list_of(check: Check) -> Check:
+    return lambda v: isinstance(v, list) and all(check(x) for x in v)
+
+
+def _shaped(data: Any, spec: dict[str, Check]) -> bool:
+    """Every key one the spec knows, its value of the spec's shape (a missing key is the
+    dataclass's to default or refuse)."""
+    return isinstance(data, dict) and all(k in spec and spec[k](v) for k, v in data.items())
+
+
+def _is_str(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+def _is_count(v: Any) -> bool:
+    return count(v) is not None
+
+
+def _is_time(v: Any) -> bool:
+    return number(v) is not None
+
+
+def _is_map(v: Any) -> bool:
+    return isinstance(v, dict)
+
+
+_NODE: dict[str, Check] = {
+    **dict.fromkeys(("node", "host", "session", "tag", "run_dir"), _is_str),
+    "rank": _is_count,
+    "started_at": _optional(_is_time),
+    "nproc": _optional(_is_count),
+}
+_RUN: dict[str, Check] = {
+    **dict.fromkeys(("job", "run_id", "config", "master_addr"), _is_str),
+    **dict.fromkeys(("error", "cause", "chain"), _optional(_is_str)),
+    **dict.fromkeys(("ready_at", "finished_launch_at"), _optional(_is_time)),
+    "master_port": _is_count,
+    "attempt": _is_count,
+    "created_at": _is_time,
+    "status": lambda v: isinstance(v, str) and v in RunStatus._value2member_map_,
+    "nodes": _list_of(lambda n: _shaped(n, _NODE)),
+    "attempts": _list_of(_is_map),
+    "history": _list_of(_is_map),
+    "node_source": _optional(_is_map),
+    "killed_nodes": _list_of(_is_str),
+}
 
 
 def write_atomic(path: Path, text: str) -> Path:
@@ -208,10 +280,15 @@ def latest(job: str) -> RunRecord | None:
 
 
 def live_runs(job: str) -> list[RunRecord]:
-    """Every run of the job that may still hold processes or be about to (a chain in
-    its backoff): a user's kill must end all of them, not only the latest."""
-    runs = []
+    """The latest run of each of the job's chains, where it may still hold processes or
+    be about to (a chain in its backoff): a user's kill must end all of them. An earlier
+    attempt stays `restarting` once its successor exists; it is history, and a kill
+    that rewrote it would erase the failure it ended with."""
+    heads: dict[str, RunRecord] = {}
     for path in sorted((state_dir() / job).glob("*/run.json")):
-        if RUN_ID_RE.match(path.parent.name) and (rec := _read(path)) and rec.status.is_live:
-            runs.append(rec)
-    return runs
+        if not RUN_ID_RE.match(path.parent.name) or (rec := _read(path)) is None:
+            continue
+        head = heads.get(rec.chain or rec.run_id)
+        if head is None or (rec.attempt, rec.created_at) >= (head.attempt, head.created_at):
+            heads[rec.chain or rec.run_id] = rec
+    return [r for r in heads.values() if r.status.is_live]

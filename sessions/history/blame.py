@@ -4,7 +4,7 @@ A run's ending names one node as its cause (the failure report's root cause, els
 node the watchdog tore the job down for) and the others that only showed the fault's
 consequences (collective timeouts, a peer gone). A node that a user killed is never
 blamed for what followed. Pure: it folds what records.scan read, each value already
-in its shape (shape.py), so nothing here converts or raises.
+in its shape (sessions/jsonshape.py), so nothing here converts or raises.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from mntui.sessions.jsonshape import Scalar, number, text
+
 from .records import RunView, Scan
-from .shape import Scalar, number, text
 
 ENDED = frozenset({"failed", "torn-down", "restarting", "gave-up"})
 SHOWN = 5  # failures listed under each node
@@ -75,7 +76,9 @@ def failure_of(run: RunView) -> Failure | None:
         return None
     if report is not None and report.mistake:  # the job's own mistake: never the node's
         return None
-    if teardown is None and run.status not in ENDED:
+    # a run the supervisor chose to restart had ended by itself, even if a user's kill in
+    # its backoff marked it `killed` afterwards
+    if teardown is None and run.status not in ENDED and run.last_note("restart") is None:
         return None
     kind = (text(note.get("state")) if torn == node else None) or "failed"
     at = report.first_at if report is not None else None

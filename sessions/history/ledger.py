@@ -5,9 +5,13 @@ Detection is fault → teardown (the report's first problem to the watchdog's te
 note): a slow watchdog. Recovery is teardown → the next attempt's first step (backoff,
 relaunch, rendezvous, data loading): a slow restart. Lost work is the training since the
 last checkpoint (the job's checkpoint lines): checkpoints too far apart. GPU-hours lost
-multiply each by the GPUs the attempt held: the record holds no GPU count, so a node's
-processes (nproc) stand for its GPUs, and every figure says so. Pure arithmetic over
-records.scan's views; a missing time makes its part unknown, never a guess.
+multiply each by the GPUs the attempt held, as the watchdog saw them in nvidia-smi on
+every node (stepclock.py): a job on nodes with no GPU is a CPU job and costs no GPU-hours,
+and an attempt whose GPUs were not seen on every node (an older record, a node never
+reached) costs "?" GPU-hours, never a count guessed from its processes. Training is
+first to last step of each attempt as the watchdog's `steps` note has them; the watchdog
+keeps that note current while the job runs, so a live chain's line is right too. Pure
+arithmetic over records.scan's views; a missing time makes its part unknown, never a guess.
 """
 
 from __future__ import annotations
@@ -17,12 +21,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from mntui.sessions.config import format_span
+from mntui.sessions.jsonshape import count
 
 from .blame import ENDED, failure_of
 from .records import RunView, Scan
 
 LIVE = frozenset({"launching", "running", "restarting", "killing"})
-GPUS_FROM = "nproc"  # what stands for a node's GPU count
+GPUS_FROM = "nvidia-smi"  # where a node's GPU count comes from
 
 
 @dataclass(frozen=True)
@@ -38,7 +43,7 @@ class Loss:
     resumed_at: float | None  # the next attempt's first step
     lost_steps: int | None  # steps since the last checkpoint; None: no checkpoint lines
     lost_work: float | None  # seconds of training since the last checkpoint
-    gpus: int
+    gpus: int | None  # 0: a CPU attempt; None: not seen on every node
 
     @property
     def detection(self) -> float | None:
@@ -53,8 +58,8 @@ class Loss:
         return sum(x for x in (self.detection, self.recovery, self.lost_work) if x is not None)
 
     @property
-    def gpu_hours(self) -> float:
-        return self.gpus * self.lost / 3600
+    def gpu_hours(self) -> float | None:
+        return self.gpus * self.lost / 3600 if self.gpus is not None else None
 
 
 @dataclass(frozen=True)
@@ -68,15 +73,17 @@ class ChainLedger:
     wall: float
     training: float
     losses: tuple[Loss, ...]
-    gpus: int  # the latest attempt's
+    gpus: int | None  # the latest attempt's: 0 on CPU, None when not seen
 
     @property
     def lost(self) -> float:
         return sum(loss.lost for loss in self.losses)
 
     @property
-    def gpu_hours_lost(self) -> float:
-        return sum(loss.gpu_hours for loss in self.losses)
+    def gpu_hours_lost(self) -> float | None:
+        """None when any failure's GPUs are unknown: a partial sum would read as the
+        whole."""
+        return _total(loss.gpu_hours for loss in self.losses)
 
     def part(self, name: str) -> float | None:
         values = [getattr(loss, name) for loss in self.losses]
@@ -86,15 +93,16 @@ class ChainLedger:
     def summary(self) -> str:
         """The seff-style line at the end of a chain."""
         good = f" ({self.training / self.wall:.0%} goodput)" if self.wall > 0 else ""
-        head = f"{self.job} chain {self.chain}: {self.status} after {self.attempts} attempt(s); "
-        head += f"wall {format_span(self.wall)}, training {format_span(self.training)}{good}"
+        head = f"{self.job} chain {self.chain}: {self.status} after {self.attempts} attempt(s)"
+        head += f"{_on(self.gpus)}; wall {format_span(self.wall)}, "
+        head += f"training {format_span(self.training)}{good}"
         if not self.losses:
             return head + "; no failures"
         names = (("detection", "detection"), ("recovery", "recovery"), ("work", "lost_work"))
         parts = ", ".join(f"{label} {format_span(self.part(name))}" for label, name in names)
+        cost = _cost([x.gpus for x in self.losses], self.gpu_hours_lost)
         return (
-            f"{head}; {len(self.losses)} failure(s) lost {format_span(self.lost)} ({parts}) = "
-            f"{self.gpu_hours_lost:.3f} GPU-h ({self.gpus} GPUs, counted from {GPUS_FROM})"
+            f"{head}; {len(self.losses)} failure(s) lost {format_span(self.lost)} ({parts}){cost}"
         )
 
     def plain(self) -> dict[str, Any]:
@@ -107,6 +115,29 @@ class ChainLedger:
         out.update(lost=self.lost, gpu_hours_lost=self.gpu_hours_lost, gpus_from=GPUS_FROM)
         out["summary"] = self.summary()
         return out
+
+
+def _on(gpus: int | None) -> str:
+    """What the attempt ran on: " on 8 GPUs", " on CPU", or nothing when not seen."""
+    if gpus is None:
+        return ""
+    return f" on {gpus} GPU{'s' if gpus != 1 else ''}" if gpus else " on CPU"
+
+
+def _cost(gpus: Sequence[int | None], hours: float | None) -> str:
+    """The GPU-hours of some failures: none on CPU, "?" when a count was not seen."""
+    if not gpus:
+        return ""
+    if all(g == 0 for g in gpus):
+        return " (CPU: no GPU-hours)"
+    if hours is None:
+        return " = ? GPU-h (GPUs not seen on every node)"
+    return f" = {hours:.3f} GPU-h (GPUs from {GPUS_FROM})"
+
+
+def _total(values: Iterable[float | None]) -> float | None:
+    items = list(values)
+    return None if any(v is None for v in items) else sum(v for v in items if v is not None)
 
 
 def _span(a: float | None, b: float | None) -> float | None:
@@ -129,8 +160,12 @@ def trained(run: RunView) -> float:
     return _span(_num(note, "first_step_at"), _num(note, "last_step_at")) or 0.0
 
 
-def gpus(run: RunView) -> int:
-    return sum(nproc or 1 for _, nproc in run.nodes)
+def gpus(run: RunView) -> int | None:
+    """The GPUs the attempt held, when the watchdog saw every node's; 0: CPU only."""
+    note = _steps(run)
+    seen = count(note.get("gpu_nodes")) if note is not None else None
+    held = count(note.get("gpus")) if note is not None else None
+    return held if seen is not None and seen >= len(run.nodes) > 0 else None
 
 
 def _lost_work(note: Mapping[str, Any] | None) -> tuple[int | None, float | None]:
@@ -204,7 +239,7 @@ def format_ledgers(items: Iterable[ChainLedger]) -> str:
             out.append(
                 f"  attempt {x.attempt} ({x.run_id}): {x.node or '?'} {x.kind}; "
                 f"detection {format_span(x.detection)}, recovery {format_span(x.recovery)}, "
-                f"lost work {_work(x)}; {x.gpu_hours:.3f} GPU-h"
+                f"lost work {_work(x)}; {_hours(x)}"
             )
     if len(items) > 1:
         out.append(total_line(items))
@@ -216,12 +251,19 @@ def total_line(items: Sequence[ChainLedger]) -> str:
     wall = sum(c.wall for c in items)
     training = sum(c.training for c in items)
     good = f" ({training / wall:.0%} goodput)" if wall > 0 else ""
+    losses = [x for c in items for x in c.losses]
+    cost = _cost([x.gpus for x in losses], _total(x.gpu_hours for x in losses))
     return (
         f"total: {len(items)} chains, {sum(c.attempts for c in items)} attempts, "
-        f"{sum(len(c.losses) for c in items)} failures; wall {format_span(wall)}, training "
-        f"{format_span(training)}{good}; lost {format_span(sum(c.lost for c in items))} = "
-        f"{sum(c.gpu_hours_lost for c in items):.3f} GPU-h (GPUs counted from {GPUS_FROM})"
+        f"{len(losses)} failures; wall {format_span(wall)}, training "
+        f"{format_span(training)}{good}; lost {format_span(sum(c.lost for c in items))}{cost}"
     )
+
+
+def _hours(x: Loss) -> str:
+    if x.gpu_hours is None:
+        return "? GPU-h"
+    return f"{x.gpu_hours:.3f} GPU-h" if x.gpus else "CPU"
 
 
 def _work(x: Loss) -> str:

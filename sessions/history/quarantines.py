@@ -25,9 +25,8 @@ from urllib.parse import quote, unquote
 
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import LaunchError, private_dir, state_dir
+from mntui.sessions.jsonshape import load, number, text
 from mntui.sessions.runs import write_atomic
-
-from .shape import load, number, text
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ added, a newer one has keys it does not know, a crash may have left one unreadab
 `RunRecord.load` rightly refuses all of those (a watchdog must not guess); a history
 takes what each file holds, skips what it cannot read and counts it, and never raises.
 Each run is read into a small frozen view of the facts a history needs, no more, each
-in its one shape (shape.py): a value of another shape is missing, never a raise later.
+in its one shape (sessions/jsonshape.py): a value of another shape is missing, never a raise later.
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from mntui.sessions.errors import private_dir, state_dir
-
-from .shape import Scalar, count, flat, listed, load, number, text
+from mntui.sessions.jsonshape import Scalar, count, flat, listed, load, number, text
 
 RUN_ID_RE = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{4}\Z")
 
@@ -48,7 +47,7 @@ class RunView:
     nodes: tuple[tuple[str, int | None], ...]  # (node, nproc) in rank order
     cause: str | None = None
     killed_nodes: tuple[str, ...] = ()
-    notes: tuple[Mapping[str, Scalar], ...] = ()  # shape.flat: nothing nested
+    notes: tuple[Mapping[str, Scalar], ...] = ()  # jsonshape.flat: nothing nested
     report: ReportView | None = None
 
     def last_note(self, what: str) -> Mapping[str, Scalar] | None:
@@ -81,9 +80,9 @@ def read_report(run_dir: Path) -> ReportView:
         if name and name != root and (n.get("finding") or n.get("first_problem_at")):
             others.append(name)
     mistake = any(  # a mistyped script, a module not installed: the job's, not the node's
-        isinstance(n, dict) and n.get("node") == root and flat(n.get("finding")) is not None
-        and (flat(n.get("finding")) or {}).get("mistake") is True
+        (flat(n.get("finding")) or {}).get("mistake") is True
         for n in listed(data, "nodes")[0]
+        if isinstance(n, dict) and root is not None and n.get("node") == root
     )
     if not others:  # an older report: the consequences' text starts with the node
         for c in listed(data, "consequences")[0]:

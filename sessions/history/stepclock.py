@@ -1,8 +1,15 @@
-"""When an attempt trained: its first and last step and its last checkpoint, for the ledger.
+"""When an attempt trained and on what: its first and last step, its last checkpoint and
+the GPUs it held, for the ledger.
 
 The watchdog already follows every node's step; this keeps the few times the goodput
-ledger needs, and the watchdog writes them into the run record as a `steps` note when
-the first step is seen and when the attempt ends. A checkpoint is a log line matching
+ledger needs, and the watchdog writes them into the run record as one `steps` note, kept
+current: at once when the first step (or the nodes' GPUs) is seen, every REFRESH seconds
+of stepping after that, and when the attempt ends, however it ends (torn down, ended by
+itself, killed by a user, left by a quitting app). A live `mntui status` and a run killed
+under the watchdog both read how long it trained from there, so a note written only at
+the first step would say 0 s for both. GPUs are what nvidia-smi listed on each node, at
+most one per process there; a node with no nvidia-smi (or none listed) holds none: a
+CPU job is priced in no GPU-hours, never in one GPU per process. A checkpoint is a log line matching
 the config's `checkpoint_pattern` (its group `step`, if it has one, names the step
 saved; else the step reached when the line was seen). Lines are node data: looked at
 through a 4,000-character cap, and nothing in them makes this raise.
@@ -12,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -20,6 +27,7 @@ if TYPE_CHECKING:
 
 MAX_LINE = 4000
 MAX_STEP = 10**12
+REFRESH = 5.0  # seconds of stepping between two writes of the note while the job runs
 
 
 def compile_checkpoint(text: str) -> re.Pattern[str]:
@@ -39,7 +47,8 @@ class StepClock:
     last_step: int | None = None
     checkpoint_at: float | None = None
     checkpoint_step: int | None = None
-    noted_first: bool = False  # the first step is in the record
+    gpus: dict[str, int] = field(default_factory=dict)  # node -> GPUs its processes hold
+    noted: tuple[float | None, int] | None = None  # (last_at, nodes with GPUs) last written
 
     def feed(self, now: float, step: int | None, lines: Iterable[str] = ()) -> None:
         """One poll: the highest step any node reached, and the lines it brought."""
@@ -61,10 +70,27 @@ class StepClock:
             return value if value <= MAX_STEP else self.last_step
         return self.last_step
 
+    def see_gpus(self, node: str, nproc: int | None, listed: int | None) -> None:
+        """One poll of `node`: `listed` GPUs in nvidia-smi (0: none, or no nvidia-smi;
+        None: it failed, so unknown). Its processes hold one each, as many as there are;
+        the most it was seen with counts (a GPU that falls off the bus was still held)."""
+        if listed is None:
+            return
+        held = min(listed, nproc) if nproc is not None else listed
+        self.gpus[node] = max(held, self.gpus.get(node, 0))
+
     @property
-    def first_due(self) -> bool:
-        """A first step was seen and is not yet written down."""
-        return self.first_at is not None and not self.noted_first
+    def due(self) -> bool:
+        """The note on disk is behind: a first step or a node's GPUs not yet in it, or
+        REFRESH seconds of stepping since it was written."""
+        if self.first_at is None and not self.gpus:
+            return False
+        if self.noted is None or self.noted[1] != len(self.gpus):
+            return True
+        was = self.noted[0]
+        if was is None:
+            return self.last_at is not None
+        return self.last_at is not None and self.last_at - was >= REFRESH
 
     def plain(self) -> dict[str, Any]:
         """The `steps` note (JSON): what the ledger reads back."""
@@ -76,10 +102,16 @@ class StepClock:
             "checkpoints": self.checkpoint is not None,
             "checkpoint_at": self.checkpoint_at,
             "checkpoint_step": self.checkpoint_step,
+            "gpus": sum(self.gpus.values()),
+            "gpu_nodes": len(self.gpus),  # nodes whose GPUs were seen: the sum is theirs
         }
 
 
 def note_steps(record: RunRecord, clock: StepClock | None) -> None:
-    """Write the clock into `record` (inside its update) once a step was seen."""
-    if clock is not None and clock.first_at is not None:
-        record.note("steps", **clock.plain())
+    """Write the clock into `record` (inside its update) once it saw anything: the one
+    `steps` note replaces the last, so a long run's record does not grow with it."""
+    if clock is None or (clock.first_at is None and not clock.gpus):
+        return
+    record.history[:] = [h for h in record.history if h.get("what") != "steps"]
+    record.note("steps", **clock.plain())
+    clock.noted = (clock.last_at, len(clock.gpus))

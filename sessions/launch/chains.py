@@ -32,6 +32,7 @@ __all__ = [
     "chain_of",
     "check_nodes",
     "guard_chain",
+    "guarded",
     "orphaned",
     "run_config",
 ]
@@ -103,15 +104,20 @@ def _spec(cfg: JobConfig, n: NodeRecord) -> NodeSpec:
 
 
 def run_config(cfg: JobConfig, view: ChainView | None) -> JobConfig:
-    """`cfg` with the chain's nodes, main and port: what a kill or a status must reach.
+    """`cfg` with the chain's nodes, main and port: what a kill or a status must reach,
+    and, for one attempt's view, what its watchdog watches and tears down. A main that
+    moved (a spare took its place) takes the master with it, as in a swap.
     With no recorded run the config is all there is."""
     if view is None:
         return cfg
     rec = view.latest
     nodes = tuple(_spec(cfg, n) for n in view.nodes())
     main = next((n.node for n in rec.nodes if n.rank == 0), nodes[0].name)
+    master = cfg.master_addr if main == cfg.main else None
     ports = tuple(p for p in cfg.ports if p != rec.master_port)
-    return replace(cfg, nodes=nodes, main=main, master_port=rec.master_port, ports=ports)
+    return replace(
+        cfg, nodes=nodes, main=main, master_addr=master, master_port=rec.master_port, ports=ports
+    )
 
 
 def check_nodes(cfg: JobConfig, names: list[str] | tuple[str, ...]) -> list[str]:
@@ -201,6 +207,13 @@ def _guarded(path: Path) -> bool:
     finally:
         fh.close()
     return False
+
+
+def guarded(view: ChainView) -> bool:
+    """A watchdog holds the chain (its supervisor) or its latest run (the app, or a
+    `mntui watch`) now. A live run launched with --no-watch, or whose watchdog never
+    came up, has neither: nothing tears it down."""
+    return _guarded(_lock_path(view)) or _guarded(view.latest.dir / "watch.lock")
 
 
 def orphaned(view: ChainView) -> Orphan | None:

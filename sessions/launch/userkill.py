@@ -2,12 +2,18 @@
 the user's intent written down before anything is killed.
 
 Marking comes first so a watchdog stands down instead of reporting the kill as a
-failure, and so a supervisor never restarts after it. The nodes come from the chain's
-records (chains.run_config), never from the config alone: after a spare was swapped
-in, or with the supervisor dead, the config would miss where the job runs. A relaunch
-that was already under way when the kill began is caught by looking again after it.
-A partial kill (`mntui kill g375`) is recorded on the run as the user's doing: what
-follows from it (the other ranks losing their peer) is never restarted nor blamed.
+failure, and so a supervisor never restarts after it: at every moment, a run that had
+already ended (the seconds between a teardown and the `restarting` mark) included. The
+nodes come from the chain's records (chains.run_config), never from the config alone:
+after a spare was swapped in, or with the supervisor dead, the config would miss where
+the job runs. A relaunch that was already under way when the kill began is caught by
+looking again after it. Only a chain's latest run is marked: its earlier attempts ended
+before the kill, and their failures stay in the history.
+
+A partial kill (`mntui kill g375`) is recorded on the run that uses the node, as the
+user's doing: what follows from it (the other ranks losing their peer) is never
+restarted nor blamed. In the backoff it is refused: the relaunch would put the node
+back, and `mntui quarantine` is the word for keeping a node out.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from mntui.sessions.config import JobConfig
+from mntui.sessions.errors import UsageError
 from mntui.sessions.events import Event
 from mntui.sessions.results import GroupResult
 from mntui.sessions.runs import RunRecord, RunStatus, live_runs
@@ -31,8 +38,13 @@ SWEEPS = 3  # looks for a run born while we killed (a relaunch mid-start)
 
 
 def _killing(r: RunRecord) -> None:
+    """The user's word on the run as it is now (under its lock): a live run is killed;
+    one that ended but may yet be relaunched keeps its ending, and the note ends its
+    chain (the supervisor's mark reads it)."""
     if r.status.is_live:
         r.status = RunStatus.KILLING
+        r.note("kill", by="user")
+    elif r.status.may_restart and not r.stopped_by_user:
         r.note("kill", by="user")
 
 
@@ -42,11 +54,29 @@ def _killed(r: RunRecord) -> None:
 
 
 def _partial(names: list[str]) -> Callable[[RunRecord], None]:
+    """Only the nodes the run uses: a kill of another (a culprit a spare replaced,
+    cleaned up) is not what this run's end will follow from."""
+
     def change(r: RunRecord) -> None:
-        r.killed_nodes = sorted({*r.killed_nodes, *names})
-        r.note("kill", by="user", nodes=names, at=time.time())
+        mine = sorted(set(names) & {n.node for n in r.nodes})
+        if not mine:
+            return
+        if r.status is RunStatus.RESTARTING:
+            raise UsageError(_relaunching(r, mine))
+        if r.status.is_live:
+            r.killed_nodes = sorted({*r.killed_nodes, *mine})
+            r.note("kill", by="user", nodes=mine, at=time.time())
 
     return change
+
+
+def _relaunching(r: RunRecord, nodes: list[str]) -> str:
+    them, it = " ".join(nodes), "it" if len(nodes) == 1 else "them"
+    return (
+        f"not killing {them}: {r.job} waits out its restart backoff and attempt "
+        f"{r.attempt + 1} starts on {it} again; `mntui quarantine {them}` keeps {it} out "
+        f"of that attempt, `mntui kill` ends the chain"
+    )
 
 
 def _kill_on(
@@ -97,10 +127,10 @@ def stop_job(
     marked: dict[str, RunRecord] = {}
     results: GroupResult[KillReport] = GroupResult()
     for sweep in range(SWEEPS):
-        fresh = [r for r in live_runs(cfg.job) if r.run_id not in marked]
+        fresh = [r for r in _to_stop(cfg.job) if r.run_id not in marked]
         if sweep and not fresh:
             break
-        for record in fresh:  # the latest, and a chain waiting in its backoff
+        for record in fresh:  # running, in its backoff, or just ended
             record.update(_killing)
             marked[record.run_id] = record
         full = run_config(cfg, _with(chain_of(cfg.job), list(marked.values())))
@@ -108,6 +138,17 @@ def stop_job(
     for record in marked.values():
         record.update(_killed)
     return results
+
+
+def _to_stop(job: str) -> list[RunRecord]:
+    """Each chain's latest run while it is live, and the job's latest run if it ended
+    but its supervisor may still relaunch it (between a teardown and its decision)."""
+    runs = live_runs(job)
+    view = chain_of(job)
+    head = view.latest if view is not None else None
+    if head is not None and head.status.may_restart and head.run_id not in {r.run_id for r in runs}:
+        runs.append(head)
+    return runs
 
 
 def _with(view: ChainView | None, runs: list[RunRecord]) -> ChainView | None:

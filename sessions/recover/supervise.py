@@ -5,8 +5,10 @@ watches one run at a time under that run's lock; after a teardown (or a run that
 failed by itself) it asks the restart policy, marks the run `restarting`, waits the
 backoff, and relaunches through the normal launch path as the next attempt of the
 chain (new run id, `MNTUI_RESTART_COUNT` in the job's env). A user's `mntui kill`
-marks the run killed, which ends the chain, in the backoff as anywhere else. When the
-policy gives up, the run is marked `gave-up`.
+marks the run killed, which ends the chain, in the backoff as anywhere else (a run that
+had already ended keeps its ending and carries the kill as a note). Each attempt is
+watched on the nodes its record says it runs on: a launch may have put a spare in a
+quarantined node's place. When the policy gives up, the run is marked `gave-up`.
 """
 
 from __future__ import annotations
@@ -21,11 +23,21 @@ from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import LaunchError
 from mntui.sessions.events import Event, Phase
 from mntui.sessions.history import active_quarantines, apply_policy, chain_line
-from mntui.sessions.launch import Attempt, guard_chain, heartbeat, kill_job, launch, stop_job
+from mntui.sessions.launch import (
+    Attempt,
+    ChainView,
+    chain_of,
+    guard_chain,
+    heartbeat,
+    kill_job,
+    launch,
+    run_config,
+    stop_job,
+)
 from mntui.sessions.notify import Notice, NotifyEvent
 from mntui.sessions.poll import NodeState
 from mntui.sessions.results import NodeError
-from mntui.sessions.runs import RunRecord, RunStatus, read_status
+from mntui.sessions.runs import RunRecord, RunStatus, load_run, read_status
 from mntui.sessions.ssh import Cluster
 from mntui.sessions.watch import (
     LockHeld,
@@ -72,12 +84,12 @@ def attempt_end(chain: Chain, end: WatchEnd, last_progress: float | None) -> Att
 
 
 def _mark(record: RunRecord, status: RunStatus, what: str, **details: Any) -> bool:
-    """Move a live run to `status`; False if a user's kill got there first."""
+    """Move a live or just ended run to `status`; False if a user's kill got there first
+    (on a run that had ended, the kill is only a note: its ending stays)."""
     moved = []
 
     def change(r: RunRecord) -> None:
-        ended = (RunStatus.TORN_DOWN, RunStatus.FAILED, RunStatus.ABORTED)
-        if r.status.is_live or r.status in ended:
+        if (r.status.is_live or r.status.may_restart) and not r.stopped_by_user:
             r.status = status
             r.note(what, **details)
             moved.append(True)
@@ -199,6 +211,7 @@ class Supervisor:
             ends = [e.plain() for e in history]
             if not _mark(record, RunStatus.RESTARTING, "restart", attempt=n, why=decision.why,
                          delay=decision.delay, swapped=swapped, ends=ends):  # fmt: skip
+                self._say("no restart: the user killed the chain")
                 return None
             text = f"attempt {n}/{cfg.restart.max} in {decision.delay:g}s ({decision.why})"
             text += f"; {swapped}" if swapped else ""
@@ -214,11 +227,13 @@ class Supervisor:
                 state = NodeState.UNREACHABLE if "unreachable" in str(exc) else NodeState.FAILED
                 history = (*history, AttemptEnd(n, None, state, None, (), 0.0, str(exc)))
                 self._say(f"attempt {n} did not start: {str(exc).splitlines()[0]}")
+                record = _head(record)  # an aborted attempt's record: the chain's latest
                 continue
-            if read_status(record.job, record.run_id) in (RunStatus.KILLING, RunStatus.KILLED):
-                self._killed_meanwhile(cfg)
+            ran = run_config(cfg, ChainView((result.record,)))  # a spare the launch routed in
+            if _stopped(record) or _stopped(result.record):
+                self._killed_meanwhile(ran)
                 return None
-            return Chain(cfg, result.record, history)
+            return Chain(ran, result.record, history)
 
     def _killed_meanwhile(self, cfg: JobConfig) -> None:
         """A user's kill that came while this relaunch was starting may have looked before
@@ -267,6 +282,19 @@ class Supervisor:
 
     def _say(self, text: str) -> None:
         self.on_event(Event(None, None, Phase.NOTICE, text))
+
+
+def _stopped(record: RunRecord) -> bool:
+    """A user's kill reached the run (read now: the kill is another process)."""
+    now = load_run(record.job, record.run_id)
+    return now is not None and now.stopped_by_user
+
+
+def _head(record: RunRecord) -> RunRecord:
+    """The chain's latest run: only it is live, so a user's kill marks it and the next
+    restart is marked on it."""
+    view = chain_of(record.job, record)
+    return view.latest if view is not None else record
 
 
 def _earlier(record: RunRecord) -> tuple[AttemptEnd, ...]:

@@ -121,9 +121,11 @@ def teardown(
 
 
 def user_kills(record: RunRecord) -> tuple[list[str], float | None]:
-    """Nodes a user's `mntui kill NODE` stopped in this run, and when (the record on disk:
-    the kill is another process)."""
+    """Nodes of this run a user's `mntui kill NODE` stopped, and when (the record on disk:
+    the kill is another process). A node the run does not use is not its end's cause,
+    even where an older record wrote one down."""
     current = load_run(record.job, record.run_id) or record
+    used = {n.node for n in current.nodes}
     at = next(
         (
             h.get("at")
@@ -132,7 +134,8 @@ def user_kills(record: RunRecord) -> tuple[list[str], float | None]:
         ),
         None,
     )
-    return list(current.killed_nodes), at if isinstance(at, (int, float)) else None
+    killed = [n for n in current.killed_nodes if n in used]
+    return killed, at if isinstance(at, (int, float)) and killed else None
 
 
 def users_doing(record: RunRecord, built: FailureReport | None) -> FailureReport | None:

@@ -165,3 +165,51 @@ def test_a_quarantine_that_cannot_end_is_no_quarantine() -> None:
         (qdir / f"g{i}.json").write_text(json.dumps(q))
     listing = quarantines.quarantine_listing()
     assert listing.active == () and listing.unreadable == 5
+
+
+# -- the run records themselves: every verb and the watchdog read them -----------------
+
+ODD_RUNS = {
+    "history-int": {"history": 5},
+    "nodes-int": {"nodes": 7},
+    "node-rank-text": {
+        "nodes": [
+            {"node": "n0", "host": "h", "rank": "x", "session": "s", "tag": "t", "run_dir": "d"}
+        ]
+    },
+    "created-huge": {"created_at": 10**400},
+    "created-nan": {"created_at": float("nan")},
+    "killed-int": {"killed_nodes": 5},
+    "status-list": {"status": ["running"]},
+    "attempt-bool": {"attempt": True},
+    "unknown-key": {"surprise": 1},
+}
+
+
+@pytest.mark.parametrize("odd", list(ODD_RUNS.values()), ids=list(ODD_RUNS))
+def test_an_odd_run_record_is_unreadable_never_raised(odd: dict[str, object]) -> None:
+    """runs.load_run is read by every verb, the watchdog (read_status: None is "unknown",
+    never "stand down") and a user's kill (live_runs): a record of another shape is
+    unreadable there too, not a raise, nor an AttributeError later under the run's lock."""
+    from mntui.sessions.runs import NodeRecord, RunRecord, RunStatus, latest, live_runs, load_run
+
+    rec = RunRecord("oddjob", RID, "c.yaml", "m", 1, [NodeRecord("n0", "h", 0, "s", "t", "d")],
+                    status=RunStatus.RUNNING)  # fmt: skip
+    rec.create()
+    good = json.loads((rec.dir / "run.json").read_text())
+    (rec.dir / "run.json").write_text(json.dumps({**good, **odd}))
+    assert load_run("oddjob", RID) is None and latest("oddjob") is None
+    assert live_runs("oddjob") == []
+    rec.update(lambda r: r.note("kill", by="user"))  # the one in memory is written whole
+    assert (back := load_run("oddjob", RID)) is not None and back.stopped_by_user
+
+
+def test_a_deeply_nested_or_huge_run_record_is_unreadable() -> None:
+    from mntui.sessions.jsonshape import MAX_FILE
+    from mntui.sessions.runs import load_run
+
+    d = private_dir(state_dir() / "oddjob" / RID)
+    (d / "run.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert load_run("oddjob", RID) is None
+    (d / "run.json").write_text(" " * (MAX_FILE + 1) + "{}")
+    assert load_run("oddjob", RID) is None
