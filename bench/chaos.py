@@ -11,7 +11,14 @@ let the chain end or come back, and check, as it ended and again after the user'
 port free, none of its tmux sessions, every run record terminal (or superseded by a later
 attempt), no attempt created after a kill, `mntui status` saying so when the supervisor
 died, and no file changed in any node's home outside ~/.mntui (the workdir is outside the
-homes). The seed draws the faults (kind, profile, node, moment) up front; timings on a
+homes). Between two attempts of a chain (issue 28, bench/chaos_between.py): a user's kill
+right after the job failed must end the chain (no `restarting` mark, no attempt after
+the kill's note), and a node quarantined in the backoff or by `restart.quarantine_after`
+must leave the next attempt on the spare, whose teardown kills every process of it there.
+
+    .venv/bin/python bench/chaos.py --faults 4 --kinds fail-kill,quarantine --profiles restart
+
+The seed draws the faults (kind, profile, node, moment) up front; timings on a
 shared machine still vary. Every failure is a VIOLATION line; the exit code is 1 if any
 (or a harness error), else 0. Each fault has its own deadline; a fault that fails is
 cleaned up by tag and the campaign goes on.
@@ -35,6 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 
+import chaos_between  # noqa: E402
 from benchlib import in_rounds, isolate  # noqa: E402
 from chaos_fault import Fault, FaultPlan, Outcome  # noqa: E402
 from chaos_job import Job, Profile  # noqa: E402
@@ -55,6 +63,8 @@ def draw(
     for i, kind in enumerate(in_rounds(rng, kinds, n)):
         allowed = [p for p in PROFILES.get(kind, tuple(Profile)) if p in profiles]
         allowed = [p for p in allowed if p is not Profile.SPARE or nodes >= 3]
+        if kind in chaos_between.NEEDS_SPARE and nodes < 3:
+            raise SystemExit(f"chaos: {kind} needs a spare: --nodes 3 or more")
         if not allowed:
             raise SystemExit(f"chaos: {kind} runs in none of --profiles {profiles}")
         others = [p for p in allowed if p is not Profile.SPARE]
@@ -73,6 +83,8 @@ def draw(
 def job_args(plan: FaultPlan) -> tuple[str, float]:
     """The job's own failure (its args) and the backoff, for kinds that need one."""
     again = " --fail-attempts 1" if plan.profile is Profile.RESTART else ""
+    if plan.kind in chaos_between.KINDS:
+        return chaos_between.job_args(plan), chaos_between.BACKOFF
     if plan.kind == "rank-exit":
         return (
             f"--fail-rank {int(plan.pick * 2)} --fail-step {plan.fail_step} --how exit3{again}",
@@ -87,7 +99,9 @@ def run_fault(fc: FakeCluster, root: Path, plan: FaultPlan) -> Outcome:
     t0 = time.monotonic()
     fc.start()  # a node's sshd that died is started again
     args, backoff = job_args(plan)
-    job = Job(fc, root, f"c{plan.index:02d}{ABBR[plan.kind]}", plan.profile, args, backoff)
+    restart, extra = chaos_between.config(plan, [n.name for n in fc.nodes])
+    job = Job(fc, root, f"c{plan.index:02d}{ABBR[plan.kind]}", plan.profile, args, backoff,
+              restart, extra)  # fmt: skip
     limit = 480 if plan.profile is Profile.SPARE else 330
     fault = Fault(fc, root, plan, job, limit)
     print(f"  {plan.describe()} job {job.job}", file=sys.stderr, flush=True)

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fakecluster import cmdline, port_listening, tagged
+from fakecluster import alive, cmdline, pids_with_env, port_listening, tagged
 
 from mntui.sessions.runs import RunRecord, RunStatus
 
@@ -59,6 +59,101 @@ def check_processes(job: str, nodes: Iterable[str]) -> list[Violation]:
             shown = "; ".join(f"{p} {cmdline(p)[:70].strip()}" for p in pids[:4])
             more = f" (+{len(pids) - 4} more)" if len(pids) > 4 else ""
             out.append(Violation("processes", node, f"{len(pids)} left: {shown}{more}"))
+    return out
+
+
+def check_run_processes(job: str, run_id: str, nodes: Iterable[str]) -> list[Violation]:
+    """No live process of one run (attempt) left on any of `nodes`, by its tag: what its
+    teardown had to kill, the spare that ran it included."""
+    out = []
+    for node in nodes:
+        pids = alive(pids_with_env(f"MNTUI_RUN={re.escape(f'{job}/{run_id}/{node}')}"))
+        if pids:
+            shown = "; ".join(f"{p} {cmdline(p)[:60].strip()}" for p in pids[:3])
+            out.append(Violation("processes", node, f"{len(pids)} of run {run_id} left: {shown}"))
+    return out
+
+
+def check_teardown_nodes(record: RunRecord) -> list[Violation]:
+    """The watchdog's teardown of `record` killed on the nodes the attempt ran on, each
+    of them, and on no other (a quarantined node instead of the spare that took its
+    place). A run with no teardown note passes: whether one was due is the caller's."""
+    note = next((h for h in record.history if h.get("what") == "watchdog-teardown"), None)
+    if note is None:
+        return []
+    results = note.get("results")
+    reached = set(results) if isinstance(results, dict) else set()
+    ran = {n.node for n in record.nodes}
+    where = f"attempt {record.attempt} (run {record.run_id}, on {','.join(sorted(ran))})"
+    out = [
+        Violation("teardown", n, f"the teardown of {where} never killed on it; it killed on "
+                  f"{','.join(sorted(reached)) or 'no node'}")
+        for n in sorted(ran - reached)
+    ]  # fmt: skip
+    out += [
+        Violation("teardown", n, f"the teardown of {where} killed on it, a node it does not run on")
+        for n in sorted(reached - ran)
+    ]
+    return out
+
+
+def check_quarantined_out(record: RunRecord, held: Mapping[str, float]) -> list[Violation]:
+    """`held`: node -> when it was quarantined. An attempt created after a node's
+    quarantine does not run on it (a spare takes its place, or the launch refuses)."""
+    return [
+        Violation("quarantine", n.node, f"attempt {record.attempt} (run {record.run_id}) runs on "
+                  f"it, created {record.created_at - held[n.node]:.1f}s after its quarantine")
+        for n in record.nodes
+        if n.node in held and record.created_at > held[n.node]
+    ]  # fmt: skip
+
+
+def user_kill_at(records: Sequence[RunRecord]) -> float | None:
+    """When a user's full kill was first written on the chain (its note), if it was."""
+    times = [
+        float(h["at"])
+        for r in records
+        for h in r.history
+        if h.get("what") == "kill" and h.get("by") == "user" and "nodes" not in h
+        and isinstance(h.get("at"), (int, float))
+    ]  # fmt: skip
+    return min(times) if times else None
+
+
+def check_kill_recorded(records: Sequence[RunRecord], since: float) -> list[Violation]:
+    """A user's `mntui kill` at `since` left its word on the chain (a note, or the run
+    killed): a supervisor deciding on the chain afterwards reads it there."""
+    at = user_kill_at(records)
+    if at is not None and at >= since:
+        return []
+    if any(r.status is RunStatus.KILLED and r.created_at <= since for r in records):
+        return []
+    latest = max(records, key=lambda r: r.created_at) if records else None
+    now = f"attempt {latest.attempt} {latest.status.value}" if latest else "no run"
+    return [Violation("kill", None, f"the user's kill left no mark on the chain ({now})")]
+
+
+def check_no_restart_after_kill(records: Sequence[RunRecord]) -> list[Violation]:
+    """Once a user's kill is written on the chain, no restart is decided (a `restart`
+    note later than it) and no attempt is started that is not stopped again (a relaunch
+    already under way is caught and killed)."""
+    at = user_kill_at(records)
+    if at is None:
+        return []
+    out = [
+        Violation("restart", None, f"attempt {r.attempt} (run {r.run_id}) marked `restarting` "
+                  f"{float(h['at']) - at:.2f}s after the user's kill (attempt {h.get('attempt')})")
+        for r in records
+        for h in r.history
+        if h.get("what") == "restart" and isinstance(h.get("at"), (int, float)) and h["at"] > at
+    ]  # fmt: skip
+    out += [
+        Violation("restart", ",".join(n.node for n in r.nodes), f"attempt {r.attempt} (run "
+                  f"{r.run_id}) created {r.created_at - at:.2f}s after the user's kill, and "
+                  f"{r.status.value}")
+        for r in records
+        if r.created_at > at and r.status not in (RunStatus.KILLED, RunStatus.ABORTED)
+    ]  # fmt: skip
     return out
 
 

@@ -4,7 +4,10 @@ deadlines, and the cleanup by tag after each fault.
 The job is tests/jobs/faulty_train.py under real torchrun (gloo, CPU, one rank a node) on
 the first nodes of the fake cluster; the last node is the spare. A profile says how the
 chain may go on after a failure: `plain` (no restart), `restart` (up to 2, a spare
-listed), `spare` (node1 breaks on the first two attempts, so attempt 2 runs on the spare).
+listed), `spare` (node1 breaks on the first two attempts, so attempt 2 runs on the spare). A
+fault may add to the restart policy (`restart.quarantine_after`) and to the config (a
+node's env); the quarantines a fault leaves (the state dir is the campaign's) are
+released after it.
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ def until(cond: Callable[[], T], timeout: float, dl: Deadline, interval: float =
 
 
 def job_yaml(fc: FakeCluster, work: Path, job: str, profile: Profile, args: str,
-             backoff: float = 2) -> str:  # fmt: skip
+             backoff: float = 2, restart: str = "", extra: tuple[str, ...] = ()) -> str:  # fmt: skip
     names = [n.name for n in fc.nodes]
     nodes, spare = (names[:-1], names[-1]) if len(names) >= 3 else (names, None)
     if profile is Profile.SPARE:
@@ -71,11 +74,13 @@ def job_yaml(fc: FakeCluster, work: Path, job: str, profile: Profile, args: str,
     ]
     if profile is not Profile.PLAIN:
         lines.append(
-            f"restart: {{max: {3 if profile is Profile.SPARE else 2}, backoff: {backoff}}}"
+            f"restart: {{max: {3 if profile is Profile.SPARE else 2}, backoff: {backoff}"
+            f"{', ' + restart if restart else ''}}}"
         )
         lines += [f"spares: [{spare}]"] if spare else []
     if profile is Profile.SPARE:
         lines.append("overrides: {node1: {env: {BREAK_HERE: '1'}}}")
+    lines += extra
     lines.append(f"ssh: {{config: {fc.ssh_config}, connect_timeout: 5}}")
     return "\n".join(lines) + "\n"
 
@@ -84,13 +89,13 @@ class Job:
     """One chain of runs of one job name (a fresh name per fault)."""
 
     def __init__(self, fc: FakeCluster, root: Path, job: str, profile: Profile, args: str = "",
-                 backoff: float = 2) -> None:  # fmt: skip
+                 backoff: float = 2, restart: str = "", extra: tuple[str, ...] = ()) -> None:  # fmt: skip
         self.fc, self.job, self.profile, self.backoff = fc, job, profile, backoff
         work = root / "work"
         work.mkdir(exist_ok=True)
         shutil.copy(FAULTY, work / "faulty_train.py")
         self.cfg = root / f"{job}.yaml"
-        self.cfg.write_text(job_yaml(fc, work, job, profile, args, backoff))
+        self.cfg.write_text(job_yaml(fc, work, job, profile, args, backoff, restart, extra))
         self.port = int(re.search(r"master_port: (\d+)", self.cfg.read_text())[1])  # type: ignore[index]
         self.started: list[subprocess.Popen[bytes]] = []  # ours: killed by PID at the end
         self.stopped: list[int] = []  # SIGSTOPped sshd trees, SIGCONTed at the end
@@ -114,6 +119,26 @@ class Job:
         proc = subprocess.Popen([*CLI, "-c", str(self.cfg), *args], stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)  # fmt: skip
+        self.started.append(proc)
+        return proc
+
+    def armed(self, *args: str, log: Path) -> subprocess.Popen[bytes]:
+        """`mntui ARGS` with its imports done, waiting for a line on stdin: a user's command
+        that lands within milliseconds of the harness's cue (a fresh process takes most
+        of a second to start, longer than the windows some faults aim at)."""
+        argv = ["-c", str(self.cfg), *args]
+        code = (
+            "import sys\n"
+            "from mntui.tui.cli.entry import main\n"
+            "import mntui.sessions.agent, mntui.sessions.launch, mntui.sessions.ssh\n"
+            "import mntui.tui.cli.job_verbs\n"
+            "sys.stdout.write('armed\\n'); sys.stdout.flush()\n"
+            "sys.stdin.readline()\n"
+            f"sys.exit(main({argv!r}))\n"
+        )
+        out = open(log, "ab")  # noqa: SIM115 - the child's
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.PIPE, start_new_session=True)  # fmt: skip
         self.started.append(proc)
         return proc
 
@@ -200,7 +225,18 @@ class Job:
         end = time.monotonic() + 10
         while tagged(self.job) and time.monotonic() < end:
             time.sleep(0.1)
-        return found
+        return found + [f"quarantine of {n}" for n in release_quarantines()]
+
+
+def release_quarantines() -> list[str]:
+    """Every quarantine in the campaign's own state dir (a fault's, by the user or the
+    policy): the next fault launches on all the nodes again."""
+    from mntui.sessions.history import active_quarantines, release_node
+
+    held = sorted(active_quarantines())
+    for node in held:
+        release_node(node)
+    return held
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -15,6 +15,7 @@ import socket
 import time
 from collections.abc import Callable
 
+import chaos_between
 from chaos_checks import ORPHAN_LINE, Violation, check_orphan_line
 from chaos_fault import Fault, HarnessError, last_line
 from chaos_job import Profile, until
@@ -250,6 +251,7 @@ KINDS: dict[str, Callable[[Fault], None]] = {
     "partial-kill": partial_kill,
     "supervisor-kill": supervisor_kill,
     "client-drop": client_drop,
+    **chaos_between.KINDS,  # between two attempts: a kill after the failure, a quarantine
 }
 PROFILES: dict[str, tuple[Profile, ...]] = {
     "rank-exit": (Profile.PLAIN, Profile.RESTART),
@@ -257,10 +259,12 @@ PROFILES: dict[str, tuple[Profile, ...]] = {
     "ctrl-c": (Profile.PLAIN, Profile.RESTART),
     "client-drop": (Profile.PLAIN, Profile.RESTART),
     "supervisor-kill": (Profile.RESTART, Profile.SPARE),
+    **chaos_between.PROFILES,
 }  # the others: any profile
 MOMENTS = {
     "supervisor-kill": ("watching", "backoff", "relaunch"),  # backoff, relaunch: restart only
     "double-kill": ("watching", "backoff", "relaunch"),
     "client-drop": ("partial", "logs", "subscribe", "silent"),
     "ctrl-c": tuple(LAUNCH_STEPS),
+    **chaos_between.MOMENTS,
 }

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from mntui.sessions.procs import INT, b64_bytes, node_lines, run_dir_word
 from mntui.sessions.results import NodeError
 from mntui.sessions.ssh import Node
+from mntui.sessions.termsafe import clean
 
 CHUNK = 256 * 1024
 _SIZE = re.compile(f"SIZE ({INT})", re.ASCII)
@@ -138,4 +139,6 @@ class LineSplitter:
 
 
 def _text(line: bytes) -> str:
-    return line.decode(errors="replace").rstrip("\r")
+    """A line as shown (the app's panes, `mntui logs`): no escape sequence of the node's
+    reaches a terminal (termsafe.py)."""
+    return clean(line.decode(errors="replace").rstrip("\r"))

@@ -5,7 +5,8 @@ field order and any subset (and old recordings), and units (`95 %`, `745 MiB`) a
 stripped whether or not `nounits` was asked for. Fields a card does not report
 (`[N/A]`, `[Not Supported]`) become None, never 0: a 0 W power draw on a card that
 cannot measure it is a lie on the screen. Error lines (a GPU that fell off the bus)
-are kept: they are the most important thing to show.
+are kept: they are the most important thing to show, so they and the processes' names
+(the node's words) are made terminal-safe here (termsafe.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import csv
 import io
 import re
 from dataclasses import dataclass
+
+from mntui.sessions.termsafe import one_line
 
 GPU_FIELDS = (
     "index",
@@ -121,7 +124,7 @@ def parse_table(text: str) -> tuple[list[dict[str, str | None]], list[str]]:
             header = [_key(c) for c in cells]
             continue
         if header is None or len(cells) != len(header):
-            errors.append(line.strip())
+            errors.append(one_line(line).strip())
             continue
         rows.append({h: _value(c) for h, c in zip(header, cells, strict=False)})
     return rows, errors
@@ -177,7 +180,7 @@ def parse_apps(
                 pid,
                 r.get("gpu_uuid"),
                 _number(used),
-                r.get("process_name") or "?",
+                one_line(r.get("process_name") or "?"),
                 own=pid in own_pids,
             )
         )

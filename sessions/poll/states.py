@@ -10,6 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from mntui.sessions.termsafe import one_line
+
 from .snapshot import NodeSnapshot
 
 
@@ -69,8 +71,8 @@ class Verdict:
 
 
 def derive(s: NodeSnapshot, stall_after: float) -> Verdict:
-    if not s.reachable:
-        return Verdict(NodeState.UNREACHABLE, s.error or "no answer")
+    if not s.reachable:  # the error may carry what the node's end said: shown, made safe
+        return Verdict(NodeState.UNREACHABLE, one_line(s.error or "") or "no answer")
     live = s.live_procs
     stopped = [p for p in live if p.state in ("T", "t")]
     if stopped:

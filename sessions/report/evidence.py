@@ -18,6 +18,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from mntui.sessions.errors import log_exception
 from mntui.sessions.procs import run_dir_word
 from mntui.sessions.results import GroupResult, Outcome
 from mntui.sessions.runs import RunRecord
@@ -82,7 +83,8 @@ k=$( (dmesg 2>/dev/null || journalctl -k -q --no-pager 2>/dev/null) \\
 _EXIT = re.compile(r"EXIT (-?\d{1,4}) (\d{1,12}(?:\.\d{1,9})?)\Z")
 _DATA = re.compile(r"(LOG|KERNEL) ([A-Za-z0-9+/=]*)\Z")
 _FR = re.compile(r"FR ([A-Za-z0-9+/=]+) ([A-Za-z0-9+/=]*)\Z")
-_SAFE_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}\Z")
+# A dump's name becomes a local file's: no path, and not `.` or `..` (a directory).
+_SAFE_NAME = re.compile(r"(?!\.{1,2}\Z)[A-Za-z0-9._-]{1,128}\Z")
 
 
 def parse_evidence(node: str, out: str, nonce: str) -> NodeEvidence:
@@ -105,7 +107,7 @@ def parse_evidence(node: str, out: str, nonce: str) -> NodeEvidence:
                 kernel = data.decode(errors="replace")
         elif f := _FR.match(body):
             name = _b64(f[1]).decode(errors="replace")
-            if _SAFE_NAME.match(name):  # it becomes a local file name: no paths
+            if _SAFE_NAME.match(name):
                 fr[name] = _b64(f[2])
             else:
                 bad += 1
@@ -144,12 +146,20 @@ def gather(
 
 
 def save_flight_records(record: RunRecord, evidence: dict[str, NodeEvidence]) -> list[Path]:
-    """Copy the dumps into the local run record, one folder per node."""
+    """Copy the dumps into the local run record, one folder per node. One that cannot be
+    written (a name that is no plain file name, a full disk) is left out: it must not
+    cost the report the others, nor the report itself."""
     saved = []
     for node, ev in evidence.items():
         for name, data in ev.flight_records.items():
             path = record.dir / "flight-recorder" / node / name
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            path.write_bytes(data)
+            if not _SAFE_NAME.match(name):
+                continue
+            try:
+                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                path.write_bytes(data)
+            except OSError as exc:
+                log_exception(f"flight recorder dump {node}/{name}", exc)
+                continue
             saved.append(path)
     return saved

@@ -5,7 +5,8 @@ others noticing: collective timeouts, "connection closed by peer". The report pu
 the root cause first (the earliest node with a primary error, by the watchdog's own
 observations corrected with the node's clock where the node wrote one), groups the
 other nodes' errors under it as consequences, and keeps the stacks of hung ranks and
-each node's last lines. Building it is pure; `evidence` and `stacks` did the IO.
+each node's last lines. Building it is pure; `evidence` and `stacks` did the IO. What
+the nodes wrote is made terminal-safe where it enters (`summarize_node`, classify.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from enum import StrEnum
 from typing import Any
 
 from mntui.sessions.poll import NodeState
+from mntui.sessions.termsafe import clean, one_line
 
 from .classify import first_error
 from .evidence import NodeEvidence
@@ -127,6 +129,10 @@ def summarize_node(
     clock_offset: float | None,
     evidence_error: str | None = None,
 ) -> NodeSummary:
+    """The node's part of the report. The node's text enters the report here (its log's
+    lines, its kernel's, the error reading it) and is made terminal-safe here, once
+    (termsafe.py): the headline goes to toasts, webhooks and `cause`, the text to
+    every view, the JSON to scripts that print it."""
     problems = [c.at for c in changes if c.node == node and c.state.is_problem]
     first = min(problems) if problems else None
     if ev is not None and ev.exited_at is not None and ev.exit_code not in (None, 0):
@@ -140,11 +146,11 @@ def summarize_node(
         first_problem_at=first,
         exit_code=ev.exit_code if ev is not None else None,
         finding=first_error(lines) if lines else None,
-        kernel=ev.kernel if ev is not None else (),
+        kernel=tuple(one_line(k) for k in ev.kernel) if ev is not None else (),
         stacks=stacks.stacks if stacks is not None else (),
         stacks_missing=stacks.missing if stacks is not None else None,
-        last_lines=tuple(lines[-LAST_LINES:]),
-        evidence_error=evidence_error,
+        last_lines=tuple(clean(x) for x in lines[-LAST_LINES:]),
+        evidence_error=clean(evidence_error) if evidence_error is not None else None,
     )
 
 

@@ -9,58 +9,25 @@ rank's last enqueued and completed collective, and the first one not every rank 
 entered it (last entered: #5); 7 ranks 0,2-7 (g[369,376-381]) waiting since 12:18:20"),
 differing ops, sizes or dtypes, and ranks with no dump.
 
-A dump is a pickle that came from a node: data, never code. It is read by an Unpickler
-whose find_class refuses every global (the format is plain dicts, lists, strings and
-numbers), within a size bound; a file that does not read is counted, never raised.
+A dump is a pickle that came from a node: data, never code, every part of it bounded
+(frparse.py); a file that does not read is counted, never raised. `read` is the pure
+core; a report reads through frchild.py, which parses each dump in a child process
+within a time budget, and puts the parts together with `assemble`.
 """
 
 from __future__ import annotations
 
-import io
-import math
-import pickle
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from .consensus import fold_nodes, fold_ranks, user_frame
-from .stacks import Frame
+from .consensus import fold_nodes, fold_ranks
+from .frparse import MAX_DUMP, Op, Parsed, load, parse
 
-MAX_DUMP = 16 * 1024 * 1024
+__all__ = ["MAX_DUMP", "Op", "RankDump", "Reading", "assemble", "load", "rank_of", "read"]
+
 _RANK = re.compile(r"(\d{1,7})\Z")
-DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
-          "Long": "int64", "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8",
-          "Bool": "bool"}  # fmt: skip
-
-
-class _DataOnly(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"global {module}.{name} refused: a dump is data")
-
-
-def load(data: bytes) -> dict[str, Any] | None:
-    """The dump as plain data, or None: too big, not a pickle, or one that names code."""
-    if len(data) > MAX_DUMP:
-        return None
-    try:
-        value = _DataOnly(io.BytesIO(data)).load()
-    except Exception:  # any malformed pickle: counted by the caller, never raised
-        return None
-    return value if isinstance(value, dict) and isinstance(value.get("entries"), list) else None
-
-
-@dataclass(frozen=True)
-class Op:
-    """One recorded collective of one rank."""
-
-    seq: int  # collective_seq_id within its process group
-    name: str  # "all_reduce" (the backend's prefix dropped)
-    shape: str  # "4×float32"
-    created: float | None  # wall clock, seconds
-    completed: bool
-    site: str  # the user's line that called it, "train.py:66"
 
 
 @dataclass(frozen=True)
@@ -81,18 +48,37 @@ class Reading:
     usual: frozenset[str]  # lines whose collectives completed: the job's usual ones
 
 
+def rank_of(name: str) -> int | None:
+    """The rank a dump file is of: the number its name ends with (torch writes
+    `<TORCH_FR_DUMP_TEMP_FILE><rank>`); None for a file that is no rank's dump."""
+    m = _RANK.search(name)
+    return int(m[1]) if m else None
+
+
 def read(files: Mapping[tuple[str, str], bytes], world: int | None = None) -> Reading:
-    """`files`: (node, file name) -> bytes; the rank is the number the name ends with
-    (torch writes `<TORCH_FR_DUMP_TEMP_FILE><rank>`)."""
+    """`files`: (node, file name) -> bytes, parsed here, in this process: every part is
+    bounded, but unpickling one can still take forever (frchild.py says how), so the
+    report reads a node's dumps through frchild.read_within instead."""
+    parsed = {
+        key: parse(data) if rank_of(key[1]) is not None else None for key, data in files.items()
+    }
+    return assemble(parsed, world)
+
+
+def assemble(
+    parsed: Mapping[tuple[str, str], Parsed | None],
+    world: int | None = None,
+    late: Sequence[str] = (),
+) -> Reading:
+    """The reading of every dump: (node, file name) -> what it says, None for one that
+    did not read; `late`: those ("node/name") that ran out of the time budget."""
     dumps, bad = [], []
-    for (node, name), data in sorted(files.items()):
-        m = _RANK.search(name)
-        d = load(data) if m else None
-        parsed = _rank_dump(int(m[1]), node, d) if m and d is not None else None
-        if parsed is None:
+    for (node, name), got in sorted(parsed.items()):
+        rank = rank_of(name)
+        if got is None or rank is None:
             bad.append(f"{node}/{name}")
         else:
-            dumps.append(parsed)
+            dumps.append(RankDump(rank, node, got.ops, got.enqueued, got.completed))
     dumps = list({d.rank: d for d in dumps}.values())  # a rank dumped twice: the last file
     usual = frozenset(o.site for d in dumps for ops in d.ops.values() for o in ops if o.completed)
     findings, culprits = _compare(dumps, usual)
@@ -102,49 +88,9 @@ def read(files: Mapping[tuple[str, str], bytes], world: int | None = None) -> Re
         findings.append(f"no dump from rank{'s' if len(lost) > 1 else ''} {fold_ranks(lost)}")
     if bad:
         findings.append(f"{len(bad)} dump(s) unreadable: {', '.join(bad[:4])}")
+    if late:
+        findings.append(f"{len(late)} dump(s) not read within the time budget: {late[0]}")
     return Reading(tuple(dumps), tuple(bad), tuple(findings), tuple(culprits), usual)
-
-
-def _rank_dump(rank: int, node: str, d: Mapping[str, Any]) -> RankDump | None:
-    try:
-        ops: dict[str, list[Op]] = {}
-        for e in d["entries"]:
-            if not isinstance(e, dict) or e.get("is_p2p"):
-                continue
-            pg = e.get("process_group")
-            key = f"{pg[0]} {pg[1]}" if isinstance(pg, (tuple, list)) and len(pg) == 2 else "?"
-            ops.setdefault(key, []).append(_op(e))
-        status = d.get("pg_status") or {}
-        ids = {k.split(" ", 1)[0]: k for k in ops}
-        enq = {ids.get(str(i), str(i)): int(v["last_enqueued_collective"])
-               for i, v in status.items()}  # fmt: skip
-        done = {ids.get(str(i), str(i)): int(v["last_completed_collective"])
-                for i, v in status.items()}  # fmt: skip
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError):
-        return None
-    return RankDump(rank, node, {k: tuple(v) for k, v in ops.items()}, enq, done)
-
-
-def _op(e: Mapping[str, Any]) -> Op:
-    name = str(e.get("profiling_name", "?")).rsplit(":", 1)[-1]
-    sizes = e.get("input_sizes") or []
-    dtypes = e.get("input_dtypes") or []
-    shape = ", ".join(
-        f"{math.prod(int(x) for x in s)}×{DTYPES.get(str(t), str(t))}"
-        for t, s in zip(dtypes, sizes, strict=False)
-    )
-    frames = [Frame(str(f.get("name", "?")), str(f.get("filename", "?")), int(f.get("line", 0)))
-              for f in e.get("frames") or [] if isinstance(f, dict)]  # fmt: skip
-    call = user_frame(frames)
-    created = e.get("time_created_ns")
-    return Op(
-        seq=int(e["collective_seq_id"]),
-        name=name,
-        shape=shape or "no tensor",
-        created=created / 1e9 if isinstance(created, int) else None,
-        completed=bool(e.get("retired")) or e.get("state") == "completed",
-        site=call.where if call else "?",
-    )
 
 
 def _compare(dumps: Sequence[RankDump], usual: frozenset[str]) -> tuple[list[str], list[int]]:

@@ -9,7 +9,9 @@ where ptrace is not permitted, says so and the teardown goes on.
 The ranks are the tagged processes with a `RANK` in their environment (torchrun sets
 it for its workers, never for itself). A stopped rank (state T) is read with
 `--nonblocking`, which needs no ptrace stop. Everything the node prints is data:
-markers carry a nonce, py-spy's output travels base64-encoded and is parsed strictly.
+markers carry a nonce, py-spy's output travels base64-encoded and is parsed strictly,
+within bounds, its names and errors made terminal-safe (termsafe.py): the job's PATH
+picks the `py-spy` that runs, and its function names reach the report's headline.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from mntui.sessions.procs import SHELL_LIB, run_dir_word
 from mntui.sessions.results import GroupResult
 from mntui.sessions.ssh import Cluster, Node
+from mntui.sessions.termsafe import one_line
 
 from .frdump import Asked, ask_snippet, parse_asked, wait_snippet
 
@@ -37,6 +40,10 @@ COLLECTIVES = frozenset({
     "batch_isend_irecv", "_wait_for_workers", "next_rendezvous",
 })  # fmt: skip
 LIBRARY = re.compile(r"(site-packages|dist-packages|/lib/python3\.\d+/|^<frozen )")
+MAX_SPY = 8 * 1024 * 1024  # one rank's py-spy JSON: every thread's stack
+MAX_FRAMES = 512
+MAX_NAME = 256  # a function's name
+MAX_PATH = 4096  # a file's
 
 
 @dataclass(frozen=True)
@@ -179,7 +186,7 @@ def _b64(text: str) -> str:
 def _why(rc: int, err: str) -> str:
     if rc == 124:
         return "py-spy ran out of the time budget"
-    text = " ".join(err.split())
+    text = " ".join(one_line(err).split())
     if "Permission denied" in text or "Operation not permitted" in text:
         return "ptrace not permitted (kernel.yama.ptrace_scope, or another user's process)"
     first = text.split(" Stack backtrace")[0].removeprefix("Error: ")
@@ -187,9 +194,11 @@ def _why(rc: int, err: str) -> str:
 
 
 def _frames(dump: str) -> tuple[tuple[Frame, ...], str | None]:
+    if len(dump) > MAX_SPY:
+        return (), "py-spy output too long"
     try:
         threads = json.loads(dump)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: arrays nested too deep
         return (), "unreadable py-spy output"
     if not isinstance(threads, list) or not threads:
         return (), "py-spy found no Python thread"
@@ -198,10 +207,17 @@ def _frames(dump: str) -> tuple[tuple[Frame, ...], str | None]:
         threads[0],
     )
     frames = []
-    for f in main.get("frames", []) if isinstance(main, dict) else []:
-        if isinstance(f, dict) and isinstance(f.get("line"), int):
-            frames.append(Frame(str(f.get("name", "?")), str(f.get("filename", "?")), f["line"]))
+    listed = main.get("frames", []) if isinstance(main, dict) else []
+    for f in listed[:MAX_FRAMES] if isinstance(listed, list) else []:
+        if isinstance(f, dict) and type(f.get("line")) is int and 0 <= f["line"] < 2**31:
+            name, file = _text(f.get("name"), MAX_NAME), _text(f.get("filename"), MAX_PATH)
+            frames.append(Frame(name, file, f["line"]))
     return tuple(frames), None if frames else "empty stack"
+
+
+def _text(v: object, limit: int) -> str:
+    """A name py-spy gave, safe to show; "?" for one that is no string."""
+    return one_line(v, limit) if isinstance(v, str) else "?"
 
 
 def capture(

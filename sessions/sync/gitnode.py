@@ -21,11 +21,12 @@ import re
 import shlex
 from enum import StrEnum
 
+from mntui.sessions.termsafe import clean
+
 SYNC_REF = "refs/mntui/sync"  # the last commit checked out: it keeps that HEAD from gc
 # What a push delivers: SYNC_REF moves only once the checkout is done, so a refused
 # checkout never makes the HEAD it left look like work no ref keeps.
 INCOMING_REF = "refs/mntui/incoming"
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _ARG = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}|[0-9]{1,9}|-")
 
 # git push runs this, in the login shell, as its --receive-pack; under sh (dash), with
@@ -99,7 +100,10 @@ def parse_answer(text: str, marker: str) -> tuple[Answer, tuple[str, ...]] | Non
 
 
 def git_error(stderr: str, marker: str) -> str:
-    """One line: git's or ssh's cause, not git's closing advice or a login shell's noise."""
+    """One line: git's or ssh's cause, not git's closing advice or a login shell's noise.
+    It is shown: the node's bytes are made terminal-safe before a line is picked
+    (termsafe.py), so a line of escape sequences only is no cause."""
+    stderr = clean(stderr)
     generic = (
         "fatal: Could not read from remote repository",
         "Please make sure you have the correct access",
@@ -119,7 +123,7 @@ def git_error(stderr: str, marker: str) -> str:
         files = [x.strip() for x in itertools.takewhile(lambda x: x.startswith("\t"), after)]
         more = f" and {len(files) - 1} more" if len(files) > 1 else ""
         pick += f" {files[0]}{more}" if files else ""
-    return printable(pick)[:300]
+    return pick[:300]
 
 
 def refusal(answer: Answer, args: tuple[str, ...], workdir: str, said: str) -> str:
@@ -156,8 +160,3 @@ def _shell_path(workdir: str) -> str:
     """The workdir as a person pastes it into a node's shell: quoted, ~/ still expanded."""
     home, rest = ("~/", workdir[2:]) if workdir.startswith("~/") else ("", workdir)
     return home + shlex.quote(rest) if rest else "~"
-
-
-def printable(text: str) -> str:
-    """Control characters shown as `?`: a path or a node's line cannot drive a terminal."""
-    return _CONTROL.sub("?", text)

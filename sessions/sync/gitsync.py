@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from mntui.sessions.errors import MntuiError, UsageError
 from mntui.sessions.events import Event, Phase
+from mntui.sessions.termsafe import one_line
 
 from .fanout import Runs, SyncEvent, SyncStats, fan_out, relay_argv, remote_dest, ssh_argv, ssh_host
 from .gitnode import (
@@ -37,7 +38,6 @@ from .gitnode import (
     Answer,
     git_error,
     parse_answer,
-    printable,
     refusal,
 )
 
@@ -124,7 +124,7 @@ def local_notices(head: LocalHead, git: GitSync) -> list[str]:
     """What stays behind, said before anything is sent; raises when that is refused."""
     said: list[str] = []
     if head.changed:
-        shown = ", ".join(printable(p) for p in head.changed[:3])
+        shown = ", ".join(one_line(p) for p in head.changed[:3])
         more = f" and {len(head.changed) - 3} more" if len(head.changed) > 3 else ""
         what = f"{len(head.changed)} uncommitted change(s) ({shown}{more})"
         if not git.allow_dirty:

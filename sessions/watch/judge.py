@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from mntui.sessions.config import AUTO_FLOOR, AUTO_STEPS, Action, WatchPolicy
 from mntui.sessions.poll import NodeSnapshot, NodeState, Pace, Verdict, derive, may_still_run
+from mntui.sessions.report import Finding
 
 # A poll for a deadline is sent this long after it, so that it is asked strictly after
 # (a stall's deadline mixes the wall clock of the output's age with the monotonic one).
@@ -39,6 +40,7 @@ class Trigger:
     state: NodeState
     why: str
     action: Action
+    finding: Finding | None = None  # a straggler's: the sampler's finding it was decided on
 
 
 @dataclass(frozen=True)

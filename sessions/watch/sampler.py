@@ -7,7 +7,12 @@ reads its GPUs' clocks and throttle reasons. Its own threads, not the cluster's 
 a round that takes its full budget never delays the poll loop. The finding goes to the
 run's directory (report.save_finding) for `status`, the app and the report, and to
 `on_finding`; the sampler itself never acts on it: the watchdog does, through
-`watch.on_slow`.
+`watch.on_slow`, up to a poll `interval` later while rounds go on. So the watchdog hands
+the finding it acted on back to `stop(keep=)`, and no round saves after a stop: a round's
+"stopped?" check and its save are one step under `_saving`, against the stop's. The
+report and `status` then read the finding the decision was made on, whatever the rounds'
+and the poll loop's order (a later round that names nobody once took the report's "Slow
+node" section away).
 """
 
 from __future__ import annotations
@@ -97,6 +102,7 @@ class Sampler:
         self.told: set[int] = set()
         self.malformed = 0
         self._stop = threading.Event()
+        self._saving = threading.Lock()  # a round's stop check and save, against stop()
         self._thread: threading.Thread | None = None
         self._pool = ThreadPoolExecutor(max(2, len(record.nodes)), "mntui-sample")
 
@@ -105,10 +111,15 @@ class Sampler:
             self._thread = threading.Thread(target=self._loop, name="mntui-sampler", daemon=True)
             self._thread.start()
 
-    def stop(self, wait: bool = True) -> None:
+    def stop(self, wait: bool = True, keep: Finding | None = None) -> None:
         """`wait`: until a round under way has ended (before a teardown dumps the ranks);
-        the app's thread does not wait: a round's late finding is only a file."""
-        self._stop.set()
+        the app's thread does not wait: a round that ends later saves nothing. `keep`:
+        the finding a decision was made on, left as the run's (a round saving now ends
+        first; never a round's after it)."""
+        with self._saving:
+            self._stop.set()
+            if keep is not None:
+                self._save(keep)
         if self._thread is not None and wait:
             self._thread.join(MAX_BUDGET + 6)
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -162,14 +173,20 @@ class Sampler:
             self.told.add(found.rank)
             new = found
         finding = Finding(self.suspect, throttles, ranks, self.tally.rounds, self.malformed)
-        if self._stop.is_set():
-            # A round that ends after the watchdog stopped the sampler (to act on a finding,
-            # or to tear the job down) is dropped: the finding it acted on stays the run's,
-            # and the report shows that one, not a later round's that may name nobody.
-            return finding
+        with self._saving:
+            if self._stop.is_set():
+                # A round that ends after the watchdog stopped the sampler (to act on a
+                # finding, or to tear the job down) is dropped: the finding it acted on
+                # stays the run's, not a later round's that may name nobody.
+                return finding
+            self._save(finding)
+        # Told outside the lock: the app's `on_finding` waits for its own thread, which
+        # may be in stop() right now.
+        self.on_finding(finding, new)
+        return finding
+
+    def _save(self, finding: Finding) -> None:
         try:
             save_finding(self.record.dir, finding)
         except OSError:
             pass  # the run's directory went away: the finding still reaches on_finding
-        self.on_finding(finding, new)
-        return finding

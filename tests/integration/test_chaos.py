@@ -8,7 +8,17 @@ self-failure must close every session, finding 11), `mntui kill node1` in a rest
 status` (must say so) and `mntui watch` (must resume the chain). On the tree before
 issue 18's fixes (1c70260) this run finds 4 violations (sessions, restart, orphan-line,
 resume). About a minute here; the checks themselves are shown failing in
-tests/unit/test_chaos_checks.py."""
+tests/unit/test_chaos_checks.py.
+
+Between two attempts (issue 28), seed 5 draws: `mntui kill` while the supervisor is held
+between the teardown and its `restarting` mark (the chain must end: no mark, no attempt
+after the kill's note), and node1 quarantined by the user in the backoff (attempt 1 runs
+on the spare; its worker there SIGSTOPped, attempt 1's teardown must kill on node0 and
+the spare, nothing of it left). On the tree before issue 28's fixes (015629e) this run
+finds 9 violations in 90 s: the kill found "the job is not running" and left no mark, and
+attempt 1 was relaunched 4.8 s after it (kill, restart, and its leftovers); attempt 1's
+watchdog watched the quarantined node1 instead of the spare and its supervisor died
+(KeyError: 'node2'). About two minutes here."""
 
 from __future__ import annotations
 
@@ -23,25 +33,48 @@ REPO = Path(__file__).resolve().parents[2]
 SEED = 2
 KINDS = ("supervisor-kill", "tmux-kill", "partial-kill")
 
-pytestmark = pytest.mark.timeout(240)
+BETWEEN_SEED = 5
+BETWEEN = ("fail-kill", "quarantine")
 
 
-def test_a_short_fixed_seed_campaign_finds_no_violation(tmp_path: Path) -> None:
+def campaign(
+    tmp_path: Path, seed: int, kinds: tuple[str, ...], profiles: str, timeout: float
+) -> tuple[subprocess.CompletedProcess[str], Path]:
     out = tmp_path / "chaos.json"
     res = subprocess.run(
         [
-            *(sys.executable, str(REPO / "bench" / "chaos.py"), "--seed", str(SEED)),
-            *("--faults", "3", "--kinds", ",".join(KINDS), "--profiles", "plain,restart"),
+            *(sys.executable, str(REPO / "bench" / "chaos.py"), "--seed", str(seed)),
+            *("--faults", str(len(kinds)), "--kinds", ",".join(kinds), "--profiles", profiles),
             *("--json", str(out)),
         ],
         capture_output=True,
         text=True,
-        timeout=220,
+        timeout=timeout,
     )
+    return res, out
+
+
+@pytest.mark.timeout(240)
+def test_a_short_fixed_seed_campaign_finds_no_violation(tmp_path: Path) -> None:
+    res, out = campaign(tmp_path, SEED, KINDS, "plain,restart", 220)
     report = res.stdout + res.stderr[-4000:]
     data = json.loads(out.read_text())
     faults = data["faults"]
     assert data["seed"] == SEED and sorted(f["plan"]["kind"] for f in faults) == sorted(KINDS)
     assert [f["error"] for f in faults] == [None] * 3, report  # the harness itself held
     assert all(f["runs"] >= 1 for f in faults) and "faults by kind:" in res.stdout
+    assert res.returncode == 0 and "violations: 0" in res.stdout, report
+
+
+@pytest.mark.timeout(420)
+def test_a_kill_after_the_failure_and_a_quarantine_between_attempts(tmp_path: Path) -> None:
+    res, out = campaign(tmp_path, BETWEEN_SEED, BETWEEN, "restart", 400)
+    report = res.stdout + res.stderr[-4000:]
+    faults = json.loads(out.read_text())["faults"]
+    drawn = sorted((f["plan"]["kind"], f["plan"]["moment"]) for f in faults)
+    assert drawn == [("fail-kill", "torn-down"), ("quarantine", "user")], drawn
+    assert [f["error"] for f in faults] == [None] * 2, report
+    notes = [n for f in faults for n in f["notes"]]
+    assert any("before its `restarting` mark" in n for n in notes), report  # the window hit
+    assert any("SIGSTOP worker" in n and "on node2" in n for n in notes), report  # the spare
     assert res.returncode == 0 and "violations: 0" in res.stdout, report

@@ -53,7 +53,7 @@ def test_a_job_that_prints_records_runs_and_is_killed_clean(fake: FakeCluster, c
         assert pids == set(tagged(job, n["node"])) and 999999 not in pids
         assert {p["state"] for p in n["procs"]} <= {"S", "R"} and n["exit_code"] is None
         assert n["malformed"] == 0 and n["pane_dead"] is False
-        assert any("\\n@P 999999 T" in p["cmdline"] for p in n["procs"]), n["procs"]
+        assert any("x @P 999999 T" in p["cmdline"] for p in n["procs"]), n["procs"]
     assert res.returncode == 0, res.stdout
 
     # The watchdog's judge, on two polls well past frozen_after: nothing to tear down.

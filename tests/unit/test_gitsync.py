@@ -368,7 +368,8 @@ def test_git_error_is_the_cause_in_one_line() -> None:
         "error: failed to push some refs to 'node0:.'\n"
     )
     assert git_error(rejected, M).startswith("! [remote rejected]")
-    assert git_error("\x1b]0;evil\x07\n", M) == "?]0;evil?"
+    assert git_error("\x1b]0;evil\x07\n", M) == "no message"  # escapes only: no cause
+    assert git_error("fatal: \x1b[2Jbad\x9b2J \x1b]52;c;eA==\x07ref\n", M) == "fatal: bad ref"
     assert git_error("", M) == "no message"
     assert git_error(f"{M} DIRTY 1\n", M) == "no message"
 

@@ -277,7 +277,7 @@ def test_poll_reads_lying_processes_as_data(tmp_path: Path) -> None:
         assert judge.judge({"n1": s}, 0.0)[1] == [] and judge.judge({"n1": s}, 60.0)[1] == []
         assert [(x.pid, x.state, x.ppid) for x in s.procs] == [(p.pid, "S", os.getpid())]
         assert derive(s, stall_after=300).state is NodeState.STARTING and s.exit_code is None
-        assert "\\n@P 999999 T" in s.procs[0].cmdline and s.malformed == 0
+        assert "x @P 999999 T" in s.procs[0].cmdline and s.malformed == 0  # one line, data
     finally:
         p.kill()
         p.wait()

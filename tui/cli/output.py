@@ -2,7 +2,9 @@
 
 A module of its own, imported by every verb, so there is one lock in the process: a
 `say` defined in the module that runs as `__main__` would be a second copy, with a second
-lock, for the modules that import it by name.
+lock, for the modules that import it by name. Being the one writer, it is also where node
+text (a log line, a report's headline, a py-spy name) is made safe for the terminal
+(termsafe.py): what mntui means as an escape sequence is written by `clear_screen` only.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import threading
 from collections.abc import Callable
 
 from mntui.sessions.events import Event
+from mntui.sessions.termsafe import clean
 
 _OUT = threading.Lock()  # one writer: node threads report at once (kill, launch, watch)
 
@@ -21,8 +24,17 @@ def say(*parts: object, err: bool = False, end: str = "\n") -> None:
     """print() in one write of a whole line, under one lock for stdout and stderr: events
     from parallel node threads must never splice into each other's lines. It survives a
     closed pipe (`mntui demo | head`): losing our output must never stop the cleanup
-    that follows it."""
-    text = " ".join(map(str, parts)) + end
+    that follows it. Escape sequences and control characters are dropped, newlines and
+    tabs kept."""
+    _write(clean(" ".join(map(str, parts)) + end), err)
+
+
+def clear_screen() -> None:
+    """The screen cleared and the cursor home, for `mntui status --watch`'s next table."""
+    _write("\033[H\033[2J", False)
+
+
+def _write(text: str, err: bool) -> None:
     with _OUT:
         try:
             stream = sys.stderr if err else sys.stdout
