@@ -23,6 +23,8 @@ import shlex
 from dataclasses import dataclass
 from importlib import resources
 
+from .termsafe import one_line
+
 TAG_VAR = "MNTUI_RUN"
 
 # Shell functions shared by every script that looks for a job's processes; one file,
@@ -32,7 +34,9 @@ SHELL_LIB = resources.files("mntui.sessions").joinpath("sh", "lib.sh").read_text
 B64 = r"[A-Za-z0-9+/]*={0,2}"
 INT = r"[0-9]{1,20}"  # bounded (2**64 has 20 digits): Python refuses very long digit strings
 _PROC = re.compile(rf"PROC ({INT}) ([A-Za-z]) ({B64})", re.ASCII)
-_LISTEN = re.compile(rf"LISTEN ({INT}) (?:({INT}) ({B64}) ({B64})|- - -)", re.ASCII)
+_LISTEN = re.compile(
+    rf"LISTEN ({INT}) (?:({INT}) ({B64}) ({B64})|- (?:({INT}) ({B64})|- -))", re.ASCII
+)
 
 
 def run_tag(job: str, run_id: str, node: str) -> str:
@@ -79,15 +83,12 @@ def b64_bytes(field: str) -> bytes | None:
 
 def b64_text(field: str) -> str | None:
     """A command line (NUL between its words) or name sent base64-encoded, made safe to
-    show: control characters are escaped, never passed to a terminal. None if the field
-    is not base64."""
+    show on one line by the one rule (termsafe.py): it reaches dialogs, kill reports and
+    terminals. None if the field is not base64 (refused: a record is parsed strictly)."""
     raw = b64_bytes(field)
     if raw is None:
         return None
-    text = raw.replace(b"\0", b" ").decode(errors="replace").strip()
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return one_line(raw.replace(b"\0", b" ").decode(errors="replace")).strip()
 
 
 @dataclass(frozen=True)
@@ -99,16 +100,23 @@ class ProcInfo:
 
 @dataclass(frozen=True)
 class PortHolder:
+    """A listener on one of the job's ports. `pid` is None when its process is hidden
+    from the node's user (another user's, seen by a non-root login): the socket's owner
+    `uid` is still known from the kernel, and `user` is what the node calls that uid."""
+
     port: int
     pid: int | None
     user: str | None
     cmdline: str
+    uid: int | None = None
 
     def describe(self) -> str:
-        who = (
-            f"pid {self.pid} ({self.user})" if self.pid is not None else "a process of another user"
-        )
-        return f"port {self.port} held by {who}: {self.cmdline or '?'}"
+        if self.pid is not None:
+            return f"port {self.port} held by pid {self.pid} ({self.user}): {self.cmdline or '?'}"
+        if self.uid is None:
+            return f"port {self.port} held by a process of another user"
+        name = f" ({self.user})" if self.user else ""
+        return f"port {self.port} held by uid {self.uid}{name}, a process hidden from you"
 
 
 def parse_proc(line: str) -> ProcInfo | None:
@@ -121,12 +129,16 @@ def parse_proc(line: str) -> ProcInfo | None:
 
 
 def parse_listener(line: str) -> PortHolder | None:
-    """A `LISTEN PORT PID USER64 CMDLINE64` or `LISTEN PORT - - -` record, or None."""
+    """A `LISTEN PORT PID USER64 CMDLINE64`, `LISTEN PORT - UID USER64` or
+    `LISTEN PORT - - -` record (mntui_listeners), or None."""
     m = _LISTEN.fullmatch(line)
     if m is None:
         return None
-    if m[2] is None:
-        return PortHolder(int(m[1]), None, None, "")
+    if m[2] is None:  # its process is hidden from us
+        if m[5] is None:
+            return PortHolder(int(m[1]), None, None, "")
+        name = b64_text(m[6])
+        return None if name is None else PortHolder(int(m[1]), None, name or None, "", int(m[5]))
     user, cmdline = b64_text(m[3]), b64_text(m[4])
     if user is None or cmdline is None:
         return None
@@ -138,10 +150,10 @@ def parse_procs(lines: list[str]) -> tuple[ProcInfo, ...]:
 
 
 def unique_holders(holders: list[PortHolder]) -> tuple[PortHolder, ...]:
-    """One process listening on v4 and v6 shows twice."""
-    seen: dict[tuple[int, int | None], PortHolder] = {}
+    """One process listening on v4 and v6 shows twice (a hidden one: its uid twice)."""
+    seen: dict[tuple[int, int | None, int | None], PortHolder] = {}
     for h in holders:
-        seen.setdefault((h.port, h.pid), h)
+        seen.setdefault((h.port, h.pid, h.uid), h)
     return tuple(seen.values())
 
 

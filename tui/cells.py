@@ -7,7 +7,7 @@ views cannot drift apart. Pure and free of Textual and rich: views.py imports it
 
 from __future__ import annotations
 
-from mntui.sessions.poll import GpuReading, NodeProgress, NodeSnapshot
+from mntui.sessions.poll import GpuReading, NodeProgress, NodeSnapshot, NodeState
 
 
 def age(seconds: float | None) -> str:
@@ -84,8 +84,11 @@ def table_cells(s: NodeSnapshot | None) -> tuple[str, str, str, str]:
     return (util, mem, age(s.output_age), rtt(s))
 
 
-def step(p: NodeProgress | None) -> str:
-    """`4812 @2.1/s`: the last training step seen, and the rate once there are two."""
+def step(p: NodeProgress | None, state: NodeState | None = None) -> str:
+    """`4812 @2.1/s`: the last training step seen, and the rate once there are two. The
+    rate only while the node's processes may still step (`state` None: not known yet):
+    an ended or unreachable node's rate is no rate, just the window emptying slowly."""
     if p is None or p.step is None:
         return "-"
-    return f"{p.step}" + (f" @{p.rate:.2g}/s" if p.rate else "")
+    moving = state is None or state.is_active
+    return f"{p.step}" + (f" @{p.rate:.2g}/s" if p.rate and moving else "")

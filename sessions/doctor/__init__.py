@@ -1,7 +1,7 @@
 """`mntui doctor`: one probe of every node before a launch (probe.py), the verdicts
-(checks.py), the allreduce smoke test (smoke.py) and the pairs that find a slow
-node or link with it (pairs.py). Imports launch and below;
-only the UI imports it.
+(checks.py), the allreduce smoke test (smoke.py), the pairs that find a slow
+node or link with it (pairs.py), and what a run adds up to (summary.py). Imports
+launch and below; only the UI imports it.
 """
 
 from typing import TYPE_CHECKING
@@ -19,5 +19,7 @@ if TYPE_CHECKING:
     from .pairs import save_pairs as save_pairs
     from .probe import run_checks as run_checks
     from .smoke import allreduce as allreduce
+    from .summary import how_lines as how_lines
+    from .summary import summary_line as summary_line
 else:
     __getattr__ = lazy_exports(__name__, __file__)

@@ -28,6 +28,9 @@ class Check:
     status: Status
     detail: str
     fix: str = ""
+    # A failure of the node itself (unreachable, its network, its all-reduce), not of
+    # the config or the job's environment: only these count against it in its history.
+    node_fault: bool = False
 
 
 def verdict(node: str, check: str, ok: bool, detail: str, fix: str, bad: Status) -> Check:
@@ -73,6 +76,8 @@ class Probe:
     pyspy: str | None = None  # where py-spy is, after `setup`
     ptrace_scope: int | None = None  # kernel.yama.ptrace_scope; None: no Yama
     root: bool = False
+    setup_status: int | None = None  # `setup`'s exit status (its last line's)
+    setup_err: str | None = None  # what `setup` printed on stderr, bounded and stripped
 
 
 def tmux_check(n: str, p: Probe) -> Check:
@@ -98,6 +103,24 @@ def workdir_check(n: str, p: Probe, spec: NodeSpec) -> Check:
         else f"{p.workdir}, free space unknown"
     )
     return verdict(n, "workdir", gib > 5, detail, "free disk space", Status.WARN)
+
+
+def setup_check(n: str, p: Probe, spec: NodeSpec) -> Check | None:
+    """What `setup` said on stderr: a `source` of a venv that is not there shows here,
+    not only as the `No module named 'torch'` that follows it. Noise on stderr with a
+    zero status passes (module systems print there), but is shown."""
+    if not spec.setup or p.setup_status is None:
+        return None
+    said = f": {p.setup_err}" if p.setup_err else ""
+    if p.setup_status != 0:
+        detail = f"exited with {p.setup_status}{said}"
+        return Check(n, "setup", Status.FAIL, detail, "fix `setup` (it runs in the workdir)")
+    return Check(
+        n,
+        "setup",
+        Status.PASS,
+        f"ran, printed on stderr{said}" if said else "ran, nothing on stderr",
+    )
 
 
 def python_check(n: str, p: Probe, nproc_per_node: int) -> Check:
@@ -144,6 +167,7 @@ def node_checks(n: str, p: Probe, spec: NodeSpec, cfg: JobConfig) -> list[Check]
     rows = [tmux_check(n, p), workdir_check(n, p, spec)]
     if p.workdir is None:
         return rows
+    rows += [c for c in (setup_check(n, p, spec),) if c is not None]
     rows.append(python_check(n, p, cfg.nproc(spec)))  # a hostfile's slots differ by node
     rows.append(stacks_check(n, p))
     if p.git is not None:
@@ -258,9 +282,14 @@ def clock_check(n: str, skew: float) -> Check:
     )
 
 
+# cleanup kills the user's own holders only; another user's is named (by uid when its
+# process is hidden from the node's user) and left alone.
+PORTS_FIX = "mntui cleanup (frees your own; another user's: ask them, or change the ports)"
+
+
 def ports_check(cfg: JobConfig, main: Probe) -> Check:
     if main.holders:
-        return Check(cfg.main, "ports", Status.FAIL, "; ".join(main.holders), "mntui cleanup")
+        return Check(cfg.main, "ports", Status.FAIL, "; ".join(main.holders), PORTS_FIX)
     return Check(cfg.main, "ports", Status.PASS, f"{', '.join(map(str, cfg.all_ports))} free")
 
 

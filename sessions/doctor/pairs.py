@@ -43,6 +43,7 @@ class Pair:
     algbw_gbps: float | None  # the slowest rank's: 4 MiB all-reduced
     error: str | None = None
     slow: bool = False
+    mistake: bool = False  # it failed for the config's sake (no torch), not the nodes'
 
     @property
     def ok(self) -> bool:
@@ -62,13 +63,17 @@ def measure(cfg: JobConfig, cluster: Cluster, a: str, b: str, rnd: int, timeout:
     address: a configured one is the job's main's)."""
     nodes = (replace(cfg.node(a), rank=0), replace(cfg.node(b), rank=1))
     sub = replace(cfg, nodes=nodes, main=a, master_addr=None)
-    results, error = smoke_results(sub, cluster, timeout, SUSTAIN)
+    results, failed = smoke_results(sub, cluster, timeout, SUSTAIN)
     got = [r for rs in results.values() for r in rs if r.ok]
     lat = [r.latency_us for r in got if r.latency_us is not None]
     bw = [r.algbw_gbps for r in got if r.algbw_gbps is not None]
+    error = failed.detail if failed is not None else None
     if error is None and not got:
         error = "no rank gave a result"
-    return Pair(rnd, a, b, max(lat) if lat else None, min(bw) if bw else None, error)
+    mistake = failed is not None and not failed.node_fault
+    return Pair(
+        rnd, a, b, max(lat) if lat else None, min(bw) if bw else None, error, False, mistake
+    )
 
 
 def judge_pairs(pairs: list[Pair]) -> list[Pair]:
@@ -177,15 +182,16 @@ def node_rows(v: Verdict) -> list[tuple[str, str, str, str]]:
 
 
 def pair_checks(v: Verdict) -> list[Check]:
-    """The verdict as the doctor's rows: a slow node (or both ends of a slow link) fails."""
+    """The verdict as the doctor's rows: a slow node (or both ends of a slow link) fails,
+    as the node's own failure unless its pairs failed for the config's sake."""
     fix = "take the node out (or check its CPU/GPU clocks, its NIC and cables) and re-run"
     out = []
     for node, lat, bw, verdict in node_rows(v):
         detail = f"pairs' all-reduce latency {lat} us, bandwidth {bw} GB/s"
         ok = verdict == "ok"
-        out.append(
-            Check(node, "pairs", Status.PASS if ok else Status.FAIL, detail, "" if ok else fix)
-        )
+        mistake = any(p.mistake for p in v.pairs if node in (p.a, p.b))
+        status, why = (Status.PASS, "") if ok else (Status.FAIL, fix)
+        out.append(Check(node, "pairs", status, detail, why, not ok and not mistake))
     return out
 
 
@@ -194,7 +200,8 @@ def save_pairs(job: str, v: Verdict, started: float, now: float | None = None) -
     state_dir()/<job>/doctor/doctor-pairs-<YYYYmmdd-HHMMSS>.json (0600): `at` and
     `started_at` (epoch seconds), `kind: "pairs"`, `threshold` (SLOW), `line` (the
     verdict), `slow_nodes` [node], `slow_links` [[a, b]], `pairs` [{round, a, b,
-    latency_us, algbw_gbps, error, slow}] (a: the pair's main; None where no number), and
+    latency_us, algbw_gbps, error, slow, mistake}] (a: the pair's main; None where no
+    number), and
     `rows` [{node, check: "pairs", status: PASS|FAIL, detail, fix}] as every doctor run
     keeps them (history/records.py reads those)."""
     now = time.time() if now is None else now

@@ -9,6 +9,9 @@ One probe script per node answers everything in one round trip. Its output is no
 data: the user's `setup` runs in the middle of it and may print anything, so only
 lines carrying this run's random marker count, each in its exact shape (the last one
 wins), and a marked line of the wrong shape is skipped and counted, never raised.
+The job's environment is entered as the launch enters it (launch.plan.job_environment:
+the workdir, then `setup`); what `setup` printed on stderr comes back base64-encoded
+and bounded, and is shown with its control bytes stripped.
 """
 
 from __future__ import annotations
@@ -24,8 +27,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from mntui.sessions.config import JobConfig, NodeSpec
-from mntui.sessions.launch import has_session, home_path, master_addr, session_name
-from mntui.sessions.procs import SHELL_LIB, job_node_pattern, parse_listeners, parse_procs
+from mntui.sessions.launch import has_session, job_environment, master_addr, session_name
+from mntui.sessions.procs import (
+    SHELL_LIB,
+    b64_bytes,
+    job_node_pattern,
+    parse_listeners,
+    parse_procs,
+)
 from mntui.sessions.results import GroupResult
 from mntui.sessions.ssh import Cluster, Node
 
@@ -52,16 +61,14 @@ except Exception as exc:
     d["torch_error"] = f"{type(exc).__name__}: {exc}"
 print(json.dumps(d))
 """
+SETUP_ERR_BYTES = 2000  # of setup's stderr, read on the node
+SETUP_ERR_CHARS = 300  # of it, shown
 
 
 def probe_script(cfg: JobConfig, spec: NodeSpec, addr: str, is_main: bool, token: str) -> str:
     """Every value reaches the shell as its own quoted word or as a printf argument, never
     inside double quotes; the marker is hex, so it is safe in a printf format."""
     m = f"@{token}"
-    cd = ":"
-    if spec.workdir:
-        missing = f"{{ printf '{m} WORKDIR missing\\n'; exit 0; }}"
-        cd = f"cd -- {home_path(spec.workdir)} 2>/dev/null || {missing}"
     ports = " ".join(str(p) for p in cfg.all_ports) if is_main else ""
     return f"""{SHELL_LIB}
 mntui_procinfo $(mntui_scan {shlex.quote(job_node_pattern(cfg.job, spec.name))})
@@ -79,16 +86,22 @@ for _i in /sys/class/net/*; do
   _st=; read -r _st 2>/dev/null <"$_i/operstate"
   printf '{m} IF %s %s\\n' "${{_i##*/}}" "$_st"
 done
-bash -c {shlex.quote(_after_setup(spec, cd, m))} </dev/null 2>&1
+bash -c {shlex.quote(_in_job_environment(spec, m))} </dev/null 2>&1
 """
 
 
-def _after_setup(spec: NodeSpec, cd: str, m: str) -> str:
-    """What runs in the job's environment: `setup` under bash, as launch.sh runs it (a
-    `source` line would fail under dash), then the probes that depend on it."""
-    setup = "\n".join(spec.setup) or ":"
-    return f"""{setup}
-{cd}
+def _in_job_environment(spec: NodeSpec, m: str) -> str:
+    """What runs in the job's environment, entered under bash as launch.sh enters it (a
+    `source` line would fail under dash), then the probes that depend on it. setup's
+    stderr goes to a private temp file (never /dev/null's removal: the trap checks)."""
+    missing = f"{{ printf '{m} WORKDIR missing\\n'; exit 0; }}"
+    err = "__mntui_setup_err"  # a name no `setup` line is likely to take
+    return f"""{err}=$(mktemp 2>/dev/null) || {err}=/dev/null
+trap '[ "${err}" = /dev/null ] || rm -f -- "${err}"' EXIT
+{job_environment(spec, missing, f'"${err}"')}
+_rc=$?
+_v=$(head -c {SETUP_ERR_BYTES} "${err}" 2>/dev/null | base64 -w0)
+printf '{m} SETUP %s %s\\n' "$_rc" "$_v"
 printf '{m} WORKDIR ok %s\\n' "$(pwd)"
 _v=$(df -Pk . 2>/dev/null | awk 'NR==2 {{print $4}}')
 printf '{m} DISK %s\\n' "$_v"
@@ -156,6 +169,28 @@ def _workdir(v: str) -> Fields | None:
 _PYSPY = re.compile(r"(\d+) (-|[0-3]) ?(/\S.*)?")
 
 
+_SETUP = re.compile(r"([0-9]{1,3}) ?([A-Za-z0-9+/=]*)")
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _setup(v: str) -> Fields | None:
+    """setup's exit status and its stderr: each line with its escape sequences and
+    control bytes stripped, the lines joined, capped; None where nothing was printed."""
+    m = _SETUP.fullmatch(v)
+    raw = b64_bytes(m[2]) if m is not None else None
+    if m is None or raw is None:
+        return None
+    lines = (
+        _CONTROL.sub("", _ANSI.sub("", ln)).strip()
+        for ln in raw.decode(errors="replace").splitlines()
+    )
+    said = " | ".join(ln for ln in lines if ln)
+    if len(said) > SETUP_ERR_CHARS:
+        said = said[: SETUP_ERR_CHARS - 1] + "…"
+    return {"setup_status": int(m[1]), "setup_err": said or None}
+
+
 def _pyspy(v: str) -> Fields | None:
     m = _PYSPY.fullmatch(v)
     if m is None:
@@ -180,6 +215,7 @@ _FIELDS: dict[str, Callable[[str], Fields | None]] = {
     "GIT": _git,
     "PY": lambda v: _python(v) if v else {},
     "PYSPY": _pyspy,
+    "SETUP": _setup,
 }
 
 
@@ -233,6 +269,21 @@ def measure_clock(node: Node) -> Clock | None:
     return Clock(t1 - t0, float(out) - (t0 + t1) / 2)
 
 
+# An ssh failure that names a mistake of the config or of the user's credentials (a name
+# that resolves nowhere: a mistyped node; a refused login; a host key): not the node's.
+_SSH_MISTAKE = re.compile(
+    r"resolve hostname|Name or service not known|nodename nor servname|name resolution"
+    r"|No address associated|authentication failed|host key|known_hosts|ProxyJump"
+    r"|ProxyCommand|ssh -G",
+    re.IGNORECASE,
+)
+
+
+def ssh_fault(error: str) -> bool:
+    """Whether a node's ssh failure is the node's own (down, refusing, timing out)."""
+    return _SSH_MISTAKE.search(error) is None
+
+
 def ssh_checks(
     cfg: JobConfig,
     connected: GroupResult[None],
@@ -249,9 +300,8 @@ def ssh_checks(
         over = "local" if spec.is_local else f"over {cfg.ssh.transport}"
         error = connected.errors.get(n) or errors.get(n)
         if error is not None:
-            rows.append(
-                Check(n, "ssh", Status.FAIL, f"{over}: {error}", f"check `ssh {spec.host}` by hand")
-            )
+            fix = f"check `ssh {spec.host}` by hand"
+            rows.append(Check(n, "ssh", Status.FAIL, f"{over}: {error}", fix, ssh_fault(error)))
             continue
         clock, skipped = measured.get(n), probes[n].malformed
         rows.append(

@@ -6,6 +6,9 @@ have: config validation refuses a job name that starts with `_`, so the smoke jo
 preflight, tags, tmux sessions and kill can never meet a user's job (the old
 `<job>-smoke` could be a real job, or be the job itself once cut to 64 characters).
 Its result lines carry a random marker: a `setup` line cannot pass for a rank's result.
+A node whose ranks gave no result has its log's first error named (report.first_error):
+a job that could not start there (no torch after `setup`) is the config's mistake, and
+only a failure of the node itself counts against it in its history (`node_fault`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from mntui.sessions.config import JobConfig, ReadyMode
 from mntui.sessions.errors import LaunchError
 from mntui.sessions.events import Event, Phase
 from mntui.sessions.launch import LineSplitter, LogChunk, Plan, kill_job, launch, read_new
+from mntui.sessions.report import first_error
 from mntui.sessions.results import NodeError
 from mntui.sessions.ssh import Cluster, Node
 
@@ -30,6 +34,7 @@ from .checks import Check, Status, verdict
 
 SMOKE_PREFIX = "_smoke-"  # `_` cannot start a user's job name (jobchecks.JOB_RE)
 SMOKE_MARK = "MNTUI_SMOKE"
+LOG_HEAD = 400  # lines of a node's smoke log kept for its first error
 
 # -- tcp: every worker dials the main's master port -----------------------------------
 
@@ -91,14 +96,17 @@ def tcp_check(
     )
     reached, errors = set(res.where(bool)), res.errors
     rows = [
-        verdict(
-            n,
-            "tcp",
-            n in reached,
-            f"{'connected to' if n in reached else 'cannot connect to'} {addr}:{port}"
-            + (f" ({errors[n]})" if n in errors else ""),
-            "open the port in the firewall / check routes",
-            Status.FAIL,
+        replace(  # a worker that cannot reach the main: its network's failure
+            verdict(
+                n,
+                "tcp",
+                n in reached,
+                f"{'connected to' if n in reached else 'cannot connect to'} {addr}:{port}"
+                + (f" ({errors[n]})" if n in errors else ""),
+                "open the port in the firewall / check routes",
+                Status.FAIL,
+            ),
+            node_fault=n not in reached,
         )
         for n in workers
     ]
@@ -185,6 +193,7 @@ class _Follow:
     exit_code: int | None = None
     complete: bool = False  # exited, and the whole log is read
     lines: LineSplitter = field(default_factory=LineSplitter)
+    head: list[str] = field(default_factory=list)  # the log's first lines, no results
 
     def feed(self, chunk: LogChunk, token: str) -> None:
         self.offset, self.exit_code = chunk.offset, chunk.exit_code
@@ -193,6 +202,8 @@ class _Follow:
             r = parse_smoke_line(line, token)
             if r is not None:
                 self.results.append(r)
+            elif len(self.head) < LOG_HEAD:
+                self.head.append(line)
 
 
 def _collect(cluster: Cluster, plan: Plan, token: str, timeout: float) -> dict[str, _Follow]:
@@ -220,19 +231,26 @@ def _rows(follow: dict[str, _Follow], plan: Plan, timeout: float) -> list[Check]
     for n, f in follow.items():
         got, want = f.results, wants[n]
         fix = "see the tcp / ifname / versions checks"
-        rows += [verdict(n, "allreduce", r.ok, r.detail, fix, Status.FAIL) for r in got]
+        rows += [
+            replace(verdict(n, "allreduce", r.ok, r.detail, fix, Status.FAIL), node_fault=not r.ok)
+            for r in got
+        ]
         if len(got) < want:
-            code = f" (exit code {f.exit_code})" if f.exit_code is not None else ""
-            rows.append(
-                Check(
-                    n,
-                    "allreduce",
-                    Status.FAIL,
-                    f"{want - len(got)} of {want} rank(s) gave no result within {timeout:g}s{code}",
-                    "the job was killed; see the tcp / master_addr checks",
-                )
-            )
+            rows.append(_no_result(n, f, want - len(got), want, timeout))
     return rows
+
+
+def _no_result(n: str, f: _Follow, missing: int, want: int, timeout: float) -> Check:
+    """Ranks that gave no result, and the log's first error: a job that could not start
+    (python's "No module named 'torch'") is the environment's mistake, not the node's."""
+    code = f" (exit code {f.exit_code})" if f.exit_code is not None else ""
+    found = first_error(f.head)
+    said = f": {found.summary}" if found is not None else ""
+    detail = f"{missing} of {want} rank(s) gave no result within {timeout:g}s{code}{said}"
+    if found is not None and found.mistake:
+        return Check(n, "allreduce", Status.FAIL, detail, "fix the job's `setup` / `workdir`")
+    fix = "the job was killed; see the tcp / master_addr checks"
+    return Check(n, "allreduce", Status.FAIL, detail, fix, node_fault=True)
 
 
 def _not_started(main: str, exc: Exception) -> Check:
@@ -255,14 +273,14 @@ def allreduce(cfg: JobConfig, cluster: Cluster, timeout: float = 60.0) -> list[C
 
 def smoke_results(
     cfg: JobConfig, cluster: Cluster, timeout: float, sustain: float = 0.0
-) -> tuple[dict[str, list[RankResult]], str | None]:
-    """Every node's rank results, and why a rank gave none (None: all did): for the
-    doctor's pairs (pairs.py), which want the numbers, not the rows."""
+) -> tuple[dict[str, list[RankResult]], Check | None]:
+    """Every node's rank results, and the first failed row (None: every rank gave one):
+    for the doctor's pairs (pairs.py), which want the numbers, and whose fault it was."""
     ran = smoke_run(cfg, cluster, timeout, sustain)
     if isinstance(ran, Check):
-        return {}, ran.detail
+        return {}, ran
     rows = [r for r in _rows(ran[0], ran[1], timeout) if r.status is Status.FAIL]
-    return {n: f.results for n, f in ran[0].items()}, rows[0].detail if rows else None
+    return {n: f.results for n, f in ran[0].items()}, rows[0] if rows else None
 
 
 def smoke_run(

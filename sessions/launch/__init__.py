@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from .chains import chain_of as chain_of
     from .chains import check_nodes as check_nodes
     from .chains import guard_chain as guard_chain
+    from .chains import guarded as guarded
     from .chains import heartbeat as heartbeat
     from .chains import orphaned as orphaned
     from .chains import run_config as run_config
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from .kill import kill_job as kill_job
     from .kill import not_clean as not_clean
     from .kill import port_holders as port_holders
+    from .kill import still_held as still_held
     from .kill import summarize as summarize
     from .logs import LineSplitter as LineSplitter
     from .logs import LogChunk as LogChunk
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
     from .plan import Plan as Plan
     from .plan import describe as describe
     from .plan import home_path as home_path
+    from .plan import job_environment as job_environment
     from .start import Attempt as Attempt
     from .start import launch as launch
     from .start import make_plan as make_plan

@@ -4,7 +4,8 @@ Per node, in one round trip: find the job's processes by tag, SIGCONT (a frozen
 process cannot act on SIGTERM) + SIGTERM, SIGKILL whatever is left after the grace,
 sweep again for anything forked meanwhile, kill the tmux session, then check that
 nothing listens on the job's ports. All nodes in parallel; an unreachable node is
-reported and never stops the others.
+reported and never stops the others. A node where nothing of the job was found and
+whose ports are free says nothing of its own: the summary names all such nodes once.
 """
 
 from __future__ import annotations
@@ -52,25 +53,37 @@ class KillReport:
     port_holders: tuple[PortHolder, ...]
     seconds: float
     malformed: int = 0  # lines of the node's answer that were no record of ours: skipped
+    ports: tuple[int, ...] = ()  # the ports checked free
 
     @property
     def clean(self) -> bool:
         return not self.left and not self.port_holders
 
+    @property
+    def idle(self) -> bool:
+        """Nothing of the job was here and its ports are free: nothing to say per node."""
+        return not self.found and not self.session_killed and self.clean and not self.malformed
+
     def summary(self) -> str:
-        if not self.found and not self.session_killed and self.clean and not self.malformed:
-            return "nothing to kill"
-        parts = [f"{len(self.found)} process(es) stopped"]
+        parts = [
+            f"{len(self.found)} process(es) stopped" if self.found else "nothing of the job here"
+        ]
         if self.sigkilled:
             parts.append(f"{len(self.sigkilled)} needed SIGKILL")
         if self.session_killed:
             parts.append("session closed")
         if self.left:
             parts.append(f"STILL ALIVE: {' '.join(map(str, self.left))}")
-        parts += [h.describe() for h in self.port_holders]
+        parts += [h.describe() for h in self.port_holders] or [ports_free(self.ports)]
         if self.malformed:
             parts.append(f"{self.malformed} unreadable line(s) of the node's answer skipped")
-        return ", ".join(parts) + f" ({self.seconds:.1f}s)"
+        return ", ".join(p for p in parts if p) + f" ({self.seconds:.1f}s)"
+
+
+def ports_free(ports: Iterable[int]) -> str:
+    """What the port check found when nobody holds the ports ("" when none were checked)."""
+    listed = ", ".join(map(str, ports))
+    return f"port{'s' if ',' in listed else ''} {listed} free" if listed else ""
 
 
 def kill_script(pattern: str, session: str, ports: Iterable[int], grace: float) -> str:
@@ -110,7 +123,7 @@ echo "ELAPSED_MS $(($(mntui_now_ms) - t0))"
 """
 
 
-def parse_kill(node: str, stdout: str) -> KillReport:
+def parse_kill(node: str, stdout: str, ports: Iterable[int] = ()) -> KillReport:
     found: dict[int, ProcInfo] = {}
     sigkilled: list[int] = []
     left: tuple[int, ...] = ()
@@ -141,6 +154,7 @@ def parse_kill(node: str, stdout: str) -> KillReport:
         unique_holders(holders),
         ms / 1000,
         malformed=bad,
+        ports=tuple(ports),
     )
 
 
@@ -151,13 +165,19 @@ def not_clean(results: GroupResult[KillReport]) -> list[str]:
 
 
 def summarize(job: str, results: GroupResult[KillReport]) -> tuple[bool, str]:
-    """(clean on every node, one line for a person): the CLI and the app say the same."""
+    """(clean on every node, one line for a person): the CLI and the app say the same.
+    The nodes that had nothing of the job (and no event of their own) are named here."""
     dirty = not_clean(results)
+    idle = ", ".join(results.where(lambda r: r.idle))
     if dirty:
-        return False, f"NOT CLEAN on {', '.join(dirty)}"
+        return False, f"NOT CLEAN on {', '.join(dirty)}" + (
+            f"; nothing of {job} runs on {idle}" if idle else ""
+        )
     total = sum(len(r.found) for r in results.succeeded.values())
     if not total:
-        return True, "nothing to kill: the job is not running"
+        ports = sorted({p for r in results.succeeded.values() for p in r.ports})
+        free = f"; {ports_free(ports)} on {'each' if len(results) > 1 else 'it'}" if ports else ""
+        return True, f"nothing to kill: nothing of {job} runs on {', '.join(results)}{free}"
     return True, f"clean: {total} process(es) of {job} stopped on {len(results)} node(s)"
 
 
@@ -182,7 +202,9 @@ def kill_job(
             grace,
         )
         res = node.run(script, timeout=grace + 30)
-        report = parse_kill(node.name, res.stdout)
+        report = parse_kill(node.name, res.stdout, cfg.all_ports)
+        if report.idle:
+            return report  # the summary says it, once for all such nodes
         on_event(
             Event(
                 node.name,
@@ -215,10 +237,13 @@ def port_holders(cfg: JobConfig, cluster: Cluster) -> GroupResult[tuple[PortHold
 def free_script(holders: Iterable[PortHolder], grace: float) -> str:
     """Kill the listed holders, but only those that are still ours and that ss, on the
     node, says hold that port now: between listing and confirming, a PID may have exited
-    and been reused, and nothing printed earlier decides what is killed."""
+    and been reused, and nothing printed earlier decides what is killed. Every listed
+    port is looked at again afterwards, one held by a hidden process too: what still
+    holds one is reported, never taken for freed."""
     grace_ms = int(grace * 1000)
+    holders = tuple(holders)
     listed = sorted({(h.port, h.pid) for h in holders if h.pid is not None})
-    ports = " ".join(str(p) for p in sorted({port for port, _ in listed}))
+    ports = " ".join(str(p) for p in sorted({h.port for h in holders}))
     checks = "\n".join(f'mntui_holds {port} {pid} && pids="$pids {pid}"' for port, pid in listed)
     return f"""{SHELL_LIB}
 pids=""
@@ -242,11 +267,22 @@ def parse_free(stdout: str) -> tuple[tuple[int, ...], tuple[PortHolder, ...]]:
 def free_ports(
     cluster: Cluster, holders: dict[str, tuple[PortHolder, ...]], grace: float
 ) -> GroupResult[tuple[tuple[int, ...], tuple[PortHolder, ...]]]:
-    """Per node: (PIDs killed, holders still there). One round trip per node."""
+    """Per node: (PIDs killed, holders still there). One round trip per node, every node
+    with a holder: one held by nothing we may kill is answered too (killed nothing,
+    still held), never left out as if it were free."""
 
     def one(node) -> tuple[tuple[int, ...], tuple[PortHolder, ...]]:  # type: ignore[no-untyped-def]
         return parse_free(
             node.run(free_script(holders[node.name], grace), timeout=grace + 30).stdout
         )
 
-    return cluster.map(one, [n for n, h in holders.items() if any(x.pid is not None for x in h)])
+    return cluster.map(one, [n for n, h in holders.items() if h])
+
+
+def still_held(holder: PortHolder, killed: tuple[int, ...]) -> str:
+    """A holder still there after cleanup, in words: one we did not kill is not the
+    user's (the node refused it: another user's, or hidden from us), one we killed
+    outlived it."""
+    if holder.pid is None or holder.pid not in killed:
+        return f"not yours, left alone: {holder.describe()}"
+    return f"still busy: {holder.describe()}"

@@ -159,13 +159,26 @@ def build_plan(
     return Plan(cfg.job, run_id, master_addr, cfg.master_port, nnodes, world, tuple(plans))
 
 
+def job_environment(spec: NodeSpec, on_missing: str, setup_stderr: str | None = None) -> str:
+    """The shell that enters the job's environment, for the launch and the doctor alike:
+    `cd` to the workdir first, then `setup`, in the order docs/config.md gives, so a
+    relative `source .venv/bin/activate` is the workdir's venv. `on_missing` runs when
+    the workdir cannot be entered. `setup_stderr`, a shell word: where setup's stderr
+    goes (the doctor shows it); the group runs in this shell, so what setup exports or
+    activates stays."""
+    cd = f"cd -- {home_path(spec.workdir)} || {on_missing}" if spec.workdir else ":"
+    setup = "\n".join(spec.setup) or ":"
+    if setup_stderr is not None:
+        setup = f"{{\n{setup}\n}} 2>{setup_stderr}"
+    return f"{cd}\n{setup}"
+
+
 def launch_script(
     spec: NodeSpec, run_id: str, job: str, env: Mapping[str, str], command: str
 ) -> str:
     exports = "\n".join(f"export {k}={shlex.quote(v)}" for k, v in env.items())
     name = shlex.quote(spec.name)
-    setup = "\n".join(f"  {line}" for line in spec.setup) or "  :"
-    cd = f"  cd -- {home_path(spec.workdir)} || exit 97" if spec.workdir else "  :"
+    enter = job_environment(spec, "exit 97")  # not indented: a setup heredoc stays as written
     return f"""#!/usr/bin/env bash
 # Written by mntui: job {job}, run {run_id}, node {spec.name}, rank {spec.rank}.
 # It runs inside tmux; output goes to the pane and, unchanged, to output.log.
@@ -175,8 +188,7 @@ run_dir=$PWD
 export MNTUI_RUN_DIR="$run_dir"
 printf '[mntui] %s rank %s starting at %s\\n' {name} {spec.rank} "$(date '+%F %T')"
 {{
-{setup}
-{cd}
+{enter}
 {indent(flight_recorder_block(), "  ")}
 {command}
 }} 2>&1 | tee -a "$run_dir/output.log"

@@ -32,6 +32,7 @@ class PollState:
     polls: int = 0
     pane_pid: int | None = None
     ports: tuple[int, ...] = ()
+    listeners: tuple[tuple[int, int], ...] = ()  # (port, pid) of the last port scan
     size: int | None = None
     changed_at: float | None = None  # local time output.log last grew
     keep: int = 0  # with offset -1: start this many bytes before the end
@@ -58,8 +59,12 @@ def _update_procs(a: PollAnswer, st: PollState) -> tuple[JobProc, ...]:
         procs.append(JobProc(s.pid, s.ppid, s.state, cpu, rss, st.cmdlines.get(s.pid, "")))
     st.ticks = seen
     st.cmdlines = {p: c for p, c in st.cmdlines.items() if p in seen}
+    # Ports are scanned every few polls; a process gone since takes its ports along now,
+    # or a dead job's pane listed its ports next to 0 processes (issue 29).
     if a.listeners is not None:
-        st.ports = tuple(sorted({port for port, pid in a.listeners if pid in seen}))
+        st.listeners = a.listeners
+    live = {p.pid for p in procs if p.state not in ("Z", "X")}
+    st.ports = tuple(sorted({port for port, pid in st.listeners if pid in live}))
     st.pane_pid = a.pane.pid if a.pane is not None and not a.pane.dead else None
     return tuple(procs)
 

@@ -17,12 +17,16 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from mntui.sessions.termsafe import clean
+
 __all__ = [
     "DEFAULT_PATTERN",
     "NodeProgress",
     "Pace",
     "ProgressTracker",
     "describe",
+    "stop_after",
+    "stopped",
 ]
 
 # `step N`, `global_step=N`, `iter N`, `iteration N`, `Epoch N` (any case), N optionally
@@ -42,7 +46,8 @@ DEFAULT_PATTERN = (
 MAX_LINE = 4000
 MAX_STEP = 10**12
 MAX_WHO = 6  # rank spans and names named in one part of a description
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+STOP_AFTER = 10.0  # seconds without a step, at least, before a rank behind is stopped
+STOP_STEPS = 5  # ... or this many of the job's step intervals, once its pace is known
 
 
 @dataclass(frozen=True)
@@ -129,8 +134,8 @@ class ProgressTracker:
         # A progress bar rewrites itself with \r: its latest state is at the end. A line
         # not `whole` may end inside the number ("step 42" of "step 4200"): not a step yet.
         text = line[-MAX_LINE:] if "\r" in line else line[:MAX_LINE]
-        text = _ANSI.sub("", text)
-        for segment in reversed(text.split("\r")):
+        for raw_segment in reversed(text.split("\r")):
+            segment = clean(raw_segment)  # colours split a step from its number
             m = self.pattern.search(segment)
             if m is None:
                 continue
@@ -243,27 +248,57 @@ def _who(nodes: list[str], ranks: Mapping[str, int]) -> str:
     return head + ", ".join(shown)
 
 
-def describe(progress: Mapping[str, NodeProgress], ranks: Mapping[str, int]) -> str:
-    """One line for a report: who got least far first, e.g. "rank 1 stopped at step
-    4812; rank 0 reached 4815". Nodes between the lowest and the highest are summed up
-    in one part, so 64 nodes still make one readable line."""
-    by_step: dict[int, list[str]] = {}
-    for node, p in progress.items():
-        if p.step is not None:
-            by_step.setdefault(p.step, []).append(node)
-    if not by_step:
+def stop_after(pace: Pace | None) -> float:
+    """Seconds without a step before a rank behind counts as stopped: STOP_AFTER, or
+    STOP_STEPS of the job's step intervals once its pace is known, so a job at a minute
+    a step is not called stopped between two of its steps."""
+    return max(STOP_AFTER, STOP_STEPS * pace.step_interval) if pace is not None else STOP_AFTER
+
+
+def stopped(p: NodeProgress, top: int, now: float, pace: Pace | None = None) -> bool:
+    """Behind the furthest rank (`top`), and no step for `stop_after(pace)` seconds.
+
+    A rank one step behind that still advances is not stopped: its line came a moment
+    later, or its log was read a moment earlier, than the furthest rank's (issue 29: 32
+    healthy ranks were called "stopped at step 93" for being one poll behind rank 0)."""
+    if p.step is None or p.at is None or p.step >= top:
+        return False
+    return now - p.at >= stop_after(pace)
+
+
+def _span(values: list[int], word: str = "") -> str:
+    """`step 93`, `steps 93–94`; without a word: `93`, `93–94`."""
+    lo, hi = min(values), max(values)
+    nums = f"{lo}" if lo == hi else f"{lo}–{hi}"
+    if not word:
+        return nums
+    return f"{word} {nums}" if lo == hi else f"{word}s {nums}"
+
+
+def describe(
+    progress: Mapping[str, NodeProgress],
+    ranks: Mapping[str, int],
+    now: float | None = None,
+    pace: Pace | None = None,
+) -> str:
+    """One line for a report and the status header: the ranks that stopped first (see
+    `stopped`), then how far the others got, e.g. "rank 1 stopped at step 4812; ranks 0,
+    2-3 reached 4813–4815", or "ranks 0-31 at steps 93–94" while none has stopped. Each
+    part names its ranks in spans, so 64 nodes still make one readable line. `now`:
+    the clock of the `at`s; None: the latest advance seen on any node."""
+    steps = {n: p.step for n, p in progress.items() if p.step is not None}
+    if not steps:
         return ""
-    steps = sorted(by_step)
-    lo, hi = steps[0], steps[-1]
-    if lo == hi:
-        parts = [f"{_who(by_step[lo], ranks)} at step {lo}"]
-    else:
-        parts = [f"{_who(by_step[lo], ranks)} stopped at step {lo}"]
-        middle = [n for s in steps[1:-1] for n in by_step[s]]
-        if middle:
-            span = f"{steps[1]}" if len(steps) == 3 else f"{steps[1]}–{steps[-2]}"
-            parts.append(f"{_who(middle, ranks)} reached {span}")
-        parts.append(f"{_who(by_step[hi], ranks)} reached {hi}")
+    top = max(steps.values())
+    if now is None:
+        now = max((p.at for p in progress.values() if p.at is not None), default=None)
+    halted = {n for n in steps if now is not None and stopped(progress[n], top, now, pace)}
+    moving = [n for n in steps if n not in halted]
+    ahead = _span([steps[n] for n in moving], "" if halted else "step")
+    parts = [f"{_who(moving, ranks)} {'reached' if halted else 'at'} {ahead}"]
+    if halted:  # first: they are the news
+        stop = _span([steps[n] for n in halted], "step")
+        parts.insert(0, f"{_who(sorted(halted), ranks)} stopped at {stop}")
     silent = [n for n, p in progress.items() if p.step is None]
     if silent:
         parts.append(f"{_who(silent, ranks)}: no step seen")

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from mntui.sessions.exports import lazy_exports
 
 if TYPE_CHECKING:
+    from .classify import first_error as first_error
     from .consensus import waits_in as waits_in
     from .failure import Ending as Ending
     from .failure import FailureReport as FailureReport
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
     from .postmortem import save as save
     from .postmortem import saved_report as saved_report
     from .postmortem import try_report as try_report
+    from .snapshot import Shown as Shown
+    from .snapshot import answer as answer
+    from .snapshot import saved_cause as saved_cause
     from .stacks import NodeStacks as NodeStacks
     from .stacks import capture_script as capture_script
     from .stacks import parse_capture as parse_capture

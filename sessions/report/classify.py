@@ -5,6 +5,8 @@ NCCL watchdog timeouts, closed gloo sockets, torchrun tearing its children down.
 at the TUI needs the failure that started it, so findings carry `secondary` and
 `first_error` prefers primary ones. Node output is untrusted (huge or binary lines, ANSI
 codes, progress bars, interleaved ranks): nothing here raises on it and work is bounded.
+A finding is shown (the report, its headline in a toast, the doctor's rows), so its
+lines are made terminal-safe first, by the one rule (termsafe.py).
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import signal
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from .logrules import ANY_NEEDLE, RULES, Cause, Finding, Rule
+from mntui.sessions.termsafe import clean
+
+from .logrules import ANY_NEEDLE, MISTAKES, RULES, Cause, Finding, Rule
 
 __all__ = ["RULES", "Cause", "Finding", "Rule", "classify", "first_error"]
 
@@ -30,7 +34,6 @@ DEDUP_WINDOW = 500  # a repeat of a cause for the same rank this close is the sa
 MAX_BLOCK_LINES = 400  # a traceback or torchrun table longer than this is noise, not one block
 
 
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _PREFIX = re.compile(r"^.{0,120}?\[(?P<kind>rank|default)(?P<num>[0-9]{1,9})\]: ?")
 _TEXT_RANK = re.compile(r"\[(?:PG [^\]]{0,60}?)?Rank (?P<num>[0-9]{1,9})\]")
 _TB_HEAD = re.compile(r"(?:^Original )?Traceback \(most recent call last\):")
@@ -94,10 +97,12 @@ def _streams(lines: Sequence[object]) -> dict[str | None, list[_Line]]:
         item = (
             raw[: MAX_LINE_CHARS * 4].decode("utf-8", "replace") if isinstance(raw, bytes) else raw
         )
-        text = str(item)[: MAX_LINE_CHARS * 2]
-        text = (_ANSI.sub("", text) if "\x1b" in text else text)[:MAX_LINE_CHARS].rstrip("\n")
+        # A progress bar redraws at \r, and every state may matter: each is a line of its
+        # own, and a sequence ends where its line does (termsafe keeps newlines).
+        text = clean(str(item)[: MAX_LINE_CHARS * 2].replace("\r", "\n"))
+        text = text[:MAX_LINE_CHARS].rstrip("\n")
         budget -= len(text) + 1
-        for segment in text.split("\r"):  # a progress bar redraws; every state may matter
+        for segment in text.split("\n"):
             prefix = _PREFIX.match(segment)
             body = segment[prefix.end() :] if prefix else segment
             if body.strip():
@@ -288,7 +293,17 @@ def _hit(
         rank = int(m["num"])
     first = (message or "").strip().split("\n", 1)[0][:MAX_MESSAGE_CHARS] or None
     where = f" ({location})" if location else ""
-    finding = Finding(cause, summary + where, exc_type, first, location, line.no, rank, secondary)
+    finding = Finding(
+        cause,
+        summary + where,
+        exc_type,
+        first,
+        location,
+        line.no,
+        rank,
+        secondary,
+        cause in MISTAKES,
+    )
     return _Hit(finding, structural=True)
 
 

@@ -4,6 +4,12 @@ Each rule names plain substrings (checked first: cheap on hostile logs), the reg
 that confirms them, the cause, whether it is only a consequence of another rank's
 failure (`secondary`), and the one-line summary shown to a person. The first rule
 that matches wins, so the more specific texts come first. `classify` applies them.
+
+A job that cannot start (a mistyped script, a module not installed, a syntax error)
+prints python's own line for it first; torchrun's "worker failed with exitcode 2" that
+follows says less. Those lines are rules here, so the earlier line is the finding.
+Some causes are the job's own mistake, the same on whichever node ran it (`MISTAKES`):
+a report carries that, and the node history does not count them against the node.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["RULES", "Cause", "Finding", "Rule"]
+__all__ = ["MISTAKES", "RULES", "Cause", "Finding", "Rule"]
 
 
 class Cause(StrEnum):
@@ -28,6 +34,11 @@ class Cause(StrEnum):
     KILLED_OOM = "killed-oom"
     SIGNAL = "signal"
     TRACEBACK = "python-exception"
+    STARTUP = "startup-error"  # python could not start the job: file, module, syntax
+
+
+# The job's own mistakes (its command, its environment, its ports), not the node's.
+MISTAKES = frozenset({Cause.STARTUP, Cause.ADDRESS_IN_USE})
 
 
 @dataclass(frozen=True)
@@ -40,6 +51,7 @@ class Finding:
     line: int  # 0-based index of the input line where the evidence starts
     rank: int | None  # from "[rank1]:", "[default1]:", "[Rank 1]" or torchrun's table
     secondary: bool  # a consequence of another rank's failure, not a cause
+    mistake: bool = False  # the cause is one of MISTAKES: never the node's failure
 
 
 @dataclass(frozen=True)
@@ -111,5 +123,14 @@ RULES: tuple[Rule, ...] = (
     _rule("received by PID|failed (exitcode: -|<Signals.SIG|killed by signal|return code = -"
           "|got signal: ", Cause.SIGNAL, False, "killed by a signal[ ({sig})]",
           detail=r"(?P<sig>SIG[A-Z]+|(?<=exitcode: )-\d+|(?<=signal: )\w+|(?<== )-\d+)"),
+    # python's own startup errors, each a line of the interpreter's (`/venv/bin/python3:`)
+    # or an exception line: never a mention of one inside some other line.
+    _rule("can't open file", Cause.STARTUP, False, "{what}",
+          pattern=r"^(?:\S*/)?(?P<what>python[\w.]*: can't open file .{1,240})"),
+    _rule("No module named", Cause.STARTUP, False, "No module named {module}",
+          pattern=r"^(?:(?:\S*/)?python[\w.]*: .{0,240}?|ModuleNotFoundError: )No module named "
+          r"(?P<module>'[^']{1,200}'|[\w.]{1,200})"),
+    _rule("SyntaxError: |IndentationError: |TabError: ", Cause.STARTUP, False, "{exc}: {msg}",
+          pattern=r"^(?P<exc>SyntaxError|IndentationError|TabError): (?P<msg>.{1,240})"),
 )  # fmt: skip
 ANY_NEEDLE = re.compile("|".join(re.escape(n) for rule in RULES for n in rule.needles))

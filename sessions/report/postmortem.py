@@ -31,8 +31,9 @@ from mntui.sessions.poll import (
 from mntui.sessions.procs import run_pattern
 from mntui.sessions.runs import RunRecord
 from mntui.sessions.ssh import Cluster
+from mntui.sessions.termsafe import clean, one_line
 
-from . import evidence, flightrec, stacks
+from . import evidence, frchild, stacks
 from . import failure as report
 from .failure import Change, Ending, FailureReport
 from .suspect import slow_section
@@ -105,7 +106,7 @@ def observe(
                 obs.last_progress = now
     if obs.tracker is not None:
         steps = obs.tracker.snapshot(now)
-        obs.progress = describe(steps, obs.ranks)
+        obs.progress = describe(steps, obs.ranks, now, obs.tracker.pace())
         if obs.steps is not None:
             top = max((p.step for p in steps.values() if p.step is not None), default=None)
             obs.steps.feed(now, top, fed)
@@ -147,7 +148,8 @@ def make_report(
     ended_at: float | None,
     ending: Ending,
 ) -> FailureReport:
-    """Read every node's evidence (one round trip each, in parallel), build, save."""
+    """Read every node's evidence (one round trip each, in parallel) and build. Saving
+    is the watchdog's (`try_report`): a snapshot is never the run's conclusion."""
     prefixes = {n.name: evidence.flight_recorder_prefix(dict(n.env)) for n in cfg.nodes}
     lost = trigger[0] if trigger is not None and trigger[1] is NodeState.UNREACHABLE else None
     found = evidence.gather(cluster, record, prefixes, frozenset({lost} if lost else ()))
@@ -167,7 +169,7 @@ def make_report(
         )
         for n in record.nodes
     ]
-    built = report.build(
+    return report.build(
         record.job,
         record.run_id,
         nodes,
@@ -180,8 +182,6 @@ def make_report(
         conclusion=conclusion,
         slow=slow_section(record.dir),
     )
-    save(record, built)
-    return built
 
 
 def ranks_of(record: RunRecord) -> dict[str, tuple[int, ...]]:
@@ -210,7 +210,8 @@ def _conclusion(
     ranks = ranks_of(record)
     files = {(node, name): data for node, ev in found.items()
              for name, data in ev.flight_records.items()}  # fmt: skip
-    reading = flightrec.read(files, sum(len(r) for r in ranks.values())) if files else None
+    # In a child process, within its budget: a hostile dump cannot hold this one.
+    reading = frchild.read_within(files, sum(len(r) for r in ranks.values())) if files else None
     all_stacks = [s for n in by_node.values() for s in n.stacks]
     missing = {node: n.missing for node, n in by_node.items() if n.missing and not n.stacks}
     if by_node:  # a capture ran: a node it did not reach is named too
@@ -229,13 +230,16 @@ def try_report(
     ended_at: float | None,
     ending: Ending,
 ) -> FailureReport | None:
-    """`make_report` for a watchdog: a report that cannot be built is logged, never a
-    reason for the watchdog (and the job's guard) to die."""
+    """`make_report` for a watchdog, saved: the run's conclusion is written by the one
+    that saw its end. A report that cannot be built is logged, never a reason for the
+    watchdog (and the job's guard) to die."""
     try:
-        return make_report(
+        built = make_report(
             cfg, record, cluster, obs, trigger=trigger, taken=taken, ended_at=ended_at,
             ending=ending,
         )  # fmt: skip
+        save(record, built)
+        return built
     except Exception as exc:
         log_exception(f"report of {record.job} {record.run_id}", exc)
         return None
@@ -248,9 +252,11 @@ def _write_private(path: Path, text: str) -> None:
 
 
 def save(record: RunRecord, built: FailureReport) -> Path:
-    _write_private(record.dir / "report.txt", report.render(built))
+    """The text and the cause go to terminals as they are (`cat`, `mntui status`): node
+    text in them is made safe here (termsafe.py); the JSON escapes its own."""
+    _write_private(record.dir / "report.txt", clean(report.render(built)))
     _write_private(record.dir / "report.json", json.dumps(report.to_json(built), indent=2))
-    record.update(lambda r: setattr(r, "cause", built.headline))
+    record.update(lambda r: setattr(r, "cause", one_line(built.headline)))
     return record.dir / "report.txt"
 
 
@@ -264,8 +270,10 @@ def saved_report(record: RunRecord) -> tuple[str, str] | None:
 
 def report_now(cfg: JobConfig, record: RunRecord, cluster: Cluster) -> FailureReport:
     """`mntui report` on a run that is still going (or hung): one poll for the states,
-    the ranks' stacks, every node's evidence; nothing is killed."""
-    from mntui.sessions.poll import Poller, derive
+    the ranks' stacks, every node's evidence; nothing is killed, nothing saved (a
+    snapshot is no conclusion: snapshot.py). A job that no longer runs anywhere gets no
+    stacks (there are no ranks to take them from) and says it ended."""
+    from mntui.sessions.poll import Poller, derive, may_still_run
 
     obs = Observations()
     poller = Poller(record, cluster)
@@ -274,6 +282,9 @@ def report_now(cfg: JobConfig, record: RunRecord, cluster: Cluster) -> FailureRe
     stall = cfg.watch.stall_threshold()
     observe(obs, snaps, {n: derive(s, stall) for n, s in snaps.items()})
     unreachable = frozenset(n for n, s in snaps.items() if not s.reachable)
+    if not may_still_run(obs.states.values()):
+        return make_report(cfg, record, cluster, obs, trigger=None, taken=None, ended_at=None,
+                           ending=Ending.ENDED)  # fmt: skip
     taken = capture_stacks(cfg, record, cluster, unreachable)
     return make_report(
         cfg, record, cluster, obs, trigger=None, taken=taken, ended_at=None, ending=Ending.LIVE

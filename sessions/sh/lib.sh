@@ -109,34 +109,54 @@ mntui_procinfo() {
   done
 }
 
-# mntui_port_pids PORT... -> for each socket listening on one of the PORTs, per `ss`,
-# the PID of its (last) owner, or "-" when ss shows none (another user's process). ss
-# prints an owner as ("comm",pid=N,fd=M) and reads comm up to its first ')', so the
-# last "pid=N,fd=M)" of a line is always ss's own and never a process name's.
+# mntui_port_pids PORT... -> "PID UID" for each socket listening on one of the PORTs,
+# per `ss -pe`: the PID of its (last) owner, or "-" when ss shows none (a process of
+# another user, hidden from us), and the socket's owner uid, which the kernel gives even
+# then ("-" on a line of no known shape). The line is read from its start, field by
+# field: a process name (in users:((...)), cut by ss at its first ')') or a cgroup path
+# (after sk:) can hold "pid=" or "uid:", but never where a field of ss's own stands.
 mntui_port_pids() {
   for _port in "$@"; do
-    ss -Hltnp "sport = :$_port" 2>/dev/null |
-      sed -n 's/.*pid=\([0-9][0-9]*\),fd=[0-9][0-9]*).*/\1/p;t;s/.*/-/p'
+    ss -Hltnpe "sport = :$_port" 2>/dev/null | sed -n '
+      s/^[^ ]*  *[0-9]*  *[0-9]*  *[^ ]*  *[^ ]*  *//
+      t head
+      s/.*/- -/p
+      d
+      :head
+      s/^users:(\(([^)]*),\)*("[^)]*",pid=\([0-9][0-9]*\),fd=[0-9][0-9]*)) /\2 /
+      t pid
+      s/^/- /
+      t pid
+      :pid
+      s/^\([0-9-][0-9]*\) uid:\([0-9][0-9]*\) ino:[0-9][0-9]* sk:.*/\1 \2/p
+      t
+      s/^\([0-9-][0-9]*\) ino:[0-9][0-9]* sk:.*/\1 0/p
+      t
+      s/.*/- -/p'
   done
 }
 
 # mntui_holds PORT PID -> true if PID is the user's and, per ss now, listens on PORT.
 mntui_holds() {
   # shellcheck disable=SC3067 # dash's, bash's and busybox's test all have -O
-  [ -O "/proc/$2" ] && mntui_port_pids "$1" | grep -qx -- "$2"
+  [ -O "/proc/$2" ] && mntui_port_pids "$1" | grep -q -- "^$2 "
 }
 
 # mntui_listeners PORT... -> "LISTEN PORT PID USER64 CMDLINE64" for each listener on
-# those ports, "LISTEN PORT - - -" for one of another user.
+# those ports; "LISTEN PORT - UID USER64" for one whose process we cannot see (another
+# user's), named as this node's name service names its uid ("LISTEN PORT - - -": no uid).
 mntui_listeners() {
   for _lport in "$@"; do
-    mntui_port_pids "$_lport" | while IFS= read -r _pid; do
-      if [ "$_pid" = - ]; then
-        echo "LISTEN $_lport - - -"
-      else
+    mntui_port_pids "$_lport" | while IFS=' ' read -r _pid _uid; do
+      if [ "$_pid" != - ]; then
         printf 'LISTEN %s %s %s %s\n' "$_lport" "$_pid" \
           "$(stat -c %U "/proc/$_pid" 2>/dev/null | base64 -w0)" \
           "$(mntui_b64 "/proc/$_pid/cmdline")"
+      elif [ "$_uid" != - ]; then
+        printf 'LISTEN %s - %s %s\n' "$_lport" "$_uid" \
+          "$(getent passwd "$_uid" 2>/dev/null | cut -d: -f1 | base64 -w0)"
+      else
+        echo "LISTEN $_lport - - -"
       fi
     done
   done

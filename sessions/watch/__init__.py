@@ -1,6 +1,8 @@
 """The watchdog: the judge's decisions over snapshots (judge.py), the poll loop that
-hosts the agent (watchdog.py), and the teardown that takes the whole job down
-(takedown.py). Imports agent and below; never the supervisor above it.
+hosts the agent (watchdog.py), the teardown that takes the whole job down
+(takedown.py), and its headless start in a local tmux session, confirmed before anyone
+says it guards the job (detached.py). Imports agent and below; never the supervisor
+above it.
 """
 
 from typing import TYPE_CHECKING
@@ -8,6 +10,14 @@ from typing import TYPE_CHECKING
 from mntui.sessions.exports import lazy_exports
 
 if TYPE_CHECKING:
+    from .detached import CONFIRM as CONFIRM
+    from .detached import Spawned as Spawned
+    from .detached import Watcher as Watcher
+    from .detached import WatcherFailed as WatcherFailed
+    from .detached import confirm as confirm
+    from .detached import signals_deferred as signals_deferred
+    from .detached import spawn as spawn
+    from .detached import start_detached as start_detached
     from .judge import Deadline as Deadline
     from .judge import Judge as Judge
     from .judge import Trigger as Trigger
@@ -24,6 +34,5 @@ if TYPE_CHECKING:
     from .watchdog import WatchOutcome as WatchOutcome
     from .watchdog import acquire_lock as acquire_lock
     from .watchdog import make_notifier as make_notifier
-    from .watchdog import start_detached as start_detached
 else:
     __getattr__ = lazy_exports(__name__, __file__)

@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from pathlib import Path
 from typing import IO
 
 from mntui.sessions.agent import Agent
@@ -42,6 +41,7 @@ from mntui.sessions.report import (
 from mntui.sessions.runs import RunRecord, RunStatus, read_status
 from mntui.sessions.ssh import Cluster
 
+from .detached import note_watching
 from .judge import WAKE_MARGIN, Deadline, Judge, Trigger, next_poll, threshold_text, trigger_kind
 from .sampler import Sampler
 from .takedown import Teardown, teardown, user_kills, users_doing
@@ -56,9 +56,7 @@ __all__ = [
     "Watchdog",
     "acquire_lock",
     "make_notifier",
-    "start_detached",
     "teardown",
-    "watch_session_name",
 ]
 
 
@@ -113,7 +111,8 @@ class Watchdog:
         self.obs = observations(cfg, record)
         self.notifier = notifier or make_notifier(cfg)
         self.sampler = Sampler(cfg, record, cluster, self.sampled)
-        self.named: list[Suspect] = []  # by the sampler's thread, told by the poll loop
+        self.named: list[tuple[Suspect, Finding]] = []  # by the sampler's thread, told by
+        # the poll loop: each with the finding that named it, the one a kill acts on
         self.throttled: list[Throttle] = []  # likewise: GPUs newly seen held back
         self.seen_throttles: set[tuple[str, int | None, tuple[str, ...]]] = set()
 
@@ -133,11 +132,13 @@ class Watchdog:
         # unreachable deadline: the round that decides it ends there.
         late = {d.node: d.at + WAKE_MARGIN for d in self.due if d.state is NodeState.UNREACHABLE}
         snaps = self.poller.poll(late_until=late)
+        if self.poller.polls == 1:
+            note_watching(self.record)  # what a launch that started us waits for
         now = time.monotonic()
         verdicts, triggers = self.judge.judge(snaps, now, self.poller.asked())
         self.due = self.judge.deadlines(snaps, verdicts, now)
         observe(self.obs, snaps, verdicts)
-        self.note_first_step()
+        self.note_steps(snaps)
         self.learn_pace()
         self.flag_slow()
         if self.on_snapshots:
@@ -160,7 +161,7 @@ class Watchdog:
 
     def sampled(self, finding: Finding, new: Suspect | None) -> None:
         if new is not None:
-            self.named.append(new)
+            self.named.append((new, finding))
         for t in finding.throttles:
             if (key := (t.node, t.index, t.reasons)) not in self.seen_throttles:
                 self.seen_throttles.add(key)
@@ -175,12 +176,12 @@ class Watchdog:
             self.on_event(Event(t.node, None, Phase.NOTICE, f"throttled: {t.line}"))
             self.tell(NotifyEvent.SLOW, f"throttled: {t.line}")
         while self.named:
-            s = self.named.pop(0)
+            s, found = self.named.pop(0)
             text, action = f"straggler: {s.line}", self.cfg.watch.on_slow
             self.on_event(Event(s.node, s.rank, Phase.NOTICE, f"{text} (on_slow: {action})"))
             self.tell(NotifyEvent.SLOW, text)
             if action is Action.KILL_ALL:
-                fatal = Trigger(s.node, NodeState.RUNNING, text, Action.KILL_ALL)
+                fatal = Trigger(s.node, NodeState.RUNNING, text, Action.KILL_ALL, found)
         return fatal
 
     def last_word(self) -> str:
@@ -189,15 +190,24 @@ class Watchdog:
             return ""  # the supervisor says it when the chain ends
         return chain_line(self.record.job, self.record.chain)
 
-    def note_first_step(self) -> None:
-        """The attempt's first step, into the record at once: the ledger's recovery
-        ends there, and a watchdog that dies later must not take it along."""
+    def note_steps(self, snaps: dict[str, NodeSnapshot] | None = None) -> None:
+        """The attempt's steps and GPUs, into the record when the clock says it is behind:
+        the first step at once (the ledger's recovery ends there, and a watchdog that dies
+        later must not take it along), then as it trains (a live status reads it). With
+        no `snaps`, now: the watchdog is leaving. A node with no nvidia-smi has no GPU."""
         clock = self.obs.steps
-        if clock is not None and clock.first_due:
-            clock.noted_first = True
+        if clock is None:
+            return
+        for name, s in (snaps or {}).items():
+            if s.reachable and (s.gpu is None or s.gpu.gpus or not s.gpu.errors):
+                clock.see_gpus(name, self.record.node(name).nproc, len(s.gpu.gpus) if s.gpu else 0)
+        if snaps is None or clock.due:
             self.record.update(lambda r: note_steps(r, clock))
 
     def teardown(self, t: Trigger) -> Teardown:
+        # The sampler's py-spy must not hold a rank the teardown dumps, and no later round
+        # may replace the finding `t` was decided on: the report reads that one.
+        self.sampler.stop(keep=t.finding)
         return teardown(self.cfg, self.record, self.cluster, t, self.on_event, self.obs)
 
     def learn_pace(self) -> None:
@@ -219,9 +229,10 @@ class Watchdog:
             return
         w = self.cfg.watch
         for node in self.obs.tracker.slow(time.time(), w.slow_fraction, w.slow_after):
-            text = f"{node} is slow: below {w.slow_fraction:g}x the median step rate for "
-            text += f"{w.slow_after:g}s ({self.obs.progress})"
-            self.on_event(Event(node, self.record.node(node).rank, Phase.NOTICE, text))
+            rank = self.record.node(node).rank
+            text = f"{node} is slow (node rank {rank}): below {w.slow_fraction:g}x the median "
+            text += f"step rate for {w.slow_after:g}s ({self.obs.progress})"
+            self.on_event(Event(node, rank, Phase.NOTICE, text))
             self.tell(NotifyEvent.SLOW, text)
 
     def finish(self, verdicts: dict[str, Verdict]) -> WatchEnd:
@@ -294,10 +305,10 @@ class Watchdog:
         while not stop():
             t0 = time.monotonic()
             if self.stood_down():
+                self.note_steps()  # a user's kill: how long it trained, up to its last step
                 return WatchEnd(WatchOutcome.STOOD_DOWN)
             verdicts, fatal = self.step()
             if fatal is not None:
-                self.sampler.stop()  # its py-spy must not hold a rank the teardown dumps
                 done = self.teardown(fatal)
                 summary = done.report.headline if done.report else f"{fatal.node} {fatal.why}"
                 self.tell(NotifyEvent.TEARDOWN, summary + self.last_word(), done.report is not None)
@@ -307,6 +318,7 @@ class Watchdog:
                 return self.finish(verdicts)
             wake = next_poll(t0, self.cfg.watch.interval, (d.at for d in self.due))
             time.sleep(max(0.0, wake - time.monotonic()))
+        self.note_steps()
         return WatchEnd(WatchOutcome.STOPPED)
 
 
@@ -324,38 +336,3 @@ class WatchEnd:
     trigger: Trigger | None = None
     teardown: Teardown | None = None
     report: FailureReport | None = None
-
-
-def watch_session_name(job: str) -> str:
-    """launch/tmux.py's: one encoding for every session name."""
-    from mntui.sessions.launch import watch_session_name as name
-
-    return name(job)
-
-
-def start_detached(cfg: JobConfig, record: RunRecord) -> str:
-    """Run `mntui watch` in a detached local tmux session, so teardown needs no open UI."""
-    import shlex
-    import sys
-
-    import libtmux
-
-    name = watch_session_name(cfg.job)
-    server = libtmux.Server()
-    for old in server.sessions.filter(session_name=name):
-        old.kill()
-    argv = [
-        sys.executable,
-        "-m",
-        "mntui.tui.cli",
-        "-c",
-        os.path.abspath(cfg.path),
-        "watch",
-        "--run",
-        record.run_id,
-    ]
-    env = {k: os.environ[k] for k in ("XDG_STATE_HOME", "PATH") if k in os.environ}
-    log = Path(record.dir) / "watch.log"
-    command = f"{shlex.join(argv)} 2>&1 | tee -a {shlex.quote(str(log))}"
-    server.new_session(session_name=name, window_command=command, attach=False, environment=env)
-    return name

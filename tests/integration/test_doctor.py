@@ -282,3 +282,92 @@ def test_allreduce_never_touches_a_job_named_like_the_old_smoke_job(
     from mntui.sessions.doctor.smoke import smoke_job
 
     assert tagged_anywhere(smoke_job("dvictim")) == []
+
+
+def venv_in(work: Path) -> Path:
+    """A real venv in `work/.venv` (no pip), whose python finds this torch through a .pth
+    file, with py-spy on its PATH: a job's environment as a user makes one."""
+    venv = work / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    py = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    site = next(p for p in sys.path if p.endswith("site-packages"))
+    (venv / "lib" / py / "site-packages" / "host.pth").write_text(site + "\n")
+    (venv / "bin" / "py-spy").symlink_to(Path(sys.executable).parent / "py-spy")
+    return venv
+
+
+def test_setup_runs_in_the_workdir_and_doctor_shows_what_it_said(
+    fake: FakeCluster, cfg: Cfg, tmp_path: Path
+) -> None:
+    """`setup: [source .venv/bin/activate]` is relative to the workdir (docs/config.md: cd,
+    then setup): node0's venv is found and is the job's environment. node1's workdir has
+    none, and the doctor shows what `source` said, not only what python says after it."""
+    work, bare = tmp_path / "proj", tmp_path / "bare"
+    work.mkdir()
+    bare.mkdir()
+    venv = venv_in(work)
+    path = cfg.write(f"""
+    job: dvenv
+    nodes: [node0, node1]
+    master_port: {free_port()}
+    setup: [source .venv/bin/activate]
+    command: sleep 1
+    overrides:
+      node0: {{workdir: {json.dumps(str(work))}}}
+      node1: {{workdir: {json.dumps(str(bare))}}}
+    """)
+    rs = rows(cfg.mntui(path, "doctor", "--json", timeout=120))
+    row = {(r["node"], r["check"]): r for r in rs}
+    assert row["node0", "setup"]["status"] == "PASS", row["node0", "setup"]
+    assert row["node0", "setup"]["detail"] == "ran, nothing on stderr"
+    assert row["node0", "stacks"]["detail"] == f"py-spy at {venv}/bin/py-spy"
+    assert row["node0", "torch"]["status"] == "PASS"
+    assert row["node0", "workdir"]["detail"].startswith(f"{work}, ")
+    failed = row["node1", "setup"]
+    assert failed["status"] == "FAIL" and failed["detail"].startswith("exited with 1: "), failed
+    assert ".venv/bin/activate: No such file or directory" in failed["detail"]
+    assert "workdir" in failed["fix"] and not failed["node_fault"]
+    assert all(c.isprintable() for r in rs for c in r["detail"])
+
+
+def test_config_mistakes_never_count_against_a_node(
+    fake: FakeCluster, cfg: Cfg, tmp_path: Path
+) -> None:
+    """A mistyped node (g376), a `setup` that fails and a busy port are the config's
+    mistakes: the doctor fails them, the node history does not hold them against a node.
+    A node that refuses connections is the node's own failure, and counts."""
+    port = free_port()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"import socket, time; s = socket.socket(); "
+         f"s.bind(('0.0.0.0', {port})); s.listen(); time.sleep(120)"]
+    )  # fmt: skip
+    ssh_config = tmp_path / "ssh_config"
+    ssh_config.write_text(
+        f"Host gone\n    HostName 127.0.0.1\n    Port {free_port()}\n"  # nothing listens there
+        f"Host *\n    Include {fake.ssh_config}\n"
+    )
+    try:
+        path = cfg.write(
+            f"""
+        job: dmistakes
+        nodes: [node0, node1, g376, gone]
+        master_port: {port}
+        command: sleep 1
+        overrides:
+          node1: {{setup: "source {tmp_path}/no-such-venv/bin/activate"}}
+        """,
+            ssh=f"ssh: {{config: {ssh_config}, connect_timeout: 5}}",
+        )
+        rs = rows(cfg.mntui(path, "doctor", "--json", timeout=120))
+    finally:
+        holder.kill()
+        holder.wait()
+    failed = {(r["node"], r["check"]): r for r in rs if r["status"] == "FAIL"}
+    assert {("node0", "ports"), ("node1", "setup"), ("g376", "ssh"), ("gone", "ssh")} <= set(
+        failed
+    ), rs
+    assert [k for k, r in failed.items() if r["node_fault"]] == [("gone", "ssh")], failed
+    res = cfg.mntui(path, "nodes", "--history", "--json")
+    assert res.returncode == 0, res.stderr
+    doctor = {h["node"]: [d["check"] for d in h["doctor"]] for h in json.loads(res.stdout)["nodes"]}
+    assert doctor == {"gone": ["ssh"]}, doctor

@@ -7,6 +7,7 @@ imagined fails here. EXPECTED.json says what `first_error` must return for each 
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -17,12 +18,15 @@ from mntui.sessions.report.classify import MAX_LINES, MAX_MESSAGE_CHARS, classif
 from mntui.sessions.report.logrules import Cause, Finding
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "logs"
+# Real torchrun runs of this machine's torch (each file's header says how), for the
+# startup errors no public excerpt was taken for.
+RECORDED = Path(__file__).resolve().parents[1] / "data" / "recorded_logs"
 EXPECTED: dict[str, dict[str, Any]] = json.loads((LOGS / "EXPECTED.json").read_text("utf-8"))
 
 
-def load(name: str) -> list[str]:
+def load(name: str, folder: Path = LOGS) -> list[str]:
     """The excerpt without its `#` provenance header."""
-    lines = (LOGS / f"{name}.log").read_text(encoding="utf-8").splitlines()
+    lines = (folder / f"{name}.log").read_text(encoding="utf-8").splitlines()
     while lines and lines[0].startswith("#"):
         lines.pop(0)
     return lines
@@ -63,7 +67,106 @@ def test_first_error_of_fixture(name: str) -> None:
 
 def test_fixtures_cover_every_cause() -> None:
     seen = {f.cause for name in EXPECTED for f in classify(load(name))}
-    assert seen == set(Cause)
+    recorded = {f.cause for p in RECORDED.glob("*.log") for f in classify(load(p.stem, RECORDED))}
+    assert seen | recorded == set(Cause)
+
+
+# --- the job could not start: python's own line, not torchrun's exit code -----------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "summary", "line"),
+    [
+        (
+            "torchrun_cant_open_file",
+            "python: can't open file '/tmp/rec/trian.py': [Errno 2] No such file or directory",
+            0,
+        ),
+        ("torchrun_no_module", "No module named trainpkg", 0),
+        ("torchrun_syntax_error", "SyntaxError: '(' was never closed", 3),
+    ],
+)
+def test_a_startup_error_beats_torchruns_worker_failed(name: str, summary: str, line: int) -> None:
+    """A mistyped script, a module not there, a syntax error: python says so in its first
+    line, and torchrun's table after it says only `exitcode 2` (or 1)."""
+    lines = load(name, RECORDED)
+    assert any("worker failed with exitcode" in f.summary for f in classify(lines))
+    found = first_error(lines)
+    assert found is not None
+    assert (found.cause, found.summary, found.line) == (Cause.STARTUP, summary, line)
+    assert found.mistake and not found.secondary
+
+
+@pytest.mark.parametrize(
+    ("text", "summary"),
+    [
+        (
+            "/usr/bin/python3: Error while finding module specification for "
+            "'torch.distributed.run' (ModuleNotFoundError: No module named 'torch')",
+            "No module named 'torch'",
+        ),
+        ("[default1]:IndentationError: unexpected indent", "IndentationError: unexpected indent"),
+    ],
+)
+def test_startup_error_lines(text: str, summary: str) -> None:
+    found = first_error([text])
+    assert found is not None and (found.cause, found.summary) == (Cause.STARTUP, summary)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "warning: optional backend unavailable (No module named 'triton')",
+        "loading: can't open file cache.bin, rebuilding",
+        "step 3 loss 2.1 SyntaxError: in a printed string",
+    ],
+)
+def test_a_mention_of_a_startup_error_is_not_one(text: str) -> None:
+    assert first_error([text]) is None
+
+
+def test_a_missing_module_in_a_traceback_is_a_startup_error_where_it_was_imported() -> None:
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "/home/u/proj/train.py", line 3, in <module>',
+        "    import wandb",
+        "ModuleNotFoundError: No module named 'wandb'",
+    ]
+    found = first_error(lines)
+    assert found is not None and found.cause is Cause.STARTUP and found.mistake
+    assert found.summary == "No module named 'wandb' (train.py:3)"
+
+
+def test_control_bytes_never_reach_a_summary() -> None:
+    """A summary is shown in a terminal (the report, the doctor's rows). A lone control
+    goes; one that starts a sequence takes the sequence with it (the next test)."""
+    line = "/usr/bin/python3: can't open file '/w/\x07tr\x00ai\x7fn\x85.py': [Errno 2] No such file"
+    found = first_error([line])
+    assert found is not None
+    assert found.summary == "python3: can't open file '/w/train.py': [Errno 2] No such file"
+
+
+def test_escape_sequences_leave_a_finding_whole() -> None:
+    """An OSC 52 (a clipboard write), a screen clear, an 8-bit CSI and OSC: each removed
+    with its body, by the rule every view applies (termsafe.py); markup-like text is text."""
+    hostile = "\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\x9b2J\x9d0;t\x9c[/][red]"
+    line = f"/usr/bin/python3: can't open file '/w/{hostile}train.py': [Errno 2] No such file"
+    bar = f"  3%|#  | 3/100{hostile}\r{OOM_LINE}{hostile}"
+    found = classify([line, "", bar])
+    assert [f.summary for f in found][:1] == [
+        "python3: can't open file '/w/[/][red]train.py': [Errno 2] No such file"
+    ]
+    assert [(f.cause, f.line) for f in found] == [(Cause.STARTUP, 0), (Cause.CUDA_OOM, 2)]
+    for f in found:
+        shown = " ".join(x or "" for x in (f.summary, f.exception, f.message, f.location))
+        assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]|52;c;", shown), shown
+
+
+def test_only_the_jobs_own_mistakes_are_marked() -> None:
+    oom = first_error(load("cuda_oom_traceback"))
+    busy = first_error(load("address_in_use_tcpstore"))
+    assert oom is not None and not oom.mistake
+    assert busy is not None and busy.cause is Cause.ADDRESS_IN_USE and busy.mistake
 
 
 def test_findings_are_in_log_order() -> None:
@@ -232,6 +335,9 @@ def test_only_the_first_max_lines_are_read() -> None:
         '  File "' + "a" * 3900 + '", line 1, in f',
         "Traceback (most recent call last): " * 100,
         "x" + " " * 3998 + "y",
+        "/" * 3000 + "python: can't open file " * 40,
+        "python3: " + "No module named " * 240,
+        "SyntaxError: " * 300,
     ],
 )
 def test_hostile_log_is_bounded_in_time(line: str) -> None:

@@ -251,3 +251,70 @@ def test_stacks_check_reads_py_spy_and_ptrace_scope(tmp_path: Path) -> None:
     real = _run_probe(config(setup=json.dumps([f"PATH={Path(sys.executable).parent}:$PATH"])),
                       tmp_path)  # fmt: skip
     assert real.pyspy is not None and real.pyspy.endswith("/py-spy")
+
+
+def test_summary_counts_every_status_zero_included() -> None:
+    """Issue 29: the last line gives the counts, so a WARN among 30 rows is not missed."""
+    from mntui.sessions.doctor.summary import summary_line
+
+    rows = [doctor.Check(n, c, Status.PASS, "") for n in ("n0", "n1") for c in ("ssh", "tmux")]
+    rows += [doctor.Check("n0", "git", Status.WARN, "", "commit")]
+    rows += [
+        doctor.Check("n1", "clock", Status.WARN, ""),
+        doctor.Check("n1", "tcp", Status.FAIL, ""),
+    ]
+    assert summary_line(rows, 2) == "doctor: 2 nodes, 4 PASS, 2 WARN, 1 FAIL"
+    assert summary_line(rows[:1], 1) == "doctor: 1 node, 1 PASS, 0 WARN, 0 FAIL"
+    assert summary_line([], 3) == "doctor: 3 nodes, 0 PASS, 0 WARN, 0 FAIL"
+
+
+def _check_names() -> set[str]:
+    """Every check name a doctor row can carry: the second argument, a literal, of each
+    Check(...) and verdict(...) in the doctor and its CLI view."""
+    names: set[str] = set()
+    paths = [*(REPO / "sessions" / "doctor").glob("*.py"), REPO / "tui" / "cli" / "doctor_view.py"]
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call) or len(node.args) < 2:
+                continue
+            func = node.func.id if isinstance(node.func, ast.Name) else None
+            arg = node.args[1]
+            if func in ("Check", "verdict", "_skipped") and isinstance(arg, ast.Constant):
+                names.add(str(arg.value))
+    return names
+
+
+def test_verbose_says_how_every_check_was_made() -> None:
+    """`doctor -v` (issue 29) says what ran for each check shown: a check added without
+    its line in summary.HOW fails here, naming it."""
+    from mntui.sessions.doctor.summary import HOW, how_lines
+
+    names = _check_names()
+    assert {"ssh", "tmux", "torch", "ports", "tcp", "allreduce", "pairs", "setup"} <= names
+    assert not names - set(HOW), (
+        f"checks without a line in doctor/summary.py HOW: {names - set(HOW)}"
+    )
+    rows = [
+        doctor.Check("n0", "tmux", Status.PASS, ""),
+        doctor.Check("n1", "tmux", Status.PASS, ""),
+    ]
+    rows.append(doctor.Check("n0", "master_addr", Status.FAIL, "", "fix DNS"))
+    lines = how_lines(rows)
+    assert lines[0] == "how each check was made:" and len(lines) == 3  # one line a check
+    assert lines[1].startswith("  tmux         `tmux -V`") and "getent ahostsv4" in lines[2]
+
+
+def test_doctor_takes_v_and_verbose() -> None:
+    """A new user types `mntui doctor -v` for more; it was refused (exit 2)."""
+    from mntui.tui.cli.args import build_parser
+
+    ap = build_parser()
+    assert ap.parse_args(["doctor", "-v"]).verbose is True
+    assert ap.parse_args(["doctor", "--verbose", "--json"]).verbose is True
+    assert ap.parse_args(["doctor"]).verbose is False
+    res = subprocess.run(
+        [sys.executable, "-m", "mntui.tui.cli", "doctor", "-v", "--help"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "-v, --verbose" in res.stdout and "how each" in " ".join(res.stdout.split())

@@ -206,6 +206,8 @@ def test_the_ledger_splits_each_failure_into_detection_recovery_and_lost_work() 
                     checkpoints=True,
                     checkpoint_at=T0 + 30,
                     checkpoint_step=20,
+                    gpus=4,
+                    gpu_nodes=2,
                 ),
                 teardown("node1", T0 + 53),
             ],
@@ -223,7 +225,7 @@ def test_the_ledger_splits_each_failure_into_detection_recovery_and_lost_work() 
             status="restarting",
             at=T0 + 60,
             notes=[
-                steps(T0 + 70, T0 + 80, 21, 30, checkpoints=True),
+                steps(T0 + 70, T0 + 80, 21, 30, checkpoints=True, gpus=4, gpu_nodes=2),
                 teardown("node1", T0 + 84, "frozen"),
             ],
         ),
@@ -258,7 +260,7 @@ def test_the_ledger_splits_each_failure_into_detection_recovery_and_lost_work() 
     assert (
         "3 attempt(s)" in line
         and "2 failure(s)" in line
-        and "nproc" in line
+        and "GPU-h (GPUs from nvidia-smi)" in line
         and "75% goodput" in line
     )
 
@@ -363,7 +365,7 @@ def test_the_step_clock_keeps_first_last_and_checkpoint() -> None:
         9,
         True,
     )
-    assert clock.first_due and not StepClock().first_due
+    assert clock.due and not StepClock().due
 
 
 def test_the_supervisor_never_swaps_a_quarantined_spare_in() -> None:

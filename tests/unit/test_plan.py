@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import json
 import subprocess
+from pathlib import Path
 
 from mntui.sessions.config.jobconfig import parse_config
 from mntui.sessions.launch.plan import build_plan, describe, home_path, new_run_id, render_command
@@ -93,3 +95,48 @@ def test_session_names_never_collide_across_jobs_or_dotted_nodes() -> None:
     assert [n.session for n in dotted.nodes] == ["j-n,0", "j-n_0"]
     assert [n.run_dir for n in dotted.nodes] == [".mntui/runs/j/r1/n.0", ".mntui/runs/j/r1/n_0"]
     assert [n.tag for n in dotted.nodes] == ["j/r1/n.0", "j/r1/n_0"]
+
+
+def test_launch_enters_the_workdir_before_setup(tmp_path: Path) -> None:
+    """docs/config.md's order: `cd` to the workdir, then `setup`, so a relative
+    `source .venv/bin/activate` is the workdir's venv. launch.sh is run for real, by bash,
+    from its run dir (as tmux runs it)."""
+    work = tmp_path / "proj dir"
+    (work / ".venv" / "bin").mkdir(parents=True)
+    (work / ".venv" / "bin" / "activate").write_text("export VENV=activated\n")
+    cfg = parse_config(
+        f"""
+    job: rel
+    nodes: [g1]
+    workdir: {json.dumps(str(work))}
+    setup: [source .venv/bin/activate]
+    command: 'echo "venv=$VENV pwd=$PWD"'
+    """.replace("\n    ", "\n")
+    )
+    script = build_plan(cfg, "r1", "m").main.launch_script
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "launch.sh").write_text(script)
+    res = subprocess.run(["bash", "./launch.sh"], cwd=run, capture_output=True, text=True)
+    log = (run / "output.log").read_text()
+    assert res.returncode == 0 and f"venv=activated pwd={work}" in log, log
+    assert (run / "exit_code").read_text() == "0\n"
+
+
+def test_launch_stops_at_a_missing_workdir_before_setup(tmp_path: Path) -> None:
+    """A workdir that is not there ends the job with 97, and `setup` never runs elsewhere."""
+    cfg = parse_config(
+        f"""
+    job: rel
+    nodes: [g1]
+    workdir: {json.dumps(str(tmp_path / "nope"))}
+    setup: ["touch {tmp_path}/setup-ran"]
+    command: "true"
+    """.replace("\n    ", "\n")
+    )
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "launch.sh").write_text(build_plan(cfg, "r1", "m").main.launch_script)
+    res = subprocess.run(["bash", "./launch.sh"], cwd=run, capture_output=True, text=True)
+    assert res.returncode == 97 and not (tmp_path / "setup-ran").exists()
+    assert "No such file or directory" in (run / "output.log").read_text()

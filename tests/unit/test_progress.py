@@ -12,9 +12,12 @@ from mntui.sessions.config import compile_pattern
 from mntui.sessions.poll.progress import (
     DEFAULT_PATTERN,
     MAX_STEP,
+    STOP_AFTER,
     NodeProgress,
     ProgressTracker,
     describe,
+    stop_after,
+    stopped,
 )
 
 PATTERN = compile_pattern(DEFAULT_PATTERN)
@@ -202,24 +205,77 @@ def test_describe_wording() -> None:
     ranks = {"g369": 0, "g375": 1, "g380": 2, "g381": 3}
 
     def prog(**steps: int | None) -> dict[str, NodeProgress]:
-        return {n: NodeProgress(n, s, None, None) for n, s in steps.items()}
+        """The last step of each node; g375 advanced last 60 s ago, the others a second
+        ago (the clock is 100)."""
+        return {
+            n: NodeProgress(n, s, None, None if s is None else 40.0 if n == "g375" else 99.0)
+            for n, s in steps.items()
+        }
 
-    assert describe(prog(g369=4815, g375=4812), ranks) == (
+    assert describe(prog(g369=4815, g375=4812), ranks, 100.0) == (
         "rank 1 stopped at step 4812; rank 0 reached 4815"
     )
-    assert describe(prog(g369=4815, g375=4812, g380=4813, g381=4815), ranks) == (
-        "rank 1 stopped at step 4812; rank 2 reached 4813; ranks 0, 3 reached 4815"
+    assert describe(prog(g369=4815, g375=4812, g380=4813, g381=4815), ranks, 100.0) == (
+        "rank 1 stopped at step 4812; ranks 0, 2-3 reached 4813–4815"
     )
-    many = {f"n{i}": NodeProgress(f"n{i}", 100 + i % 5, None, None) for i in range(64)}
-    line = describe(many, {f"n{i}": i for i in range(64)})
+    many = {
+        f"n{i}": NodeProgress(f"n{i}", 100 + i % 5, None, 10.0 if i % 5 == 0 else 99.0)
+        for i in range(64)
+    }
+    line = describe(many, {f"n{i}": i for i in range(64)}, 100.0)
     assert line == (
         "ranks 0, 5, 10, 15, 20, 25, 7 more stopped at step 100; "
-        "ranks 1-3, 6-8, 11-13, 16-18, 21-23, 26-28, 21 more reached 101–103; "
-        "ranks 4, 9, 14, 19, 24, 29, 6 more reached 104"
+        "ranks 1-4, 6-9, 11-14, 16-19, 21-24, 26-29, 27 more reached 101–104"
     )
-    assert line.count(";") == 2  # lowest, the middle in one part, highest
-    assert describe(prog(g369=7, g375=7), ranks) == "ranks 0-1 at step 7"
+    assert line.count(";") == 1  # the stopped, then everyone else in one part
+    assert describe(prog(g369=7, g375=7), ranks, 100.0) == "ranks 0-1 at step 7"
     assert describe(prog(g369=7, g375=None), ranks) == "rank 0 at step 7; rank 1: no step seen"
-    assert describe(prog(g369=3, other=9), ranks) == "rank 0 stopped at step 3; other reached 9"
+    assert describe(prog(g375=3, other=9), ranks, 100.0) == (
+        "rank 1 stopped at step 3; other reached 9"
+    )
     assert describe(prog(g369=None), ranks) == ""
     assert describe({}, ranks) == ""
+
+
+def test_a_rank_one_step_behind_and_advancing_is_not_stopped() -> None:
+    """Issue 29: 32 healthy ranks, one poll behind rank 0, were "stopped at step 93".
+    Stopped: behind, and no step for STOP_AFTER s (or STOP_STEPS of the job's steps)."""
+    names = [f"n{i}" for i in range(32)]
+    ranks = {n: i for i, n in enumerate(names)}
+    t = ProgressTracker(PATTERN)
+    for now in range(1, 120):  # every rank steps once a second; rank 0's line comes first
+        for i, n in enumerate(names):
+            t.feed(n, [f"step {now if i % 3 == 0 else now - 1}"], now=float(now))
+    steps = t.snapshot(119.0)
+    assert not any(stopped(p, 119, 119.0, t.pace()) for p in steps.values())
+    assert describe(steps, ranks, 119.0, t.pace()) == "ranks 0-31 at steps 118–119"
+    # `mntui status` and the agent describe a job as of the latest advance by default
+    assert describe(steps, ranks) == "ranks 0-31 at steps 118–119"
+
+    # rank 5 prints nothing more while the others go on: stopped once STOP_AFTER is over
+    for now in range(120, 140):
+        for n in names:
+            t.feed(n, [] if n == "n5" else [f"step {now}"], now=float(now))
+        lines = describe(t.snapshot(float(now)), ranks, float(now), t.pace())
+        pace = t.pace()
+        assert pace is not None and stop_after(pace) == STOP_AFTER  # 1 s a step: the floor
+        if now - 119 < STOP_AFTER:
+            assert "stopped" not in lines, (now, lines)
+        else:
+            assert lines == f"rank 5 stopped at step 118; ranks 0-4, 6-31 reached {now}"
+
+
+def test_a_slow_job_is_not_stopped_between_two_of_its_steps() -> None:
+    """At a minute a step, a rank a step behind for 30 s has not stopped; 5 minutes has."""
+    t = ProgressTracker(PATTERN, window=600.0)
+    for k in range(6):
+        for n in ("a", "b"):
+            t.feed(n, [f"step {k}"], now=60.0 * k + (2.0 if n == "b" else 0.0))
+    t.feed("a", ["step 6"], now=360.0)
+    pace = t.pace()
+    assert pace is not None and stop_after(pace) == pytest.approx(300.0, rel=0.05)
+    ranks = {"a": 0, "b": 1}
+    assert describe(t.snapshot(390.0), ranks, 390.0, pace) == "ranks 0-1 at steps 5–6"
+    assert describe(t.snapshot(700.0), ranks, 700.0, pace) == (
+        "rank 1 stopped at step 5; rank 0 reached 6"
+    )

@@ -16,7 +16,8 @@ from textual.widgets import DataTable, RichLog
 
 from mntui.sessions.errors import log_exception
 from mntui.sessions.events import Event
-from mntui.sessions.report import load_finding
+from mntui.sessions.report import load_finding, saved_cause
+from mntui.sessions.termsafe import clean
 from mntui.sessions.watch import Judge, threshold_text
 
 from .following import Following
@@ -47,11 +48,12 @@ class Drawing(Following):
         self.log_event(message.event.format(self.started))
 
     def log_event(self, text: str) -> None:
-        """`text` (node output, error texts) goes in as written: the log has markup off."""
+        """`text` (node output, error texts) goes in as written: the log has markup off,
+        and escape sequences are taken out (termsafe.py), whatever road the text took."""
 
         def write() -> None:
             if self.events.is_attached:
-                self.events.write(text)
+                self.events.write(clean(text))
 
         self.draw("event log", write)
 
@@ -101,13 +103,15 @@ class Drawing(Following):
                     pane.refresh_view()
 
     def refresh_table(self) -> None:
-        """Rows are added once; later only the cells that changed are touched."""
+        """Rows are added once; later only the cells that changed are touched, and a
+        column grows to the widest cell it has held: rows added before the first poll
+        (`-` cells) once cut every later cell to its header's width (issue 29)."""
         table = self.table
         if not table.is_attached:
             return
         for v in self.views.values():
             base = table_row(v.node, v.rank, v.snap, v.verdict)
-            row = (*base[:3], step_cell(v.progress, v.slow), *base[3:])
+            row = (*base[:3], step_cell(v.progress, v.slow, v.verdict), *base[3:])
             if v.node not in table.rows:
                 table.add_row(*row, key=v.node)
                 continue
@@ -118,7 +122,7 @@ class Drawing(Following):
                     or str(old[i]) != str(value)
                     or getattr(old[i], "style", None) != getattr(value, "style", None)
                 ):
-                    table.update_cell(v.node, col, value)
+                    table.update_cell(v.node, col, value, update_width=True)
             self.table_cells[v.node] = row
 
     def refresh_header(self) -> None:
@@ -128,11 +132,12 @@ class Drawing(Following):
             secs = int(time.time() - rec.created_at)
             elapsed = f"  {secs // 3600}:{secs // 60 % 60:02d}:{secs % 60:02d}"
         who = f"watchdog {self.watcher}"
+        cause = saved_cause(rec.dir) if rec is not None else None  # of the run on screen only
         w = self.cfg.watch
         progress = f"progress: {self.progress_line}  " if self.progress_line else ""
         text = (
             f"{self.cfg.job}  run {rec.run_id if rec else '-'}{elapsed}  "
-            f"{overall_state(list(self.views.values()), self.record is not None)}  {progress}"
+            f"{overall_state(list(self.views.values()), rec is not None, cause)}  {progress}"
             f"[{who}: on failure {w.on_failure.value}, on stall {w.on_stall.value}"
             f" after {threshold_text(self.judge, short=True)}]"
             + (f"  {self.busy}..." if self.busy else "")

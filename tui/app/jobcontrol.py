@@ -25,6 +25,7 @@ class JobControl(Polling):
     """The job's operations of MntuiApp; the app keeps the state named here."""
 
     watchdog_enabled: bool
+    unwatched: str | None = None  # why the launch's headless watchdog did not start
 
     def action_launch(self, restart: bool = False) -> None:
         if not self.claim("launch"):
@@ -36,7 +37,7 @@ class JobControl(Polling):
     def do_launch(self, restart: bool) -> None:
         from mntui.sessions import launch
         from mntui.sessions.results import NodeError
-        from mntui.sessions.watch import start_detached
+        from mntui.sessions.watch import WatcherFailed, start_detached
 
         assert self.cluster is not None
         try:
@@ -46,9 +47,13 @@ class JobControl(Polling):
         except (LaunchError, NodeError) as exc:
             self.post_message(LaunchDone(None, str(exc)))
             return
+        self.unwatched = None
         if self.watchdog_enabled:
-            start_detached(self.cfg, result.record)  # keeps watching after the app quits
-            self.watcher = "headless"
+            try:  # keeps watching after the app quits; "headless" once it has polled
+                start_detached(self.cfg, result.record)
+                self.watcher = "headless"
+            except WatcherFailed as exc:
+                self.unwatched = str(exc)
         self.post_message(LaunchDone(result.record, None))
 
     def on_launch_done(self, message: LaunchDone) -> None:
@@ -64,7 +69,14 @@ class JobControl(Polling):
         for v in self.views.values():
             v.log = []
         self.splitters = {n: LineSplitter() for n in self.views}
-        self.attach_run(message.record, watch_here=False)
+        failed, self.unwatched = self.unwatched, None
+        if failed is not None:  # then this app guards the job while it is open
+            text = f"the headless watchdog did not start: {failed}"
+            self.notify(
+                text + "; watching from this app", title="watchdog", severity="error", timeout=30
+            )
+            self.log_event(text)
+        self.attach_run(message.record, watch_here=failed is not None)
 
     def action_kill_all(self, then_launch: bool = False) -> None:
         if not self.claim(None):  # `busy` only once the user says yes

@@ -23,6 +23,7 @@ they name, the layout, the order of each poll's work, and the keys on the focuse
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from typing import IO, Any
 
@@ -49,12 +50,13 @@ from .historyops import HistoryOps
 from .jobcontrol import JobControl
 from .messages import PollDone
 from .pace import Pace
+from .probing import Probing
 from .widgets import HeaderBar, HelpScreen, LogScreen, NodePane, NodeView
 
 TABLE_ABOVE = 16  # nodes above which the app opens in the compact table view
 
 
-class MntuiApp(JobControl, HistoryOps):
+class MntuiApp(JobControl, HistoryOps, Probing):
     TITLE = "mntui"
     CSS = """
     #grid { layout: grid; grid-size: 2; grid-gutter: 0 1; grid-rows: 16; overflow-y: auto; }
@@ -157,6 +159,7 @@ class MntuiApp(JobControl, HistoryOps):
             self.action_launch(self.restart)
         elif self.record is None:
             self.log_event(f"no run of {self.cfg.job} recorded here yet: press l to launch")
+            self.probe_nodes()  # the panes show the nodes themselves until a run exists
 
     def on_resize(self) -> None:
         """Reflow: as many 64-column panes per row as fit, rows sharing the height."""
@@ -271,4 +274,7 @@ def run_app(
         cfg = run_config(cfg, view) if view is not None and view.live else cfg
     app = MntuiApp(cfg, launch_now=launch_now, restart=restart, watchdog=watchdog)
     app.run()
+    if app.left_unwatched:  # quitting handed the job to a watchdog that did not start
+        print(app.left_unwatched, file=sys.stderr)
+        return ExitCode.FAILED
     return app.return_code or ExitCode.OK

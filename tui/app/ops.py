@@ -6,7 +6,7 @@ operation, each runs its IO in a thread worker and reports through a typed messa
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from textual import work
 from textual.app import App
@@ -15,8 +15,9 @@ from textual.notifications import SeverityLevel
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import ExitCode
 from mntui.sessions.procs import PortHolder
-from mntui.sessions.runs import RunRecord
+from mntui.sessions.runs import RunRecord, read_status
 from mntui.sessions.ssh import Cluster
+from mntui.sessions.termsafe import clean
 
 from .messages import DoctorDone, HoldersFound, Notice, OpDone, ReportReady
 from .widgets import ConfirmScreen, ReportScreen
@@ -24,6 +25,12 @@ from .widgets import ConfirmScreen, ReportScreen
 if TYPE_CHECKING:
     from mntui.sessions.doctor import Check
 
+REPORT_TITLE = {
+    "saved": "report",
+    "writing": "report being written",
+    "none": "no report",
+    "live": "live report (a snapshot, not saved)",
+}
 DOCTOR_VERDICT = {
     ExitCode.OK: "all checks pass",
     ExitCode.DOCTOR_WARN: "warnings",
@@ -47,7 +54,9 @@ class Operations(App[None]):
         markup: bool = False,
     ) -> None:
         """Markup off unless asked for: what the app shows comes from nodes and configs (an
-        error text with `[/]` crashed the app; `[@click=app.kill_all]` would be a button)."""
+        error text with `[/]` crashed the app; `[@click=app.kill_all]` would be a button),
+        and no escape sequence of theirs reaches the terminal (termsafe.py)."""
+        message, title = clean(message), clean(title)
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
 
     def claim(self, what: str | None) -> bool:
@@ -134,7 +143,8 @@ class Operations(App[None]):
         rows = doctor.run_checks(self.cfg, self.cluster)
         self.keep_doctor(rows)
         code = ExitCode(doctor.exit_code(rows))
-        self.post_message(DoctorDone(doctor.format_rows(rows), code))
+        summary = doctor.summary_line(rows, len(self.cfg.nodes))  # the CLI's last line
+        self.post_message(DoctorDone(f"{doctor.format_rows(rows)}\n\n{summary}", code))
 
     def keep_doctor(self, rows: list[Check]) -> None:
         """The rows go to the nodes' history, as `mntui doctor`'s do (a node's failed
@@ -159,23 +169,28 @@ class Operations(App[None]):
         if self.record is None:
             self.notify("no run of this job recorded here yet", severity="warning")
         elif self.claim("report"):
-            if self.record.status.is_live:
+            rec = self.record
+            if (read_status(rec.job, rec.run_id) or rec.status).is_live:  # the disk's word
                 self.notify("taking every rank's stack and log...", timeout=3)
             self.make_report(self.record)
 
     @work(thread=True, exclusive=True, group="ops", exit_on_error=False)
     def make_report(self, record: RunRecord) -> None:
-        from mntui.sessions.report import render, report_now, saved_report
+        """The record on disk decides, not ours: the one the app launched says running
+        long after its watchdog ended it and wrote the report (issue 29)."""
+        from mntui.sessions.report import answer, render, report_now, to_json
 
-        assert self.cluster is not None
-        saved = saved_report(record)
-        if saved is not None and not record.status.is_live:
-            text = saved[0]
-        elif record.status.is_live:
-            text = render(report_now(self.cfg, record, self.cluster))
-        else:
-            text = f"run {record.run_id} ended ({record.status}) without a failure report"
-        self.post_message(ReportReady(f"report: {record.job} run {record.run_id}", text))
+        cluster = self.cluster
+        assert cluster is not None
+
+        def take() -> tuple[str, dict[str, Any]]:
+            built = report_now(self.cfg, record, cluster)
+            return render(built), to_json(built)
+
+        got = answer(record, take)
+        what = REPORT_TITLE[got.shown]
+        text = "\n\n".join(part for part in (got.note, got.text) if part)
+        self.post_message(ReportReady(f"{what}: {record.job} run {record.run_id}", text))
 
     def on_report_ready(self, message: ReportReady) -> None:
         self.busy = None

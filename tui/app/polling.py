@@ -62,6 +62,7 @@ class Polling(Drawing):
     pace: Pace
     progress_line: str
     sampler: Sampler | None = None  # while the app is the run's watchdog
+    left_unwatched: str | None = None  # the job runs on, and no watchdog took it over
 
     def attach_run(self, record: RunRecord, watch_here: bool) -> None:
         """Start showing `record`; act as its watchdog if none is watching it already."""
@@ -73,22 +74,17 @@ class Polling(Drawing):
         self.due = ()
         self.obs = observations(self.cfg, record)
         self.pace, self.progress_line = Pace(), ""
-        for view in self.views.values():
-            view.progress, view.slow = None, False
+        for view in self.views.values():  # nothing of the run shown before stays on screen
+            view.progress, view.slow, view.snap, view.verdict = None, False, None, None
+        self.draw("views", self.refresh_views)
+        self.draw("header", self.refresh_header)
         self.release_lock()
         if watch_here and record.status.is_live:
-            try:
-                self.lock = acquire_lock(record)
-                self.watcher = "here"
-            except LockHeld as exc:
-                self.watcher = f"headless (pid {exc.holder})"
-                self.log_event(f"watchdog: {exc}")
+            self.take_watch(record)
             if self.lock is not None and self.cfg.restart.max > 0:
-                from mntui.sessions.watch import start_detached
-
-                self.release_lock()  # restarts are the headless supervisor's: it keeps
-                start_detached(self.cfg, record)  # the chain going after the app quits
-                self.watcher = "headless"
+                self.release_lock()  # restarts are the headless supervisor's
+                self.watcher = "headless (starting)"
+                self.hand_over(record, self.generation + 1)
         if self.lock is not None:
             self.sampler = Sampler(self.cfg, record, self.cluster, self.sampled)
             self.sampler.start()
@@ -100,6 +96,45 @@ class Polling(Drawing):
             self.try_agent()
         else:
             self.schedule_poll(0)
+
+    @work(thread=True, group="watchdog", exit_on_error=False)
+    def hand_over(self, record: RunRecord, generation: int) -> None:
+        """The headless supervisor keeps the chain going after the app quits; its start
+        waits for its first poll (seconds), so it is made here, off the app's thread."""
+        from mntui.sessions.watch import WatcherFailed, start_detached
+
+        try:
+            start_detached(self.cfg, record)
+        except WatcherFailed as exc:
+            self.call_from_thread(self.watch_instead, record, generation, str(exc))
+        else:
+            self.call_from_thread(self.handed_over, generation)
+
+    def handed_over(self, generation: int) -> None:
+        if generation == self.generation:
+            self.watcher = "headless"
+            self.refresh_header()
+
+    def watch_instead(self, record: RunRecord, generation: int, why: str) -> None:
+        """The headless one did not start: the app watches while it is open (and
+        restarts nothing)."""
+        self.log_event(f"watchdog: the headless one did not start: {why}")
+        if generation != self.generation or self.record is not record:
+            return
+        self.take_watch(record)
+        if self.lock is not None:
+            assert self.cluster is not None
+            self.sampler = Sampler(self.cfg, record, self.cluster, self.sampled)
+            self.sampler.start()
+        self.refresh_header()
+
+    def take_watch(self, record: RunRecord) -> None:
+        try:
+            self.lock = acquire_lock(record)
+            self.watcher = "here"
+        except LockHeld as exc:
+            self.watcher = f"headless (pid {exc.holder})"
+            self.log_event(f"watchdog: {exc}")
 
     def next_poll_delay(self) -> float:
         """The regular interval, or sooner when a deadline of the judge runs out first."""
@@ -238,7 +273,9 @@ class Polling(Drawing):
     def teardown(self, trigger: Trigger) -> None:
         assert self.cluster is not None and self.record is not None
         if self.sampler is not None:
-            self.sampler.stop()  # its py-spy must not hold a rank the teardown dumps
+            # its py-spy must not hold a rank the teardown dumps; the report reads the
+            # finding the trigger was decided on, never a later round's
+            self.sampler.stop(keep=trigger.finding)
         done = teardown(self.cfg, self.record, self.cluster, trigger, self.post_event, self.obs)
         why = done.report.headline if done.report else f"{trigger.node} {trigger.state.value}"
         path = str(self.record.dir / "report.txt") if done.report else None
@@ -250,9 +287,9 @@ class Polling(Drawing):
     def sampled(self, finding: Finding, new: Suspect | None) -> None:
         """The sampler's thread: a newly named straggler goes to the app's thread."""
         if new is not None:
-            self.call_from_thread(self.slow_named, new)
+            self.call_from_thread(self.slow_named, new, finding)
 
-    def slow_named(self, s: Suspect) -> None:
+    def slow_named(self, s: Suspect, finding: Finding) -> None:
         """Told, and acted on only as `watch.on_slow` says (the sampler decides nothing)."""
         text = f"straggler: {s.line}"
         self.log_event(f"{text} (on_slow: {self.cfg.watch.on_slow})")
@@ -261,7 +298,7 @@ class Polling(Drawing):
             self.notifier.send(n)
         self.refresh_header()
         if self.cfg.watch.on_slow is Action.KILL_ALL:
-            self.act_on([Trigger(s.node, NodeState.RUNNING, text, Action.KILL_ALL)])
+            self.act_on([Trigger(s.node, NodeState.RUNNING, text, Action.KILL_ALL, finding)])
         else:
             self.notify(text, severity="warning", timeout=10)
 
@@ -280,6 +317,12 @@ class Polling(Drawing):
         self.release_lock()
         active = may_still_run(v.verdict.state for v in self.views.values() if v.verdict)
         if active:
-            from mntui.sessions.watch import start_detached
+            from mntui.sessions.watch import WatcherFailed, start_detached
 
-            start_detached(self.cfg, self.record)
+            try:
+                start_detached(self.cfg, self.record)
+            except WatcherFailed as exc:  # said after the app's last line (run_app)
+                self.left_unwatched = (
+                    f"mntui: {self.cfg.job} runs UNWATCHED: its headless watchdog did not "
+                    f"start: {exc}; `mntui watch` guards it, `mntui kill` stops it"
+                )

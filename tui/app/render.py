@@ -6,8 +6,10 @@ without an app, and so one place decides what a node looks like in every view.
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
+from rich.console import Console
 from rich.text import Text
 
 from mntui.sessions.launch import session_name
@@ -27,6 +29,8 @@ STATE_STYLE = {
 }
 BARS = " ▏▎▍▌▋▊▉█"
 SLOW_STYLE = "bold black on yellow"
+WRAP_ROWS = 3  # rows one log line may take in a pane; past them it is cut, marked `…`
+_WRAPPER = Console(file=io.StringIO(), width=WRAP_ROWS * 200)  # Text.wrap asks for one
 
 
 def bar(fraction: float | None, width: int = 10, style: str = "green") -> Text:
@@ -101,7 +105,7 @@ def title_line(
     if verdict is not None:
         t.append(f" {verdict.state.value} ", style=STATE_STYLE[verdict.state])
     if progress is not None and progress.step is not None:
-        t.append(f"  step {cells.step(progress)}", style="bold")
+        t.append(f"  step {cells.step(progress, verdict.state if verdict else None)}", style="bold")
     if slow:
         t.append(" ")
         t.append(" SLOW ", style=SLOW_STYLE)
@@ -120,10 +124,13 @@ def pane_text(
     snap: NodeSnapshot | None,
     verdict: Verdict | None,
     log: list[str],
-    log_lines: int,
+    height: int,
     progress: NodeProgress | None = None,
     slow: bool = False,
+    width: int | None = None,
 ) -> Text:
+    """The pane's `height` rows of `width` cells (None: not laid out yet): its header,
+    then as many of the newest log lines as the rows the header leaves."""
     out = Text()
     out.append_text(title_line(node, rank, snap, verdict, progress, slow))
     if verdict is not None and verdict.state is not NodeState.RUNNING:
@@ -133,10 +140,37 @@ def pane_text(
         for line in body:
             out.append("\n")
             out.append_text(line)
-    for entry in log[-log_lines:] if log_lines > 0 else []:
+    used = len(out.wrap(_WRAPPER, width)) if width else out.plain.count("\n") + 1
+    for row in log_rows(log, height - used, width):
         out.append("\n")
-        out.append(entry[:200], style="grey85")
+        out.append_text(row)
     return out
+
+
+def log_rows(log: list[str], rows: int, width: int | None) -> list[Text]:
+    """The newest lines of `log` in at most `rows` rows, oldest first. A long line wraps
+    at its spaces over up to WRAP_ROWS rows; one longer still, or the oldest shown when
+    it does not fit whole, ends in `…`: a line is never cut without a mark. Rows are
+    counted, not lines, so the newest line stays on screen however long the others."""
+    if rows <= 0:
+        return []
+    width = max(8, width or 200)
+    shown: list[Text] = []
+    for entry in reversed(log):
+        left = rows - len(shown)
+        if left <= 0:
+            break
+        cap = min(left, WRAP_ROWS)
+        wrapped = Text(entry[: cap * width + 1], style="grey85").wrap(_WRAPPER, width)
+        cut = len(wrapped) > cap or len(entry) > cap * width + 1
+        lines = list(wrapped)[:cap] or [Text("", style="grey85")]
+        if cut:
+            last = lines[-1]
+            last.rstrip()
+            last.truncate(width - 1)
+            last.append("…", style="grey50")
+        shown[:0] = lines
+    return shown
 
 
 def table_row(
@@ -147,23 +181,32 @@ def table_row(
     return (Text(node), str(rank), state, *cells.table_cells(snap))
 
 
-def step_cell(progress: NodeProgress | None, slow: bool) -> Text:
+def step_cell(progress: NodeProgress | None, slow: bool, verdict: Verdict | None = None) -> Text:
     """The table's step column: `34 @2/s`, marked on a straggler."""
-    cell = Text(cells.step(progress))
+    cell = Text(cells.step(progress, verdict.state if verdict else None))
     if slow:
         cell.append(" SLOW", style=SLOW_STYLE)
     return cell
 
 
-def overall_state(views: list[Any], launched: bool) -> str:
-    """The header's one-word health: `running 2/2`, `FROZEN on g380 (+1)`, `not launched`."""
+def overall_state(views: list[Any], launched: bool, cause: str | None = None) -> str:
+    """The header's one-word health: `running 2/2`, `FROZEN on g380 (+1)`, `not launched`.
+    `cause`: the node the run's saved report names. It leads, whatever the nodes' order
+    and whatever they show now (closed sessions read not-running): the header, the report
+    and the toast name one node (issue 29: the header named the main)."""
     verdicts = [(v.node, v.verdict.state) for v in views if v.verdict is not None]
     if not verdicts:
         return "polling..." if launched else "not launched"
     bad = [(node, state) for node, state in verdicts if state.is_problem]
+    if cause is not None and any(v.node == cause for v in views):
+        state = next((s for node, s in bad if node == cause), NodeState.FAILED)
+        others = sum(1 for node, _ in bad if node != cause)
+        return f"{state.value.upper()} on {cause}" + (f" (+{others})" if others else "")
     if bad:
         node, state = bad[0]
         return f"{state.value.upper()} on {node}" + (f" (+{len(bad) - 1})" if len(bad) > 1 else "")
+    if not launched:  # the nodes answered before a launch (probing.py): not-running all
+        return "not launched"
     running = sum(1 for _, s in verdicts if s in (NodeState.RUNNING, NodeState.STARTING))
     if running:
         return f"running {running}/{len(views)}"

@@ -2,7 +2,9 @@
 
 Every text that can come from a node or a config (names, log lines, error texts,
 holders, doctor rows) is shown as plain text: a Text object or markup=False, never
-parsed as Textual markup, where `[/]` raises and `[@click=...]` is a button.
+parsed as Textual markup, where `[/]` raises and `[@click=...]` is a button. Textual
+writes a cell's text to the terminal as it is, so the free texts a screen is given
+(titles, details, reports) are made terminal-safe here too (termsafe.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from textual.widget import Widget
 from textual.widgets import Button, Footer, Input, Label, RichLog, Static
 
 from mntui.sessions.poll import NodeProgress, NodeSnapshot, NodeState, Verdict
+from mntui.sessions.termsafe import clean, one_line
 
 from .render import pane_text
 
@@ -60,10 +63,16 @@ class NodePane(Widget, can_focus=True):
         # 64 panes scrolled out of view cost nothing.
         if self._text is None:
             v = self.view
-            gpus = len(v.snap.gpu.gpus) if v.snap and v.snap.gpu else 1
-            lines = max(0, (self.size.height or 12) - 4 - gpus)
             self._text = pane_text(
-                v.node, v.rank, v.snap, v.verdict, v.log or [], lines, v.progress, v.slow
+                v.node,
+                v.rank,
+                v.snap,
+                v.verdict,
+                v.log or [],
+                self.size.height or 12,
+                v.progress,
+                v.slow,
+                self.size.width or None,
             )
         return self._text
 
@@ -100,6 +109,7 @@ class HeaderBar(Widget):
         self.text = ""
 
     def set_text(self, text: str) -> None:
+        text = one_line(text)
         if text != self.text:
             self.text = text
             self.refresh()
@@ -122,7 +132,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def __init__(self, title: str, details: str, yes: str = "Yes") -> None:
         super().__init__()
-        self.title_text, self.details, self.yes = title, details, yes
+        self.title_text, self.details, self.yes = one_line(title), clean(details), yes
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
@@ -187,7 +197,7 @@ class ReportScreen(ModalScreen[None]):
 
     def __init__(self, title: str, text: str) -> None:
         super().__init__()
-        self.title_text, self.text = title, text
+        self.title_text, self.text = one_line(title), clean(text)
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="report"):

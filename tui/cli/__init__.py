@@ -4,11 +4,18 @@ Never loads Textual, Rich or the app but through its two doors: `mntui` alone an
 `mntui launch` without --no-ui (pyproject's import contracts).
 """
 
-from typing import TYPE_CHECKING
+from __future__ import annotations
 
-from mntui.sessions.exports import lazy_exports
+import sys
+from collections.abc import Sequence
 
-if TYPE_CHECKING:
-    from .entry import main as main
-else:
-    __getattr__ = lazy_exports(__name__, __file__)
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The `mntui` command. Importing the CLI takes a moment in which a Ctrl+C would
+    otherwise end in a traceback: it is the same clean line as at any later moment."""
+    try:
+        from .entry import main as run
+    except KeyboardInterrupt:
+        sys.stderr.write("mntui: interrupted\n")
+        return 130  # ExitCode.INTERRUPTED (not imported: it may be what was cut short)
+    return run(argv)

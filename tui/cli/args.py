@@ -251,18 +251,17 @@ def _watch_verbs(verb: Verb) -> None:
     _verbose(p)
 
 
-def _verbose(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        help="say on stderr whether the run's agent answered, or direct connections (and why)",
-    )
+AGENT_OR_DIRECT = "say on stderr whether the run's agent answered, or direct connections (and why)"
+
+
+def _verbose(p: argparse.ArgumentParser, says: str = AGENT_OR_DIRECT) -> None:
+    """`-v` wherever a new user would type it for more: each verb says what more is."""
+    p.add_argument("-v", "--verbose", action="store_true", help=says)
 
 
 def _check_verbs(verb: Verb) -> None:
     p = verb("doctor", "preflight checks on every node (and an all-reduce smoke test)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="the rows as JSON (the counts on stderr)")
     p.add_argument(
         "--allreduce", action="store_true", help="also launch a torch all-reduce smoke test"
     )
@@ -276,6 +275,11 @@ def _check_verbs(verb: Verb) -> None:
         type=seconds(0, 3600, above=True),
         default=60.0,
         help="smoke test timeout, seconds (more than 0, at most 3600)",
+    )
+    _verbose(
+        p,
+        "say on stderr what each step runs and how long it took; after the table, how each "
+        "check was made (to repeat it by hand)",
     )
 
     p = verb("nodes", "the job's nodes as a command sees them: ranks, nproc, where from")

@@ -13,9 +13,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-import time
 from collections.abc import Sequence
-from typing import Any
 
 from mntui.sessions.config import ConfigError, JobConfig, load_config
 from mntui.sessions.errors import ExitCode, MntuiError, UsageError, log_exception
@@ -33,6 +31,13 @@ ON_THE_RUN = frozenset({"kill", "cleanup", "attach", "status", "logs", "report"}
 
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
+
+
+def _ignore_interrupts() -> None:
+    """Once we are on our way out: a second Ctrl+C must not cut the last line into a
+    traceback."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -76,6 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(f"mntui: {exc}", err=True)
         return ExitCode.FAILED
     except KeyboardInterrupt:
+        _ignore_interrupts()
         say("mntui: interrupted", err=True)
         return ExitCode.INTERRUPTED
     except Exception as exc:  # a bug: one line here, the traceback in the error log
@@ -137,8 +143,16 @@ def cmd_app(args: argparse.Namespace) -> int:
 
 
 def cmd_status(cfg: JobConfig, args: argparse.Namespace) -> int:
+    """No recorded run of the job is nothing running (exit 3), not a usage error."""
+    from mntui.sessions.runs import latest
+
     from .views import cmd_status as view
 
+    if args.run is None and latest(cfg.job) is None:
+        say(
+            f"nothing of job {cfg.job!r} is running: no recorded run on this machine", err=args.json
+        )
+        return ExitCode.NOT_RUNNING
     return view(cfg, find_run(cfg, args.run), args.json, args.watch, say, args.verbose)
 
 
@@ -163,64 +177,17 @@ def cmd_watch(cfg: JobConfig, args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(cfg: JobConfig, args: argparse.Namespace) -> int:
-    """Exit 0: all pass; 1: warnings; 2: failures."""
-    import json
-    from dataclasses import asdict
+    from .doctor_view import cmd_doctor as view
 
-    from mntui.sessions import doctor
-    from mntui.sessions.ssh import Cluster
-
-    t0 = time.time()
-    pairs_line = ""
-    with Cluster(cfg.nodes, cfg.ssh) as cluster:
-        rows = doctor.run_checks(cfg, cluster)
-        if args.allreduce:
-            if any(
-                r.status is doctor.Status.FAIL and r.check in ("ssh", "ports", "leftovers")
-                for r in rows
-            ):
-                rows.append(
-                    doctor.Check(
-                        cfg.main, "allreduce", doctor.Status.FAIL, "skipped: fix the failures above"
-                    )
-                )
-            else:
-                rows += doctor.allreduce(cfg, cluster, args.timeout)
-        if args.pairs:
-            pairs_line = _doctor_pairs(cfg, cluster, rows, args.timeout)
-    from .history_view import keep_doctor
-
-    keep_doctor(cfg.job, [asdict(r) for r in rows])  # a node's history shows its failed checks
-    if args.json:
-        say(json.dumps([asdict(r) for r in rows], indent=2))
-    else:
-        say(doctor.format_rows(rows))
-        say(f"{len(cfg.nodes)} node(s), {len(rows)} checks in {time.time() - t0:.1f}s")
-        if pairs_line:
-            say(pairs_line)
-    return ExitCode(doctor.exit_code(rows))
-
-
-def _doctor_pairs(cfg: JobConfig, cluster: Any, rows: list[Any], timeout: float) -> str:
-    """`doctor --pairs`: its rows join the others, its one line ends the output, and its
-    pairs are kept (state_dir()/<job>/doctor/doctor-pairs-<stamp>.json)."""
-    from mntui.sessions import doctor
-
-    if any(
-        r.status is doctor.Status.FAIL and r.check in ("ssh", "ports", "leftovers") for r in rows
-    ):
-        rows.append(
-            doctor.Check(cfg.main, "pairs", doctor.Status.FAIL, "skipped: fix the failures above")
-        )
-        return ""
-    started = time.time()
-    verdict = doctor.run_pairs(cfg, cluster, timeout)
-    rows += doctor.pair_checks(verdict)
-    try:
-        doctor.save_pairs(cfg.job, verdict, started)
-    except OSError as exc:
-        say(f"mntui: pairs not kept for the node history: {exc}", err=True)
-    return f"pairs: {verdict.line}"
+    return view(
+        cfg,
+        say,
+        allreduce=args.allreduce,
+        pairs=args.pairs,
+        timeout=args.timeout,
+        as_json=args.json,
+        verbose=args.verbose,
+    )
 
 
 def cmd_nodes(cfg: JobConfig, args: argparse.Namespace) -> int:

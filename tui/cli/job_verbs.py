@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from mntui.sessions.config import JobConfig, load_config
@@ -25,54 +22,113 @@ from .output import printer, say
 
 if TYPE_CHECKING:
     from mntui.sessions.agent import Via
+    from mntui.sessions.runs import RunRecord
+    from mntui.sessions.watch import Spawned, WatcherFailed
 
 
 def cmd_launch(cfg: JobConfig, args: argparse.Namespace) -> int:
-    """A Ctrl+C (or a closed terminal) once every node has started must not leave the job
-    running with nobody watching it: the watchdog is started before the interrupt goes on."""
+    """A headless launch takes a Ctrl+C (or a closed terminal) at any moment and ends in
+    one true sentence and exit 130: before every node ran, the launch has stopped what it
+    had started (start.py); after, the job runs on, guarded by its watchdog, started here
+    if the launch had not started it yet."""
     since = time.time()
+    spawned: list[Spawned] = []  # the watchdog's session, once started: never a second one
     try:
-        return _launch(cfg, args)
+        return _launch(cfg, args, spawned)
     except KeyboardInterrupt:
-        if not (args.no_ui or args.dry_run or args.no_watch):
+        if args.dry_run or not args.no_ui:
             raise
-        with _signals_held():
-            _watch_interrupted(cfg, since)
-        raise
+        return _interrupted(cfg, since, not args.no_watch, spawned)
 
 
-@contextmanager
-def _signals_held() -> Iterator[None]:
-    """Ctrl+C, SIGTERM and SIGHUP wait until the block is done (then they are delivered)."""
-    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-def _watch_interrupted(cfg: JobConfig, since: float) -> None:
-    """The interrupted launch's run, if it got as far as running, gets its watchdog."""
-    from mntui.sessions.launch import chain_of, orphaned
+def _interrupted(cfg: JobConfig, since: float, watch: bool, spawned: list[Spawned]) -> int:
     from mntui.sessions.runs import RunStatus, latest
-    from mntui.sessions.watch import start_detached
 
     rec = latest(cfg.job)
-    if rec is None or rec.created_at < since or rec.status is not RunStatus.RUNNING:
-        return  # the launch stopped what it had started, or never created a run
-    view = chain_of(cfg.job, rec)
-    if view is not None and (rec.dir / "watch.lock").exists() and orphaned(view) is None:
-        return  # its watchdog already runs
-    name = start_detached(cfg, rec)
+    if rec is None or rec.created_at < since:
+        say(f"mntui: interrupted before any node of {cfg.job} was started", err=True)
+    elif rec.status is RunStatus.ABORTED:
+        say(f"mntui: interrupted: the launch stopped what it had started (run {rec.run_id} "
+            f"aborted); nothing of {cfg.job} runs", err=True)  # fmt: skip
+    elif rec.status is RunStatus.LAUNCHING:  # a second Ctrl+C cut the launch's own cleanup
+        say(f"mntui: interrupted while the launch stopped what it had started: run "
+            f"{rec.run_id} may have left processes; `mntui kill` stops them", err=True)  # fmt: skip
+    elif rec.status is not RunStatus.RUNNING:
+        say(f"mntui: interrupted; run {rec.run_id} of {cfg.job} is {rec.status}", err=True)
+    elif not watch:
+        say(f"mntui: interrupted after every node had started: {cfg.job} runs on with no "
+            "watchdog (--no-watch); `mntui kill` stops it", err=True)  # fmt: skip
+    else:
+        _guard_interrupted(cfg, rec, spawned)
+    return ExitCode.INTERRUPTED
+
+
+def _guard_interrupted(cfg: JobConfig, rec: RunRecord, spawned: list[Spawned]) -> None:
+    """The job runs on: its watchdog is started (unless the launch had started it) and
+    confirmed; a second Ctrl+C stops waiting for it, and says so."""
+    from mntui.sessions.watch import CONFIRM, WatcherFailed, confirm
+
+    head = f"mntui: interrupted after every node had started: {cfg.job} runs on"
+    try:
+        if not spawned:
+            _spawn(cfg, rec, spawned)
+        up = confirm(rec, spawned[-1], CONFIRM)
+    except WatcherFailed as exc:
+        say(f"{head}, {_unwatched(cfg, rec, exc)}", err=True)
+        return
+    except KeyboardInterrupt:
+        say(f"{head}; its watchdog is still starting in local tmux session "
+            f"{spawned[-1].session if spawned else '?'} (`mntui status` says whether it "
+            "guards the run); `mntui kill` stops the job", err=True)  # fmt: skip
+        return
+    say(f"{head}, guarded by its watchdog (pid {up.pid}, local tmux session {up.session}); "
+        "`mntui kill` stops it", err=True)  # fmt: skip
+
+
+def _spawn(cfg: JobConfig, rec: RunRecord, spawned: list[Spawned]) -> None:
+    """The session, and knowing it, are one step: a Ctrl+C waits until both are done."""
+    from mntui.sessions.watch import signals_deferred, spawn
+
+    with signals_deferred():
+        spawned.append(spawn(cfg, rec))
+
+
+def _start_watchdog(cfg: JobConfig, rec: RunRecord, spawned: list[Spawned]) -> int:
+    """Said only once the watchdog holds the run and has polled it: one that died at
+    start once left a crash untorn-down under a launch that said it was watched."""
+    from mntui.sessions.watch import CONFIRM, WatcherFailed, confirm
+
+    try:
+        _spawn(cfg, rec, spawned)
+        up = confirm(rec, spawned[-1], CONFIRM)
+    except WatcherFailed as exc:
+        say(f"mntui: {cfg.job} run {rec.run_id} runs, {_unwatched(cfg, rec, exc)}", err=True)
+        return ExitCode.FAILED
     say(
-        f"mntui: interrupted after every node had started: {cfg.job} runs on, watched from "
-        f"local tmux session {name}; `mntui kill` stops it",
-        err=True,
+        f"watchdog running in local tmux session {up.session} (pid {up.pid}, it has polled "
+        f"the nodes; on failure: {cfg.watch.on_failure.value}); --no-watch to go without"
+    )
+    return ExitCode.OK
+
+
+def _unwatched(cfg: JobConfig, rec: RunRecord, exc: WatcherFailed) -> str:
+    import shlex
+
+    log = rec.dir / "watch.log"
+    if exc.alive:
+        return (
+            f"but its watchdog is not confirmed: {exc}; it may still come up in local tmux "
+            f"session {exc.session} (log: {log}): `mntui status` says whether a watchdog "
+            "guards the run, `mntui kill` stops the job"
+        )
+    return (
+        f"but UNWATCHED: its watchdog did not start: {exc} (log: {log}); "
+        f"`mntui watch -c {shlex.quote(cfg.path)}` guards it from a terminal, "
+        "`mntui kill` stops it"
     )
 
 
-def _launch(cfg: JobConfig, args: argparse.Namespace) -> int:
+def _launch(cfg: JobConfig, args: argparse.Namespace, spawned: list[Spawned]) -> int:
     from mntui.sessions import launch
     from mntui.sessions.launch import describe
     from mntui.sessions.results import NodeError
@@ -118,16 +174,9 @@ def _launch(cfg: JobConfig, args: argparse.Namespace) -> int:
         f"launched {cfg.job} run {result.plan.run_id} on {result.plan.nnodes} node(s) "
         f"in {time.time() - t0:.1f}s; `mntui status`, `mntui logs -f`, `mntui kill`"
     )
-    if not args.no_watch:
-        from mntui.sessions.watch import start_detached
-
-        name = start_detached(cfg, result.record)
-        say(
-            f"watchdog running in local tmux session {name} "
-            f"(on failure: {cfg.watch.on_failure.value}); "
-            f"--no-watch to go without"
-        )
-    return ExitCode.OK
+    if args.no_watch:
+        return ExitCode.OK
+    return _start_watchdog(cfg, result.record, spawned)
 
 
 def run_kill(
@@ -174,7 +223,7 @@ def cmd_kill(cfg: JobConfig, args: argparse.Namespace) -> int:
 
 
 def cmd_cleanup(cfg: JobConfig, args: argparse.Namespace) -> int:
-    from mntui.sessions.launch import free_ports, port_holders
+    from mntui.sessions.launch import free_ports, port_holders, still_held
     from mntui.sessions.ssh import Cluster
 
     with Cluster(cfg.nodes, cfg.ssh) as cluster:
@@ -197,7 +246,7 @@ def cmd_cleanup(cfg: JobConfig, args: argparse.Namespace) -> int:
     for name, (pids, left) in freed.succeeded.items():
         say(f"{name}: killed {' '.join(map(str, pids)) or 'nothing'}")
         for h in left:
-            say(f"{name}: still busy: {h.describe()}")
+            say(f"{name}: {still_held(h, pids)}")
         busy = busy or bool(left)
     return ExitCode.OK if freed.all_ok and not busy else ExitCode.FAILED
 

@@ -1,14 +1,14 @@
 """`mntui report`: why a run ended, or, for a run still going, what every rank is doing.
 
 Headless text (or JSON) for a terminal or a pipe, never Textual. An ended run prints
-the report its watchdog saved; a live run (or a hung one) gets one on demand: a poll,
-py-spy stacks of every rank, every node's log and exit code; nothing is killed. The
-run's agent takes it on its open connections when one serves the run.
+the report its watchdog saved (or says it is being written); a live run (or a hung one)
+gets a snapshot: a poll, py-spy stacks of every rank, every node's log and exit code;
+nothing is killed, nothing saved (report/snapshot.py decides which). The run's agent
+takes the snapshot on its open connections when one serves the run.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -23,27 +23,31 @@ Say = Callable[..., None]
 def cmd_report(
     cfg: JobConfig, record: RunRecord, as_json: bool, say: Say, verbose: bool = False
 ) -> ExitCode:
-    from mntui.sessions.report import saved_report
+    from mntui.sessions.report import Shown, answer
 
-    saved = saved_report(record)
-    if saved is not None and not record.status.is_live:
-        say(saved[1] if as_json else saved[0], end="" if not as_json else "\n")
-        _slow(record, as_json, say, saved[0])
+    vias: list[Via] = []
+
+    def take() -> tuple[str, dict[str, Any]]:
+        text, data, via = _live(cfg, record)
+        vias.append(via)
+        return text, {**data, "via": via.name}
+
+    got = answer(record, take)  # the saved report, or a snapshot never saved (issue 29)
+    if verbose and vias:
+        say(f"mntui: {vias[0].describe()}", err=True)
+    if got.note:
+        say(got.note, err=True)
+    if got.json is not None:
+        say(got.json if as_json else got.text, end="" if not as_json else "\n")
+    if got.shown is Shown.WRITING:
+        return ExitCode.NOT_RUNNING  # the report comes in a moment: nothing else to show
+    _slow(record, as_json, say, got.text)
+    if got.shown is Shown.SAVED and not as_json:
         from mntui.sessions.history import chain_line
 
-        if not as_json and (line := chain_line(record.job, record.chain)):
+        if line := chain_line(record.job, record.chain):
             say(line[2:])  # the chain's seff-style line
-        return ExitCode.OK
-    if not record.status.is_live:
-        say(f"run {record.run_id} ended ({record.status}) without a failure report", err=True)
-        _slow(record, as_json, say)
-        return ExitCode.NOT_RUNNING
-    text, data, via = _live(cfg, record)
-    if verbose:
-        say(f"mntui: {via.describe()}", err=True)
-    say(json.dumps({**data, "via": via.name}, indent=2) if as_json else text, end="")
-    _slow(record, as_json, say, text)
-    return ExitCode.OK
+    return ExitCode.OK if got.shown in (Shown.SAVED, Shown.LIVE) else ExitCode.NOT_RUNNING
 
 
 def _slow(record: RunRecord, as_json: bool, say: Say, shown: str = "") -> None:

@@ -29,6 +29,8 @@ from mntui.sessions.poll import NodeProgress, NodeSnapshot, NodeState, Verdict, 
 from mntui.sessions.runs import RunRecord
 from mntui.tui import cells
 
+from .output import clear_screen
+
 STEP_BACK = 16 * 1024  # bytes of each log `status` reads to find the last step
 
 Say = Callable[..., None]
@@ -46,7 +48,7 @@ def status_header(record: RunRecord, progress: str, restarts: int = 0) -> str:
         lines.append(f"cause: {record.cause or record.error or '-'}  (`mntui report`)")
     if record.killed_nodes:
         lines.append(f"killed by the user: {', '.join(record.killed_nodes)}")
-    if orphan := orphan_line(record):
+    if orphan := orphan_line(record) or unguarded_line(record):
         lines.append(orphan)
     if progress:
         lines.append(f"progress: {progress}")
@@ -72,6 +74,23 @@ def orphan_line(record: RunRecord) -> str:
     )
 
 
+def unguarded_line(record: RunRecord) -> str:
+    """One line when a running run has no watchdog at all (--no-watch, or one that never
+    came up): a failed or hung node holds the others until someone kills the job."""
+    from mntui.sessions.launch import chain_of, guarded, orphaned
+    from mntui.sessions.runs import RunStatus
+
+    view = chain_of(record.job, record)
+    if view is None or view.latest.status is not RunStatus.RUNNING:
+        return ""
+    if guarded(view) or orphaned(view) is not None:
+        return ""
+    return (
+        "watchdog: none guards this run: a failed or hung node is not torn down; "
+        "`mntui watch` guards it, `mntui kill` ends it"
+    )
+
+
 def status_table(
     record: RunRecord,
     snaps: dict[str, NodeSnapshot],
@@ -93,7 +112,7 @@ def status_table(
                 str(len(s.live_procs)) if s.reachable else "-",
                 ",".join(map(str, s.ports)) or "-",
                 cells.age(s.output_age),
-                cells.step((progress or {}).get(n.node)),
+                cells.step((progress or {}).get(n.node), v.state),
                 cells.rtt(s),
                 v.why,
             )
@@ -141,6 +160,7 @@ def status_json(
             "cause": record.cause,
             "killed_nodes": record.killed_nodes,
             "supervisor": orphan_line(record) or None,
+            "watchdog": unguarded_line(record) or None,
             "exit_code": int(code),
             "via": via,
             "straggler": slow_json(record),
@@ -184,7 +204,7 @@ def _show_status(
         say(status_json(record, st.snaps, st.verdicts, code, indent, st.progress, via.name))
     else:
         if watch and sys.stdout.isatty():
-            say("\033[H\033[2J", end="")
+            clear_screen()  # say() writes no escape sequence
         say(status_table(record, st.snaps, st.verdicts, st.progress, st.summary, restarts))
         for line in slow_lines(record):  # the watchdog's sampler: who holds the job
             say(line)
@@ -260,7 +280,7 @@ def _status_direct(
                 lines = splitters[node].feed(snap.new_output)
                 tracker.feed(node, lines, now, splitters[node].pending())
             steps = tracker.snapshot(now)
-            summary = describe(steps, ranks)
+            summary = describe(steps, ranks, now, pace)
             st = AgentStatus(snaps, verdicts, steps, summary, now)
             code = _show_status(record, st, as_json, watch, via, say, cfg.restart.max)
             if not watch:

@@ -1,0 +1,52 @@
+"""The pure parts of the headless watchdog's start (sessions/watch/detached.py): a Ctrl+C
+waits out the step that creates its session and knows it, and the watcher's last words
+reach a terminal bounded and printable."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from mntui.sessions.watch.detached import last_words, signals_deferred
+
+
+def test_a_ctrl_c_inside_the_block_comes_after_it() -> None:
+    done = []
+    with pytest.raises(KeyboardInterrupt), signals_deferred():
+        os.kill(os.getpid(), signal.SIGINT)
+        done.append("the step ran to its end")
+    assert done == ["the step ran to its end"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_nested_blocks_hold_it_until_the_outer_one_ends() -> None:
+    done = []
+    with pytest.raises(KeyboardInterrupt), signals_deferred():
+        with signals_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+        done.append("after the inner block")
+    assert done == ["after the inner block"]
+
+
+def test_no_signal_no_change() -> None:
+    with signals_deferred():
+        pass
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_last_words_are_this_watchers_last_line_printable(tmp_path: Path) -> None:
+    log = tmp_path / "watch.log"
+    log.write_bytes(b"an earlier watcher's line\n")
+    start = log.stat().st_size
+    assert last_words(log, start) == ""
+    with open(log, "ab") as fh:
+        fh.write(b"mntui: no recorded run \x1b[31mx\x07 of job t\n\n" + b"y" * 1000 + b"\r\n")
+    said = last_words(log, start)
+    assert said == "y" * 300
+    with open(log, "ab") as fh:
+        fh.write(b"mntui: no recorded run \x1b[2Jx\n")
+    assert last_words(log, start) == "mntui: no recorded run ?[2Jx"
+    assert last_words(tmp_path / "none.log", 0) == ""
