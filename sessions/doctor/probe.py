@@ -37,6 +37,7 @@ from mntui.sessions.procs import (
 )
 from mntui.sessions.results import GroupResult
 from mntui.sessions.ssh import Cluster, Node
+from mntui.sessions.termsafe import one_line
 
 from . import checks as verdicts
 from .checks import Check, Git, Probe, Python, Status, exit_code, format_rows
@@ -170,8 +171,6 @@ _PYSPY = re.compile(r"(\d+) (-|[0-3]) ?(/\S.*)?")
 
 
 _SETUP = re.compile(r"([0-9]{1,3}) ?([A-Za-z0-9+/=]*)")
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def _setup(v: str) -> Fields | None:
@@ -181,10 +180,7 @@ def _setup(v: str) -> Fields | None:
     raw = b64_bytes(m[2]) if m is not None else None
     if m is None or raw is None:
         return None
-    lines = (
-        _CONTROL.sub("", _ANSI.sub("", ln)).strip()
-        for ln in raw.decode(errors="replace").splitlines()
-    )
+    lines = (one_line(ln).strip() for ln in raw.decode(errors="replace").splitlines())
     said = " | ".join(ln for ln in lines if ln)
     if len(said) > SETUP_ERR_CHARS:
         said = said[: SETUP_ERR_CHARS - 1] + "…"

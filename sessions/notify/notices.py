@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from urllib.parse import urlsplit
 
+from mntui.sessions import termsafe
 from mntui.sessions.procs import TAG_VAR
 
 __all__ = [
@@ -112,7 +113,7 @@ def _clean(text: str) -> str:
 
 
 def one_line(text: str, limit: int = 300) -> str:
-    return _CONTROL.sub(" ", _clean(text))[:limit]
+    return termsafe.one_line(_clean(text), limit)
 
 
 def _defuse(text: str) -> str:

@@ -44,6 +44,7 @@ from mntui.sessions.config import (
 )
 from mntui.sessions.errors import UsageError
 from mntui.sessions.events import Event, Phase
+from mntui.sessions.termsafe import one_line
 
 from .fanout import Runs, SyncEvent, SyncStats, fan_out, relay_argv, remote_dest, ssh_argv, ssh_host
 
@@ -51,7 +52,6 @@ if TYPE_CHECKING:
     from mntui.sessions.config import JobConfig, NodeSpec
 
 RSYNC_TIMEOUT = 120  # seconds without I/O before rsync gives a node up
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
 # ---- the plan: one rsync command line per node (pure) --------------------------------
@@ -115,7 +115,7 @@ def parse_stats(stdout: str, seconds: float) -> SyncStats:
 
 def rsync_error(stderr: str, code: int) -> str:
     """One line: the cause rsync or ssh gave, not rsync's closing summary."""
-    lines = [_CONTROL.sub("?", x.strip())[:300] for x in stderr.splitlines() if x.strip()]
+    lines = [one_line(x.strip(), 300) for x in stderr.splitlines() if x.strip()]
     generic = ("rsync error:", "rsync: connection unexpectedly closed", "(see the rsync man")
     causes = [x for x in lines if not x.startswith(generic)]
     said = causes[-1] if causes else (lines[-1] if lines else "no message")

@@ -35,6 +35,7 @@ from types import FrameType
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import MntuiError, state_dir
 from mntui.sessions.runs import RunRecord
+from mntui.sessions.termsafe import one_line
 
 READY = "watch.ready"  # "<pid> <token>": written by the watchdog after its first poll
 TOKEN = "MNTUI_WATCH_TOKEN"  # which start a watchdog answers (an older one may linger)
@@ -155,7 +156,7 @@ def _new_session(name: str, command: str) -> int:
         if res.returncode == 0 and out.isdigit():
             return int(out)
         error = " ".join(res.stderr).strip() or f"tmux exited {res.returncode}"
-    raise WatcherFailed(f"tmux could not start session {name}: {_printable(error)}", name)
+    raise WatcherFailed(f"tmux could not start session {name}: {one_line(error)}", name)
 
 
 def confirm(record: RunRecord, spawned: Spawned, timeout: float) -> Watcher:
@@ -189,7 +190,7 @@ def _silent() -> str:
     import libtmux
 
     res = libtmux.Server().cmd("show-options", "-gv", "default-shell")
-    shell = _printable(res.stdout[0].strip()) if res.returncode == 0 and res.stdout else ""
+    shell = one_line(res.stdout[0].strip()) if res.returncode == 0 and res.stdout else ""
     said = "its tmux pane closed before it wrote a line"
     return f"{said}; the tmux server runs panes with default-shell {shell}" if shell else said
 
@@ -219,8 +220,4 @@ def last_words(log: Path, start: int) -> str:
     except OSError:
         return ""
     lines = [ln.strip() for ln in data.decode(errors="replace").splitlines() if ln.strip()]
-    return _printable(lines[-1])[:300] if lines else ""
-
-
-def _printable(text: str) -> str:
-    return "".join(c if c.isprintable() else "?" for c in text)
+    return one_line(lines[-1], 300) if lines else ""

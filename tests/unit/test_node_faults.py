@@ -136,7 +136,7 @@ def _setup_line(rc: int, err: bytes) -> str:
 
 def test_setup_stderr_comes_back_bounded_and_stripped() -> None:
     said = b"\x1b[31mbash: line 1: .venv/bin/activate: No such file or directory\x1b[0m\x07\n\n"
-    p = probe.parse_probe(_setup_line(1, said + "second\u009b line\n".encode()), TOKEN)
+    p = probe.parse_probe(_setup_line(1, said + "second\u0080 line\n".encode()), TOKEN)
     assert p.setup_status == 1
     assert (
         p.setup_err == "bash: line 1: .venv/bin/activate: No such file or directory | second line"

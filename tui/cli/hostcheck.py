@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from mntui.sessions.config import NodeSpec
 from mntui.sessions.results import NodeError
 from mntui.sessions.ssh import resolve
+from mntui.sessions.termsafe import one_line
 
 CONNECT_TIMEOUT = 3.0
 MAX_PARALLEL = 32
@@ -59,7 +60,7 @@ def check_host(node: NodeSpec, ssh_config: str | None, timeout: float) -> HostCh
     if not banner.startswith(b"SSH-"):
         return HostCheck(node.name, False, where, "answers, but not as an SSH server")
     first = banner.split(b"\r", 1)[0].split(b"\n", 1)[0].decode("ascii", "replace")[:40]
-    version = "".join(c if c.isprintable() else "?" for c in first)  # a banner is node data
+    version = one_line(first)  # a banner is node data
     return HostCheck(node.name, True, where, f"reachable: {version} ({ms:.0f} ms)")
 
 
