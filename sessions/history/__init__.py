@@ -1,6 +1,7 @@
 """Across runs: each node's failure history (blame.py) from every record, report and
 doctor result (records.py), quarantines with expiry (quarantines.py, policy.py), and
-the goodput ledger of each restart chain (ledger.py, fed by the watchdog's stepclock.py).
+the goodput ledger of each restart chain (ledger.py, its values and text goodput.py, fed
+by the watchdog's stepclock.py).
 Imports config and the ground only: pure readers and small atomic writers.
 """
 
@@ -12,9 +13,9 @@ if TYPE_CHECKING:
     from .blame import NodeHistory as NodeHistory
     from .blame import fold as fold
     from .blame import format_histories as format_histories
-    from .ledger import ChainLedger as ChainLedger
+    from .goodput import ChainLedger as ChainLedger
+    from .goodput import format_ledgers as format_ledgers
     from .ledger import chain_line as chain_line
-    from .ledger import format_ledgers as format_ledgers
     from .ledger import ledger_of as ledger_of
     from .ledger import ledgers as ledgers
     from .policy import apply_policy as apply_policy

@@ -55,8 +55,11 @@ class RunView:
 
     @property
     def ended_at(self) -> float | None:
-        """The last thing the record says happened, once the run is over."""
-        times = [t for h in self.notes if (t := number(h.get("at"))) is not None]
+        """The last thing the record says happened, once the run is over. A user's kill
+        of a run that had already ended (it keeps its `failed` or `torn-down`, the kill
+        is a note) came after its end: the chain's wall stops at the run's own end."""
+        kept = (h for h in self.notes if self.status == "killed" or h.get("what") != "kill")
+        times = [t for h in kept if (t := number(h.get("at"))) is not None]
         return max(times, default=None)
 
 

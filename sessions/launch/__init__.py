@@ -1,7 +1,7 @@
 """A run on its nodes: the plan (plan.py), starting it and waiting until it is ready
 (start.py, startchecks.py), its tmux sessions, attach, log reads, the kill (kill.py; a
-user's: userkill.py) and where the run's chain is (chains.py). Imports sync and
-below; never what polls, reports or watches.
+user's: userkill.py), freeing its ports (ports.py) and where the run's chain is
+(chains.py). Imports sync and below; never what polls, reports or watches.
 """
 
 from typing import TYPE_CHECKING
@@ -19,11 +19,8 @@ if TYPE_CHECKING:
     from .chains import heartbeat as heartbeat
     from .chains import orphaned as orphaned
     from .chains import run_config as run_config
-    from .kill import free_ports as free_ports
     from .kill import kill_job as kill_job
     from .kill import not_clean as not_clean
-    from .kill import port_holders as port_holders
-    from .kill import still_held as still_held
     from .kill import summarize as summarize
     from .logs import LineSplitter as LineSplitter
     from .logs import LogChunk as LogChunk
@@ -35,6 +32,9 @@ if TYPE_CHECKING:
     from .plan import describe as describe
     from .plan import home_path as home_path
     from .plan import job_environment as job_environment
+    from .ports import free_ports as free_ports
+    from .ports import port_holders as port_holders
+    from .ports import still_held as still_held
     from .start import Attempt as Attempt
     from .start import launch as launch
     from .start import make_plan as make_plan

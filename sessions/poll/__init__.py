@@ -1,6 +1,7 @@
 """What each node is doing now: one round trip per poll (poller.py, pollscript.py,
 pollstate.py) read into a frozen NodeSnapshot, the states derived from it, GPUs and
-training progress. Imports launch and below; decides nothing.
+training progress (progress.py; where the ranks stand: standing.py). Imports launch and
+below; decides nothing.
 """
 
 from typing import TYPE_CHECKING
@@ -12,14 +13,14 @@ if TYPE_CHECKING:
     from .gpu import GpuReading as GpuReading
     from .poller import Poller as Poller
     from .progress import DEFAULT_PATTERN as DEFAULT_PATTERN
-    from .progress import NodeProgress as NodeProgress
-    from .progress import Pace as Pace
     from .progress import ProgressTracker as ProgressTracker
-    from .progress import describe as describe
     from .snapshot import NodeSnapshot as NodeSnapshot
     from .snapshot import snapshot_dict as snapshot_dict
     from .snapshot import snapshot_from_wire as snapshot_from_wire
     from .snapshot import snapshot_wire as snapshot_wire
+    from .standing import NodeProgress as NodeProgress
+    from .standing import Pace as Pace
+    from .standing import describe as describe
     from .states import NodeState as NodeState
     from .states import Verdict as Verdict
     from .states import derive as derive

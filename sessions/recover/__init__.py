@@ -1,5 +1,6 @@
 """The restart chain: the supervisor that relaunches a failed run (supervise.py) under
-the restart policy's pure decisions (restart.py). Imports watch and below.
+the restart policy's pure decisions (restart.py), reading and marking the chain's
+records (chainstate.py). Imports watch and below.
 """
 
 from typing import TYPE_CHECKING

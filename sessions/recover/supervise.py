@@ -8,15 +8,14 @@ chain (new run id, `MNTUI_RESTART_COUNT` in the job's env). A user's `mntui kill
 marks the run killed, which ends the chain, in the backoff as anywhere else (a run that
 had already ended keeps its ending and carries the kill as a note). Each attempt is
 watched on the nodes its record says it runs on: a launch may have put a spare in a
-quarantined node's place. When the policy gives up, the run is marked `gave-up`.
+quarantined node's place. When the policy gives up, the run is marked `gave-up`. What
+the records say of the chain, and the marks on them, are chainstate.py's.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO
 
 from mntui.sessions.agent import Agent, start_agent
 from mntui.sessions.config import JobConfig
@@ -26,7 +25,6 @@ from mntui.sessions.history import active_quarantines, apply_policy, chain_line
 from mntui.sessions.launch import (
     Attempt,
     ChainView,
-    chain_of,
     guard_chain,
     heartbeat,
     kill_job,
@@ -37,7 +35,7 @@ from mntui.sessions.launch import (
 from mntui.sessions.notify import Notice, NotifyEvent
 from mntui.sessions.poll import NodeState
 from mntui.sessions.results import NodeError
-from mntui.sessions.runs import RunRecord, RunStatus, load_run, read_status
+from mntui.sessions.runs import RunRecord, RunStatus
 from mntui.sessions.ssh import Cluster
 from mntui.sessions.watch import (
     LockHeld,
@@ -49,71 +47,28 @@ from mntui.sessions.watch import (
     user_kills,
 )
 
-from .restart import AttemptEnd, Decision, decide, ends_from, repeat_culprit, swap_in_spare
+from .chainstate import (
+    WAIT_STEP,
+    Chain,
+    attempt_end,
+    earlier,
+    head,
+    mark,
+    restart_ends,
+    stopped,
+    wait_backoff,
+)
+from .restart import AttemptEnd, Decision, decide, repeat_culprit, swap_in_spare
+
+__all__ = ["DRAIN", "WAIT_STEP", "Chain", "EventSink", "Supervisor", "attempt_end", "wait_backoff"]
 
 EventSink = Callable[[Event], None]
-WAIT_STEP = 0.2  # seconds between looks at the record during a backoff
 DRAIN = 10.0  # seconds a finishing supervisor waits for its last notifications
-
-
-@dataclass(frozen=True)
-class Chain:
-    """Where a chain stands: the current run and every attempt's end so far."""
-
-    cfg: JobConfig
-    record: RunRecord
-    history: tuple[AttemptEnd, ...] = ()
-
-
-def attempt_end(chain: Chain, end: WatchEnd, last_progress: float | None) -> AttemptEnd:
-    """`last_progress` is when a step last advanced, not when output last grew: the
-    failure's own traceback is output, and a job that hangs silently until its collective
-    timeout must not count as one that made progress (`reset_after`)."""
-    rec = chain.record
-    state, culprit, cause = NodeState.FAILED, None, rec.cause or ""
-    if end.trigger is not None:
-        state, culprit = end.trigger.state, end.trigger.node
-    report = end.report
-    if report is not None:
-        culprit = report.cause_node or culprit
-        cause = report.headline
-    codes = tuple(n.exit_code for n in report.nodes if n.exit_code) if report else ()
-    started = rec.finished_launch_at or rec.created_at
-    progressed = max(0.0, last_progress - started) if last_progress else 0.0
-    return AttemptEnd(rec.attempt, rec.run_id, state, culprit, codes, progressed, cause)
-
-
-def _mark(record: RunRecord, status: RunStatus, what: str, **details: Any) -> bool:
-    """Move a live or just ended run to `status`; False if a user's kill got there first
-    (on a run that had ended, the kill is only a note: its ending stays)."""
-    moved = []
-
-    def change(r: RunRecord) -> None:
-        if (r.status.is_live or r.status.may_restart) and not r.stopped_by_user:
-            r.status = status
-            r.note(what, **details)
-            moved.append(True)
-
-    record.update(change)
-    return bool(moved)
-
-
-def wait_backoff(record: RunRecord, seconds: float) -> bool:
-    """Sleep the backoff in small steps; False as soon as a user's kill ends the chain."""
-    deadline = time.monotonic() + seconds
-    while True:
-        status = read_status(record.job, record.run_id)
-        if status is not None and status is not RunStatus.RESTARTING:
-            return False
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return True
-        time.sleep(min(WAIT_STEP, left))
 
 
 class Supervisor:
     def __init__(self, cfg: JobConfig, record: RunRecord, on_event: EventSink) -> None:
-        self.chain = Chain(cfg, record, _earlier(record))
+        self.chain = Chain(cfg, record, earlier(record))
         self.on_event = on_event
         self.notifier = make_notifier(cfg)
         self.agent: Agent | None = None
@@ -170,13 +125,13 @@ class Supervisor:
         rec = self.chain.record
         if rec.status is RunStatus.RESTARTING:
             self._say(f"resuming chain {rec.chain}: its supervisor died in the backoff")
-            return _restart_ends(rec) or self.chain.history
+            return restart_ends(rec) or self.chain.history
         if rec.status is not RunStatus.LAUNCHING or rec.attempt == 0:
             return None
         self._say(f"resuming chain {rec.chain}: attempt {rec.attempt} was left mid-launch")
         with Cluster(self.chain.cfg.nodes, self.chain.cfg.ssh) as cluster:
             kill_job(self.chain.cfg, cluster, on_event=self.on_event)
-        _mark(rec, RunStatus.ABORTED, "aborted", why="its launcher died mid-launch")
+        mark(rec, RunStatus.ABORTED, "aborted", why="its launcher died mid-launch")
         lost = AttemptEnd(rec.attempt, rec.run_id, NodeState.FAILED, None, (), 0.0,
                           "the launch was interrupted (its supervisor died)")  # fmt: skip
         return (*self.chain.history, lost)
@@ -209,7 +164,7 @@ class Supervisor:
             cfg, swapped = self._swap(cfg, history)
             n = history[-1].attempt + 1
             ends = [e.plain() for e in history]
-            if not _mark(record, RunStatus.RESTARTING, "restart", attempt=n, why=decision.why,
+            if not mark(record, RunStatus.RESTARTING, "restart", attempt=n, why=decision.why,
                          delay=decision.delay, swapped=swapped, ends=ends):  # fmt: skip
                 self._say("no restart: the user killed the chain")
                 return None
@@ -227,10 +182,10 @@ class Supervisor:
                 state = NodeState.UNREACHABLE if "unreachable" in str(exc) else NodeState.FAILED
                 history = (*history, AttemptEnd(n, None, state, None, (), 0.0, str(exc)))
                 self._say(f"attempt {n} did not start: {str(exc).splitlines()[0]}")
-                record = _head(record)  # an aborted attempt's record: the chain's latest
+                record = head(record)  # an aborted attempt's record: the chain's latest
                 continue
             ran = run_config(cfg, ChainView((result.record,)))  # a spare the launch routed in
-            if _stopped(record) or _stopped(result.record):
+            if stopped(record) or stopped(result.record):
                 self._killed_meanwhile(ran)
                 return None
             return Chain(ran, result.record, history)
@@ -266,7 +221,7 @@ class Supervisor:
 
     def _stop(self, record: RunRecord, decision: Decision, history: tuple[AttemptEnd, ...]) -> None:
         if decision.gave_up:
-            _mark(record, RunStatus.GAVE_UP, "gave-up", why=decision.why, attempts=len(history))
+            mark(record, RunStatus.GAVE_UP, "gave-up", why=decision.why, attempts=len(history))
             self._say(f"gave up: {decision.why}; last: {history[-1].cause}")
             line = chain_line(record.job, record.chain)
             self._say(line[2:])
@@ -282,27 +237,3 @@ class Supervisor:
 
     def _say(self, text: str) -> None:
         self.on_event(Event(None, None, Phase.NOTICE, text))
-
-
-def _stopped(record: RunRecord) -> bool:
-    """A user's kill reached the run (read now: the kill is another process)."""
-    now = load_run(record.job, record.run_id)
-    return now is not None and now.stopped_by_user
-
-
-def _head(record: RunRecord) -> RunRecord:
-    """The chain's latest run: only it is live, so a user's kill marks it and the next
-    restart is marked on it."""
-    view = chain_of(record.job, record)
-    return view.latest if view is not None else record
-
-
-def _earlier(record: RunRecord) -> tuple[AttemptEnd, ...]:
-    """A supervisor that takes over a chain (the app quit) picks up its history."""
-    return ends_from(record.attempts)
-
-
-def _restart_ends(record: RunRecord) -> tuple[AttemptEnd, ...]:
-    """The ends a supervisor decided its last restart on (kept in the record's note)."""
-    note = next((h for h in reversed(record.history) if h.get("what") == "restart"), None)
-    return ends_from(note.get("ends")) if note is not None else ()

@@ -115,7 +115,7 @@ def parse_stats(stdout: str, seconds: float) -> SyncStats:
 
 def rsync_error(stderr: str, code: int) -> str:
     """One line: the cause rsync or ssh gave, not rsync's closing summary."""
-    lines = [one_line(x.strip(), 300) for x in stderr.splitlines() if x.strip()]
+    lines = [s for x in stderr.splitlines() if (s := one_line(x, 300).strip())]
     generic = ("rsync error:", "rsync: connection unexpectedly closed", "(see the rsync man")
     causes = [x for x in lines if not x.startswith(generic)]
     said = causes[-1] if causes else (lines[-1] if lines else "no message")

@@ -75,6 +75,9 @@ def test_a_kill_after_the_failure_and_a_quarantine_between_attempts(tmp_path: Pa
     assert drawn == [("fail-kill", "torn-down"), ("quarantine", "user")], drawn
     assert [f["error"] for f in faults] == [None] * 2, report
     notes = [n for f in faults for n in f["notes"]]
-    assert any("before its `restarting` mark" in n for n in notes), report  # the window hit
+    # where the kill landed (in the window or, on a loaded machine, just after it in the
+    # backoff) is said, and either way the chain must end: the window itself is hit every
+    # time by tests/integration/test_chain_kill_window.py and tests/unit/test_chain_kills.py
+    assert any("kill noted" in n for n in notes), report
     assert any("SIGSTOP worker" in n and "on node2" in n for n in notes), report  # the spare
     assert res.returncode == 0 and "violations: 0" in res.stdout, report

@@ -144,3 +144,28 @@ def test_a_chain_of_attempts_counts_each_attempts_stepping_span() -> None:
                   status="restarting" if i == 0 else "killed", at=T0 + 100 * i, notes=notes))  # fmt: skip
     runs = list(scan("gspan").runs)
     assert chain_ledger(runs, T0 + 1000).training == pytest.approx(80)
+
+
+def test_a_kill_after_a_teardown_does_not_stretch_the_chains_wall() -> None:
+    """The walk of issue 29: `mntui kill` 25 s after a teardown (the run keeps its
+    `torn-down`, the kill is a note) made the chain's wall 35.5 s -> 1m00s."""
+    job, rid = "gwall", run_id(901)
+    notes = [steps(T0 + 4, T0 + 30), teardown("node1", T0 + 35)]
+    write_run(job, rid, record(job, rid, status="torn-down", notes=notes))
+    before = ledger_of(job, rid, now=T0 + 40)
+    rec = load_run(job, rid)
+    assert rec is not None and before is not None
+    rec.update(lambda r: r.note("kill", by="user"))  # now: long after T0 + 60
+    after = ledger_of(job, rid, now=T0 + 10_000)
+    assert after is not None and after.ended_at == before.ended_at == T0 + 35
+    assert after.wall == before.wall
+
+
+def test_a_failure_with_no_restart_after_it_says_so_not_unknown() -> None:
+    """`recovery ?` read as "unknown" for a chain that simply had no restart (issue 29's
+    walk); a restart whose first step was not seen yet stays `?`."""
+    job, rid = "gnone", run_id(902)
+    notes = [steps(T0 + 4, T0 + 30), teardown("node1", T0 + 35)]
+    write_run(job, rid, record(job, rid, status="torn-down", notes=notes))
+    text = format_ledgers(ledgers(scan(), now=T0 + 40))
+    assert "recovery ?" not in text and text.count("recovery none (no restart)") == 2, text

@@ -15,8 +15,8 @@ teardown starts) before any view is touched, and every view update runs through
 a widget that is gone (the app is closing) is skipped, never looked up.
 
 The app is a chain of base classes, one concept each: ops.py (cleanup, doctor, report),
-following.py (the agent's stream), drawing.py (the views), polling.py (the poll chain and
-the watchdog), jobcontrol.py (launch, kill all, restart). This module keeps the state
+following.py (the agent's stream), drawing.py (the views), watching.py (the watchdog),
+polling.py (the poll chain), jobcontrol.py (launch, kill all, restart). This module keeps the state
 they name, the layout, the order of each poll's work, and the keys on the focused node.
 """
 
