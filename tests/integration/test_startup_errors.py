@@ -6,25 +6,12 @@ from __future__ import annotations
 
 import json
 import shutil
-from typing import Any
 
 from fakecluster import FakeCluster, tagged, wait_for
 from helpers import REPO, Cfg, free_port
-
-from mntui.sessions.runs import latest
+from test_reports import saved_report
 
 FAULTY = REPO / "tests" / "jobs" / "faulty_train.py"
-
-
-def saved_report(job: str, timeout: float = 90) -> dict[str, Any]:
-    def ready() -> dict[str, Any] | None:
-        rec = latest(job)
-        path = rec.dir / "report.json" if rec and not rec.status.is_live else None
-        return json.loads(path.read_text()) if path and path.exists() else None
-
-    report = wait_for(ready, timeout, interval=0.2, what=f"the report of {job}")
-    assert isinstance(report, dict)
-    return report
 
 
 def test_a_mistyped_script_is_the_cause_and_no_nodes_fault(fake: FakeCluster, cfg: Cfg) -> None:
@@ -47,7 +34,7 @@ def test_a_mistyped_script_is_the_cause_and_no_nodes_fault(fake: FakeCluster, cf
     """)
     res = cfg.mntui(path, "launch", "--no-ui", watch=True)
     assert res.returncode == 0, res.stdout + res.stderr
-    report = saved_report(job)
+    report = saved_report(job, 90)
     wait_for(lambda: not tagged(job), 30, what="the job gone")
     want = f"python3: can't open file '{work}/trian.py': [Errno 2] No such file or directory"
     assert report["cause"] == want, report["headline"]
