@@ -35,6 +35,7 @@ from mntui.sessions.termsafe import clean, one_line
 
 from . import evidence, frchild, stacks
 from . import failure as report
+from .ended import proven_ended
 from .failure import Change, Ending, FailureReport
 from .suspect import slow_section
 from .verdict import Conclusion, conclude
@@ -271,21 +272,25 @@ def saved_report(record: RunRecord) -> tuple[str, str] | None:
 def report_now(cfg: JobConfig, record: RunRecord, cluster: Cluster) -> FailureReport:
     """`mntui report` on a run that is still going (or hung): one poll for the states,
     the ranks' stacks, every node's evidence; nothing is killed, nothing saved (a
-    snapshot is no conclusion: snapshot.py). A job that no longer runs anywhere gets no
-    stacks (there are no ranks to take them from) and says it ended."""
-    from mntui.sessions.poll import Poller, derive, may_still_run
+    snapshot is no conclusion: snapshot.py). Only a poll that proves the job ended on
+    every node (ended.py) gets no stacks and says it ended; one that proves nothing (a
+    node just starting, a node slow to answer) is a live run's. Every node is asked for
+    stacks: one that did not answer the poll in its round may only be slow (a first
+    connection on a loaded machine), and one that cannot be reached says why in its
+    entry; unlike a teardown's, no kill waits for them."""
+    from mntui.sessions.poll import Poller, derive
 
     obs = Observations()
     poller = Poller(record, cluster)
     poller.tail_from_end()
     snaps = poller.poll()
     stall = cfg.watch.stall_threshold()
-    observe(obs, snaps, {n: derive(s, stall) for n, s in snaps.items()})
-    unreachable = frozenset(n for n, s in snaps.items() if not s.reachable)
-    if not may_still_run(obs.states.values()):
+    verdicts = {n: derive(s, stall) for n, s in snaps.items()}
+    observe(obs, snaps, verdicts)
+    if proven_ended(snaps, verdicts):
         return make_report(cfg, record, cluster, obs, trigger=None, taken=None, ended_at=None,
                            ending=Ending.ENDED)  # fmt: skip
-    taken = capture_stacks(cfg, record, cluster, unreachable)
+    taken = capture_stacks(cfg, record, cluster)
     return make_report(
         cfg, record, cluster, obs, trigger=None, taken=taken, ended_at=None, ending=Ending.LIVE
     )

@@ -182,7 +182,11 @@ def test_a_live_report_says_the_stacks_are_taken_now(fake: FakeCluster, cfg: Cfg
         async with app.run_test(size=(160, 48)) as pilot:
             await pilot.press("R")
             await until(pilot, lambda: isinstance(app.screen, ReportScreen), 60, "the report")
-            text = str(app.screen.query_one("#report-text").render())
+            # The screen's own text: its widgets are composed a tick after the push (on a
+            # loaded machine, `query_one("#report-text")` right after it once found none).
+            screen = app.screen
+            assert isinstance(screen, ReportScreen)
+            text = screen.text
             assert "before the teardown" not in text
             assert "stacks of the ranks now (py-spy; the job runs on, nothing was killed)" in text
 
