@@ -25,7 +25,15 @@ from typing import IO
 
 from mntui.sessions.config import JobConfig, NodeSpec
 from mntui.sessions.errors import UsageError, private_dir, state_dir
-from mntui.sessions.runs import RUN_ID_RE, NodeRecord, RunRecord, RunStatus, latest, load_run
+from mntui.sessions.runs import (
+    RUN_ID_RE,
+    NodeRecord,
+    RunRecord,
+    RunStatus,
+    latest,
+    load_run,
+    lock_held,
+)
 
 __all__ = [
     "ChainView",
@@ -195,25 +203,11 @@ class Orphan:
     pid: str
 
 
-def _guarded(path: Path) -> bool:
-    try:
-        fh = open(path)  # noqa: SIM115 - closed below
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        fh.close()
-    return False
-
-
 def guarded(view: ChainView) -> bool:
     """A watchdog holds the chain (its supervisor) or its latest run (the app, or a
     `mntui watch`) now. A live run launched with --no-watch, or whose watchdog never
     came up, has neither: nothing tears it down."""
-    return _guarded(_lock_path(view)) or _guarded(view.latest.dir / "watch.lock")
+    return lock_held(_lock_path(view)) or lock_held(view.latest.dir / "watch.lock")
 
 
 def orphaned(view: ChainView) -> Orphan | None:
@@ -222,7 +216,7 @@ def orphaned(view: ChainView) -> Orphan | None:
     if not view.live or view.latest.status is RunStatus.KILLING:
         return None
     path = _lock_path(view)
-    if not path.exists() or _guarded(path) or _guarded(view.latest.dir / "watch.lock"):
+    if not path.exists() or lock_held(path) or lock_held(view.latest.dir / "watch.lock"):
         return None
     try:
         since = path.stat().st_mtime

@@ -16,7 +16,6 @@ it launched, which says `running` long after the run's watchdog ended it.
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import json
 import time
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from mntui.sessions.jsonshape import load, number, text
-from mntui.sessions.runs import RunRecord, RunStatus, load_run
+from mntui.sessions.runs import RunRecord, RunStatus, load_run, lock_held
 
 from .failure import Ending
 from .postmortem import saved_report
@@ -101,17 +100,7 @@ def _reported(record: RunRecord, taken: tuple[str, dict[str, Any]] | None) -> bo
 def watched(record: RunRecord) -> bool:
     """A watchdog guards the run now: every one holds the run's watch lock for its life,
     the writing of the report included (watch/watchdog.py: acquire_lock)."""
-    try:
-        fh = open(record.dir / "watch.lock")  # noqa: SIM115 - closed below
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        fh.close()
-    return False
+    return lock_held(record.dir / "watch.lock")
 
 
 def _ended_ago(record: RunRecord, taken: tuple[str, dict[str, Any]] | None) -> float | None:
