@@ -161,6 +161,12 @@ async def until(pilot: Any, cond: Callable[[], object], timeout: float, what: st
         await pilot.pause(0.1)
 
 
+def composed(app: Any, selector: str) -> bool:
+    """Whether the screen on top has composed `selector`: Textual builds a pushed screen's
+    widgets a tick after it is on top, so a loaded machine once read none there."""
+    return bool(app.screen.query(selector))
+
+
 @contextmanager
 def terminal(sock: Path) -> Iterator[libtmux.Server]:
     """A private tmux server standing in for the user's terminal, stopped at the end.

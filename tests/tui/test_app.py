@@ -10,7 +10,7 @@ import time
 from collections.abc import Awaitable
 
 from fakecluster import FakeCluster, port_listening, tagged
-from helpers import Cfg, listener_job, until
+from helpers import Cfg, composed, listener_job, until
 
 from mntui.sessions.config import load_config
 from mntui.sessions.poll import NodeState
@@ -60,7 +60,12 @@ def test_app_launches_shows_nodes_and_kills_all(fake: FakeCluster, cfg: Cfg) -> 
             assert tagged("tapp", "node0") and tagged("tapp", "node1")
 
             await pilot.press("K")
-            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 5, "confirm dialog")
+            await until(
+                pilot,
+                lambda: isinstance(app.screen, ConfirmScreen) and composed(app, "#details"),
+                5,
+                "confirm dialog",
+            )
             details = str(app.screen.query_one("#details").query_one("Static").render())
             assert re.search(r"node0: \d+ process\(es\)", details) and "node1" in details
             await pilot.press("y")
@@ -95,7 +100,12 @@ def test_cleanup_names_holder_and_quit_leaves_job_running(fake: FakeCluster, cfg
                 "first poll",
             )
             await pilot.press("c")
-            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 10, "cleanup dialog")
+            await until(
+                pilot,
+                lambda: isinstance(app.screen, ConfirmScreen) and composed(app, "#details"),
+                10,
+                "cleanup dialog",
+            )
             details = str(app.screen.query_one("#details").query_one("Static").render())
             assert f"port {port} held by pid" in details and "python3" in details
             await pilot.press("n")
@@ -103,7 +113,12 @@ def test_cleanup_names_holder_and_quit_leaves_job_running(fake: FakeCluster, cfg
             await pilot.press("d")
             from mntui.tui.app.widgets import ReportScreen
 
-            await until(pilot, lambda: isinstance(app.screen, ReportScreen), 60, "doctor report")
+            await until(
+                pilot,
+                lambda: isinstance(app.screen, ReportScreen) and composed(app, "#report-text"),
+                60,
+                "doctor report",
+            )
             report = str(app.screen.query_one("#report-text").render())
             assert re.search(
                 r"node0\s+leftovers\s+FAIL", report

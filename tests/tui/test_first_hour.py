@@ -13,7 +13,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 from fakecluster import FakeCluster, tagged
-from helpers import Cfg, listener_job, until
+from helpers import Cfg, composed, listener_job, until
 from recorded import h100_node
 
 from mntui.sessions.config import load_config
@@ -103,7 +103,12 @@ def test_each_line_once_when_the_agent_takes_over(fake: FakeCluster, cfg: Cfg) -
             )
             # The kill dialog names the tmux sessions the nodes really have.
             await pilot.press("K")
-            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 10, "the dialog")
+            await until(
+                pilot,
+                lambda: isinstance(app.screen, ConfirmScreen) and composed(app, "#details"),
+                10,
+                "the dialog",
+            )
             details = str(app.screen.query_one("#details").query_one("Static").render())
             named = re.findall(r"tmux session (\S+)", details)
             assert sorted(named) == ["t+once-node0", "t+once-node1"], details
@@ -181,7 +186,12 @@ def test_a_live_report_says_the_stacks_are_taken_now(fake: FakeCluster, cfg: Cfg
         app = MntuiApp(config, poll=False, watchdog=False)
         async with app.run_test(size=(160, 48)) as pilot:
             await pilot.press("R")
-            await until(pilot, lambda: isinstance(app.screen, ReportScreen), 60, "the report")
+            await until(
+                pilot,
+                lambda: isinstance(app.screen, ReportScreen) and composed(app, "#report-text"),
+                60,
+                "the report",
+            )
             # The screen's own text: its widgets are composed a tick after the push (on a
             # loaded machine, `query_one("#report-text")` right after it once found none).
             screen = app.screen

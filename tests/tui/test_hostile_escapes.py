@@ -19,6 +19,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
+from helpers import composed, until
 from recorded import h100_node
 from textual.widgets import RichLog
 from textual.widgets._toast import Toast
@@ -121,15 +122,23 @@ def test_a_failures_cause_reaches_the_events_a_toast_and_the_report_without_esca
             assert sum(SHOWN in toast for toast in toasts) == 2, toasts
             app.busy = "cleanup"
             app.post_message(HoldersFound({"node0": (holder,)}, {}))
-            await pilot.pause(0.2)
-            assert isinstance(app.screen, ConfirmScreen)
+            await until(
+                pilot,
+                lambda: isinstance(app.screen, ConfirmScreen) and composed(app, "#details"),
+                10,
+                "ConfirmScreen",
+            )
             details = str(app.screen.query_one("#details").query_one("Static").render())
             assert "python3 [/][red]x.py" in details and not CONTROL.search(details)
             await pilot.press("n")
             await pilot.pause(0.2)
             app.post_message(ReportReady(f"report: esc {HOSTILE}", render(built)))
-            await pilot.pause(0.2)
-            assert isinstance(app.screen, ReportScreen)
+            await until(
+                pilot,
+                lambda: isinstance(app.screen, ReportScreen) and composed(app, "#report-text"),
+                10,
+                "ReportScreen",
+            )
             report = str(app.screen.query_one("#report-text").render())
             title = str(app.screen.query_one("Label").render())
             assert title == "report: esc [/][red]", repr(title)

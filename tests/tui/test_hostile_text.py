@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from helpers import composed, until
 from recorded import h100_node
 from textual.widgets import RichLog
 from textual.widgets._toast import Toast
@@ -146,15 +147,23 @@ def test_dialogs_and_reports_show_node_text_as_written() -> None:
     async def body(pilot: Any) -> None:
         app.busy = "cleanup"
         app.post_message(HoldersFound({"node0": (holder,)}, {}))
-        await settle(pilot)
-        assert isinstance(app.screen, ConfirmScreen)
+        await until(
+            pilot,
+            lambda: isinstance(app.screen, ConfirmScreen) and composed(app, "#details"),
+            10,
+            "ConfirmScreen",
+        )
         details = str(app.screen.query_one("#details").query_one("Static").render())
         assert CLOSE in details and "[@click=app.kill_all]" in details
         await pilot.press("n")
         await settle(pilot)
         app.post_message(DoctorDone(f"node0  ssh  FAIL  {CLOSE} {TORCH}", ExitCode.DOCTOR_FAIL))
-        await settle(pilot)
-        assert isinstance(app.screen, ReportScreen)
+        await until(
+            pilot,
+            lambda: isinstance(app.screen, ReportScreen) and composed(app, "#report-text"),
+            10,
+            "ReportScreen",
+        )
         report = str(app.screen.query_one("#report-text").render())
         assert CLOSE in report and TORCH in report
 

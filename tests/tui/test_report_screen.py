@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from fakecluster import FakeCluster, free_port, tagged, wait_for
-from helpers import REPO, Cfg, listener_job, until
+from helpers import REPO, Cfg, composed, listener_job, until
 
 from mntui.sessions.config import load_config
 from mntui.sessions.config.jobconfig import parse_config
@@ -79,7 +79,12 @@ def watch_lock(rec: RunRecord) -> Iterator[None]:
 async def _report_screen(app: MntuiApp, pilot: Any) -> tuple[str, str]:
     """`R`, and the (title, text) of the screen it opens."""
     await pilot.press("R")
-    await until(pilot, lambda: isinstance(app.screen, ReportScreen), 60, "the report screen")
+    await until(
+        pilot,
+        lambda: isinstance(app.screen, ReportScreen) and composed(app, "#report-text"),
+        60,
+        "the report screen",
+    )
     screen: Any = app.screen
     shown = (str(screen.title_text), str(screen.text))
     await pilot.press("escape")
