@@ -182,6 +182,9 @@ class Supervisor:
                 state = NodeState.UNREACHABLE if "unreachable" in str(exc) else NodeState.FAILED
                 history = (*history, AttemptEnd(n, None, state, None, (), 0.0, str(exc)))
                 self._say(f"attempt {n} did not start: {str(exc).splitlines()[0]}")
+                if stopped(record):  # a kill while it started, before its record existed
+                    self._say("no restart: the user killed the chain")
+                    return None
                 record = head(record)  # an aborted attempt's record: the chain's latest
                 continue
             ran = run_config(cfg, ChainView((result.record,)))  # a spare the launch routed in

@@ -159,6 +159,28 @@ def test_a_kill_after_a_relaunch_that_did_not_start_ends_the_chain(
     ]
 
 
+def test_a_kill_while_a_relaunch_starts_and_then_fails_ends_the_chain(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The review's order: the kill comes while the relaunch connects (no new record yet,
+    so it marks the run in its backoff), then the relaunch aborts; deciding on the aborted
+    record alone, which has no kill note, restarted again."""
+    cfg = config("ck1c", "restart: {max: 3, backoff: 0}\n")
+    first = record("ck1c", R0, ("n0", "n1"), RunStatus.TORN_DOWN, chain=R0, created_at=1.0)
+    launches: list[int] = []
+
+    def aborts(cfg_: JobConfig, *, on_event: Any, attempt: start.Attempt) -> None:
+        launches.append(attempt.number)
+        kill(cfg)  # the user, while the relaunch still connects
+        rid = f"20260101-00020{attempt.number}-cccc"
+        record("ck1c", rid, ("n0", "n1"), RunStatus.ABORTED, chain=R0, attempt=attempt.number)
+        raise LaunchError("n0: not ready within 90s")
+
+    monkeypatch.setattr(supervise, "launch", aborts)
+    assert supervisor(cfg, first, [])._next((failed_on("n1", R0),)) is None
+    assert launches == [1], "relaunched after the user's kill"
+
+
 # -- finding 2: the supervised attempt runs where the launch put it -----------------------
 
 
