@@ -121,7 +121,9 @@ def spawn(cfg: JobConfig, record: RunRecord) -> Spawned:
     from mntui.sessions.launch import watch_session_name
 
     name, token = watch_session_name(cfg.job), secrets.token_hex(8)
-    argv = [sys.executable, "-m", "mntui.tui.cli", "-c", os.path.abspath(cfg.path)]
+    # -P: `-m` would put the launch's directory (a project's, a shared one) first on
+    # sys.path, and a statistics.py there would run inside the watchdog
+    argv = [sys.executable, "-P", "-m", "mntui.tui.cli", "-c", os.path.abspath(cfg.path)]
     argv += ["watch", "--run", record.run_id]
     env = {**os.environ, TOKEN: token, "XDG_STATE_HOME": str(state_dir().parent.absolute())}
     fd, spec = tempfile.mkstemp(dir=record.dir, prefix="watch.", suffix=".env")  # 0600
@@ -134,7 +136,7 @@ def spawn(cfg: JobConfig, record: RunRecord) -> Spawned:
     command = f"{shim} 2>&1 | tee -a {shlex.quote(str(log))}"
     try:
         pid = _new_session(name, command)
-    except WatcherFailed:
+    except BaseException:  # the spec holds the whole environment: never left behind
         Path(spec).unlink(missing_ok=True)
         raise
     return Spawned(name, pid, token, log_from, Path(spec))
@@ -144,14 +146,18 @@ def _new_session(name: str, command: str) -> int:
     """The session's pane PID. Retried: a server whose last session just closed exits,
     and a client that reaches it meanwhile hears `server exited unexpectedly`."""
     import libtmux
+    from libtmux.exc import LibTmuxException
 
     server = libtmux.Server()
     error = ""
     for attempt in range(TRIES):
         if attempt:
             time.sleep(0.1 * attempt)
-        server.cmd("kill-session", "-t", f"={name}")  # an earlier watcher of the job
-        res = server.cmd("new-session", "-d", "-s", name, "-P", "-F", "#{pane_pid}", command)
+        try:
+            server.cmd("kill-session", "-t", f"={name}")  # an earlier watcher of the job
+            res = server.cmd("new-session", "-d", "-s", name, "-P", "-F", "#{pane_pid}", command)
+        except (OSError, LibTmuxException) as exc:  # no tmux here (only the nodes need it)
+            raise WatcherFailed(f"tmux could not start: {one_line(str(exc))}", name) from None
         out = res.stdout[0].strip() if res.stdout else ""
         if res.returncode == 0 and out.isdigit():
             return int(out)

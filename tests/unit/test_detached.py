@@ -50,3 +50,23 @@ def test_last_words_are_this_watchers_last_line_printable(tmp_path: Path) -> Non
         fh.write(b"mntui: no recorded run \x1b[2Jx\n")
     assert last_words(log, start) == "mntui: no recorded run x"  # the escape goes whole
     assert last_words(tmp_path / "none.log", 0) == ""
+
+
+def test_no_local_tmux_is_a_watcher_failure_that_leaves_no_environment_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The nodes need tmux, this machine may not: libtmux's TmuxCommandNotFound became an
+    "internal error" and left watch.*.env (every variable, secrets too) in the run dir."""
+    from mntui.sessions.config.jobconfig import parse_config
+    from mntui.sessions.runs import NodeRecord, RunRecord
+    from mntui.sessions.watch import WatcherFailed, start_detached
+
+    cfg = parse_config("job: nt\nnodes: [n0]\ncommand: sleep 1\n", str(tmp_path / "c.yaml"))
+    rec = RunRecord("nt", "20260101-000000-abcd", "c.yaml", "m", 1,
+                    [NodeRecord("n0", "h", 0, "s", "t", "d")])  # fmt: skip
+    rec.create()
+    (tmp_path / "bin").mkdir()
+    with monkeypatch.context() as m, pytest.raises(WatcherFailed, match="tmux could not start"):
+        m.setenv("PATH", str(tmp_path / "bin"))  # a machine without tmux
+        start_detached(cfg, rec, timeout=5)
+    assert not list(rec.dir.glob("watch.*.env"))
