@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import os
 import re
 import secrets
 import shlex
@@ -157,7 +158,9 @@ def save_flight_records(record: RunRecord, evidence: dict[str, NodeEvidence]) ->
                 continue
             try:
                 path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-                path.write_bytes(data)
+                tmp = path.with_name(f".{name}.{os.getpid()}.tmp")
+                tmp.write_bytes(data)
+                os.replace(tmp, path)  # a reader (the report, a copy) never sees half
             except OSError as exc:
                 log_exception(f"flight recorder dump {node}/{name}", exc)
                 continue

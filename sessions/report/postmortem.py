@@ -10,7 +10,6 @@ headline, so `mntui status` can say in one line why an ended run ended.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from mntui.sessions.poll import (
     describe,
 )
 from mntui.sessions.procs import run_pattern
-from mntui.sessions.runs import RunRecord
+from mntui.sessions.runs import RunRecord, write_atomic
 from mntui.sessions.ssh import Cluster
 from mntui.sessions.termsafe import clean, one_line
 
@@ -148,13 +147,15 @@ def make_report(
     taken: Stacks | None,
     ended_at: float | None,
     ending: Ending,
+    keep_dumps: bool = False,
 ) -> FailureReport:
     """Read every node's evidence (one round trip each, in parallel) and build. Saving
-    is the watchdog's (`try_report`): a snapshot is never the run's conclusion."""
+    is the watchdog's (`try_report`, which keeps the Flight Recorder dumps in the run dir
+    too): a snapshot is never the run's conclusion, nor writes beside it."""
     prefixes = {n.name: evidence.flight_recorder_prefix(dict(n.env)) for n in cfg.nodes}
     lost = trigger[0] if trigger is not None and trigger[1] is NodeState.UNREACHABLE else None
     found = evidence.gather(cluster, record, prefixes, frozenset({lost} if lost else ()))
-    saved = evidence.save_flight_records(record, found.succeeded)
+    saved = evidence.save_flight_records(record, found.succeeded) if keep_dumps else []
     by_node = taken.by_node if taken is not None else {}
     conclusion = _conclusion(record, trigger, taken, found.succeeded, ending)
     nodes = [
@@ -237,7 +238,7 @@ def try_report(
     try:
         built = make_report(
             cfg, record, cluster, obs, trigger=trigger, taken=taken, ended_at=ended_at,
-            ending=ending,
+            ending=ending, keep_dumps=True,
         )  # fmt: skip
         save(record, built)
         return built
@@ -246,17 +247,12 @@ def try_report(
         return None
 
 
-def _write_private(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-
-
 def save(record: RunRecord, built: FailureReport) -> Path:
     """The text and the cause go to terminals as they are (`cat`, `mntui status`): node
     text in them is made safe here (termsafe.py); the JSON escapes its own."""
-    _write_private(record.dir / "report.txt", clean(report.render(built)))
-    _write_private(record.dir / "report.json", json.dumps(report.to_json(built), indent=2))
+    # replaced whole: `mntui report` and the app read them while a teardown writes twice
+    write_atomic(record.dir / "report.txt", clean(report.render(built)))
+    write_atomic(record.dir / "report.json", json.dumps(report.to_json(built), indent=2))
     record.update(lambda r: setattr(r, "cause", one_line(built.headline)))
     return record.dir / "report.txt"
 
