@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mntui.sessions.config import JobConfig
+from mntui.sessions.errors import UsageError
 from mntui.sessions.runs import RunRecord
 from mntui.sessions.ssh import Cluster, Node
 from mntui.sessions.wire import encode, message
@@ -70,13 +71,16 @@ def serve_kill(
             conn.sendall(data)
 
     tell(message(ok=True, accepted=True, pid=os.getpid()))
-    results = stop_job(
-        t.cfg,
-        t.cluster,
-        names=names,
-        grace=grace,
-        on_event=lambda e: tell(message(kind="event", event=encode(e))),
-    )
+    try:
+        results = stop_job(
+            t.cfg,
+            t.cluster,
+            names=names,
+            grace=grace,
+            on_event=lambda e: tell(message(kind="event", event=encode(e))),
+        )
+    except UsageError as exc:  # a partial kill in the backoff: the user's one line, no bug
+        raise Refused(str(exc)) from None
     clean, text = summarize(t.cfg.job, results)
     tell(message(kind="done", clean=clean, text=text))
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -213,3 +214,23 @@ def test_a_deeply_nested_or_huge_run_record_is_unreadable() -> None:
     assert load_run("oddjob", RID) is None
     (d / "run.json").write_text(" " * (MAX_FILE + 1) + "{}")
     assert load_run("oddjob", RID) is None
+
+
+def test_status_on_an_unreadable_latest_record_is_no_nothing_running(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit 3 says nothing runs; a latest record that is there but does not read proves
+    no such thing (the review of issue 29's exit code): one line and exit 1."""
+    from mntui.sessions.runs import NodeRecord, RunRecord
+    from mntui.tui.cli.entry import main
+
+    config = tmp_path / "c.yaml"
+    config.write_text("job: oddjob\nnodes: [n0]\ncommand: sleep 1\n")
+    assert main(["-c", str(config), "status"]) == 3
+    rec = RunRecord("oddjob", RID, "c.yaml", "m", 1, [NodeRecord("n0", "h", 0, "s", "t", "d")])
+    rec.create()
+    (rec.dir / "run.json").write_text(json.dumps({"history": 5}))
+    capsys.readouterr()
+    assert main(["-c", str(config), "status"]) == 1
+    err = capsys.readouterr().err
+    assert "cannot be read" in err and err.count("\n") == 1

@@ -143,12 +143,20 @@ def cmd_app(args: argparse.Namespace) -> int:
 
 
 def cmd_status(cfg: JobConfig, args: argparse.Namespace) -> int:
-    """No recorded run of the job is nothing running (exit 3), not a usage error."""
+    """No recorded run of the job is nothing running (exit 3), not a usage error; a
+    record that is there but cannot be read is no proof of that (the watchdog reads it
+    as unknown too): that is said, exit 1."""
+    from mntui.sessions.errors import state_dir
     from mntui.sessions.runs import latest
 
     from .views import cmd_status as view
 
     if args.run is None and latest(cfg.job) is None:
+        if (state_dir() / cfg.job / "latest").exists():
+            say(f"mntui: the record of {cfg.job!r}'s latest run cannot be read "
+                f"({state_dir() / cfg.job}); its job may still run: `mntui kill` "
+                "reaches it by tag", err=True)  # fmt: skip
+            return ExitCode.FAILED
         say(
             f"nothing of job {cfg.job!r} is running: no recorded run on this machine", err=args.json
         )
