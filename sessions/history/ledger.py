@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mntui.sessions.jsonshape import count
+from mntui.sessions.jsonshape import count, number
 
 from .blame import ENDED, failure_of
 from .goodput import GPUS_FROM, ChainLedger, Loss, format_ledgers, span, total_line
@@ -46,10 +46,7 @@ LIVE = frozenset({"launching", "running", "restarting", "killing"})
 
 
 def _num(note: Mapping[str, Any] | None, key: str) -> float | None:
-    value = note.get(key) if note is not None else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
+    return number(note.get(key)) if note is not None else None
 
 
 def _steps(run: RunView) -> Mapping[str, Any] | None:

@@ -29,9 +29,14 @@ def test_a_run_whose_panes_have_not_taken_the_tag_is_live(fake: FakeCluster, cfg
     record = run_record(make_plan(config), config.path)
     record.create()
     with Cluster(config.nodes, config.ssh) as cluster:
-        for n in record.nodes:  # an untagged pane, as tmux's shell is before its exec
-            start = f"tmux new-session -d -s {shlex.quote(n.session)} 'sleep 600'"
-            assert cluster.nodes[n.node].run(start, timeout=20).ok
-        built = report_now(config, record, cluster)
+        try:
+            for n in record.nodes:  # an untagged pane, as tmux's shell is before its exec
+                start = f"tmux new-session -d -s {shlex.quote(n.session)} 'sleep 600'"
+                assert cluster.nodes[n.node].run(start, timeout=20).ok
+            built = report_now(config, record, cluster)
+        finally:  # untagged: the suite's sweep by tag would not find them
+            for n in record.nodes:
+                stop = f"tmux kill-session -t {shlex.quote('=' + n.session)}"
+                cluster.nodes[n.node].run(stop, timeout=20)
     assert built.ending is Ending.LIVE, built.headline
     assert {n.state for n in built.nodes} == {"not-running"}

@@ -60,16 +60,20 @@ def test_a_log_line_reaches_the_pane_and_the_log_screen_without_escapes() -> Non
             snap = replace(snap, new_output=f"{EVIL}\n".encode())
             app.post_message(NodeSnap(snap))
             app.post_message(PollDone({"node1": snap}))
-            await pilot.pause()
-            await pilot.pause(0.2)
             pane = app.query_one("#pane-node1", NodePane)
+            await until(pilot, lambda: "step 5" in str(pane.render()), 10, "the pane's log")
             shown: Any = str(pane.render())
             assert "step 5 /w/train.py" in shown and not CONTROL.search(shown), repr(shown)
             pane.focus()
             await pilot.press("v")
-            await pilot.pause(0.2)
-            assert isinstance(app.screen, LogScreen)
-            lines = [line.text for line in app.screen.query_one(RichLog).lines]
+
+            def log_lines() -> list[str]:
+                if not (isinstance(app.screen, LogScreen) and composed(app, "RichLog")):
+                    return []
+                return [line.text for line in app.screen.query_one(RichLog).lines]
+
+            await until(pilot, log_lines, 10, "the log screen's lines")
+            lines = log_lines()
             assert lines[-1].rstrip() == "step 5 /w/train.py", lines[-1:]
 
     asyncio.run(go())
@@ -112,10 +116,18 @@ def test_a_failures_cause_reaches_the_events_a_toast_and_the_report_without_esca
             app.post_message(KillDone(False, f"watchdog tore the job down: {built.headline}"))
             app.post_message(EngineEvent(Event("node1", 1, Phase.FAILED, FAILURE)))
             app.post_message(Notice(f"poll failed: {FAILURE}", "error"))
-            await pilot.pause()
-            await pilot.pause(0.2)
-            events = [line.text for line in app.query_one("#events", RichLog).lines]
-            toasts = [str(t.render()) for t in app.screen.query(Toast)]
+
+            def shown_now() -> tuple[list[str], list[str]]:
+                events = [line.text for line in app.query_one("#events", RichLog).lines]
+                return events, [str(t.render()) for t in app.screen.query(Toast)]
+
+            await until(
+                pilot,
+                lambda: all(sum(SHOWN in x for x in xs) >= 2 for xs in shown_now()),
+                10,
+                "the events and toasts",
+            )
+            events, toasts = shown_now()
             for shown in (*events, *toasts):
                 assert not CONTROL.search(shown) and "52;c;" not in shown, repr(shown)
             assert sum(SHOWN in line for line in events) == 2, events
