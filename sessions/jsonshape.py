@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,3 +81,37 @@ def listed(data: dict[str, Any], key: str) -> tuple[list[Any], int]:
     if value is None:
         return [], 0
     return (value, 0) if isinstance(value, list) else ([], 1)
+
+
+# A record's shape, key by key: each check says whether a value is of it (runs.py's).
+Check = Callable[[Any], bool]
+
+
+def optional(check: Check) -> Check:
+    return lambda v: v is None or check(v)
+
+
+def list_of(check: Check) -> Check:
+    return lambda v: isinstance(v, list) and all(check(x) for x in v)
+
+
+def shaped(data: Any, spec: dict[str, Check]) -> bool:
+    """Every key one the spec knows, its value of the spec's shape (a missing key is the
+    reader's to default or refuse)."""
+    return isinstance(data, dict) and all(k in spec and spec[k](v) for k, v in data.items())
+
+
+def is_str(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+def is_count(v: Any) -> bool:
+    return count(v) is not None
+
+
+def is_time(v: Any) -> bool:
+    return number(v) is not None
+
+
+def is_map(v: Any) -> bool:
+    return isinstance(v, dict)

@@ -24,7 +24,17 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError, private_dir, state_dir
-from .jsonshape import count, load, number
+from .jsonshape import (
+    Check,
+    is_count,
+    is_map,
+    is_str,
+    is_time,
+    list_of,
+    load,
+    optional,
+    shaped,
+)
 
 __all__ = [
     "NodeRecord",
@@ -164,65 +174,32 @@ class RunRecord:
         """ValueError for a file that is no record of this shape (jsonshape.load bounds
         its size and depth), so no reader meets a number, list or map it cannot use."""
         data = load(path)
-        if not _shaped(data, _RUN):
+        if not shaped(data, _RUN):
             raise ValueError(f"{path}: not a run record this mntui can read")
         data["nodes"] = [NodeRecord(**n) for n in data["nodes"]]
         data["status"] = RunStatus(data["status"])
         return cls(**data)
 
 
-Check = Callable[[Any], bool]
-
-
-def _optional(check: Check) -> Check:
-    return lambda v: v is None or check(v)
-
-
-def _list_of(check: Check) -> Check:
-    return lambda v: isinstance(v, list) and all(check(x) for x in v)
-
-
-def _shaped(data: Any, spec: dict[str, Check]) -> bool:
-    """Every key one the spec knows, its value of the spec's shape (a missing key is the
-    dataclass's to default or refuse)."""
-    return isinstance(data, dict) and all(k in spec and spec[k](v) for k, v in data.items())
-
-
-def _is_str(v: Any) -> bool:
-    return isinstance(v, str)
-
-
-def _is_count(v: Any) -> bool:
-    return count(v) is not None
-
-
-def _is_time(v: Any) -> bool:
-    return number(v) is not None
-
-
-def _is_map(v: Any) -> bool:
-    return isinstance(v, dict)
-
-
 _NODE: dict[str, Check] = {
-    **dict.fromkeys(("node", "host", "session", "tag", "run_dir"), _is_str),
-    "rank": _is_count,
-    "started_at": _optional(_is_time),
-    "nproc": _optional(_is_count),
+    **dict.fromkeys(("node", "host", "session", "tag", "run_dir"), is_str),
+    "rank": is_count,
+    "started_at": optional(is_time),
+    "nproc": optional(is_count),
 }
 _RUN: dict[str, Check] = {
-    **dict.fromkeys(("job", "run_id", "config", "master_addr"), _is_str),
-    **dict.fromkeys(("error", "cause", "chain"), _optional(_is_str)),
-    **dict.fromkeys(("ready_at", "finished_launch_at"), _optional(_is_time)),
-    "master_port": _is_count,
-    "attempt": _is_count,
-    "created_at": _is_time,
+    **dict.fromkeys(("job", "run_id", "config", "master_addr"), is_str),
+    **dict.fromkeys(("error", "cause", "chain"), optional(is_str)),
+    **dict.fromkeys(("ready_at", "finished_launch_at"), optional(is_time)),
+    "master_port": is_count,
+    "attempt": is_count,
+    "created_at": is_time,
     "status": lambda v: isinstance(v, str) and v in RunStatus._value2member_map_,
-    "nodes": _list_of(lambda n: _shaped(n, _NODE)),
-    "attempts": _list_of(_is_map),
-    "history": _list_of(_is_map),
-    "node_source": _optional(_is_map),
-    "killed_nodes": _list_of(_is_str),
+    "nodes": list_of(lambda n: shaped(n, _NODE)),
+    "attempts": list_of(is_map),
+    "history": list_of(is_map),
+    "node_source": optional(is_map),
+    "killed_nodes": list_of(is_str),
 }
 
 
