@@ -49,3 +49,32 @@ def test_a_headless_watchdog_that_dies_at_start_leaves_the_app_watching(
     asyncio.run(go())
     assert tagged(job, "node0") and tagged(job, "node1")
     assert cfg.mntui(path, "kill").returncode == 0
+
+
+def test_quitting_the_watching_app_hands_the_job_to_a_watchdog_confirmed_after_it(
+    fake: FakeCluster, cfg: Cfg
+) -> None:
+    """The app that watches a run hands it over when it quits: the watchdog is started on
+    the way out and confirmed after the app is gone (its first poll can take seconds,
+    which once froze the quitting app on its own loop)."""
+    from mntui.sessions.runs import latest, lock_held
+    from mntui.sessions.watch import CONFIRM, confirm
+
+    job = "wsquit"
+    path = cfg.write(listener_job(job, free_port()))
+    assert cfg.mntui(path, "launch", "--no-ui", "--no-watch").returncode == 0
+    config = load_config(path)
+    app = MntuiApp(config, watchdog=True)
+
+    async def go() -> None:
+        async with app.run_test(size=(160, 48)) as pilot:
+            await until(pilot, lambda: app.watcher == "here", 30, "the app watching")
+            await pilot.press("q")
+
+    asyncio.run(go())
+    assert app.handed is not None and app.left_unwatched is None
+    assert (record := latest(job)) is not None and record.run_id == app.handed[0].run_id
+    up = confirm(*app.handed, CONFIRM)
+    assert up.pid > 0 and lock_held(app.handed[0].dir / "watch.lock")
+    assert tagged(job, "node0") and tagged(job, "node1")
+    assert cfg.mntui(path, "kill").returncode == 0

@@ -274,6 +274,15 @@ def run_app(
         cfg = run_config(cfg, view) if view is not None and view.live else cfg
     app = MntuiApp(cfg, launch_now=launch_now, restart=restart, watchdog=watchdog)
     app.run()
+    if app.handed is not None:  # quitting handed the job over: is its watchdog up?
+        from mntui.sessions.watch import CONFIRM, WatcherFailed, confirm
+
+        from .watching import unwatched
+
+        try:
+            confirm(*app.handed, CONFIRM)
+        except WatcherFailed as exc:
+            app.left_unwatched = unwatched(cfg.job, exc)
     if app.left_unwatched:  # quitting handed the job to a watchdog that did not start
         print(app.left_unwatched, file=sys.stderr)
         return ExitCode.FAILED

@@ -24,6 +24,7 @@ from mntui.sessions.watch import (
     Judge,
     LockHeld,
     Sampler,
+    Spawned,
     Trigger,
     acquire_lock,
     teardown,
@@ -43,6 +44,7 @@ class Watching(Drawing):
     due: tuple[Deadline, ...]
     sampler: Sampler | None = None  # while the app is the run's watchdog
     left_unwatched: str | None = None  # the job runs on, and no watchdog took it over
+    handed: tuple[RunRecord, Spawned] | None = None  # the watchdog quitting started
 
     @work(thread=True, group="watchdog", exit_on_error=False)
     def hand_over(self, record: RunRecord, generation: int) -> None:
@@ -169,14 +171,23 @@ class Watching(Drawing):
         if self.lock is None or self.record is None:
             return
         self.release_lock()
-        active = may_still_run(v.verdict.state for v in self.views.values() if v.verdict)
-        if active:
-            from mntui.sessions.watch import WatcherFailed, start_detached
+        seen = [v.verdict.state for v in self.views.values() if v.verdict]
+        # a node not polled yet may run: quitting before the first poll hands over too
+        active = len(seen) < len(self.views) or may_still_run(seen)
+        if active:  # started here, confirmed by run_app once the app is gone: the
+            # confirmation waits for the watchdog's first poll, never on the app's loop
+            from mntui.sessions.watch import WatcherFailed, signals_deferred, spawn
 
             try:
-                start_detached(self.cfg, self.record)
+                with signals_deferred():
+                    self.handed = (self.record, spawn(self.cfg, self.record))
             except WatcherFailed as exc:  # said after the app's last line (run_app)
-                self.left_unwatched = (
-                    f"mntui: {self.cfg.job} runs UNWATCHED: its headless watchdog did not "
-                    f"start: {exc}; `mntui watch` guards it, `mntui kill` stops it"
-                )
+                self.left_unwatched = unwatched(self.cfg.job, exc)
+
+
+def unwatched(job: str, why: object) -> str:
+    """The app's last line when the watchdog it handed the job to did not start."""
+    return (
+        f"mntui: {job} runs UNWATCHED: its headless watchdog did not start: {why}; "
+        "`mntui watch` guards it, `mntui kill` stops it"
+    )
