@@ -181,3 +181,33 @@ def test_panes_before_a_launch_show_each_node(fake: FakeCluster, cfg: Cfg, tmp_p
     t0 = time.monotonic()
     asyncio.run(go())
     assert time.monotonic() - t0 < 60
+
+
+def test_a_snapshot_of_a_node_without_a_pane_is_not_a_crash() -> None:
+    """A spare a launch routed in (a quarantined node's place) runs the attempt but has no
+    pane in an app built from the config: its snapshot once raised KeyError and ended the
+    app (the review of issue 28's route-around)."""
+    import asyncio
+
+    from recorded import h100_node
+
+    from mntui.sessions.config.jobconfig import parse_config
+    from mntui.tui.app.main import MntuiApp
+    from mntui.tui.app.messages import NodeSnap, PollDone
+
+    app = MntuiApp(
+        parse_config("job: sp\nnodes: [node0, node1]\ncommand: x\n", "sp.yaml"),
+        poll=False,
+        watchdog=False,
+    )
+
+    async def go() -> None:
+        async with app.run_test(size=(160, 48)) as pilot:
+            snap, _ = h100_node("spare2", 1)
+            app.post_message(NodeSnap(snap))
+            app.post_message(PollDone({"spare2": snap}))
+            await pilot.pause()
+            assert set(app.views) == {"node0", "node1"}
+
+    asyncio.run(go())
+    assert app._exception is None, app._exception

@@ -54,9 +54,15 @@ class Polling(Watching):
         self.draw("views", self.refresh_views)
         self.draw("header", self.refresh_header)
         self.release_lock()
+        # a spare a launch routed in (a quarantine) has no pane nor connection here: the
+        # run is watched by the headless watchdog, which reads its nodes from the record
+        unseen = [n.node for n in record.nodes if n.node not in self.views]
+        if unseen:
+            self.log_event(f"{', '.join(unseen)} run(s) this attempt and have no pane here: "
+                           "`mntui` again shows every node of the run")  # fmt: skip
         if watch_here and record.status.is_live:
             self.take_watch(record)
-            if self.lock is not None and self.cfg.restart.max > 0:
+            if self.lock is not None and (self.cfg.restart.max > 0 or unseen):
                 self.release_lock()  # restarts are the headless supervisor's
                 self.watcher = "headless (starting)"
                 self.hand_over(record, self.generation + 1)
@@ -111,7 +117,9 @@ class Polling(Watching):
             self.apply_snapshot(message.snap)
 
     def apply_snapshot(self, snap: NodeSnapshot, verdict: Verdict | None = None) -> None:
-        view = self.views[snap.node]
+        view = self.views.get(snap.node)
+        if view is None:  # a node of the run without a pane here (attach_run said so)
+            return
         view.snap = snap
         view.verdict = verdict or self.judge.verdicts({snap.node: snap})[snap.node]
         if snap.node in self.fresh and snap.reachable:  # our first read of this log

@@ -100,7 +100,8 @@ class Watching(Drawing):
         if self.obs.tracker is not None and self.judge.learn(self.obs.tracker.pace()):
             self.log_event(f"stall threshold: {threshold_text(self.judge)}")
         for name, v in verdicts.items():
-            self.views[name].verdict = v
+            if name in self.views:
+                self.views[name].verdict = v
         if self.busy != "kill":  # a kill in progress looks like failures; it is not one
             self.act_on(triggers)
 
