@@ -174,7 +174,9 @@ def check_sessions(found: Mapping[str, Sequence[str]]) -> list[Violation]:
 
 def check_chain(records: Sequence[RunRecord]) -> list[Violation]:
     """The chain ended: its latest attempt in a terminal state, every earlier one terminal
-    or `restarting` with a later attempt after it (what the supervisor leaves)."""
+    or `restarting` with a later attempt after it (what the supervisor leaves). Called with
+    no record only where the fault's launch recorded a run (a Ctrl+C before the record
+    leaves none, by design: start.py records a run once its nodes are reached and checked)."""
     if not records:
         return [Violation("chain", None, "no run record at all")]
     ordered = sorted(records, key=lambda r: (r.attempt, r.created_at))

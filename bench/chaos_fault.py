@@ -151,7 +151,9 @@ class Fault:
             return  # (an exempt node's leftovers are the user's kill's: README)
         self.user_kill()
 
-    def user_kill(self, *nodes: str) -> None:
+    def user_kill(self, *nodes: str, need_record: bool = True) -> None:
+        """`need_record`: False where the fault may have come before the launch recorded
+        its run (a Ctrl+C): no record is then what a right launch leaves."""
         t0 = time.time()
         res = self.job.mntui("kill", *nodes)
         what = f"`mntui kill{' ' + ' '.join(nodes) if nodes else ''}`"
@@ -159,9 +161,9 @@ class Fault:
         if nodes:
             return
         self.no_restart_since = self.no_restart_since or (time.time(), what)
-        self.after_kill(t0)
+        self.after_kill(t0, need_record)
 
-    def after_kill(self, t0: float) -> None:
+    def after_kill(self, t0: float, need_record: bool = True) -> None:
         """The chain ends, and stays ended through a backoff's length."""
         ok = until(self.ended, ENDED, self.dl, 0.3)
         if ok is None:
@@ -169,7 +171,7 @@ class Fault:
         if self.plan.profile is not Profile.PLAIN:  # a restart would come after its backoff
             since = self.no_restart_since[0] if self.no_restart_since else t0
             until(lambda: [r for r in self.job.records() if r.created_at > since], 6, self.dl)
-        self.check("after mntui kill")
+        self.check("after mntui kill", need_record=need_record)
 
     def check(self, phase: str, exempt: str | None = None, need_record: bool = True) -> bool:
         """The invariants now; True if any failed. `exempt`: a node whose leftovers are

@@ -101,6 +101,11 @@ LAUNCH_STEPS = {  # ctrl-c: the launch's event line after which Ctrl+C comes
 }
 
 
+# The launch's words that every node had started: it finished, or a Ctrl+C came after the
+# run was running (before its `launched` line) and the job runs on, guarded (job_verbs.py).
+STARTED_ALL = r"(?m)^(launched |mntui: interrupted after every node had started)"
+
+
 def ctrl_c(f: Fault) -> None:
     """SIGINT to the launch's process group, as a terminal's Ctrl+C, `delay / 10` s after
     the launch printed the step `moment` (its events are flushed line by line)."""
@@ -125,7 +130,7 @@ def ctrl_c(f: Fault) -> None:
     tb = " (a traceback)" if "Traceback" in text else ""
     f.say(f"launch exit {proc.returncode}{tb}: {last_line(text)}")
     until(lambda: f.ended() or f.job.supervisor(), 30, f.dl, 0.3)
-    launched = re.search(r"(?m)^launched ", text) is not None
+    launched = re.search(STARTED_ALL, text) is not None
     if f.ended() or not launched:  # interrupted: the run aborted, nothing left
         f.check("after Ctrl+C", need_record=False)
     if not f.ended():  # it went on: then a supervisor guards it, or status says none does
@@ -139,8 +144,8 @@ def ctrl_c(f: Fault) -> None:
                              f"{f.where()}, and `mntui status` does not say so")],
                   "after Ctrl+C")  # fmt: skip
         f.user_kill()
-    elif f.out.violations:
-        f.user_kill()
+    elif f.out.violations:  # (a launch cut before its record leaves none: no violation)
+        f.user_kill(need_record=launched)
 
 
 def double_kill(f: Fault) -> None:

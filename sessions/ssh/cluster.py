@@ -107,13 +107,16 @@ class Cluster:
             except Exception:
                 pass
 
+        # Nothing queued starts on a node being closed (it would reopen the connection).
+        # The commands running end at the close (their channel closes): the pool's threads
+        # are joined at interpreter exit, so one left waiting holds a Ctrl+C'd CLI open.
+        self._pool.shutdown(wait=False, cancel_futures=True)
         # Threads of their own: the pool's may all be stuck on the commands this unblocks.
         threads = [threading.Thread(target=close, args=(n,)) for n in self.nodes.values()]
         for t in threads:
             t.start()
         for t in threads:
             t.join(15)
-        self._pool.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> Cluster:
         return self

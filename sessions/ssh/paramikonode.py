@@ -118,6 +118,9 @@ class RemoteNode(ShellNode):
                             + (f": {err.decode(errors='replace').strip()[-300:]}" if err else ""),
                         )
                     break
+                if chan.closed and not chan.eof_received:  # closed here (Ctrl+C) or the
+                    # transport died: no EOF comes, and waiting for the deadline held the exit
+                    raise NodeError(self.name, "connection lost: the channel was closed")
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise NodeError(self.name, "command timed out")
