@@ -161,10 +161,11 @@ async def until(pilot: Any, cond: Callable[[], object], timeout: float, what: st
         await pilot.pause(0.1)
 
 
-def composed(app: Any, selector: str) -> bool:
-    """Whether the screen on top has composed `selector`: Textual builds a pushed screen's
-    widgets a tick after it is on top, so a loaded machine once read none there."""
-    return bool(app.screen.query(selector))
+def showing(app: Any, kind: type, selector: str) -> bool:
+    """Whether the screen on top is a `kind` that has composed `selector`: Textual builds
+    a pushed screen's widgets a tick after it is on top, so a loaded machine once read
+    none there."""
+    return isinstance(app.screen, kind) and bool(app.screen.query(selector))
 
 
 @contextmanager

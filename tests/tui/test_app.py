@@ -10,7 +10,7 @@ import time
 from collections.abc import Awaitable
 
 from fakecluster import FakeCluster, port_listening, tagged
-from helpers import Cfg, composed, listener_job, until
+from helpers import Cfg, listener_job, showing, until
 
 from mntui.sessions.config import load_config
 from mntui.sessions.poll import NodeState
@@ -62,7 +62,7 @@ def test_app_launches_shows_nodes_and_kills_all(fake: FakeCluster, cfg: Cfg) -> 
             await pilot.press("K")
             await until(
                 pilot,
-                lambda: isinstance(app.screen, ConfirmScreen) and composed(app, "#details"),
+                lambda: showing(app, ConfirmScreen, "#details"),
                 5,
                 "confirm dialog",
             )
@@ -102,7 +102,7 @@ def test_cleanup_names_holder_and_quit_leaves_job_running(fake: FakeCluster, cfg
             await pilot.press("c")
             await until(
                 pilot,
-                lambda: isinstance(app.screen, ConfirmScreen) and composed(app, "#details"),
+                lambda: showing(app, ConfirmScreen, "#details"),
                 10,
                 "cleanup dialog",
             )
@@ -115,7 +115,7 @@ def test_cleanup_names_holder_and_quit_leaves_job_running(fake: FakeCluster, cfg
 
             await until(
                 pilot,
-                lambda: isinstance(app.screen, ReportScreen) and composed(app, "#report-text"),
+                lambda: showing(app, ReportScreen, "#report-text"),
                 60,
                 "doctor report",
             )

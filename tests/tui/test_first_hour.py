@@ -13,7 +13,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 from fakecluster import FakeCluster, tagged
-from helpers import Cfg, composed, listener_job, until
+from helpers import Cfg, listener_job, showing, until
 from recorded import h100_node
 
 from mntui.sessions.config import load_config
@@ -105,7 +105,7 @@ def test_each_line_once_when_the_agent_takes_over(fake: FakeCluster, cfg: Cfg) -
             await pilot.press("K")
             await until(
                 pilot,
-                lambda: isinstance(app.screen, ConfirmScreen) and composed(app, "#details"),
+                lambda: showing(app, ConfirmScreen, "#details"),
                 10,
                 "the dialog",
             )
@@ -188,7 +188,7 @@ def test_a_live_report_says_the_stacks_are_taken_now(fake: FakeCluster, cfg: Cfg
             await pilot.press("R")
             await until(
                 pilot,
-                lambda: isinstance(app.screen, ReportScreen) and composed(app, "#report-text"),
+                lambda: showing(app, ReportScreen, "#report-text"),
                 60,
                 "the report",
             )

@@ -19,7 +19,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from helpers import composed, until
+from helpers import showing, until
 from recorded import h100_node
 from textual.widgets import RichLog
 from textual.widgets._toast import Toast
@@ -68,7 +68,7 @@ def test_a_log_line_reaches_the_pane_and_the_log_screen_without_escapes() -> Non
             await pilot.press("v")
 
             def log_lines() -> list[str]:
-                if not (isinstance(app.screen, LogScreen) and composed(app, "RichLog")):
+                if not showing(app, LogScreen, "RichLog"):
                     return []
                 return [line.text for line in app.screen.query_one(RichLog).lines]
 
@@ -136,7 +136,7 @@ def test_a_failures_cause_reaches_the_events_a_toast_and_the_report_without_esca
             app.post_message(HoldersFound({"node0": (holder,)}, {}))
             await until(
                 pilot,
-                lambda: isinstance(app.screen, ConfirmScreen) and composed(app, "#details"),
+                lambda: showing(app, ConfirmScreen, "#details"),
                 10,
                 "ConfirmScreen",
             )
@@ -147,7 +147,7 @@ def test_a_failures_cause_reaches_the_events_a_toast_and_the_report_without_esca
             app.post_message(ReportReady(f"report: esc {HOSTILE}", render(built)))
             await until(
                 pilot,
-                lambda: isinstance(app.screen, ReportScreen) and composed(app, "#report-text"),
+                lambda: showing(app, ReportScreen, "#report-text"),
                 10,
                 "ReportScreen",
             )

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from helpers import composed, until
+from helpers import showing, until
 from recorded import h100_node
 from textual.widgets import RichLog
 from textual.widgets._toast import Toast
@@ -149,7 +149,7 @@ def test_dialogs_and_reports_show_node_text_as_written() -> None:
         app.post_message(HoldersFound({"node0": (holder,)}, {}))
         await until(
             pilot,
-            lambda: isinstance(app.screen, ConfirmScreen) and composed(app, "#details"),
+            lambda: showing(app, ConfirmScreen, "#details"),
             10,
             "ConfirmScreen",
         )
@@ -160,7 +160,7 @@ def test_dialogs_and_reports_show_node_text_as_written() -> None:
         app.post_message(DoctorDone(f"node0  ssh  FAIL  {CLOSE} {TORCH}", ExitCode.DOCTOR_FAIL))
         await until(
             pilot,
-            lambda: isinstance(app.screen, ReportScreen) and composed(app, "#report-text"),
+            lambda: showing(app, ReportScreen, "#report-text"),
             10,
             "ReportScreen",
         )

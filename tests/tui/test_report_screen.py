@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from fakecluster import FakeCluster, free_port, tagged, wait_for
-from helpers import REPO, Cfg, composed, listener_job, until
+from helpers import REPO, Cfg, listener_job, showing, until
 
 from mntui.sessions.config import load_config
 from mntui.sessions.config.jobconfig import parse_config
@@ -81,7 +81,7 @@ async def _report_screen(app: MntuiApp, pilot: Any) -> tuple[str, str]:
     await pilot.press("R")
     await until(
         pilot,
-        lambda: isinstance(app.screen, ReportScreen) and composed(app, "#report-text"),
+        lambda: showing(app, ReportScreen, "#report-text"),
         60,
         "the report screen",
     )
