@@ -44,8 +44,10 @@ def run_tag(job: str, run_id: str, node: str) -> str:
 
 
 def job_node_pattern(job: str, node: str) -> str:
-    """Any run of this job on this node: a leftover from last night's run is ours too."""
-    return f"{TAG_VAR}={re.escape(job)}/[^/]+/{re.escape(node)}"
+    """Any run of this job on this node: a leftover from last night's run is ours too,
+    and so are the run's sentinel and coordinator (`<tag>/sentinel`, `<tag>/coord`),
+    which the poll's exact `run_pattern` never counts as the job's processes."""
+    return f"{TAG_VAR}={re.escape(job)}/[^/]+/{re.escape(node)}(/sentinel|/coord)?"
 
 
 def run_pattern(tag: str) -> str:

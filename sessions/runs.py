@@ -125,6 +125,9 @@ class RunRecord:
     # nodes a user's `mntui kill NODE` stopped: what follows from that is the user's doing,
     # never a failure to restart from or a node to blame
     killed_nodes: list[str] = field(default_factory=list)
+    # the coordinator's port on the main node when the cluster watches the run (its
+    # sentinels and coordinator run there; this machine may sleep); None: watched from here
+    watch_port: int | None = None
 
     @property
     def dir(self) -> Path:
@@ -200,6 +203,7 @@ _RUN: dict[str, Check] = {
     "history": list_of(is_map),
     "node_source": optional(is_map),
     "killed_nodes": list_of(is_str),
+    "watch_port": optional(is_count),
 }
 
 

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from .settings import SshPolicy as SshPolicy
     from .settings import SshTransport as SshTransport
     from .settings import WatchPolicy as WatchPolicy
+    from .settings import WatchWhere as WatchWhere
     from .spans import format_span as format_span
     from .spans import parse_span as parse_span
     from .syncguard import FIX as FIX

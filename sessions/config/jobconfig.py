@@ -117,8 +117,17 @@ class JobConfig:
         return tuple(n for n in self.nodes if n.name != self.main)
 
     @property
+    def watch_port(self) -> int | None:
+        """The coordinator's port on the main node, when the cluster watches the job."""
+        if self.watch.where != "cluster":
+            return None
+        return self.watch.port or self.master_port + 1
+
+    @property
     def all_ports(self) -> tuple[int, ...]:
-        return (self.master_port, *[p for p in self.ports if p != self.master_port])
+        own = (self.master_port, *[p for p in self.ports if p != self.master_port])
+        w = self.watch_port
+        return own if w is None or w in own else (*own, w)
 
     def nproc(self, node: NodeSpec) -> int:
         """The node's processes: its own count, else the job's."""
@@ -166,7 +175,22 @@ def _build(doc: Document) -> JobConfig:
     cfg = JobConfig(doc.file, nodes=ranked, main=main, spares=spares, nodes_from=source, **settings)
     _check_launch(doc, cfg.launch)
     _check_sync(doc, cfg)
+    _check_watch(doc, cfg)
     return replace(cfg, ssh=_ssh_relative(doc.file, cfg.ssh))
+
+
+def _check_watch(doc: Document, cfg: JobConfig) -> None:
+    """The cluster's watch does not run restarts or straggler samples yet (issue 30's
+    later slices): a config asking for both is refused, not half-honoured."""
+    if cfg.watch.where != "cluster":
+        return
+    if cfg.restart.max:
+        raise doc.error(
+            ("watch", "where"),
+            "cluster does not restart yet: set restart.max: 0 or watch.where: here",
+        )
+    if cfg.watch.port == cfg.master_port:
+        raise doc.error(("watch", "port"), f"is master_port {cfg.master_port}: pick another port")
 
 
 def _check_sync(doc: Document, cfg: JobConfig) -> None:

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from .chains import heartbeat as heartbeat
     from .chains import orphaned as orphaned
     from .chains import run_config as run_config
+    from .clusterwatch import BoardView as BoardView
+    from .clusterwatch import read_board as read_board
     from .kill import kill_job as kill_job
     from .kill import not_clean as not_clean
     from .kill import summarize as summarize

@@ -22,6 +22,7 @@ from mntui.sessions.procs import TAG_VAR, run_dir_word, run_tag
 from mntui.sessions.runs import NodeRecord, RunRecord
 
 from . import tmux
+from .clusterwatch import new_secret, watch_block, watch_config
 from .flightenv import flight_recorder_block
 
 RUNS_DIR = ".mntui/runs"  # relative to the node user's $HOME
@@ -110,7 +111,9 @@ def build_plan(
 ) -> Plan:
     """`extra_env` adds per-node variables mntui decides at launch (e.g. PATH of a local node)."""
     nnodes = len(cfg.nodes)
-    world = cfg.world_size  # the sum over the nodes: their nproc can differ
+    world = cfg.world_size
+    secret = new_secret() if cfg.watch_port is not None else None  # only on the nodes
+    names = tuple(s.name for s in cfg.nodes)  # the sum over the nodes: their nproc can differ
     plans = []
     for spec in cfg.nodes:  # the config keeps the main first, at rank 0
         values: dict[str, str | int] = {
@@ -140,6 +143,10 @@ def build_plan(
         tag = run_tag(cfg.job, run_id, spec.name)
         run_dir = f"{RUNS_DIR}/{cfg.job}/{run_id}/{spec.name}"
         script = launch_script(spec, run_id, cfg.job, env, command)
+        start = start_script(session, tag, run_dir, script)
+        if secret is not None:
+            wc = watch_config(cfg, cfg.job, run_id, spec.name, tag, session, names, master_addr)
+            start += watch_block(wc, secret)
         plans.append(
             NodePlan(
                 node=spec.name,
@@ -153,7 +160,7 @@ def build_plan(
                 env=env,
                 command=command,
                 launch_script=script,
-                start_script=start_script(session, tag, run_dir, script),
+                start_script=start,
             )
         )
     return Plan(cfg.job, run_id, master_addr, cfg.master_port, nnodes, world, tuple(plans))

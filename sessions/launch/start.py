@@ -23,6 +23,7 @@ from mntui.sessions.results import NodeError
 from mntui.sessions.runs import RunRecord, RunStatus
 from mntui.sessions.ssh import Cluster, Node, resolve
 
+from . import clusterwatch
 from .kill import kill_job
 from .plan import NodePlan, Plan, build_plan, new_run_id, run_record
 from .startchecks import preflight, wait_ready
@@ -74,6 +75,9 @@ class Attempt:
 
 def _start(node: Node, np: NodePlan) -> float:
     res = node.run(np.start_script)
+    said = clusterwatch.failure(res.stdout)
+    if said is not None:
+        raise NodeError(node.name, f"the cluster's watch did not start: {said}")
     if not res.ok:
         raise NodeError(
             node.name,
@@ -126,6 +130,7 @@ def _launch(
     record.chain = attempt.chain if attempt is not None else plan.run_id
     record.attempt = attempt.number if attempt is not None else 0
     record.attempts = [dict(e) for e in attempt.earlier] if attempt is not None else []
+    record.watch_port = cfg.watch_port
     record.create()
     started: dict[str, float] = {}
     attempted: list[str] = []  # an interrupted start may have started the node: abort kills it too
@@ -138,6 +143,8 @@ def _launch(
         ready_at = wait_ready(cfg, cluster.nodes[main.node], main, on_event)
         record.update(lambda r: setattr(r, "ready_at", ready_at))
         _start_workers(cfg, cluster, plan, started, attempted, on_event)
+        if cfg.watch_port is not None:
+            _confirm_watch(cfg, cluster, plan, on_event)
     except (LaunchError, NodeError, KeyboardInterrupt) as exc:
         _abort(cfg, cluster, record, attempted, exc, on_event)
 
@@ -152,6 +159,16 @@ def _launch(
         Event(None, None, Phase.RUNNING, f"all {plan.nnodes} node(s) started, run {plan.run_id}")
     )
     return LaunchResult(plan, record, started, ready_at)
+
+
+def _confirm_watch(cfg: JobConfig, cluster: Cluster, plan: Plan, on_event: EventSink) -> None:
+    main = plan.main
+    view = clusterwatch.confirm(cluster.nodes[main.node], main.run_dir, plan.nnodes)
+    said = (
+        f"watched by the cluster: {view.connected()} of {plan.nnodes} sentinel(s) connected "
+        f"to the coordinator on {main.node}:{cfg.watch_port}; this machine may sleep"
+    )
+    on_event(Event(None, None, Phase.NOTICE, said))
 
 
 def check_nodes_fresh(cfg: JobConfig, attempt: Attempt | None) -> None:

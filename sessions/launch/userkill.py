@@ -30,6 +30,7 @@ from mntui.sessions.runs import RunRecord, RunStatus, live_runs
 from mntui.sessions.ssh import Cluster
 
 from .chains import ChainView, chain_of, check_nodes, run_config
+from .coordkill import kill_via_coordinator
 from .kill import KillReport, kill_job
 
 __all__ = ["stop_job"]
@@ -134,10 +135,28 @@ def stop_job(
             record.update(_killing)
             marked[record.run_id] = record
         full = run_config(cfg, _with(chain_of(cfg.job), list(marked.values())))
-        results.update(_kill_on(full, cluster, [n.name for n in full.nodes], grace, on_event))
+        names = [n.name for n in full.nodes]
+        if not sweep:  # a run the cluster watches: one request, the rest directly
+            done = _by_coordinators(list(marked.values()), cluster, grace or cfg.grace, on_event)
+            results.update(done)
+            names = [n for n in names if n not in done]
+        results.update(_kill_on(full, cluster, names, grace, on_event))
     for record in marked.values():
         record.update(_killed)
     return results
+
+
+def _by_coordinators(
+    runs: list[RunRecord], cluster: Cluster, grace: float, on_event: Callable[[Event], None]
+) -> GroupResult[KillReport]:
+    """The nodes whose sentinels reported a clean kill to their run's coordinator."""
+    done: GroupResult[KillReport] = GroupResult()
+    for r in runs:
+        if r.watch_port is not None and r.nodes:
+            got = kill_via_coordinator(r, cluster, grace, on_event)
+            if got is not None:
+                done.update(got)
+    return done
 
 
 def _to_stop(job: str) -> list[RunRecord]:

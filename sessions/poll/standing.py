@@ -1,38 +1,25 @@
 """Where the ranks stand: each node's progress, the job's pace, which ranks stopped,
 and the one line that says it.
 
-Apart from the tracker (progress.py), which reads log lines into these values, because
-what is said about them has readers of its own: the agent's stream carries NodeProgress
-to the app, and the watchdog's observations put the line in its report and the app's
-header; none of them needs the log parsing. Pure, and the clock is an argument, as in
-the tracker.
+Apart from the tracker (node/steps.py, where NodeProgress and Pace are made), which
+reads log lines into these values, because what is said about them has readers of its
+own: the agent's stream carries NodeProgress to the app, and the watchdog's
+observations put the line in its report and the app's header; none of them needs the
+log parsing. Pure, and the clock is an argument, as in the tracker.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+
+from mntui.sessions.node.steps import NodeProgress, Pace
+
+# The values themselves are the tracker's (node/steps.py), re-exported for poll's readers.
+__all__ = ["NodeProgress", "Pace"]
 
 MAX_WHO = 6  # rank spans and names named in one part of a description
 STOP_AFTER = 10.0  # seconds without a step, at least, before a rank behind is stopped
 STOP_STEPS = 5  # ... or this many of the job's step intervals, once its pace is known
-
-
-@dataclass(frozen=True)
-class NodeProgress:
-    node: str
-    step: int | None  # highest step seen; None: no line matched yet
-    rate: float | None  # steps/s over the window; None: fewer than two steps seen
-    at: float | None  # when the step last advanced (the `now` of that feed)
-
-
-@dataclass(frozen=True)
-class Pace:
-    """How the job steps while it is healthy: what a learnt stall threshold is made of."""
-
-    step_interval: float  # seconds a step: the median over nodes of time / steps advanced
-    longest_gap: float  # the longest wait between two advances seen on any node
-    gaps: int  # advances seen, over all nodes
 
 
 def _who(nodes: list[str], ranks: Mapping[str, int]) -> str:

@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     from .detached import signals_deferred as signals_deferred
     from .detached import spawn as spawn
     from .detached import start_detached as start_detached
+    from .fromcluster import adopt as adopt
+    from .fromcluster import away_lines as away_lines
+    from .fromcluster import decision_lines as decision_lines
+    from .fromcluster import watch_line as watch_line
     from .judge import Deadline as Deadline
     from .judge import Judge as Judge
     from .judge import Trigger as Trigger

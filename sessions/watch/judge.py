@@ -1,37 +1,35 @@
-"""The watchdog's decision, as a pure function of snapshots and a clock.
+"""The manager's watchdog judge: node/judging.py's Judge, the one the coordinator on the
+main node runs, fed from a WatchPolicy and NodeSnapshots.
 
-A failure is acted on at once; a freeze only after `frozen_after` (a py-spy dump or a
-debugger stops a process for a moment) and an unreachable node only after
-`unreachable_after` (a busy sshd misses polls); a notify-only problem is reported
-once. A failure matters only while something else still runs or holds resources.
-
-Deciding only at a regular poll made a freeze count up to one `interval` late; so the
-judge also says when each state would turn into a decision if nothing changed
-(`deadlines`), and `next_poll` puts a poll just after the earliest of them. A freeze
-still needs evidence asked for after its deadline: a poll sent earlier that answers
-later never decides it.
+What stays here is the manager's side of it: a trigger carries the config's Action
+(the core's plain string, converted) and, for a straggler, the sampler's Finding, and
+the threshold is said to people (`threshold_text`). The deciding is all the core's, so
+a node is judged the same wherever the judge runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from mntui.sessions.config import AUTO_FLOOR, AUTO_STEPS, Action, WatchPolicy
-from mntui.sessions.poll import NodeSnapshot, NodeState, Pace, Verdict, derive, may_still_run
+from mntui.sessions.node import judging
+from mntui.sessions.node.judging import MERGE, MERGE_MAX, MIN_GAP, WAKE_MARGIN, Deadline, next_poll
+from mntui.sessions.poll import NodeSnapshot, NodeState, Pace, Verdict
 from mntui.sessions.report import Finding
 
-# A poll for a deadline is sent this long after it, so that it is asked strictly after
-# (a stall's deadline mixes the wall clock of the output's age with the monotonic one).
-WAKE_MARGIN = 0.05
-# The least time between two rounds' starts (the `interval` floor): a deadline that keeps
-# moving (a wall clock stepped back under a stall's age) never makes the watchdog spin.
-MIN_GAP = 0.1
-# A tick this fraction of `interval` or less before a deadline waits for it: one round
-# serves both, instead of two rounds a few milliseconds apart. At most MERGE_MAX seconds:
-# a waiting tick also delays seeing a failure, and intervals may be long.
-MERGE = 0.25
-MERGE_MAX = 0.5
+__all__ = [
+    "MERGE",
+    "MERGE_MAX",
+    "MIN_GAP",
+    "WAKE_MARGIN",
+    "Deadline",
+    "Judge",
+    "Trigger",
+    "next_poll",
+    "threshold_text",
+    "trigger_kind",
+]
 
 
 @dataclass(frozen=True)
@@ -43,132 +41,59 @@ class Trigger:
     finding: Finding | None = None  # a straggler's: the sampler's finding it was decided on
 
 
-@dataclass(frozen=True)
-class Deadline:
-    """When `node` turns into a decision (`state`) if nothing changes: a poll asked for
-    at or after `at` decides a freeze or a stall, a round that ends after it an
-    unreachable node (its evidence is the silence up to the round's end)."""
-
-    node: str
-    state: NodeState
-    at: float  # the judge's clock (time.monotonic() for the watchdog)
-
-
-def next_poll(
-    last: float, interval: float, deadlines: Iterable[float], margin: float = WAKE_MARGIN
-) -> float:
-    """When to ask the nodes next, given when the last round was asked: the regular tick,
-    or just after a deadline that comes sooner (or only a little later: the tick waits for
-    it); never sooner than MIN_GAP after `last`."""
-    regular = last + interval
-    soonest = min((d + margin for d in deadlines), default=regular)
-    wake = soonest if soonest <= regular + min(MERGE * interval, MERGE_MAX) else regular
-    return max(wake, last + min(interval, MIN_GAP))
+def rules_of(policy: WatchPolicy) -> judging.Rules:
+    """The judge's part of `watch:`, as the coordinator also receives it."""
+    return judging.Rules(
+        frozen_after=policy.frozen_after,
+        unreachable_after=policy.unreachable_after,
+        on_failure=policy.on_failure.value,
+        on_stall=policy.on_stall.value,
+        stall_after=policy.stall_after,
+    )
 
 
 @dataclass
 class Judge:
-    """Turns a stream of snapshots into at most one decision per problem."""
+    """Turns a stream of snapshots into at most one decision per problem (node/judging.py)."""
 
     policy: WatchPolicy
-    since: dict[str, tuple[NodeState, float]] = field(default_factory=dict)
-    notified: set[tuple[str, NodeState]] = field(default_factory=set)
-    seen: dict[str, float] = field(default_factory=dict)  # up to when the last evidence counts
-    pace: Pace | None = None  # the job's steps, for `stall_after: auto`
+    core: judging.Judge = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.core = judging.Judge(rules_of(self.policy))
+
+    @property
+    def pace(self) -> judging.Pace | None:
+        """The job's pace the threshold in force was learnt from; None: not learnt."""
+        return self.core.pace
 
     @property
     def stall_after(self) -> float:
-        """The stall threshold in force: the config's, or learnt from `pace`."""
-        p = self.pace
-        if p is None:
-            return self.policy.stall_threshold()
-        return self.policy.stall_threshold(p.step_interval, p.longest_gap)
+        """The stall threshold in force: the config's, or learnt from the job's pace."""
+        return self.core.stall_after
 
     def learn(self, pace: Pace | None) -> bool:
-        """Take the job's latest pace; True when that moves the threshold in force by
-        more than a tenth (worth saying; smaller moves are the poll's own jitter)."""
-        before = self.stall_after
-        if pace is None or self.policy.stall_after != "auto":
-            return False
-        self.pace = pace
-        return abs(self.stall_after - before) > 0.1 * before
+        """Take the job's latest pace; True when that moves the threshold by more than a tenth."""
+        return self.core.learn(pace)
 
-    def verdicts(self, snaps: dict[str, NodeSnapshot]) -> dict[str, Verdict]:
-        return {n: derive(s, self.stall_after) for n, s in snaps.items()}
+    def verdicts(self, snaps: Mapping[str, NodeSnapshot]) -> dict[str, Verdict]:
+        return self.core.verdicts(snaps)
 
     def judge(
-        self, snaps: dict[str, NodeSnapshot], now: float, asked: Mapping[str, float] | None = None
+        self,
+        snaps: Mapping[str, NodeSnapshot],
+        now: float,
+        asked: Mapping[str, float] | None = None,
     ) -> tuple[dict[str, Verdict], list[Trigger]]:
-        """`now`: the round's end; `asked`: when each node's answer was asked for, the
-        earliest moment it can describe (default `now`). A state counts from the end of
-        the round that first saw it, and a freeze as held only up to `asked`."""
-        verdicts = self.verdicts(snaps)
-        triggers: list[Trigger] = []
-        p = self.policy
-        for node, v in verdicts.items():
-            held = self._held(node, v.state, now, (asked or {}).get(node, now))
-            hold = self._hold(v.state)
-            if v.state in (NodeState.FAILED, NodeState.ORPHANED) or (
-                hold is not None and held >= hold
-            ):
-                action = p.on_failure
-            elif v.state is NodeState.STALLED:
-                action = p.on_stall
-            else:
-                continue
-            if not self._matters(node, v.state, action):
-                continue
-            self.notified.add((node, v.state))
-            triggers.append(Trigger(node, v.state, v.why, action))
-        # A failure only matters while something else still runs (or holds resources).
-        if not may_still_run(v.state for v in verdicts.values()):
-            triggers = [t for t in triggers if t.action is Action.NOTIFY]
-        return verdicts, triggers
+        """The core's decisions (judging.Judge.judge), with the config's Action."""
+        verdicts, found = self.core.judge(snaps, now, asked)
+        return verdicts, [Trigger(t.node, t.state, t.why, Action(t.action)) for t in found]
 
     def deadlines(
         self, snaps: Mapping[str, NodeSnapshot], verdicts: Mapping[str, Verdict], now: float
     ) -> tuple[Deadline, ...]:
-        """After `judge(snaps, now)`: the moments at which a state seen now would become
-        a decision that acts, if nothing changes. Reads the judge, changes nothing."""
-        return tuple(self._pending(snaps, verdicts, now))
-
-    def _pending(
-        self, snaps: Mapping[str, NodeSnapshot], verdicts: Mapping[str, Verdict], now: float
-    ) -> Iterator[Deadline]:
-        p = self.policy
-        for node, v in verdicts.items():
-            hold = self._hold(v.state)
-            if hold is not None and node in self.since:
-                at = self.since[node][1] + hold
-                if at > self.seen.get(node, now) and self._matters(node, v.state, p.on_failure):
-                    yield Deadline(node, v.state, at)
-            elif v.state is NodeState.RUNNING and node in snaps:
-                age = snaps[node].output_age
-                if age is not None and self._matters(node, NodeState.STALLED, p.on_stall):
-                    yield Deadline(node, NodeState.STALLED, now + self.stall_after - age)
-
-    def _held(self, node: str, state: NodeState, now: float, asked: float) -> float:
-        """How long `state` has held: from the end of the round that first saw it to the
-        moment this evidence was asked for (to the round's end for an unreachable node:
-        its evidence is a silence that lasts until then)."""
-        prev = self.since.get(node)
-        start = prev[1] if prev and prev[0] is state else now
-        self.since[node] = (state, start)
-        seen = now if state is NodeState.UNREACHABLE else min(asked, now)
-        self.seen[node] = seen
-        return max(0.0, seen - start)
-
-    def _hold(self, state: NodeState) -> float | None:
-        """How long a state must hold before it is a failure; None: not one of those."""
-        if state is NodeState.FROZEN:
-            return self.policy.frozen_after
-        if state is NodeState.UNREACHABLE:
-            return self.policy.unreachable_after
-        return None
-
-    def _matters(self, node: str, state: NodeState, action: Action) -> bool:
-        """A kill always acts; a notification only the first time for this problem."""
-        return action is not Action.NOTIFY or (node, state) not in self.notified
+        """After `judge(snaps, now)`: when a state seen now would become a decision that acts."""
+        return self.core.deadlines(snaps, verdicts, now)
 
 
 def threshold_text(judge: Judge, short: bool = False) -> str:

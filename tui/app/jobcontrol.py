@@ -48,7 +48,9 @@ class JobControl(Polling):
             self.post_message(LaunchDone(None, str(exc)))
             return
         self.unwatched = None
-        if self.watchdog_enabled:
+        if result.record.watch_port is not None:
+            self.watcher = "cluster"  # the coordinator decides; nothing to start here
+        elif self.watchdog_enabled:
             try:  # keeps watching after the app quits; "headless" once it has polled
                 start_detached(self.cfg, result.record)
                 self.watcher = "headless"

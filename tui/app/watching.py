@@ -78,6 +78,9 @@ class Watching(Drawing):
         self.refresh_header()
 
     def take_watch(self, record: RunRecord) -> None:
+        if record.watch_port is not None:  # its coordinator decides; the app only shows
+            self.watcher = "cluster"
+            return
         try:
             self.lock = acquire_lock(record)
             self.watcher = "here"

@@ -55,6 +55,9 @@ def _interrupted(cfg: JobConfig, since: float, watch: bool, spawned: list[Spawne
             f"{rec.run_id} may have left processes; `mntui kill` stops them", err=True)  # fmt: skip
     elif rec.status is not RunStatus.RUNNING:
         say(f"mntui: interrupted; run {rec.run_id} of {cfg.job} is {rec.status}", err=True)
+    elif rec.watch_port is not None:
+        say(f"mntui: interrupted after every node had started: {cfg.job} runs on, watched "
+            "by the cluster; `mntui kill` stops it", err=True)  # fmt: skip
     elif not watch:
         say(f"mntui: interrupted after every node had started: {cfg.job} runs on with no "
             "watchdog (--no-watch); `mntui kill` stops it", err=True)  # fmt: skip
@@ -175,6 +178,10 @@ def _launch(cfg: JobConfig, args: argparse.Namespace, spawned: list[Spawned]) ->
         f"in {time.time() - t0:.1f}s; `mntui status`, `mntui logs -f`, `mntui kill`"
     )
     if args.no_watch:
+        return ExitCode.OK
+    if result.record.watch_port is not None:  # the launch confirmed every sentinel
+        say(f"watched by the cluster: the coordinator on {result.plan.main.node}:"
+            f"{result.record.watch_port} decides; this machine may sleep or go away")  # fmt: skip
         return ExitCode.OK
     return _start_watchdog(cfg, result.record, spawned)
 

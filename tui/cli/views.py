@@ -14,6 +14,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from mntui.sessions.agent import (
     AgentClient,
@@ -30,6 +31,9 @@ from mntui.sessions.runs import RunRecord
 from mntui.tui import cells
 
 from .output import clear_screen
+
+if TYPE_CHECKING:
+    from mntui.sessions.ssh import Cluster
 
 STEP_BACK = 16 * 1024  # bytes of each log `status` reads to find the last step
 
@@ -80,6 +84,8 @@ def unguarded_line(record: RunRecord) -> str:
     from mntui.sessions.launch import chain_of, guarded, orphaned
     from mntui.sessions.runs import RunStatus
 
+    if record.watch_port is not None:  # its coordinator on the main guards it
+        return ""
     view = chain_of(record.job, record)
     if view is None or view.latest.status is not RunStatus.RUNNING:
         return ""
@@ -197,11 +203,17 @@ def _show_status(
     via: Via,
     say: Say,
     restarts: int = 0,
+    cluster: list[str] | None = None,
 ) -> ExitCode:
     code = overall_exit(st.verdicts)
     if as_json:
         indent = None if watch else 2
-        say(status_json(record, st.snaps, st.verdicts, code, indent, st.progress, via.name))
+        text = status_json(record, st.snaps, st.verdicts, code, indent, st.progress, via.name)
+        if cluster is not None:  # the cluster's watch: who watches, what it decided
+            data = json.loads(text)
+            data["watchdog"], data["cluster"] = cluster[0], cluster[1:]
+            text = json.dumps(data, indent=indent)
+        say(text)
     else:
         if watch and sys.stdout.isatty():
             clear_screen()  # say() writes no escape sequence
@@ -212,14 +224,34 @@ def _show_status(
 
         if line := chain_line(record.job, record.chain):  # the chain's seff-style line
             say(line[2:])
+        for line in cluster or []:
+            say(line)
     return code
+
+
+def _cluster_watch(record: RunRecord, cluster: Cluster) -> list[str] | None:
+    """For a run the cluster watches, polled directly (its board was unreadable a
+    moment ago): the coordinator's word if it can be read now; None for a run watched
+    from here."""
+    from .clusterstatus import cluster_lines, read_main_board
+
+    if record.watch_port is None or not record.nodes:
+        return None
+    return cluster_lines(record, read_main_board(record, cluster))
 
 
 def cmd_status(
     cfg: JobConfig, record: RunRecord, as_json: bool, watch: bool, say: Say, verbose: bool = False
 ) -> ExitCode:
     """Through the run's agent when one serves it (its latest poll, one local round trip);
-    otherwise, or when it stops answering, over direct connections."""
+    otherwise, or when it stops answering, over direct connections. A run the cluster
+    watches: from its coordinator's board on the main node (one connection)."""
+    if record.watch_port is not None and record.nodes:
+        from .clusterstatus import status_from_cluster
+
+        code = status_from_cluster(cfg, record, as_json, watch, say)
+        if code is not None:
+            return code
     client, via = try_connect(record.dir)
     if client is not None:
         with client:
@@ -282,7 +314,8 @@ def _status_direct(
             steps = tracker.snapshot(now)
             summary = describe(steps, ranks, now, pace)
             st = AgentStatus(snaps, verdicts, steps, summary, now)
-            code = _show_status(record, st, as_json, watch, via, say, cfg.restart.max)
+            said = _cluster_watch(record, cluster)
+            code = _show_status(record, st, as_json, watch, via, say, cfg.restart.max, said)
             if not watch:
                 return code
             time.sleep(cfg.watch.interval)

@@ -1,0 +1,203 @@
+"""Starting the cluster's watch with the job, and reading what it wrote (issue 30).
+
+With `watch.where: cluster` each node's start script also writes the node's watch file
+and the run's secret (0600, from the script's heredoc on SSH's stdin: never a command
+line), ships the sentinel bundle if the node lacks this version, and starts the node's
+sentinel (and, on the main, the coordinator first) detached, each tagged
+`MNTUI_RUN=<tag>/sentinel|coord` so `mntui kill` finds them and a poll never counts
+them. The launch then waits until every sentinel has connected to the coordinator, or
+stops everything it started: a run is watched by the cluster or not launched.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shlex
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from mntui.sessions.config import JobConfig
+from mntui.sessions.errors import LaunchError
+from mntui.sessions.node.judging import Rules
+from mntui.sessions.node.watchcfg import WatchConfig, to_json
+from mntui.sessions.procs import TAG_VAR, run_dir_word
+from mntui.sessions.ssh import Node
+
+from .sentinelship import bundle, remote_path, ship_script
+
+CONFIRM = 10.0  # seconds for every sentinel to reach the coordinator after the start
+START_GRACE = 120.0  # a node whose sentinel never came is unreachable after this
+HEARTBEAT = 1.0
+
+
+def new_secret() -> str:
+    return secrets.token_hex(32)
+
+
+def watch_config(cfg: JobConfig, job: str, run_id: str, node: str, tag: str, session: str,
+                 nodes: tuple[str, ...], master_addr: str) -> WatchConfig:  # fmt: skip
+    w = cfg.watch
+    port = cfg.watch_port
+    assert port is not None
+    return WatchConfig(
+        job=job,
+        run=run_id,
+        node=node,
+        tag=tag,
+        session=session,
+        coord_host=master_addr,
+        coord_port=port,
+        rules=Rules(
+            frozen_after=w.frozen_after,
+            unreachable_after=w.unreachable_after,
+            on_failure=str(w.on_failure),
+            on_stall=str(w.on_stall),
+            stall_after=w.stall_after,
+        ),
+        nodes=nodes,
+        interval=w.node_interval,
+        heartbeat=HEARTBEAT,
+        grace=cfg.grace,
+        # the coordinator's own port closes when it exits, after the kill it runs
+        ports=tuple(p for p in cfg.all_ports if p != port) if node == nodes[0] else (),
+        start_grace=START_GRACE,
+        progress_pattern=cfg.progress_pattern,
+    )
+
+
+def watch_block(wc: WatchConfig, secret: str) -> str:
+    """Shell run after the node's tmux session started (same script, `$d` its run dir):
+    the files, the bundle, then the coordinator (main) and the sentinel, each printing
+    `SENTINEL <pid> ...` once it is up."""
+    b = bundle()
+    eof = "__MNTUI_WATCH_" + secrets.token_hex(8) + "__"
+    pyz = f'"$HOME"/{shlex.quote(remote_path(b.sha))}'
+    starts = [("coord", "coord")] if wc.is_main else []
+    starts.append(("sentinel", "run"))
+    lines = [
+        "umask 077",
+        f"cat >\"$d/watch.json\" <<'{eof}'",
+        to_json(wc),
+        eof,
+        f"cat >\"$d/secret\" <<'{eof}'",
+        secret,
+        eof,
+        ship_script(b),
+        "python3 -I -S -c 'import sys; sys.exit(sys.version_info < (3, 9))' 2>/dev/null || "
+        "{ echo 'SENTINEL_FAILED no python3 3.9 or later on this node'; exit 1; }",
+    ]
+    for role, verb in starts:
+        tag = shlex.quote(f"{wc.tag}/{role}")
+        lines.append(
+            f'{TAG_VAR}={tag} python3 -I -S {pyz} {verb} "$d" || '
+            f"{{ echo 'SENTINEL_FAILED the {role} did not start'; exit 1; }}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def failure(text: str) -> str | None:
+    """The start script's own word on a watch that did not start, if it said one."""
+    for line in text.splitlines():
+        if line.startswith("SENTINEL_FAILED "):
+            return line.removeprefix("SENTINEL_FAILED ")[:200]
+        words = line.split(" ", 3)
+        if len(words) == 4 and words[0] == "SENTINEL_BUNDLE" and words[2] == "failed":
+            return f"could not ship the sentinel: {words[3][:200]}"
+    return None
+
+
+@dataclass(frozen=True)
+class BoardView:
+    """What the coordinator last wrote: its status, and its decision if it made one."""
+
+    status: dict[str, Any] | None
+    decision: dict[str, Any] | None
+    alive: bool  # the coordinator's pid is a live process on the main
+    journal: tuple[dict[str, Any], ...] = ()  # its last lines (up to 256 KiB), oldest first
+
+    def connected(self) -> int:
+        nodes = (self.status or {}).get("nodes") or {}
+        return sum(1 for v in nodes.values() if isinstance(v, dict) and v.get("connected"))
+
+
+def board_script(run_dir: str) -> str:
+    d = run_dir_word(run_dir)
+    return f"""d={d}
+for f in status decision; do
+  printf 'FILE %s ' "$f"; head -c 262144 "$d/coord/$f.json" 2>/dev/null | base64 -w0; echo
+done
+printf 'FILE journal '; tail -c 262144 "$d/coord/journal.jsonl" 2>/dev/null | base64 -w0; echo
+pid=$(head -c 20 "$d/coord.pid" 2>/dev/null)
+case "$pid" in
+  '' | *[!0-9]*) echo ALIVE no ;;
+  *) if kill -0 "$pid" 2>/dev/null; then echo ALIVE yes; else echo ALIVE no; fi ;;
+esac
+"""
+
+
+def parse_board(text: str) -> BoardView:
+    import base64
+
+    files: dict[str, dict[str, Any] | None] = {"status": None, "decision": None}
+    alive = False
+    journal: tuple[dict[str, Any], ...] = ()
+    for line in text.splitlines():
+        words = line.split(" ")
+        if len(words) == 3 and words[0:2] == ["FILE", "journal"] and words[2]:
+            journal = parse_journal(words[2])
+        elif len(words) == 3 and words[0] == "FILE" and words[1] in files and words[2]:
+            try:
+                data = json.loads(base64.b64decode(words[2], validate=True))
+            except (ValueError, TypeError, RecursionError):
+                data = None
+            files[words[1]] = data if isinstance(data, dict) else None
+        elif line == "ALIVE yes":
+            alive = True
+    return BoardView(files["status"], files["decision"], alive, journal)
+
+
+def parse_journal(b64: str) -> tuple[dict[str, Any], ...]:
+    """The journal's lines that parse as ours; the first, cut by `tail -c`, does not."""
+    import base64
+
+    try:
+        raw = base64.b64decode(b64, validate=True).decode("utf-8", "replace")
+    except ValueError:
+        return ()
+    out = []
+    for line in raw.splitlines():
+        try:
+            item = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(item, dict) and isinstance(item.get("t"), (int, float)):
+            out.append(item)
+    return tuple(out)
+
+
+def read_board(node: Node, main_run_dir: str, timeout: float = 10.0) -> BoardView:
+    res = node.run(board_script(main_run_dir), timeout=timeout)
+    return parse_board(res.stdout)
+
+
+def confirm(node: Node, main_run_dir: str, nnodes: int, deadline: float = CONFIRM) -> BoardView:
+    """Waits until every sentinel has connected; LaunchError (the launch then stops what
+    it started) when they have not within `deadline` seconds."""
+    end = time.monotonic() + deadline
+    view = BoardView(None, None, False)
+    while time.monotonic() < end:
+        view = read_board(node, main_run_dir)
+        if view.connected() >= nnodes:
+            return view
+        if view.decision is not None:
+            break
+        time.sleep(0.2)  # polling the main's board, bounded by `end`
+    got = view.connected()
+    raise LaunchError(
+        f"the cluster's watch did not come up: {got} of {nnodes} sentinel(s) reached the "
+        f"coordinator in {deadline:.0f}s (a firewall between the nodes and watch.port?); "
+        "`watch.where: here` watches from this machine instead",
+        json.dumps(view.status)[:2000] if view.status else "",
+    )

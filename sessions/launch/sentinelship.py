@@ -1,0 +1,199 @@
+"""The node package as one file on each node: built here, checked and shipped over SSH.
+
+A sentinel runs on the node's own `python3 -I -S`, where nothing of ours is installed, so
+`sessions/node/*.py` travels as a zipapp named by its hash (`~/.mntui/sentinel/<sha>.pyz`):
+a node that has this version already is not sent it again, and two versions never
+overwrite each other under a running sentinel.
+
+The archive is a pure function of the sources (sorted names, fixed times and modes), so
+its name only changes when the code does. The modules sit under `mntui/sessions/node/`
+beside empty `mntui/__init__.py` and `mntui/sessions/__init__.py`: the node code has the
+same module names on both sides (tracebacks, tests and `python -m` agree), and the real
+`mntui.sessions` package, free to import anything of the manager's, never runs on a node.
+The bytes depend on this machine's zlib (deflate output is not standardised): the node
+checks them against the digest computed here, so only the name, never the check, relies
+on two managers agreeing.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import io
+import re
+import secrets
+import zipfile
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from mntui.sessions import node as node_package
+from mntui.sessions.termsafe import one_line
+
+MIN_PYTHON = (3, 9)
+_EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip entry can hold
+_ROOT_MAIN = b"""import sys
+
+from mntui.sessions.node.__main__ import main
+
+sys.exit(main(sys.argv[1:]))
+"""
+_STUBS = ("mntui/__init__.py", "mntui/sessions/__init__.py")
+_INNER = "mntui/sessions/node/"
+
+
+@dataclass(frozen=True)
+class Bundle:
+    data: bytes
+    sha: str  # sha256 of data, first 16 hex digits: the file's name on nodes
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+
+def _entry(name: str) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name, date_time=_EPOCH)
+    info.create_system = 3  # unix, so that the mode below is read as one
+    info.external_attr = 0o100644 << 16
+    info.compress_type = zipfile.ZIP_DEFLATED
+    return info
+
+
+def build(source: Path) -> Bundle:
+    """The zipapp of `source/*.py`, byte for byte the same for the same sources."""
+    files = {_INNER + p.name: p.read_bytes() for p in source.glob("*.py")}
+    files |= dict.fromkeys(_STUBS, b"") | {"__main__.py": _ROOT_MAIN}
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        for name in sorted(files):
+            z.writestr(_entry(name), files[name], compresslevel=9)
+    data = out.getvalue()
+    return Bundle(data, hashlib.sha256(data).hexdigest()[:16])
+
+
+@functools.cache
+def bundle() -> Bundle:
+    return build(Path(node_package.__file__ or "").parent)
+
+
+def remote_path(sha: str) -> str:
+    """Relative to the node user's home."""
+    return f".mntui/sentinel/{sha}.pyz"
+
+
+# The digest is taken by the python3 that will run the bundle: no other tool is assumed.
+_SUM = """mntui_sum() {
+  python3 -I -S -c 'import hashlib, sys
+print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' "$1" 2>/dev/null
+}"""
+
+
+def _head(b: Bundle) -> str:
+    return f"""umask 077
+sha={b.sha}
+f="$HOME/{remote_path(b.sha)}"
+{_SUM}"""
+
+
+def presence_script(b: Bundle) -> str:
+    """`SENTINEL_BUNDLE <sha> present|absent`: a file that is there but not these bytes
+    is absent (a half-written or edited one is shipped again, never run)."""
+    return f"""(
+{_head(b)}
+if [ -f "$f" ] && [ "$(mntui_sum "$f")" = {b.digest} ]; then
+  echo "SENTINEL_BUNDLE $sha present"
+else
+  echo "SENTINEL_BUNDLE $sha absent"
+fi
+)"""
+
+
+def ship_script(b: Bundle) -> str:
+    """Writes the bundle unless it is there: the bytes travel in a heredoc (never argv:
+    no `ps` shows them, no ARG_MAX applies) to a private temp file in the 0700 directory,
+    are checked and only then renamed into place, so a reader never sees half a file."""
+    end = f"MNTUI_PYZ_{secrets.token_hex(8)}"  # `_` is outside base64's alphabet too
+    text = base64.encodebytes(b.data).decode()
+    return f"""(
+{_head(b)}
+d="${{f%/*}}"
+t="$d/.$sha.pyz.$$"
+if [ -f "$f" ] && [ "$(mntui_sum "$f")" = {b.digest} ]; then
+  echo "SENTINEL_BUNDLE $sha present"
+elif ! command -v python3 >/dev/null 2>&1; then
+  echo "SENTINEL_BUNDLE $sha failed no python3"
+elif ! mkdir -p "$d" || ! chmod 700 "$d"; then
+  echo "SENTINEL_BUNDLE $sha failed cannot make ~/.mntui/sentinel"
+elif ! base64 -d >"$t" <<'{end}'
+{text}{end}
+then
+  rm -f "$t"
+  echo "SENTINEL_BUNDLE $sha failed base64 -d"
+elif [ "$(mntui_sum "$t")" != {b.digest} ]; then
+  rm -f "$t"
+  echo "SENTINEL_BUNDLE $sha failed checksum mismatch"
+elif ! mv -f "$t" "$f"; then
+  rm -f "$t"
+  echo "SENTINEL_BUNDLE $sha failed cannot move into place"
+else
+  echo "SENTINEL_BUNDLE $sha shipped"
+fi
+)"""
+
+
+class ShipState(StrEnum):
+    PRESENT = "present"
+    ABSENT = "absent"
+    SHIPPED = "shipped"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class ShipAnswer:
+    state: ShipState
+    why: str | None  # FAILED only: the node's reason, or what was wrong with its answer
+
+
+_SHIP_LINE = re.compile(r"SENTINEL_BUNDLE ([0-9a-f]{16}) (present|absent|shipped|failed)(?: (.+))?")
+
+
+def parse_ship(text: str, sha: str) -> ShipAnswer:
+    """The one `SENTINEL_BUNDLE` line of a presence or ship script. Anything else (no
+    line, two lines, another bundle's, a reason where none belongs) is a failure whose
+    why says so: a node's answer never makes a bundle count as there."""
+    lines = [line for line in text.splitlines() if line.startswith("SENTINEL_BUNDLE")]
+    if len(lines) != 1:
+        return ShipAnswer(ShipState.FAILED, f"{len(lines)} SENTINEL_BUNDLE lines in the answer")
+    m = _SHIP_LINE.fullmatch(lines[0])
+    has_why = m is not None and m[3] is not None
+    if m is None or m[1] != sha or has_why != (m[2] == "failed"):
+        return ShipAnswer(ShipState.FAILED, f"unexpected answer: {one_line(lines[0], 120)}")
+    state = ShipState(m[2])
+    return ShipAnswer(state, one_line(m[3], 200) if state is ShipState.FAILED else None)
+
+
+def python_check_script() -> str:
+    """`PY <major>.<minor>` of the node's `python3`, or `PY none`."""
+    return """v=$(python3 -I -S -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+case $v in
+  [0-9]*.[0-9]*) echo "PY $v" ;;
+  *) echo "PY none" ;;
+esac"""
+
+
+_PY_LINE = re.compile(r"PY (?:(\d{1,3})\.(\d{1,3})|none)")
+
+
+def parse_python(text: str) -> tuple[int, int] | None:
+    """The node's python3 version; None when it has none or its answer does not parse."""
+    lines = [line for line in text.splitlines() if line.startswith("PY ")]
+    m = _PY_LINE.fullmatch(lines[0]) if len(lines) == 1 else None
+    if m is None or m[1] is None:
+        return None
+    return int(m[1]), int(m[2])
+
+
+def sentinel_usable(version: tuple[int, int] | None) -> bool:
+    return version is not None and version >= MIN_PYTHON

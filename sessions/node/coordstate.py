@@ -1,0 +1,248 @@
+"""The coordinator's board: the sentinels connected, what each last said, and what
+the coordinator writes on the main node for the manager to read later.
+
+Why files: the manager may be away for hours; when it comes back it reads
+`coord/status.json` (now), `coord/journal.jsonl` (what happened meanwhile) and
+`coord/decision.json` (the teardown, if any) over one SSH connection to the main.
+Every write is atomic (tmp + rename) so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import frames
+from .facts import Facts, Malformed, from_wire, silent
+from .watchcfg import WatchConfig
+
+JOURNAL_MAX = 8 << 20  # bytes: past this only decisions and refusals are kept
+STEPS_EVERY = 5.0  # seconds between two `steps` lines of the journal
+MAX_STEP = 10**12
+MAX_AGE = 5.0  # a sentinel's sample older than this when sent is taken as this old
+
+
+@dataclass(eq=False)
+class Peer:
+    node: str
+    ch: frames.Channel
+    done: queue.Queue[dict[str, Any]] = field(default_factory=queue.Queue)
+
+
+@dataclass(frozen=True)
+class Word:
+    facts: Facts
+    arrival: float  # coordinator's monotonic clock
+    asked: float  # when the sample was taken, on the coordinator's clock
+
+
+class Board:
+    def __init__(self, cfg: WatchConfig, out: str) -> None:
+        self.cfg, self.out = cfg, out
+        os.makedirs(out, mode=0o700, exist_ok=True)
+        self.lock = threading.Lock()
+        self.peers: dict[str, Peer] = {}
+        self.words: dict[str, Word] = {}
+        self.start, self.start_wall = time.monotonic(), time.time()
+        self.refusals: dict[str, int] = {}
+        self.last_refused: str | None = None
+        self.malformed = 0
+        self.states: dict[str, tuple[str, str]] = {}
+        self.poked: dict[str, float] = {}
+        self.published = 0.0
+        self.silence = max(2 * cfg.heartbeat, 1.0)
+        self.steps: dict[str, tuple[int | None, float | None]] = {}
+        self.steps_at = 0.0
+
+    # -- what the sentinels say -----------------------------------------------
+    def connected(self, node: str, ch: frames.Channel) -> Peer:
+        peer = Peer(node, ch)
+        with self.lock:
+            old = self.peers.get(node)
+            self.peers[node] = peer
+        if old is not None:
+            old.ch.close()
+        self.journal("connected", node)
+        return peer
+
+    def gone(self, peer: Peer, why: str) -> None:
+        with self.lock:
+            if self.peers.get(peer.node) is not peer:
+                return
+            del self.peers[peer.node]
+        self.journal("disconnected", peer.node, why=why[:200])
+
+    def heard(self, peer: Peer, msg: dict[str, Any]) -> None:
+        if msg["k"] == "done":
+            peer.done.put(msg)
+            return
+        if msg["k"] != "snap":
+            return
+        age = msg.get("age")
+        try:
+            facts = from_wire(msg.get("facts"))
+            if isinstance(age, bool) or not isinstance(age, (int, float)) or not 0 <= age < 1e6:
+                raise Malformed("age")
+        except Malformed:
+            with self.lock:
+                self.malformed += 1
+            return
+        now = time.monotonic()
+        steps = _steps(msg.get("steps"))
+        with self.lock:
+            self.words[peer.node] = Word(facts, now, now - min(float(age), MAX_AGE))
+            if steps is not None:
+                self.steps[peer.node] = steps
+            else:
+                self.malformed += 1
+
+    def refused(self, reason: str, where: str) -> None:
+        with self.lock:
+            self.refusals[reason] = self.refusals.get(reason, 0) + 1
+            self.last_refused = where
+            first = self.refusals[reason] == 1
+        if first:
+            self.journal("refused", None, reason=reason, peer=where)
+
+    # -- what the judge reads -------------------------------------------------
+    def facts(self, now: float) -> tuple[dict[str, Facts], dict[str, float]]:
+        """Every node's facts for the judge: fresh words as they are; a node silent
+        for `silence` (or whose sentinel never came within `start_grace`) unreachable."""
+        out: dict[str, Facts] = {}
+        asked: dict[str, float] = {}
+        with self.lock:
+            words = dict(self.words)
+        for node in self.cfg.nodes:
+            w = words.get(node)
+            if w is not None and now - w.arrival <= self.silence:
+                out[node], asked[node] = w.facts, w.asked
+            elif w is not None:
+                out[node] = silent(f"no word from its sentinel for {now - w.arrival:.0f} s")
+            elif now - self.start >= self.cfg.start_grace:
+                out[node] = silent("its sentinel never connected")
+        return out, asked
+
+    def complete(self, facts: dict[str, Facts]) -> bool:
+        return all(n in facts for n in self.cfg.nodes)
+
+    # -- telling the sentinels ------------------------------------------------
+    def live_peers(self) -> dict[str, Peer]:
+        with self.lock:
+            return dict(self.peers)
+
+    def send(self, node: str, kind: str, **fields: Any) -> bool:
+        peer = self.live_peers().get(node)
+        if peer is None:
+            return False
+        try:
+            peer.ch.send(kind, **fields)
+        except OSError:
+            return False
+        return True
+
+    def send_all(self, kind: str, **fields: Any) -> None:
+        for node in self.live_peers():
+            self.send(node, kind, **fields)
+
+    def poke(self, node: str, now: float) -> None:
+        """Ask `node` for a sample now (a deadline came), at most every 0.3 s."""
+        if now - self.poked.get(node, -1.0) >= 0.3:
+            self.poked[node] = now
+            self.send(node, "sample")
+
+    # -- what the manager reads later -----------------------------------------
+    def saw(self, verdicts: dict[str, Any]) -> None:
+        for node, v in verdicts.items():
+            now = (str(v.state), v.why)
+            if self.states.get(node) != now:
+                self.states[node] = now
+                self.journal("state", node, state=now[0], why=now[1])
+
+    def publish(self, verdicts: dict[str, Any], now: float, force: bool = False) -> None:
+        if not force and now - self.published < 1.0:
+            return
+        self.published = now
+        peers = self.live_peers()
+        with self.lock:
+            words, refusals, malformed = dict(self.words), dict(self.refusals), self.malformed
+        nodes = {}
+        for n in self.cfg.nodes:
+            v, w = verdicts.get(n), words.get(n)
+            nodes[n] = {
+                "state": str(v.state) if v is not None else None,
+                "why": v.why if v is not None else None,
+                "connected": n in peers,
+                "last_word": round(now - w.arrival, 2) if w is not None else None,
+                "procs": len(w.facts.live_procs) if w is not None else None,
+                "output_age": w.facts.output_age if w is not None else None,
+                "exit_code": w.facts.exit_code if w is not None else None,
+                "step": self.steps.get(n, (None, None))[0],
+                "rate": self.steps.get(n, (None, None))[1],
+            }
+        self.write(
+            "status.json",
+            {
+                "run": self.cfg.run,
+                "at": time.time(),
+                "since": self.start_wall,
+                "pid": os.getpid(),
+                "nodes": nodes,
+                "refused": refusals,
+                "refused_last_from": self.last_refused,
+                "malformed": malformed,
+            },
+        )
+
+    def journal_steps(self, now: float) -> None:
+        """The job's steps every STEPS_EVERY seconds: what `status` says the job did
+        while this machine was away."""
+        if now - self.steps_at < STEPS_EVERY:
+            return
+        self.steps_at = now
+        with self.lock:
+            steps = {n: st for n, (st, _) in self.steps.items() if st is not None}
+        if steps:
+            self.journal("steps", None, steps=steps)
+
+    def ended(self, verdicts: dict[str, Any]) -> None:
+        states = {n: str(v.state) for n, v in verdicts.items()}
+        self.journal("ended", None, states=states)
+        self.write("decision.json", {"run": self.cfg.run, "ended_at": time.time(), "ended": states})
+        self.publish(verdicts, time.monotonic(), force=True)
+        self.send_all("stop", why="the job ended")
+
+    def journal(self, kind: str, node: str | None, **data: Any) -> None:
+        path = os.path.join(self.out, "journal.jsonl")
+        line = json.dumps({"t": time.time(), "kind": kind, "node": node, "data": data})
+        try:
+            big = os.path.getsize(path) > JOURNAL_MAX
+        except OSError:
+            big = False
+        if big and kind not in ("decision", "ended", "refused"):
+            return
+        with self.lock, open(path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+    def write(self, name: str, data: dict[str, Any]) -> None:
+        path = os.path.join(self.out, name)
+        tmp = f"{path}.tmp-{threading.get_ident()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, sort_keys=True)
+        os.replace(tmp, path)
+
+
+def _steps(v: object) -> tuple[int | None, float | None] | None:
+    """A sentinel's `steps` ({"step": int|None, "rate": number|None}), or None."""
+    if not isinstance(v, dict):
+        return None
+    step, rate = v.get("step"), v.get("rate")
+    if step is not None and (type(step) is not int or not 0 <= step <= MAX_STEP):
+        return None
+    if rate is not None and (type(rate) not in (int, float) or not 0 <= rate < 1e9):
+        return None
+    return step, None if rate is None else float(rate)

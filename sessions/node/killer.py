@@ -1,0 +1,324 @@
+"""Kill a node's part of a run by tag, on the node itself: the sentinel's teardown.
+
+The same steps as the shell kill (`launch/kill.py: kill_script` over `sh/lib.sh`), so
+a teardown decided on the cluster leaves a node as clean as `mntui kill` does: find by
+tag, SIGCONT (a stopped process cannot act on SIGTERM) + SIGTERM, SIGKILL what is left
+after the grace, sweep for anything forked meanwhile, close the tmux session, then wait
+a little for the tagged processes to go and the job's ports to be free. A tag is an
+environment entry matched whole (`grep -zxE`), never a process name.
+
+Where it goes further than the shell, it is only in what it can know: each process is
+held by its start time (and a pidfd where the kernel has them), so a PID that a dead
+process freed and another process took is never signalled nor counted; a process found
+and signalled that still lives at the end is `left` even if its environment can no
+longer be read.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .proctree import STAT_LIMIT, parse_stat
+
+__all__ = ["KillResult", "kill_tagged", "listening_ports"]
+
+POLL = 0.05  # the shell's `sleep 0.05`
+SWEEPS = 5
+SETTLE = 3.0  # how long the end waits for tagged processes to go and ports to be free
+ENVIRON_MAX = 256 * 1024  # an environment read past this is cut, its last entry dropped
+CMDLINE_MAX = 300  # as mntui_b64
+TMUX_TIMEOUT = 2.0  # per tmux call: a stopped tmux server must not hold the teardown
+
+
+@dataclass(frozen=True)
+class KillResult:
+    found: tuple[tuple[int, str, str], ...]  # (pid, state letter, command line)
+    sigkilled: tuple[int, ...]
+    left: tuple[int, ...]
+    session_killed: bool
+    port_holders: tuple[int, ...]  # ports of `ports` still listened on after the wait
+    seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "found": [list(f) for f in self.found],
+            "sigkilled": list(self.sigkilled),
+            "left": list(self.left),
+            "session_killed": self.session_killed,
+            "port_holders": list(self.port_holders),
+            "seconds": self.seconds,
+        }
+
+
+@dataclass(frozen=True)
+class _Stat:
+    state: str  # "?" when the line cannot be read as a stat line: alive, unreadable
+    ppid: int | None
+    start: int | None  # starttime in clock ticks since boot: a PID plus this is one process
+
+
+@dataclass
+class _Proc:
+    pid: int
+    start: int | None
+    fd: int | None  # a pidfd, so a signal can only reach this very process
+
+
+def _read(path: str, limit: int) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read(limit)
+    except OSError:
+        return None
+
+
+def _stat(proc: str, pid: int) -> _Stat | None:
+    """None once the process is gone. A line of no known shape is "alive, unreadable",
+    as the shell reads it: never taken for gone."""
+    raw = _read(f"{proc}/{pid}/stat", STAT_LIMIT)
+    if raw is None:
+        return None
+    got = parse_stat(pid, raw)
+    if got is None:
+        return _Stat("?", None, None)
+    return _Stat(got.proc.state, got.proc.ppid, got.proc.start)
+
+
+def _lineage(proc: str, pid: int) -> set[int]:
+    """The caller and its ancestors: the caller may itself carry the tag."""
+    seen: set[int] = set()
+    while pid > 1 and pid not in seen and len(seen) < 256:
+        seen.add(pid)
+        st = _stat(proc, pid)
+        if st is None or st.ppid is None:
+            break
+        pid = st.ppid
+    return seen
+
+
+def _tagged(proc: str, pid: int, pattern: re.Pattern[str]) -> bool:
+    raw = _read(f"{proc}/{pid}/environ", ENVIRON_MAX + 1)
+    if not raw:
+        return False
+    entries = raw.split(b"\0")
+    if len(raw) > ENVIRON_MAX:
+        entries.pop()  # cut short: a piece of an entry must never match as a whole one
+    return any(pattern.fullmatch(e.decode(errors="surrogateescape")) for e in entries)
+
+
+def _ports_in(text: str) -> Iterator[int]:
+    for row in text.split("\n")[1:]:
+        cols = row.split()
+        if len(cols) > 3 and cols[3] == "0A" and ":" in cols[1]:
+            try:
+                yield int(cols[1].rsplit(":", 1)[1], 16)
+            except ValueError:
+                continue
+
+
+def listening_ports(proc: str = "/proc") -> set[int]:
+    """TCP ports with a LISTEN socket (IPv4 or IPv6) in this network namespace."""
+    ports: set[int] = set()
+    for name in ("tcp", "tcp6"):
+        raw = _read(f"{proc}/net/{name}", 64 * 1024 * 1024)
+        if raw:
+            ports.update(_ports_in(raw.decode(errors="replace")))
+    return ports
+
+
+def _tmux_env() -> dict[str, str]:
+    """A tmux server this starts must never carry a tag (a later kill would find it),
+    nor attach to the tmux the caller runs in."""
+    drop = ("TMUX", "TMUX_PANE")
+    return {k: v for k, v in os.environ.items() if not k.startswith("MNTUI_") and k not in drop}
+
+
+def _tmux_ok(tmux: Sequence[str], *args: str) -> bool:
+    try:
+        done = subprocess.run(
+            [*tmux, *args],
+            env=_tmux_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=TMUX_TIMEOUT,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
+def _wait_while(seconds: float, busy: Callable[[], bool]) -> None:
+    """mntui_wait_while: check, then every POLL while busy, for at most `seconds`."""
+    end = time.monotonic() + seconds
+    while busy() and time.monotonic() < end:
+        time.sleep(POLL)
+
+
+class _Killer:
+    def __init__(self, pattern: str, proc: str, exclude: Collection[int]) -> None:
+        self.pattern = re.compile(pattern)
+        self.proc = proc
+        self.uid = os.geteuid()
+        self.skip = _lineage(proc, os.getpid()) | set(exclude)
+        self.held: dict[int, _Proc] = {}
+        self.found: dict[int, tuple[int, str, str]] = {}
+        self.sigkilled: dict[int, None] = {}
+
+    def close(self) -> None:
+        for p in self.held.values():
+            if p.fd is not None:
+                os.close(p.fd)
+                p.fd = None
+
+    def scan(self) -> list[_Proc]:
+        """mntui_scan: our processes whose environment holds a tag entry."""
+        hits: list[_Proc] = []
+        try:
+            entries = list(os.scandir(self.proc))
+        except OSError:
+            return hits
+        for entry in entries:
+            if not (entry.name.isascii() and entry.name.isdigit()):
+                continue
+            pid = int(entry.name)
+            try:
+                ours = pid not in self.skip and entry.stat().st_uid == self.uid
+            except OSError:
+                continue
+            if ours:
+                held = self._hold(pid)
+                if held is not None:
+                    hits.append(held)
+        return hits
+
+    def _hold(self, pid: int) -> _Proc | None:
+        first = _stat(self.proc, pid)
+        if first is None or not _tagged(self.proc, pid, self.pattern):
+            return None
+        known = self.held.get(pid)
+        if known is not None and known.start == first.start:
+            return known
+        fd: int | None
+        try:
+            fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            fd = None  # no pidfds here (kernel < 5.3) or no fds left: start times only
+        again = _stat(self.proc, pid)
+        if again is None or again.start != first.start:  # gone, or its PID taken meanwhile
+            if fd is not None:
+                os.close(fd)
+            return None
+        if known is not None and known.fd is not None:  # its PID is another process's now
+            os.close(known.fd)
+            known.fd = None  # a closed number may be reused: never signal through it again
+        self.held[pid] = _Proc(pid, first.start, fd)
+        return self.held[pid]
+
+    def alive(self, procs: Sequence[_Proc]) -> list[_Proc]:
+        """mntui_alive: those that still exist and are no zombies."""
+        out = []
+        for p in procs:
+            st = _stat(self.proc, p.pid)
+            if st is None or st.state in ("Z", "X"):
+                continue
+            if p.start is not None and st.start is not None and st.start != p.start:
+                continue  # the PID is another process's now: ours is gone
+            out.append(p)
+        return out
+
+    def signal(self, procs: Sequence[_Proc], sig: signal.Signals) -> None:
+        for p in procs:
+            try:
+                if p.fd is not None:
+                    signal.pidfd_send_signal(p.fd, sig)
+                elif self.alive([p]):
+                    os.kill(p.pid, sig)
+            except OSError:
+                continue
+
+    def note(self, procs: Sequence[_Proc]) -> None:
+        """mntui_procinfo: what each was when found (a sweep may find one again)."""
+        for p in procs:
+            st = _stat(self.proc, p.pid)
+            if st is None:
+                continue
+            raw = _read(f"{self.proc}/{p.pid}/cmdline", CMDLINE_MAX) or b""
+            text = raw.replace(b"\0", b" ").decode(errors="replace").strip()
+            self.found[p.pid] = (p.pid, st.state[:1] or "?", text)
+
+    def stop(self, grace: float, procs: Sequence[_Proc]) -> None:
+        """mntui_stop: CONT+TERM, up to `grace` for them to go, KILL for the rest."""
+        if not procs:
+            return
+        self.signal(procs, signal.SIGCONT)
+        self.signal(procs, signal.SIGTERM)
+        _wait_while(grace, lambda: bool(self.alive(procs)))
+        rest = self.alive(procs)
+        self.signal(rest, signal.SIGKILL)
+        self.sigkilled.update(dict.fromkeys(p.pid for p in rest))
+
+    def left(self) -> list[int]:
+        tagged = {p.pid: p for p in self.alive(self.scan())}
+        signalled = self.alive([p for p in self.held.values() if p.pid in self.found])
+        tagged.update((p.pid, p) for p in signalled)
+        return sorted(tagged)
+
+
+def kill_tagged(
+    pattern: str,
+    *,
+    grace: float,
+    session: str | None = None,
+    ports: Sequence[int] = (),
+    exclude: Collection[int] = (),
+    proc: str = "/proc",
+    tmux: Sequence[str] = ("tmux",),
+) -> KillResult:
+    """Kill every process of ours whose environment holds an entry matching `pattern`
+    (whole), never the caller, its ancestors or `exclude`; then close `session`."""
+    t0 = time.monotonic()
+    k = _Killer(pattern, proc, exclude)
+    try:
+        first = k.scan()
+        k.note(first)
+        k.stop(grace, first)
+        for _ in range(SWEEPS):  # anything forked while we were killing (a launcher's restart)
+            more = k.alive(k.scan())
+            if not more:
+                break
+            k.note(more)
+            k.stop(0, more)
+            time.sleep(POLL)
+        session_killed = bool(session) and (
+            _tmux_ok(tmux, "has-session", "-t", f"={session}")
+            and _tmux_ok(tmux, "kill-session", "-t", f"={session}")
+        )
+        left: list[int] = []
+        held: list[int] = []
+
+        def busy() -> bool:
+            nonlocal left, held
+            left = k.left()
+            listening = listening_ports(proc) if ports else set()
+            held = [p for p in dict.fromkeys(ports) if p in listening]
+            return bool(left or held)
+
+        _wait_while(SETTLE, busy)
+        return KillResult(
+            found=tuple(k.found.values()),
+            sigkilled=tuple(k.sigkilled),
+            left=tuple(left),
+            session_killed=session_killed,
+            port_holders=tuple(held),
+            seconds=time.monotonic() - t0,
+        )
+    finally:
+        k.close()

@@ -1,0 +1,183 @@
+"""The watch file a launch writes into each node's run dir, read by the sentinel and
+the coordinator there.
+
+Why a file and not arguments: the secret and the peers must never be on a command
+line (every user of the node reads /proc/*/cmdline), and a sentinel that respawns
+reads the same file again. Read strictly: a launch of another mntui version, or a
+hand-edited file, stops the sentinel with one line rather than a watch on wrong rules.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from .judging import Rules
+
+FILE = "watch.json"
+SECRET = "secret"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_TAG = re.compile(r"[A-Za-z0-9._-]{1,128}/[A-Za-z0-9._-]{1,64}/[A-Za-z0-9._-]{1,128}")
+
+
+class BadWatchFile(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class WatchConfig:
+    job: str
+    run: str
+    node: str
+    tag: str  # MNTUI_RUN's value for the run's processes on this node
+    session: str  # the node's tmux session
+    coord_host: str
+    coord_port: int
+    rules: Rules
+    nodes: tuple[str, ...]  # every node of the run, the main first
+    interval: float  # seconds between samples of the node's processes
+    heartbeat: float  # a snapshot at least this often, changed or not
+    grace: float  # SIGTERM to SIGKILL, as the config's kill.grace
+    ports: tuple[int, ...]  # checked free after a kill on this node
+    start_grace: float  # a node whose sentinel never came is unreachable after this
+    progress_pattern: str | None = None  # the job's step lines (None: the default)
+
+    @property
+    def is_main(self) -> bool:
+        return self.node == self.nodes[0]
+
+    @property
+    def entry(self) -> str:
+        """The environment entry every process of this run on this node carries."""
+        return f"MNTUI_RUN={self.tag}"
+
+
+def grace_of(v: object) -> float | None:
+    """A grace a request carries (seconds, 0..3600), or None for anything else."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 3600:
+        return None
+    return float(v)
+
+
+def _get(d: dict[str, Any], key: str, kind: type) -> Any:
+    v = d.get(key)
+    if kind is float and type(v) is int:
+        v = float(v)
+    if type(v) is not kind:
+        raise BadWatchFile(f"{FILE}: {key} must be a {kind.__name__}")
+    return v
+
+
+def _rules(d: object) -> Rules:
+    if not isinstance(d, dict):
+        raise BadWatchFile(f"{FILE}: rules must be an object")
+    stall = d.get("stall_after")
+    if stall != "auto":
+        stall = _get(d, "stall_after", float)
+    return Rules(
+        frozen_after=_get(d, "frozen_after", float),
+        unreachable_after=_get(d, "unreachable_after", float),
+        on_failure=_get(d, "on_failure", str),
+        on_stall=_get(d, "on_stall", str),
+        stall_after=stall,
+    )
+
+
+def _pattern(v: object) -> str | None:
+    if v is None:
+        return None
+    if not isinstance(v, str) or len(v) > 2000:
+        raise BadWatchFile(f"{FILE}: progress_pattern must be a regex")
+    try:
+        if "step" not in re.compile(v).groupindex:
+            raise BadWatchFile(f"{FILE}: progress_pattern has no group `step`")
+    except re.error:
+        raise BadWatchFile(f"{FILE}: progress_pattern is no regex") from None
+    return v
+
+
+def parse(d: object) -> WatchConfig:
+    if not isinstance(d, dict) or d.get("v") != 1:
+        raise BadWatchFile(f"{FILE}: not a version 1 watch file")
+    nodes = d.get("nodes")
+    if (
+        not isinstance(nodes, list)
+        or not nodes
+        or not all(isinstance(n, str) and _NAME.fullmatch(n) for n in nodes)
+    ):
+        raise BadWatchFile(f"{FILE}: nodes must be a list of node names")
+    ports = d.get("ports")
+    if not isinstance(ports, list) or not all(type(p) is int and 0 < p < 65536 for p in ports):
+        raise BadWatchFile(f"{FILE}: ports must be a list of ports")
+    cfg = WatchConfig(
+        job=_get(d, "job", str),
+        run=_get(d, "run", str),
+        node=_get(d, "node", str),
+        tag=_get(d, "tag", str),
+        session=_get(d, "session", str),
+        coord_host=_get(d, "coord_host", str),
+        coord_port=_get(d, "coord_port", int),
+        rules=_rules(d.get("rules")),
+        nodes=tuple(nodes),
+        interval=_get(d, "interval", float),
+        heartbeat=_get(d, "heartbeat", float),
+        grace=_get(d, "grace", float),
+        ports=tuple(ports),
+        start_grace=_get(d, "start_grace", float),
+        progress_pattern=_pattern(d.get("progress_pattern")),
+    )
+    if cfg.node not in cfg.nodes or not _TAG.fullmatch(cfg.tag):
+        raise BadWatchFile(f"{FILE}: node or tag not of this run")
+    if not 0 < cfg.coord_port < 65536 or not 0.05 <= cfg.interval <= 60:
+        raise BadWatchFile(f"{FILE}: coord_port or interval out of range")
+    return cfg
+
+
+def load(run_dir: str) -> tuple[WatchConfig, bytes]:
+    """The watch file and the run's secret, from the node's run dir."""
+    with open(os.path.join(run_dir, FILE), encoding="utf-8") as f:
+        raw = f.read(1 << 20)
+    try:
+        cfg = parse(json.loads(raw))
+    except json.JSONDecodeError as exc:
+        raise BadWatchFile(f"{FILE}: not JSON ({exc.msg})") from None
+    with open(os.path.join(run_dir, SECRET), "rb") as f:
+        secret = f.read(256).strip()
+    if len(secret) < 32:
+        raise BadWatchFile(f"{SECRET}: too short to be the run's secret")
+    return cfg, secret
+
+
+def to_json(cfg: WatchConfig) -> str:
+    """The watch file's text (the manager writes it; `parse` reads it back)."""
+    r = cfg.rules
+    return json.dumps(
+        {
+            "v": 1,
+            "job": cfg.job,
+            "run": cfg.run,
+            "node": cfg.node,
+            "tag": cfg.tag,
+            "session": cfg.session,
+            "coord_host": cfg.coord_host,
+            "coord_port": cfg.coord_port,
+            "rules": {
+                "frozen_after": r.frozen_after,
+                "unreachable_after": r.unreachable_after,
+                "on_failure": r.on_failure,
+                "on_stall": r.on_stall,
+                "stall_after": r.stall_after,
+            },
+            "nodes": list(cfg.nodes),
+            "interval": cfg.interval,
+            "heartbeat": cfg.heartbeat,
+            "grace": cfg.grace,
+            "ports": list(cfg.ports),
+            "start_grace": cfg.start_grace,
+            "progress_pattern": cfg.progress_pattern,
+        },
+        sort_keys=True,
+    )

@@ -1,0 +1,176 @@
+"""What the cluster's watch did, as this machine learns it on its next contact.
+
+Why: with `watch.where: cluster` nothing on this machine watches the run; the
+coordinator on the main node decides and writes its board there. `status` reads that
+board over the connection it already has to the main, says who watches and whether
+they are there, and, when the coordinator tore the job down or saw it end, writes that
+into the local run record once (so `history`, `report` and the next `launch` see the
+run ended, and why), never overwriting an ending the record already has.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from mntui.sessions.launch.clusterwatch import BoardView
+from mntui.sessions.runs import RunRecord, RunStatus
+from mntui.sessions.termsafe import one_line
+
+
+def _hms(t: object) -> str:
+    if isinstance(t, (int, float)) and not isinstance(t, bool):
+        return time.strftime("%H:%M:%S", time.localtime(t))
+    return "?"
+
+
+def _text(v: object, limit: int = 200) -> str:
+    return one_line(str(v))[:limit] if v is not None else "?"
+
+
+def watch_line(record: RunRecord, view: BoardView | None) -> str:
+    """Who watches this run, and whether they are there."""
+    main = record.nodes[0].node if record.nodes else "?"
+    where = f"{main}:{record.watch_port}"
+    if view is None:
+        return f"watch: the cluster (coordinator on {where}); the main did not answer"
+    nodes = (view.status or {}).get("nodes")
+    total = len(nodes) if isinstance(nodes, dict) else len(record.nodes)
+    if view.alive and view.decision is None:
+        return (
+            f"watch: the cluster: coordinator on {where}, {view.connected()} of {total} "
+            "sentinel(s) connected; this machine may sleep"
+        )
+    if view.decision is not None:
+        return f"watch: the cluster's coordinator on {where} has ended (its decision below)"
+    return (
+        f"watch: NONE: the coordinator on {where} is gone and decided nothing; "
+        "`mntui kill` stops the job"
+    )
+
+
+def decision_lines(view: BoardView | None) -> list[str]:
+    d = view.decision if view is not None else None
+    if not d:
+        return []
+    if "ended" in d:
+        return [f"the coordinator saw the job end at {_hms(d.get('ended_at'))}"]
+    if d.get("decided_by") == "user":
+        lines = [f"the user's kill went through the coordinator at {_hms(d.get('decided_at'))}:"]
+    else:
+        lines = [
+            f"the coordinator tore the job down at {_hms(d.get('decided_at'))}: "
+            f"{_text(d.get('node'))} {_text(d.get('state'))}: {_text(d.get('why'))}"
+        ]
+    kills = d.get("kill")
+    if isinstance(kills, dict):
+        for node, res in sorted(kills.items()):
+            lines.append(f"  {_text(node, 64)}: {_kill_text(res)}")
+    return lines
+
+
+def _kill_text(res: Any) -> str:
+    if not isinstance(res, dict):
+        return "?"
+    if "error" in res:
+        return _text(res["error"])
+    found = res.get("found")
+    n = len(found) if isinstance(found, list) else 0
+    left = res.get("left")
+    tail = f", STILL ALIVE: {_text(left)}" if left else ""
+    return f"{n} process(es) stopped{tail}"
+
+
+CONTACT = "contact.json"  # in the run's local dir: when this machine last looked, and the step
+EVENTS = {"decision", "kill", "ended", "refused", "disconnected"}
+
+
+def _step_now(view: BoardView) -> int | None:
+    nodes = (view.status or {}).get("nodes")
+    steps: list[int] = []
+    for v in nodes.values() if isinstance(nodes, dict) else []:
+        step = v.get("step") if isinstance(v, dict) else None
+        if type(step) is int:
+            steps.append(step)
+    return max(steps) if steps else None
+
+
+def _last_contact(record: RunRecord) -> tuple[float | None, int | None]:
+    try:
+        data = json.loads((record.dir / CONTACT).read_text())
+    except (OSError, ValueError):
+        return None, None
+    if not isinstance(data, dict):
+        return None, None
+    at, step = data.get("at"), data.get("step")
+    at = float(at) if isinstance(at, (int, float)) and not isinstance(at, bool) else None
+    return at, step if type(step) is int else None
+
+
+def away_lines(record: RunRecord, view: BoardView | None, now: float | None = None) -> list[str]:
+    """What happened since this machine last looked at the run (its previous `status`),
+    from the coordinator's journal; then notes this look as the last contact."""
+    if view is None or view.status is None:
+        return []
+    now = time.time() if now is None else now
+    since, step_then = _last_contact(record)
+    step = _step_now(view)
+    try:
+        (record.dir / CONTACT).write_text(json.dumps({"at": now, "step": step}))
+    except OSError:
+        pass
+    if since is None:
+        return []
+    events = [j for j in view.journal if j["t"] > since and j.get("kind") in EVENTS]
+    steps = [j for j in view.journal if j["t"] > since and j.get("kind") == "steps"]
+    head = f"since this machine last looked ({_hms(since)}, {now - since:.0f} s ago): "
+    lines = []
+    if step_then is not None and step is not None and step > step_then:
+        lines.append(head + f"the job ran on, steps {step_then} → {step}")
+    elif steps or step is not None:
+        lines.append(head + f"the job's step is {step if step is not None else '?'}")
+    else:
+        lines.append(head + "no step seen")
+    lines += [f"  {_hms(e['t'])} {_event(e)}" for e in events[-8:]]
+    return lines
+
+
+def _event(e: dict[str, Any]) -> str:
+    """One journal line for people: what the coordinator saw or did."""
+    kind, node = e.get("kind"), _text(e.get("node"), 64)
+    data = e.get("data")
+    data = data if isinstance(data, dict) else {}
+    if kind == "decision":
+        return f"{node} {_text(data.get('state'), 20)}: {_text(data.get('why'))}: torn down"
+    if kind == "kill":
+        return "the user's kill"
+    if kind == "ended":
+        return "the job ended on every node"
+    if kind == "refused":
+        reason, peer = _text(data.get("reason"), 40), _text(data.get("peer"), 64)
+        return f"refused a connection ({reason}, from {peer})"
+    return f"{node}'s sentinel disconnected: {_text(data.get('why'), 120)}"
+
+
+def adopt(record: RunRecord, view: BoardView | None) -> bool:
+    """Writes the coordinator's ending into a record still marked live; True if it did."""
+    d = view.decision if view is not None else None
+    if not d or not record.status.is_live or record.status is RunStatus.LAUNCHING:
+        return False
+    if "ended" in d:
+        states = d.get("ended")
+        ok = isinstance(states, dict) and all(s == "finished" for s in states.values())
+        status, cause = (RunStatus.FINISHED, None) if ok else (RunStatus.FAILED, None)
+    else:
+        status = RunStatus.TORN_DOWN
+        cause = f"{_text(d.get('node'))} {_text(d.get('state'))}: {_text(d.get('why'))}"
+
+    def ended(r: RunRecord) -> None:
+        if r.status.is_live:
+            r.status = status
+            r.cause = cause or r.cause
+            r.note("cluster-decision", decided_by="coordinator", at=d.get("decided_at"))
+
+    record.update(ended)
+    return True

@@ -1,0 +1,202 @@
+"""The watch lives where the job runs (issue 30): sentinels on the nodes and a
+coordinator on the main decide, with this machine cut off.
+
+Real parts: sshd fake nodes, tmux, a 2-node torchrun job (gloo, CPU), and the
+sentinel bundle shipped over SSH and run on the node's bare `python3 -I -S`. A
+"manager cut off from the nodes" is every node's sshd stopped (SIGSTOP of the listener
+and its sessions): SSH hangs, the job's own loopback network works, as measured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from fakecluster import (
+    FakeCluster,
+    alive,
+    cmdline,
+    free_port,
+    pids_with_env,
+    port_listening,
+    process_tree,
+    tagged,
+    wait_for,
+)
+from helpers import Cfg, step_count, tagged_anywhere, torch_job
+
+pytestmark = pytest.mark.integration
+
+WATCH = "watch: {{where: cluster, port: {port}, unreachable_after: 5, frozen_after: 2}}"
+
+
+def cluster_job(cfg: Cfg, job: str) -> tuple[object, int, int]:
+    port, wport = free_port(), free_port()
+    work = cfg.workdir_with_train()
+    path = cfg.write(torch_job(job, work, port, extra=WATCH.format(port=wport)))
+    return path, port, wport
+
+
+def watchers(job: str, role: str) -> list[int]:
+    """The run's sentinels or coordinators, on any node, by their own tag."""
+    return alive(pids_with_env(f"MNTUI_RUN={re.escape(job)}/[^/]+/[^/]+/{role}"))
+
+
+@contextmanager
+def cut_off(fake: FakeCluster, nodes: tuple[str, ...] = ("node0", "node1")) -> Iterator[None]:
+    """This machine loses every node: their sshd trees stopped, SIGCONTed at the end."""
+    stopped: list[int] = []
+    try:
+        for n in nodes:
+            proc = fake.node(n).proc
+            assert proc is not None
+            for pid in process_tree(proc.pid):
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped.append(pid)
+                except ProcessLookupError:
+                    pass
+        yield
+    finally:
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+
+def a_rank(job: str, node: str) -> int:
+    return next(
+        p
+        for p in tagged(job, node)
+        if "train.py" in cmdline(p) and "torch.distributed.run" not in cmdline(p)
+    )
+
+
+def launched(cfg: Cfg, path: object, job: str, fake: FakeCluster) -> None:
+    res = cfg.mntui(path, "launch", "--no-ui", watch=True)  # type: ignore[arg-type]
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "watched by the cluster" in res.stdout, res.stdout
+    assert len(watchers(job, "sentinel")) == 2 and len(watchers(job, "coord")) == 1
+    wait_for(
+        lambda: all(step_count(fake.node(n).log(job)) >= 2 for n in ("node0", "node1")),
+        90,
+        what="both nodes training",
+    )
+
+
+def nothing_left(fake: FakeCluster, job: str, ports: tuple[int, ...]) -> None:
+    wait_for(lambda: not tagged_anywhere(job), 20, what="every process of the job gone")
+    assert not [s for n in ("node0", "node1") for s in fake.node(n).sessions() if job in s]
+    for p in ports:
+        wait_for(lambda p=p: not port_listening(p), 10, what=f"port {p} free")
+
+
+def test_cut_off_manager_a_rank_killed_the_cluster_tears_down_and_status_says_so(
+    fake: FakeCluster, cfg: Cfg
+) -> None:
+    job = "cw-kill"
+    path, port, wport = cluster_job(cfg, job)
+    launched(cfg, path, job, fake)
+    with cut_off(fake):
+        before = step_count(fake.node("node1").log(job))
+        wait_for(  # cut off for longer than unreachable_after: nothing is torn down
+            lambda: step_count(fake.node("node1").log(job)) >= before + 25,
+            60,
+            what="the job training on while this machine is cut off",
+        )
+        assert watchers(job, "coord"), "the coordinator must not decide on our silence"
+        rank = a_rank(job, "node1")
+        t0 = time.monotonic()
+        os.kill(rank, signal.SIGKILL)
+        wait_for(
+            lambda: not [p for p in tagged_anywhere(job) if p not in watchers(job, "sentinel")],
+            30,
+            what="the cluster taking the whole job down",
+        )
+        down = time.monotonic() - t0
+    print(f"rank SIGKILL -> job down on both nodes by the cluster alone: {down:.2f}s")
+    nothing_left(fake, job, (port, wport))
+    res = cfg.mntui(path, "status")  # type: ignore[arg-type]
+    assert "the coordinator tore the job down" in res.stdout, res.stdout
+    assert "node1 failed" in res.stdout, res.stdout
+    assert "(torn-down)" in res.stdout, res.stdout
+
+
+def test_kill_leaves_no_rank_sentinel_coordinator_session_or_port(
+    fake: FakeCluster, cfg: Cfg
+) -> None:
+    job = "cw-userkill"
+    path, port, wport = cluster_job(cfg, job)
+    launched(cfg, path, job, fake)
+    res = cfg.mntui(path, "status", "--json")  # type: ignore[arg-type]
+    data = json.loads(res.stdout)
+    assert data["via"] == "coordinator", data  # one connection, to the main only
+    assert "2 of 2 sentinel(s) connected" in data["watchdog"], data
+    assert [n["state"] for n in data["nodes"]] == ["running", "running"], data
+    res = cfg.mntui(path, "kill")  # type: ignore[arg-type]
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "asked the coordinator on node0" in res.stdout + res.stderr, res.stdout + res.stderr
+    nothing_left(fake, job, (port, wport))
+    assert not watchers(job, "sentinel") and not watchers(job, "coord")
+
+
+def test_a_frozen_rank_while_cut_off_is_torn_down_by_the_cluster(
+    fake: FakeCluster, cfg: Cfg
+) -> None:
+    job = "cw-frozen"
+    path, port, wport = cluster_job(cfg, job)
+    launched(cfg, path, job, fake)
+    with cut_off(fake):
+        rank = a_rank(job, "node1")
+        os.kill(rank, signal.SIGSTOP)
+        t0 = time.monotonic()
+        wait_for(
+            lambda: not [p for p in tagged_anywhere(job) if p not in watchers(job, "sentinel")],
+            30,
+            what="the cluster taking the frozen job down",
+        )
+        down = time.monotonic() - t0
+    print(f"rank SIGSTOP -> job down by the cluster alone: {down:.2f}s (frozen_after 2 s)")
+    nothing_left(fake, job, (port, wport))
+    res = cfg.mntui(path, "status")  # type: ignore[arg-type]
+    assert "node1 frozen" in res.stdout, res.stdout
+
+
+def test_a_stranger_on_the_coordinators_port_is_refused_counted_and_harmless(
+    fake: FakeCluster, cfg: Cfg
+) -> None:
+    job = "cw-stranger"
+    path, port, wport = cluster_job(cfg, job)
+    launched(cfg, path, job, fake)
+    for payload in (b"GET / HTTP/1.0\r\n\r\n", b"\xff" * 64, (1 << 31).to_bytes(4, "big")):
+        with socket.create_connection(("127.0.0.1", wport), timeout=5) as s:
+            s.sendall(payload)
+            s.settimeout(5)
+            try:
+                while s.recv(4096):
+                    pass
+            except OSError:
+                pass
+    run_dir = fake.node("node0").run_dirs(job)[-1]
+
+    def refused() -> int:
+        try:
+            status = json.loads((run_dir / "coord" / "status.json").read_text())
+        except (OSError, ValueError):
+            return 0
+        return sum(status.get("refused", {}).values())
+
+    wait_for(lambda: refused() >= 3, 10, what="three refusals counted")
+    before = step_count(fake.node("node1").log(job))
+    wait_for(lambda: step_count(fake.node("node1").log(job)) > before + 3, 30, what="training")
+    assert watchers(job, "coord") and len(watchers(job, "sentinel")) == 2
+    assert cfg.mntui(path, "kill").returncode == 0  # type: ignore[arg-type]
+    nothing_left(fake, job, (port, wport))
