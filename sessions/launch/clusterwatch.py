@@ -84,9 +84,9 @@ def watch_block(wc: WatchConfig, secret: str) -> str:
         f"cat >\"$d/secret\" <<'{eof}'",
         secret,
         eof,
-        ship_script(b),
         "python3 -I -S -c 'import sys; sys.exit(sys.version_info < (3, 9))' 2>/dev/null || "
         "{ echo 'SENTINEL_FAILED no python3 3.9 or later on this node'; exit 1; }",
+        ship_script(b),
     ]
     for role, verb in starts:
         tag = shlex.quote(f"{wc.tag}/{role}")

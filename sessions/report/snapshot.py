@@ -77,6 +77,11 @@ def _ended(record: RunRecord, taken: tuple[str, dict[str, Any]] | None, take: Ta
         note = f"the watchdog is writing the report of {run}{when}; "
         return Answer(Shown.WRITING, "", None, note + "run `mntui report` again in a moment")
     text_, data = taken if taken is not None else take()
+    if record.watch_port is not None:  # the cluster watched it: its coordinator decided
+        cause = f": {record.cause}" if record.cause else ""
+        note = f"{run} {_ended_how(record)} by the coordinator on the cluster{cause} "
+        note += "(`mntui status` shows its decision); what its nodes hold now (not saved):"
+        return Answer(Shown.NONE, text_, json.dumps(data, indent=2), note)
     note = f"{run} {_ended_how(record)} and no watchdog guards it: no report will come; "
     note += "what its nodes hold now (not saved):"
     return Answer(Shown.NONE, text_, json.dumps(data, indent=2), note)

@@ -17,6 +17,7 @@ import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from fakecluster import (
@@ -199,4 +200,27 @@ def test_a_stranger_on_the_coordinators_port_is_refused_counted_and_harmless(
     wait_for(lambda: step_count(fake.node("node1").log(job)) > before + 3, 30, what="training")
     assert watchers(job, "coord") and len(watchers(job, "sentinel")) == 2
     assert cfg.mntui(path, "kill").returncode == 0  # type: ignore[arg-type]
+    nothing_left(fake, job, (port, wport))
+
+
+def test_a_node_without_python3_fails_the_launch_in_one_line_and_leaves_nothing(
+    fake: FakeCluster, cfg: Cfg, tmp_path: Path
+) -> None:
+    job = "cw-nopython"
+    stub = tmp_path / "stub"
+    stub.mkdir()
+    (stub / "python3").write_text("#!/bin/sh\nexit 1\n")
+    (stub / "python3").chmod(0o755)
+    rc = fake.node("node1").home / ".bashrc"
+    before = rc.read_text()
+    rc.write_text(before + f"\nexport PATH={stub}:$PATH\n")
+    try:
+        path, port, wport = cluster_job(cfg, job)
+        res = cfg.mntui(path, "launch", "--no-ui", watch=True)  # type: ignore[arg-type]
+    finally:
+        rc.write_text(before)
+    out = res.stdout + res.stderr
+    assert res.returncode == 1, out
+    assert "node1: the cluster's watch did not start: no python3 3.9 or later" in out, out
+    assert "Traceback" not in out, out
     nothing_left(fake, job, (port, wport))

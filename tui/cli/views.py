@@ -334,6 +334,12 @@ def cmd_watch(cfg: JobConfig, record: RunRecord, say: Say) -> ExitCode:
     from mntui.sessions.recover import Supervisor
     from mntui.sessions.watch import LockHeld, WatchOutcome, acquire_lock
 
+    if record.watch_port is not None and record.status.is_live and record.nodes:
+        main = record.nodes[0].node
+        say(f"mntui: the cluster watches {record.job} run {record.run_id} (its coordinator on "
+            f"{main}:{record.watch_port}); a second watch from here would judge it twice: "
+            "`mntui status` shows what it sees", err=True)  # fmt: skip
+        return ExitCode.USAGE
     try:  # say so at once if another watchdog holds this run; the supervisor locks each run
         acquire_lock(record).close()
     except LockHeld as exc:
