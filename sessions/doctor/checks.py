@@ -78,6 +78,7 @@ class Probe:
     root: bool = False
     setup_status: int | None = None  # `setup`'s exit status (its last line's)
     setup_err: str | None = None  # what `setup` printed on stderr, bounded and stripped
+    sentinel_python: str | None = None  # `python3 -I -S`'s major.minor on the login PATH
 
 
 def tmux_check(n: str, p: Probe) -> Check:
@@ -162,9 +163,24 @@ def stacks_check(n: str, p: Probe) -> Check:
     return Check(n, "stacks", Status.PASS, f"py-spy at {p.pyspy}")
 
 
+def sentinel_check(n: str, p: Probe) -> Check:
+    """`watch.where: cluster` runs a sentinel on the node's own python3 (3.9 or later),
+    outside the job's environment: a node without one cannot be watched there."""
+    v = p.sentinel_python
+    fix = "install python3 3.9 or later on the node, or set watch.where: here"
+    if v is None:
+        return Check(n, "sentinel", Status.FAIL, "no python3 on the login PATH", fix)
+    major, minor = (int(x) for x in v.split("."))
+    if (major, minor) < (3, 9):
+        return Check(n, "sentinel", Status.FAIL, f"python3 {v}: the sentinel needs 3.9", fix)
+    return Check(n, "sentinel", Status.PASS, f"python3 {v} runs the cluster's watch")
+
+
 def node_checks(n: str, p: Probe, spec: NodeSpec, cfg: JobConfig) -> list[Check]:
     """tmux, then the workdir; python and git only where the workdir was reached."""
     rows = [tmux_check(n, p), workdir_check(n, p, spec)]
+    if cfg.watch.where == "cluster":
+        rows.append(sentinel_check(n, p))
     if p.workdir is None:
         return rows
     rows += [c for c in (setup_check(n, p, spec),) if c is not None]

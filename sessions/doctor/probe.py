@@ -87,6 +87,8 @@ for _i in /sys/class/net/*; do
   _st=; read -r _st 2>/dev/null <"$_i/operstate"
   printf '{m} IF %s %s\\n' "${{_i##*/}}" "$_st"
 done
+_v=$(python3 -I -S -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+printf '{m} SENTPY %s\\n' "$_v"
 bash -c {shlex.quote(_in_job_environment(spec, m))} </dev/null 2>&1
 """
 
@@ -167,6 +169,7 @@ def _workdir(v: str) -> Fields | None:
     return {"workdir": v[3:]} if v.startswith("ok ") and len(v) > 3 else None
 
 
+_VERSION = re.compile(r"[0-9]{1,2}\.[0-9]{1,3}")
 _PYSPY = re.compile(r"(\d+) (-|[0-3]) ?(/\S.*)?")
 
 
@@ -212,6 +215,8 @@ _FIELDS: dict[str, Callable[[str], Fields | None]] = {
     "PY": lambda v: _python(v) if v else {},
     "PYSPY": _pyspy,
     "SETUP": _setup,
+    # the login shell's python3, bare: what runs the cluster's sentinel (not setup's)
+    "SENTPY": lambda v: {"sentinel_python": v or None} if not v or _VERSION.fullmatch(v) else None,
 }
 
 
