@@ -16,7 +16,7 @@ from mntui.sessions.poll.progress import DEFAULT_PATTERN, ProgressTracker
 from mntui.sessions.poll.snapshot import JobProc
 from mntui.sessions.runs import RunRecord, RunStatus
 from mntui.sessions.watch.judge import Deadline, Judge, threshold_text
-from mntui.tui.cli.views import status_header
+from mntui.tui.cli.runheader import status_header
 
 MINIMAL = "job: j\nnodes: [a]\ncommand: x\n"
 AUTO = WatchPolicy(stall_after="auto", on_stall=Action.KILL_ALL)

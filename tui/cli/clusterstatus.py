@@ -21,6 +21,8 @@ from mntui.sessions.poll import NodeState, Verdict
 from mntui.sessions.runs import RunRecord
 from mntui.sessions.termsafe import one_line
 
+from .runheader import status_header
+
 if TYPE_CHECKING:
     from mntui.sessions.launch import BoardView
     from mntui.sessions.ssh import Cluster
@@ -95,8 +97,6 @@ def _exit(rows: list[dict[str, Any]]) -> ExitCode:
 
 
 def _table(record: RunRecord, rows: list[dict[str, Any]], lines: list[str]) -> str:
-    from .views import status_header
-
     head = ("NODE", "RANK", "STATE", "PROCS", "OUTPUT", "STEP", "SENTINEL", "DETAIL")
     table = [head]
     for r in rows:

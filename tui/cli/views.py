@@ -31,6 +31,7 @@ from mntui.sessions.runs import RunRecord
 from mntui.tui import cells
 
 from .output import clear_screen
+from .runheader import orphan_line, status_header, unguarded_line
 
 if TYPE_CHECKING:
     from mntui.sessions.ssh import Cluster
@@ -38,63 +39,6 @@ if TYPE_CHECKING:
 STEP_BACK = 16 * 1024  # bytes of each log `status` reads to find the last step
 
 Say = Callable[..., None]
-
-
-def status_header(record: RunRecord, progress: str, restarts: int = 0) -> str:
-    """The run in a few lines: its status, its place in a restart chain, why it ended."""
-    attempt = ""
-    if record.attempt or restarts:
-        attempt = f"  attempt {record.attempt + 1}/{restarts + 1}"
-    lines = [f"job {record.job}  run {record.run_id}  ({record.status}){attempt}"]
-    for earlier in record.attempts:
-        lines.append(f"  attempt {int(earlier.get('attempt', 0)) + 1}: {earlier.get('cause', '')}")
-    if (record.cause and not record.status.is_live) or record.status.value == "restarting":
-        lines.append(f"cause: {record.cause or record.error or '-'}  (`mntui report`)")
-    if record.killed_nodes:
-        lines.append(f"killed by the user: {', '.join(record.killed_nodes)}")
-    if orphan := orphan_line(record) or unguarded_line(record):
-        lines.append(orphan)
-    if progress:
-        lines.append(f"progress: {progress}")
-    stall = [h for h in record.history if h.get("what") == "stall-threshold"]
-    if stall and record.status.is_live:
-        lines.append(f"stall threshold: {stall[-1].get('text', '?')}")
-    return "\n".join(lines)
-
-
-def orphan_line(record: RunRecord) -> str:
-    """One line when the run's chain is live but its supervisor is gone (SIGKILLed while
-    watching, in a backoff or mid-relaunch): nothing guards or restarts it any more."""
-    from mntui.sessions.launch import chain_of, orphaned
-
-    view = chain_of(record.job, record)
-    gone = orphaned(view) if view is not None else None
-    if gone is None:
-        return ""
-    since = time.strftime("%H:%M:%S", time.localtime(gone.since))
-    return (
-        f"supervisor: gone since {since} (pid {gone.pid}): nothing watches or restarts this "
-        "chain; `mntui watch` resumes it, `mntui kill` ends it"
-    )
-
-
-def unguarded_line(record: RunRecord) -> str:
-    """One line when a running run has no watchdog at all (--no-watch, or one that never
-    came up): a failed or hung node holds the others until someone kills the job."""
-    from mntui.sessions.launch import chain_of, guarded, orphaned
-    from mntui.sessions.runs import RunStatus
-
-    if record.watch_port is not None:  # its coordinator on the main guards it
-        return ""
-    view = chain_of(record.job, record)
-    if view is None or view.latest.status is not RunStatus.RUNNING:
-        return ""
-    if guarded(view) or orphaned(view) is not None:
-        return ""
-    return (
-        "watchdog: none guards this run: a failed or hung node is not torn down; "
-        "`mntui watch` guards it, `mntui kill` ends it"
-    )
 
 
 def status_table(
