@@ -128,6 +128,9 @@ class RunRecord:
     # the coordinator's port on the main node when the cluster watches the run (its
     # sentinels and coordinator run there; this machine may sleep); None: watched from here
     watch_port: int | None = None
+    # the run ids of the restarts its coordinator may start on the cluster (chosen at
+    # launch; a record for each is written here when this machine learns it started)
+    cluster_attempts: list[str] = field(default_factory=list)
 
     @property
     def dir(self) -> Path:
@@ -204,6 +207,7 @@ _RUN: dict[str, Check] = {
     "node_source": optional(is_map),
     "killed_nodes": list_of(is_str),
     "watch_port": optional(is_count),
+    "cluster_attempts": list_of(is_str),
 }
 
 

@@ -144,6 +144,7 @@ class JobConfig:
         raise KeyError(name)
 
 
+MAX_CLUSTER_RESTARTS = 10  # restarts launch/plan.py renders for the cluster's coordinator
 TOP_KEYS = ck.keys(JobConfig) | SHARED_KEYS | {"overrides"}
 REQUIRED = [f.name for c in (JobConfig, NodeSpec) for f in fields(c) if f.metadata.get("required")]
 
@@ -180,17 +181,26 @@ def _build(doc: Document) -> JobConfig:
 
 
 def _check_watch(doc: Document, cfg: JobConfig) -> None:
-    """The cluster's watch does not run restarts or straggler samples yet (issue 30's
-    later slices): a config asking for both is refused, not half-honoured."""
+    """The coordinator restarts on the nodes the run has, up to MAX_CLUSTER_RESTARTS
+    attempts rendered at launch; a spare or a quarantine needs this machine's history,
+    so a config asking for both is refused, not half-honoured."""
     if cfg.watch.where != "cluster":
         return
-    if cfg.restart.max:
-        raise doc.error(
-            ("watch", "where"),
-            "cluster does not restart yet: set restart.max: 0 or watch.where: here",
-        )
     if cfg.watch.port == cfg.master_port:
         raise doc.error(("watch", "port"), f"is master_port {cfg.master_port}: pick another port")
+    if cfg.restart.max > MAX_CLUSTER_RESTARTS:
+        raise doc.error(
+            ("restart", "max"),
+            f"the cluster's coordinator restarts at most {MAX_CLUSTER_RESTARTS} times: "
+            "lower it, or set watch.where: here",
+        )
+    if cfg.restart.max and (cfg.spares or cfg.restart.quarantine_after is not None):
+        key = ("spares",) if cfg.spares else ("restart", "quarantine_after")
+        raise doc.error(
+            key,
+            "needs this machine's supervisor; with watch.where: cluster the coordinator "
+            "restarts on the same nodes: remove it, or set watch.where: here",
+        )
 
 
 def _check_sync(doc: Document, cfg: JobConfig) -> None:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .chains import orphaned as orphaned
     from .chains import run_config as run_config
     from .clusterwatch import BoardView as BoardView
+    from .clusterwatch import board_dir as board_dir
     from .clusterwatch import read_board as read_board
     from .kill import kill_job as kill_job
     from .kill import not_clean as not_clean

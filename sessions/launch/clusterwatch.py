@@ -15,17 +15,23 @@ import json
 import secrets
 import shlex
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import LaunchError
 from mntui.sessions.node.judging import Rules
+from mntui.sessions.node.restarts import RestartRules
 from mntui.sessions.node.watchcfg import WatchConfig, to_json
 from mntui.sessions.procs import TAG_VAR, run_dir_word
+from mntui.sessions.runs import RunRecord
 from mntui.sessions.ssh import Node
 
 from .sentinelship import bundle, remote_path, ship_script
+
+if TYPE_CHECKING:
+    from .plan import NodePlan
 
 CONFIRM = 10.0  # seconds for every sentinel to reach the coordinator after the start
 START_GRACE = 120.0  # a node whose sentinel never came is unreachable after this
@@ -36,13 +42,24 @@ def new_secret() -> str:
     return secrets.token_hex(32)
 
 
-def watch_config(cfg: JobConfig, job: str, run_id: str, node: str, tag: str, session: str,
-                 nodes: tuple[str, ...], master_addr: str) -> WatchConfig:  # fmt: skip
-    w = cfg.watch
+def watch_config(
+    cfg: JobConfig,
+    run_id: str,
+    node: str,
+    tag: str,
+    session: str,
+    nodes: tuple[str, ...],
+    master_addr: str,
+    attempts: int,
+) -> WatchConfig:
+    w, r = cfg.watch, cfg.restart
+    restart = RestartRules(
+        r.max, r.backoff, r.backoff_max, r.on, r.exit_codes, r.not_on, r.reset_after
+    )
     port = cfg.watch_port
     assert port is not None
     return WatchConfig(
-        job=job,
+        job=cfg.job,
         run=run_id,
         node=node,
         tag=tag,
@@ -64,13 +81,17 @@ def watch_config(cfg: JobConfig, job: str, run_id: str, node: str, tag: str, ses
         ports=tuple(p for p in cfg.all_ports if p != port) if node == nodes[0] else (),
         start_grace=START_GRACE,
         progress_pattern=cfg.progress_pattern,
+        restart=restart if attempts else None,
+        attempts=attempts,
+        master_port=cfg.master_port,
+        ready_timeout=cfg.launch.ready_timeout,
     )
 
 
-def watch_block(wc: WatchConfig, secret: str) -> str:
+def watch_block(wc: WatchConfig, secret: str, later: Sequence[NodePlan] = ()) -> str:
     """Shell run after the node's tmux session started (same script, `$d` its run dir):
-    the files, the bundle, then the coordinator (main) and the sentinel, each printing
-    `SENTINEL <pid> ...` once it is up."""
+    the files, the restarts' start scripts, the bundle, then the coordinator (main) and
+    the sentinel, each printing `SENTINEL <pid> ...` once it is up."""
     b = bundle()
     eof = "__MNTUI_WATCH_" + secrets.token_hex(8) + "__"
     pyz = f'"$HOME"/{shlex.quote(remote_path(b.sha))}'
@@ -84,6 +105,14 @@ def watch_block(wc: WatchConfig, secret: str) -> str:
         f"cat >\"$d/secret\" <<'{eof}'",
         secret,
         eof,
+    ]
+    if later:
+        lines.append('mkdir -p "$d/attempts"')
+    for k, np in enumerate(later, 1):
+        info = json.dumps({"run": np.tag.split("/")[1], "tag": np.tag, "run_dir": np.run_dir})
+        lines += [f"cat >\"$d/attempts/{k}.sh\" <<'{eof}'", np.start_script.rstrip("\n"), eof]
+        lines += [f"cat >\"$d/attempts/{k}.json\" <<'{eof}'", info, eof]
+    lines += [
         "python3 -I -S -c 'import sys; sys.exit(sys.version_info < (3, 9))' 2>/dev/null || "
         "{ echo 'SENTINEL_FAILED no python3 3.9 or later on this node'; exit 1; }",
         ship_script(b),
@@ -116,16 +145,25 @@ class BoardView:
     decision: dict[str, Any] | None
     alive: bool  # the coordinator's pid is a live process on the main
     journal: tuple[dict[str, Any], ...] = ()  # its last lines (up to 256 KiB), oldest first
+    chain: dict[str, Any] | None = None  # coord/chain.json: the attempts it ran
 
     def connected(self) -> int:
         nodes = (self.status or {}).get("nodes") or {}
         return sum(1 for v in nodes.values() if isinstance(v, dict) and v.get("connected"))
 
 
+def board_dir(record: RunRecord) -> str:
+    """The coordinator's run dir on the main: the chain's first attempt's, which every
+    restart on the cluster keeps (the main does not move)."""
+    parts = record.nodes[0].run_dir.split("/")  # .mntui/runs/<job>/<run>/<node>
+    parts[-2] = record.chain or record.run_id
+    return "/".join(parts)
+
+
 def board_script(run_dir: str) -> str:
     d = run_dir_word(run_dir)
     return f"""d={d}
-for f in status decision; do
+for f in status decision chain; do
   printf 'FILE %s ' "$f"; head -c 262144 "$d/coord/$f.json" 2>/dev/null | base64 -w0; echo
 done
 printf 'FILE journal '; tail -c 262144 "$d/coord/journal.jsonl" 2>/dev/null | base64 -w0; echo
@@ -140,7 +178,7 @@ esac
 def parse_board(text: str) -> BoardView:
     import base64
 
-    files: dict[str, dict[str, Any] | None] = {"status": None, "decision": None}
+    files: dict[str, dict[str, Any] | None] = {"status": None, "decision": None, "chain": None}
     alive = False
     journal: tuple[dict[str, Any], ...] = ()
     for line in text.splitlines():
@@ -155,7 +193,7 @@ def parse_board(text: str) -> BoardView:
             files[words[1]] = data if isinstance(data, dict) else None
         elif line == "ALIVE yes":
             alive = True
-    return BoardView(files["status"], files["decision"], alive, journal)
+    return BoardView(files["status"], files["decision"], alive, journal, files["chain"])
 
 
 def parse_journal(b64: str) -> tuple[dict[str, Any], ...]:

@@ -24,7 +24,7 @@ from mntui.sessions.runs import RunRecord
 from mntui.sessions.ssh import Cluster
 from mntui.sessions.termsafe import one_line
 
-from .clusterwatch import BoardView, read_board
+from .clusterwatch import BoardView, board_dir, read_board
 from .kill import KillReport
 
 ANSWER = 12.0  # seconds past the grace for the coordinator's decision
@@ -86,7 +86,7 @@ def kill_via_coordinator(
     if node is None:
         return None
     try:
-        res = node.run(request_script(main.run_dir, grace), timeout=30)
+        res = node.run(request_script(board_dir(record), grace), timeout=30)
     except NodeError:
         return None
     if "COORD asked" not in res.stdout:
@@ -95,7 +95,7 @@ def kill_via_coordinator(
     end = time.monotonic() + grace + ANSWER
     while time.monotonic() < end:
         try:
-            kills = _answer(read_board(node, main.run_dir))
+            kills = _answer(read_board(node, board_dir(record)))
         except NodeError:
             return None
         if kills is not None:

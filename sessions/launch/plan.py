@@ -14,10 +14,11 @@ import secrets
 import shlex
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from textwrap import indent
 
 from mntui.sessions.config import JobConfig, NodeSpec
+from mntui.sessions.config.jobconfig import MAX_CLUSTER_RESTARTS
 from mntui.sessions.procs import TAG_VAR, run_dir_word, run_tag
 from mntui.sessions.runs import NodeRecord, RunRecord
 
@@ -67,6 +68,7 @@ class Plan:
     nnodes: int
     world_size: int
     nodes: tuple[NodePlan, ...]
+    cluster_attempts: tuple[str, ...] = ()  # run ids the coordinator may restart into
 
     @property
     def main(self) -> NodePlan:
@@ -109,11 +111,49 @@ def build_plan(
     *,
     restart_count: int = 0,
 ) -> Plan:
-    """`extra_env` adds per-node variables mntui decides at launch (e.g. PATH of a local node)."""
+    """`extra_env` adds per-node variables mntui decides at launch (e.g. PATH of a local
+    node). With the cluster's watch, each node's start also starts its sentinel, and
+    carries the start scripts of the attempts the coordinator may relaunch (their run
+    ids chosen now: the coordinator relaunches while this machine may be away)."""
+    nodes = _node_plans(cfg, run_id, master_addr, extra_env, restart_count)
+    later = cluster_attempts(cfg)
+    if cfg.watch_port is not None:
+        secret = new_secret()  # only ever on the nodes
+        plans = [_node_plans(cfg, r, master_addr, extra_env, k + 1) for k, r in enumerate(later)]
+        names = tuple(n.node for n in nodes)
+        watched = []
+        for i, n in enumerate(nodes):
+            wc = watch_config(cfg, run_id, n.node, n.tag, n.session, names, master_addr, len(later))
+            block = watch_block(wc, secret, [p[i] for p in plans])
+            watched.append(replace(n, start_script=n.start_script + block))
+        nodes = watched
+    world = cfg.world_size  # the sum over the nodes: their nproc can differ
+    return Plan(
+        cfg.job, run_id, master_addr, cfg.master_port, len(nodes), world, tuple(nodes), later
+    )
+
+
+def cluster_attempts(cfg: JobConfig) -> tuple[str, ...]:
+    """The run ids of the restarts the cluster's coordinator may start (none when this
+    machine supervises the restarts), distinct and in the chain's order."""
+    if cfg.watch_port is None:
+        return ()
+    ids: list[str] = []
+    while len(ids) < min(cfg.restart.max, MAX_CLUSTER_RESTARTS):
+        rid = new_run_id()
+        if rid not in ids:
+            ids.append(rid)
+    return tuple(ids)
+
+
+def _node_plans(
+    cfg: JobConfig,
+    run_id: str,
+    master_addr: str,
+    extra_env: Mapping[str, Mapping[str, str]] | None,
+    restart_count: int,
+) -> list[NodePlan]:
     nnodes = len(cfg.nodes)
-    world = cfg.world_size
-    secret = new_secret() if cfg.watch_port is not None else None  # only on the nodes
-    names = tuple(s.name for s in cfg.nodes)  # the sum over the nodes: their nproc can differ
     plans = []
     for spec in cfg.nodes:  # the config keeps the main first, at rank 0
         values: dict[str, str | int] = {
@@ -132,7 +172,7 @@ def build_plan(
                 "NNODES": str(nnodes),
                 "MASTER_ADDR": master_addr,
                 "MASTER_PORT": str(cfg.master_port),
-                "WORLD_SIZE": str(world),
+                "WORLD_SIZE": str(cfg.world_size),
                 "MNTUI_RESTART_COUNT": str(restart_count),
             }
         )
@@ -143,10 +183,6 @@ def build_plan(
         tag = run_tag(cfg.job, run_id, spec.name)
         run_dir = f"{RUNS_DIR}/{cfg.job}/{run_id}/{spec.name}"
         script = launch_script(spec, run_id, cfg.job, env, command)
-        start = start_script(session, tag, run_dir, script)
-        if secret is not None:
-            wc = watch_config(cfg, cfg.job, run_id, spec.name, tag, session, names, master_addr)
-            start += watch_block(wc, secret)
         plans.append(
             NodePlan(
                 node=spec.name,
@@ -160,10 +196,10 @@ def build_plan(
                 env=env,
                 command=command,
                 launch_script=script,
-                start_script=start,
+                start_script=start_script(session, tag, run_dir, script),
             )
         )
-    return Plan(cfg.job, run_id, master_addr, cfg.master_port, nnodes, world, tuple(plans))
+    return plans
 
 
 def job_environment(spec: NodeSpec, on_missing: str, setup_stderr: str | None = None) -> str:

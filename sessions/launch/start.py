@@ -131,6 +131,7 @@ def _launch(
     record.attempt = attempt.number if attempt is not None else 0
     record.attempts = [dict(e) for e in attempt.earlier] if attempt is not None else []
     record.watch_port = cfg.watch_port
+    record.cluster_attempts = list(plan.cluster_attempts)
     record.create()
     started: dict[str, float] = {}
     attempted: list[str] = []  # an interrupted start may have started the node: abort kills it too

@@ -21,9 +21,10 @@ import time
 from typing import Any
 
 from . import daemon, frames
+from .chain import Outcome, run_chain
 from .coordstate import Board
 from .judging import Judge
-from .teardown import teardown, user_kill
+from .teardown import kill_everywhere, teardown, user_kill
 from .watchcfg import BadWatchFile, WatchConfig, grace_of, load
 
 FROM_SENTINEL = frozenset({"snap", "done", "bye"})
@@ -34,8 +35,8 @@ class Coordinator:
     def __init__(self, cfg: WatchConfig, secret: bytes, run_dir: str, sock: socket.socket):
         self.cfg, self.secret, self.sock = cfg, secret, sock
         self.board = Board(cfg, os.path.join(run_dir, "coord"))
-        self.judge = Judge(cfg.rules)
         self.wake = threading.Event()
+        self.done = threading.Event()
 
     def accept(self) -> None:
         while True:
@@ -83,23 +84,26 @@ class Coordinator:
         g = grace_of(data.get("grace")) if isinstance(data, dict) else None
         return self.cfg.grace if g is None else g
 
-    def run(self) -> str:
-        """Judges until the job ends or is torn down; returns how it ended."""
-        hb_at = 0.0
+    def beat(self) -> None:
+        """Heartbeats to every sentinel, whatever the chain is doing (a backoff, a
+        relaunch): a sentinel that hears nothing for `unreachable_after` tears down."""
+        while not self.done.wait(self.cfg.heartbeat):
+            self.board.send_all("hb")
+
+    def watch_attempt(self) -> Outcome:
+        """Judges the current attempt until it ends, is torn down or the user kills it."""
+        judge = Judge(self.cfg.rules)
         while True:
             self.wake.wait(TICK)
             self.wake.clear()
             now = time.monotonic()
-            if now - hb_at >= self.cfg.heartbeat:
-                self.board.send_all("hb")
-                hb_at = now
             grace = self.kill_requested()
             if grace is not None:
-                return user_kill(self.board, self.cfg, grace)
+                return Outcome("killed", user_kill(self.board, self.cfg, grace))
             facts, asked = self.board.facts(now)
-            verdicts, triggers = self.judge.judge(facts, now, asked)
+            verdicts, triggers = judge.judge(facts, now, asked)
             self.board.saw(verdicts)
-            for d in self.judge.deadlines(facts, verdicts, now):
+            for d in judge.deadlines(facts, verdicts, now):
                 if d.at <= now:
                     self.board.poke(d.node, now)
             kills = [t for t in triggers if t.action != "notify"]
@@ -107,12 +111,25 @@ class Coordinator:
                 if t.action == "notify":
                     self.board.journal("notify", t.node, state=str(t.state), why=t.why)
             if kills:
-                return teardown(self.board, kills[0], self.cfg)
+                why = teardown(self.board, kills[0], self.cfg)
+                return Outcome("teardown", why, kills[0], facts)
             if self.board.complete(facts) and not may_run(verdicts):
+                # what is left is the dead panes (remain-on-exit) and any straggler
+                kill_everywhere(self.board, self.cfg, "the job ended: closing its sessions", 0.0)
                 self.board.ended(verdicts)
-                return "the job ended"
+                return Outcome("ended", "the job ended", None, facts, verdicts)
             self.board.journal_steps(now)
             self.board.publish(verdicts, now)
+
+    def run(self) -> str:
+        """The chain: watch an attempt, then restart it as the policy says; returns
+        how the chain ended."""
+        threading.Thread(target=self.beat, daemon=True).start()
+        try:
+            return run_chain(self)
+        finally:
+            self.board.send_all("stop", why="the chain ended")
+            self.done.set()
 
 
 def may_run(verdicts: dict[str, Any]) -> bool:

@@ -56,6 +56,8 @@ class Board:
         self.poked: dict[str, float] = {}
         self.published = 0.0
         self.silence = max(2 * cfg.heartbeat, 1.0)
+        self.attempt, self.run = 0, cfg.run
+        self.last_step_at = 0.0  # monotonic: when a node's step last advanced
         self.steps: dict[str, tuple[int | None, float | None]] = {}
         self.steps_at = 0.0
 
@@ -95,8 +97,13 @@ class Board:
         now = time.monotonic()
         steps = _steps(msg.get("steps"))
         with self.lock:
+            if msg.get("run") != self.run:  # of an attempt before this one
+                return
             self.words[peer.node] = Word(facts, now, now - min(float(age), MAX_AGE))
             if steps is not None:
+                before = self.steps.get(peer.node, (None, None))[0]
+                if steps[0] is not None and (before is None or steps[0] > before):
+                    self.last_step_at = now
                 self.steps[peer.node] = steps
             else:
                 self.malformed += 1
@@ -187,7 +194,8 @@ class Board:
         self.write(
             "status.json",
             {
-                "run": self.cfg.run,
+                "run": self.run,
+                "attempt": self.attempt,
                 "at": time.time(),
                 "since": self.start_wall,
                 "pid": os.getpid(),
@@ -212,9 +220,32 @@ class Board:
     def ended(self, verdicts: dict[str, Any]) -> None:
         states = {n: str(v.state) for n, v in verdicts.items()}
         self.journal("ended", None, states=states)
-        self.write("decision.json", {"run": self.cfg.run, "ended_at": time.time(), "ended": states})
+        record = {"run": self.run, "ended_at": time.time(), "ended": states}
+        self.write("decision.json", record)
+        self.keep_decision(record)
         self.publish(verdicts, time.monotonic(), force=True)
-        self.send_all("stop", why="the job ended")
+
+    def progressed_since(self, started: float) -> float:
+        """Seconds this attempt kept making progress (its steps advancing): what
+        restart.reset_after measures."""
+        return max(0.0, self.last_step_at - started)
+
+    def keep_decision(self, record: dict[str, Any]) -> None:
+        """Each attempt's decision stays (decision-<run>.json); decision.json is the latest."""
+        self.write(f"decision-{self.run}.json", record)
+
+    def new_attempt(self, k: int, run: str) -> None:
+        """What the sentinels said of the attempt before is no evidence about this one."""
+        with self.lock:
+            self.attempt, self.run = k, run
+            self.words.clear()
+            self.steps.clear()
+            self.start = time.monotonic()
+        self.states.clear()
+        self.poked.clear()
+        for peer in self.live_peers().values():
+            while not peer.done.empty():
+                peer.done.get_nowait()
 
     def journal(self, kind: str, node: str | None, **data: Any) -> None:
         path = os.path.join(self.out, "journal.jsonl")

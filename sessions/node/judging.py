@@ -102,6 +102,7 @@ class Judge:
     notified: set[tuple[str, NodeState]] = field(default_factory=set)
     seen: dict[str, float] = field(default_factory=dict)  # up to when the last evidence counts
     pace: Pace | None = None  # the job's steps, for `stall_after: auto`
+    gone: set[str] = field(default_factory=set)  # nodes that vanished while running
 
     @property
     def stall_after(self) -> float:
@@ -129,7 +130,7 @@ class Judge:
         """`now`: the round's end; `asked`: when each node's answer was asked for, the
         earliest moment it can describe (default `now`). A state counts from the end of
         the round that first saw it, and a freeze as held only up to `asked`."""
-        verdicts = self.verdicts(facts)
+        verdicts = {n: self._vanished(n, v) for n, v in self.verdicts(facts).items()}
         triggers: list[NodeTrigger] = []
         r = self.rules
         for node, v in verdicts.items():
@@ -151,6 +152,18 @@ class Judge:
         if not may_still_run(v.state for v in verdicts.values()):
             triggers = [t for t in triggers if t.action == NOTIFY]
         return verdicts, triggers
+
+    def _vanished(self, node: str, v: Verdict) -> Verdict:
+        """A node seen running whose session and processes are gone with no exit code
+        (its tmux server killed, the node's job wiped): a failure, not a node that is
+        "not running". Without it the others waited in their collective for its
+        timeout (a gloo/NCCL peer that vanished is no error they see at once)."""
+        prev = self.since.get(node)
+        gone = v.state is NodeState.NOT_RUNNING
+        if gone and (node in self.gone or (prev is not None and prev[0].is_active)):
+            self.gone.add(node)
+            return Verdict(NodeState.FAILED, "its session and processes vanished, no exit code")
+        return v
 
     def deadlines(
         self, facts: Mapping[str, Facts], verdicts: Mapping[str, Verdict], now: float

@@ -22,48 +22,19 @@ import time
 import traceback
 from typing import Any
 
-from . import daemon, frames, killer, proctree
-from .facts import Facts, ProcFact
-from .logtail import LogTail
+from . import attempt, daemon, frames, killer
+from .attempt import Attempt
+from .facts import Facts
 from .watchcfg import BadWatchFile, WatchConfig, grace_of, load
 
-COMMANDS = frozenset({"hb", "sample", "kill", "stop"})
+COMMANDS = frozenset({"hb", "sample", "kill", "start", "stop"})
 RECV_WAIT = 0.1  # how soon a new sample goes out after it was taken
-
-
-def tmux_pane(session: str) -> tuple[bool, bool, int | None]:
-    """(the session exists, its pane is dead, the pane's pid) from the node's tmux."""
-    try:
-        out = subprocess.run(
-            ["tmux", "list-panes", "-t", f"={session}:", "-F", "#{pane_dead} #{pane_pid}"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            env=daemon.clean_env(os.environ),
-        )
-    except (OSError, subprocess.SubprocessError):
-        return False, False, None
-    if out.returncode != 0:
-        return False, False, None
-    words = out.stdout.split("\n", 1)[0].split()
-    pid = int(words[1]) if len(words) == 2 and words[1].isdigit() else None
-    return True, bool(words) and words[0] == "1", pid
-
-
-def read_exit_code(run_dir: str) -> int | None:
-    try:
-        with open(os.path.join(run_dir, "exit_code"), encoding="ascii") as f:
-            text = f.read(32).strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-    return int(text) if re.fullmatch(r"-?[0-9]{1,9}", text) else None
 
 
 class Sentinel:
     def __init__(self, cfg: WatchConfig, secret: bytes, run_dir: str) -> None:
         self.cfg, self.secret, self.dir = cfg, secret, run_dir
-        self.follower = proctree.Follower(cfg.entry, exclude=(os.getpid(),))
-        self.log = LogTail(os.path.join(run_dir, "output.log"), cfg.node, cfg.progress_pattern)
+        self.att = Attempt(0, cfg.run, cfg.tag, run_dir, cfg.node, cfg.progress_pattern)
         self.steps: dict[str, float | int | None] = {}
         self.lock = threading.Lock()
         self.facts: Facts | None = None
@@ -72,53 +43,32 @@ class Sentinel:
         self.stopping = threading.Event()
         self.heard = time.monotonic()  # the coordinator's last word (or our start)
         self.channel: frames.Channel | None = None
-        self.pane_pid: int | None = None
         self.killed = False
         self.wanted: float | None = None  # the coordinator asked for a sample taken after this
 
     # -- sampling -------------------------------------------------------------
-    def sample(self) -> Facts:
-        procs = self.follower.sample()
-        if self.pane_pid is None:
-            _, _, self.pane_pid = tmux_pane(self.cfg.session)
-        pane = self.pane_pid
-        if (
-            pane is not None
-            and all(p.pid != pane for p in procs)
-            and os.path.exists(f"/proc/{pane}")
-        ):
-            # not seen yet, or read before its exec: judged again now, for without it
-            # its children would look orphaned, a decision taken at once
-            self.follower.add(pane)
-            procs = self.follower.sample()
-        session, dead = True, False
-        if not procs:  # only then does the pane's fate matter (and cost a tmux call)
-            session, dead, _ = tmux_pane(self.cfg.session)
-        self.log.read()
-        self.steps = self.log.steps()
-        try:
-            st = os.stat(self.log.path)
-            size, age = st.st_size, max(0.0, time.time() - st.st_mtime)
-        except OSError:
-            size, age = None, None
-        return Facts(
-            reachable=True,
-            error=None,
-            live_procs=tuple(ProcFact(p.pid, p.ppid, p.state) for p in procs),
-            pane_pid=self.pane_pid,
-            exit_code=read_exit_code(self.dir),
-            session=session,
-            pane_dead=dead,
-            log_size=size or None,
-            output_age=age if size else None,
-        )
+    def sample(self) -> tuple[Attempt, Facts]:
+        with self.lock:  # a restart may swap the attempt under us
+            att = self.att
+        facts = att.sample(self.cfg.session)
+        self.steps = att.log.steps()
+        return att, facts
 
     def watch(self) -> str:
         """Samples until told to stop or the coordinator is lost; returns why it ends."""
         cfg = self.cfg
+        woke = time.monotonic()
         while not self.stopping.is_set():
-            facts = self.sample()
+            now = time.monotonic()
+            if now - woke > max(2 * cfg.interval, cfg.heartbeat + 1):
+                # we were stopped ourselves (SIGSTOP, a suspended VM): the silence is
+                # ours, not the coordinator's; give it a heartbeat's time to speak
+                self.heard = max(self.heard, now - cfg.heartbeat)
+            woke = now
+            att, facts = self.sample()
             with self.lock:
+                if att is not self.att:  # a sample of the attempt before a restart
+                    continue
                 self.facts, self.sampled_at = facts, time.monotonic()
             silent = time.monotonic() - self.heard
             if silent >= cfg.rules.unreachable_after:
@@ -146,8 +96,10 @@ class Sentinel:
         print(f"sentinel: killing this node's ranks: {why}", flush=True)
         self.killed = True
         try:
+            with self.lock:
+                entry = self.att.entry
             res = killer.kill_tagged(
-                re.escape(self.cfg.entry),
+                re.escape(entry),
                 grace=self.cfg.grace if grace is None else grace,
                 session=self.cfg.session,
                 ports=self.cfg.ports,
@@ -191,14 +143,13 @@ class Sentinel:
         hb = self.cfg.heartbeat
         while not self.stopping.is_set():
             with self.lock:
-                facts, at = self.facts, self.sampled_at
+                facts, at, run = self.facts, self.sampled_at, self.att.run
             now = time.monotonic()
             wanted = self.wanted is not None and at > self.wanted
             if facts is not None and (facts != sent_facts or now - sent_at >= hb or wanted):
                 wire = facts.to_wire()
-                ch.send(
-                    "snap", run=self.cfg.run, age=round(now - at, 4), facts=wire, steps=self.steps
-                )
+                age = round(now - at, 4)
+                ch.send("snap", run=run, age=age, facts=wire, steps=self.steps)
                 sent_facts, sent_at = facts, now
                 if wanted:
                     self.wanted = None
@@ -220,9 +171,34 @@ class Sentinel:
             grace = self.cfg.grace if g is None else g
             args = (ch, msg.get("s"), why, grace)
             threading.Thread(target=self._kill_and_report, args=args).start()
+        elif kind == "start":
+            k = msg.get("attempt")
+            if type(k) is int and 1 <= k <= self.cfg.attempts:
+                threading.Thread(target=self._start, args=(ch, msg.get("s"), k)).start()
         elif kind == "stop":
             self.stopping.set()
             self.poke.set()
+
+    def _start(self, ch: frames.Channel, seq: object, k: int) -> None:
+        """Attempt `k`, as the coordinator asks (its restart): started from the script the
+        launch left, then followed instead of the attempt before."""
+        try:
+            att = attempt.start(self.dir, k, self.cfg.node, self.cfg.progress_pattern)
+        except (OSError, ValueError, RuntimeError, subprocess.SubprocessError) as exc:
+            print(f"sentinel: attempt {k}: {exc}", flush=True)
+            self._send(ch, "done", re=seq, ok=False, error=str(exc)[:300])
+            return
+        with self.lock:
+            self.att, self.facts = att, None
+        self.poke.set()
+        print(f"sentinel: attempt {k} started, run {att.run}", flush=True)
+        self._send(ch, "done", re=seq, ok=True, run=att.run)
+
+    def _send(self, ch: frames.Channel, kind: str, **fields: Any) -> None:
+        try:
+            ch.send(kind, **fields)
+        except OSError:
+            pass
 
     def _kill_and_report(self, ch: frames.Channel, seq: object, why: str, grace: float) -> None:
         result = self.kill(why, grace)

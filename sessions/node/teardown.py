@@ -28,7 +28,7 @@ def teardown(board: Board, t: NodeTrigger, cfg: WatchConfig) -> str:
     why = f"{t.node} {t.state}: {t.why}"
     board.journal("decision", t.node, state=str(t.state), why=t.why)
     record: dict[str, Any] = {
-        "run": cfg.run,
+        "run": board.run,
         "decided_by": "coordinator",
         "node": t.node,
         "state": str(t.state),
@@ -41,7 +41,7 @@ def teardown(board: Board, t: NodeTrigger, cfg: WatchConfig) -> str:
     record["ended_at"] = time.time()
     board.write("decision.json", record)
     board.journal("teardown", None, nodes=sorted(record["kill"]))
-    board.send_all("stop", why=why)
+    board.keep_decision(record)
     return f"torn down: {why}"
 
 
@@ -50,13 +50,13 @@ def user_kill(board: Board, cfg: WatchConfig, grace: float) -> str:
     sentinel kills its node at once and reports; the record says the user did it."""
     why = "the user's kill"
     board.journal("kill", None, by="user", grace=grace)
-    record: dict[str, Any] = {"run": cfg.run, "decided_by": "user", "why": why,
+    record: dict[str, Any] = {"run": board.run, "decided_by": "user", "why": why,
                               "decided_at": time.time(), "kill": {}}  # fmt: skip
     board.write("decision.json", record)
     record["kill"] = kill_everywhere(board, cfg, why, grace)
     record["ended_at"] = time.time()
     board.write("decision.json", record)
-    board.send_all("stop", why=why)
+    board.keep_decision(record)
     return "killed by the user"
 
 

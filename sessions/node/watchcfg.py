@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .judging import Rules
+from .restarts import RestartRules
 
 FILE = "watch.json"
 SECRET = "secret"
@@ -44,6 +45,10 @@ class WatchConfig:
     ports: tuple[int, ...]  # checked free after a kill on this node
     start_grace: float  # a node whose sentinel never came is unreachable after this
     progress_pattern: str | None = None  # the job's step lines (None: the default)
+    restart: RestartRules | None = None  # the coordinator restarts the job (None: never)
+    attempts: int = 0  # restarts rendered at launch: attempts/<k>.sh, k = 1..attempts
+    master_port: int = 0  # the main's ready check before the workers of a restart
+    ready_timeout: float = 600.0
 
     @property
     def is_main(self) -> bool:
@@ -99,6 +104,32 @@ def _pattern(v: object) -> str | None:
     return v
 
 
+def _codes(v: object, what: str) -> frozenset[int]:
+    if not isinstance(v, list) or not all(type(c) is int and -256 < c < 256 for c in v):
+        raise BadWatchFile(f"{FILE}: restart.{what} must be a list of exit codes")
+    return frozenset(v)
+
+
+def _restart(d: object) -> RestartRules | None:
+    if d is None:
+        return None
+    if not isinstance(d, dict):
+        raise BadWatchFile(f"{FILE}: restart must be an object")
+    on = d.get("on")
+    if not isinstance(on, list) or not all(isinstance(x, str) for x in on):
+        raise BadWatchFile(f"{FILE}: restart.on must be a list of states")
+    codes = d.get("exit_codes")
+    return RestartRules(
+        max=_get(d, "max", int),
+        backoff=_get(d, "backoff", float),
+        backoff_max=_get(d, "backoff_max", float),
+        on=frozenset(on),
+        exit_codes=None if codes is None else _codes(codes, "exit_codes"),
+        not_on=_codes(d.get("not_on"), "not_on"),
+        reset_after=_get(d, "reset_after", float),
+    )
+
+
 def parse(d: object) -> WatchConfig:
     if not isinstance(d, dict) or d.get("v") != 1:
         raise BadWatchFile(f"{FILE}: not a version 1 watch file")
@@ -128,6 +159,10 @@ def parse(d: object) -> WatchConfig:
         ports=tuple(ports),
         start_grace=_get(d, "start_grace", float),
         progress_pattern=_pattern(d.get("progress_pattern")),
+        restart=_restart(d.get("restart")),
+        attempts=_get(d, "attempts", int),
+        master_port=_get(d, "master_port", int),
+        ready_timeout=_get(d, "ready_timeout", float),
     )
     if cfg.node not in cfg.nodes or not _TAG.fullmatch(cfg.tag):
         raise BadWatchFile(f"{FILE}: node or tag not of this run")
@@ -178,6 +213,24 @@ def to_json(cfg: WatchConfig) -> str:
             "ports": list(cfg.ports),
             "start_grace": cfg.start_grace,
             "progress_pattern": cfg.progress_pattern,
+            "restart": _restart_json(cfg.restart),
+            "attempts": cfg.attempts,
+            "master_port": cfg.master_port,
+            "ready_timeout": cfg.ready_timeout,
         },
         sort_keys=True,
     )
+
+
+def _restart_json(r: RestartRules | None) -> dict[str, Any] | None:
+    if r is None:
+        return None
+    return {
+        "max": r.max,
+        "backoff": r.backoff,
+        "backoff_max": r.backoff_max,
+        "on": sorted(r.on),
+        "exit_codes": None if r.exit_codes is None else sorted(r.exit_codes),
+        "not_on": sorted(r.not_on),
+        "reset_after": r.reset_after,
+    }

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from .detached import start_detached as start_detached
     from .fromcluster import adopt as adopt
     from .fromcluster import away_lines as away_lines
+    from .fromcluster import chain_lines as chain_lines
+    from .fromcluster import coordinator_done as coordinator_done
     from .fromcluster import decision_lines as decision_lines
     from .fromcluster import watch_line as watch_line
     from .judge import Deadline as Deadline

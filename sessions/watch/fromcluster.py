@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 from mntui.sessions.launch.clusterwatch import BoardView
 from mntui.sessions.runs import RunRecord, RunStatus
 from mntui.sessions.termsafe import one_line
+
+from .clusterchain import sync_chain
 
 
 def _hms(t: object) -> str:
@@ -37,12 +40,12 @@ def watch_line(record: RunRecord, view: BoardView | None) -> str:
         return f"watch: the cluster (coordinator on {where}); the main did not answer"
     nodes = (view.status or {}).get("nodes")
     total = len(nodes) if isinstance(nodes, dict) else len(record.nodes)
-    if view.alive and view.decision is None:
+    if view.alive and not coordinator_done(view):
         return (
             f"watch: the cluster: coordinator on {where}, {view.connected()} of {total} "
             "sentinel(s) connected; this machine may sleep"
         )
-    if view.decision is not None:
+    if coordinator_done(view):
         return f"watch: the cluster's coordinator on {where} has ended (its decision below)"
     return (
         f"watch: NONE: the coordinator on {where} is gone and decided nothing; "
@@ -50,9 +53,37 @@ def watch_line(record: RunRecord, view: BoardView | None) -> str:
     )
 
 
-def decision_lines(view: BoardView | None) -> list[str]:
+def coordinator_done(view: BoardView) -> bool:
+    """The coordinator has ended its chain (or is ending it: its last decision made);
+    between two attempts of a chain it has not."""
+    chain = view.chain
+    if chain is not None:
+        return chain.get("status") not in ("running", "backoff", "starting")
+    return view.decision is not None
+
+
+def chain_lines(view: BoardView | None) -> list[str]:
+    """The attempts the coordinator ended and what the restart policy said of each."""
+    items = (view.chain or {}).get("attempts") if view is not None else None
+    out = []
+    for e in items if isinstance(items, list) else []:
+        end = e.get("end") if isinstance(e, dict) else None
+        if not isinstance(end, dict):
+            continue
+        then = f", then {_text(e.get('restart'), 80)}" if e.get("restart") else ""
+        delay = e.get("delay")
+        after = f" after {delay:g} s" if isinstance(delay, (int, float)) and then else ""
+        out.append(
+            f"attempt {_text(e.get('attempt'), 8)} ({_text(e.get('run'), 40)}) ended at "
+            f"{_hms(e.get('ended_at'))}: {_text(end.get('cause'))}{then}{after}"
+        )
+    return out
+
+
+def decision_lines(view: BoardView | None, run: str | None = None) -> list[str]:
+    """The coordinator's latest decision, when it is about `run` (None: any)."""
     d = view.decision if view is not None else None
-    if not d:
+    if not d or (run is not None and d.get("run") != run):
         return []
     if "ended" in d:
         return [f"the coordinator saw the job end at {_hms(d.get('ended_at'))}"]
@@ -96,9 +127,14 @@ def _step_now(view: BoardView) -> int | None:
     return max(steps) if steps else None
 
 
+def _contact(record: RunRecord) -> Path:
+    """One file for the whole chain: a restart on the cluster is no new look."""
+    return record.dir.parent / (record.chain or record.run_id) / CONTACT
+
+
 def _last_contact(record: RunRecord) -> tuple[float | None, int | None]:
     try:
-        data = json.loads((record.dir / CONTACT).read_text())
+        data = json.loads(_contact(record).read_text())
     except (OSError, ValueError):
         return None, None
     if not isinstance(data, dict):
@@ -117,7 +153,7 @@ def away_lines(record: RunRecord, view: BoardView | None, now: float | None = No
     since, step_then = _last_contact(record)
     step = _step_now(view)
     try:
-        (record.dir / CONTACT).write_text(json.dumps({"at": now, "step": step}))
+        _contact(record).write_text(json.dumps({"at": now, "step": step}))
     except OSError:
         pass
     if since is None:
@@ -153,8 +189,17 @@ def _event(e: dict[str, Any]) -> str:
     return f"{node}'s sentinel disconnected: {_text(data.get('why'), 120)}"
 
 
-def adopt(record: RunRecord, view: BoardView | None) -> bool:
-    """Writes the coordinator's ending into a record still marked live; True if it did."""
+def adopt(record: RunRecord, view: BoardView | None) -> RunRecord:
+    """Writes what the coordinator did into this machine's records: its attempts and
+    their ends (chain.json), or, from a board without one, its ending; returns the
+    chain's latest record."""
+    if view is not None and view.chain:
+        return sync_chain(record, view)
+    _adopt_decision(record, view)
+    return record
+
+
+def _adopt_decision(record: RunRecord, view: BoardView | None) -> bool:
     d = view.decision if view is not None else None
     if not d or not record.status.is_live or record.status is RunStatus.LAUNCHING:
         return False

@@ -33,15 +33,18 @@ from fakecluster import (
 )
 from helpers import Cfg, step_count, tagged_anywhere, torch_job
 
+from mntui.sessions.launch.tmux import session_name
+
 pytestmark = pytest.mark.integration
 
 WATCH = "watch: {{where: cluster, port: {port}, unreachable_after: 5, frozen_after: 2}}"
 
 
-def cluster_job(cfg: Cfg, job: str) -> tuple[object, int, int]:
+def cluster_job(cfg: Cfg, job: str, extra: str = "") -> tuple[Path, int, int]:
     port, wport = free_port(), free_port()
     work = cfg.workdir_with_train()
-    path = cfg.write(torch_job(job, work, port, extra=WATCH.format(port=wport)))
+    watch = WATCH.format(port=wport) + ("\n    " + extra if extra else "")
+    path = cfg.write(torch_job(job, work, port, extra=watch))
     return path, port, wport
 
 
@@ -81,8 +84,8 @@ def a_rank(job: str, node: str) -> int:
     )
 
 
-def launched(cfg: Cfg, path: object, job: str, fake: FakeCluster) -> None:
-    res = cfg.mntui(path, "launch", "--no-ui", watch=True)  # type: ignore[arg-type]
+def launched(cfg: Cfg, path: Path, job: str, fake: FakeCluster) -> None:
+    res = cfg.mntui(path, "launch", "--no-ui", watch=True)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "watched by the cluster" in res.stdout, res.stdout
     assert len(watchers(job, "sentinel")) == 2 and len(watchers(job, "coord")) == 1
@@ -95,7 +98,8 @@ def launched(cfg: Cfg, path: object, job: str, fake: FakeCluster) -> None:
 
 def nothing_left(fake: FakeCluster, job: str, ports: tuple[int, ...]) -> None:
     wait_for(lambda: not tagged_anywhere(job), 20, what="every process of the job gone")
-    assert not [s for n in ("node0", "node1") for s in fake.node(n).sessions() if job in s]
+    for n in ("node0", "node1"):
+        assert session_name(job, n) not in fake.node(n).sessions(), n
     for p in ports:
         wait_for(lambda p=p: not port_listening(p), 10, what=f"port {p} free")
 
@@ -125,7 +129,7 @@ def test_cut_off_manager_a_rank_killed_the_cluster_tears_down_and_status_says_so
         down = time.monotonic() - t0
     print(f"rank SIGKILL -> job down on both nodes by the cluster alone: {down:.2f}s")
     nothing_left(fake, job, (port, wport))
-    res = cfg.mntui(path, "status")  # type: ignore[arg-type]
+    res = cfg.mntui(path, "status")
     assert "the coordinator tore the job down" in res.stdout, res.stdout
     assert "node1 failed" in res.stdout, res.stdout
     assert "(torn-down)" in res.stdout, res.stdout
@@ -137,12 +141,12 @@ def test_kill_leaves_no_rank_sentinel_coordinator_session_or_port(
     job = "cw-userkill"
     path, port, wport = cluster_job(cfg, job)
     launched(cfg, path, job, fake)
-    res = cfg.mntui(path, "status", "--json")  # type: ignore[arg-type]
+    res = cfg.mntui(path, "status", "--json")
     data = json.loads(res.stdout)
     assert data["via"] == "coordinator", data  # one connection, to the main only
     assert "2 of 2 sentinel(s) connected" in data["watchdog"], data
     assert [n["state"] for n in data["nodes"]] == ["running", "running"], data
-    res = cfg.mntui(path, "kill")  # type: ignore[arg-type]
+    res = cfg.mntui(path, "kill")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "asked the coordinator on node0" in res.stdout + res.stderr, res.stdout + res.stderr
     nothing_left(fake, job, (port, wport))
@@ -167,7 +171,7 @@ def test_a_frozen_rank_while_cut_off_is_torn_down_by_the_cluster(
         down = time.monotonic() - t0
     print(f"rank SIGSTOP -> job down by the cluster alone: {down:.2f}s (frozen_after 2 s)")
     nothing_left(fake, job, (port, wport))
-    res = cfg.mntui(path, "status")  # type: ignore[arg-type]
+    res = cfg.mntui(path, "status")
     assert "node1 frozen" in res.stdout, res.stdout
 
 
@@ -199,7 +203,7 @@ def test_a_stranger_on_the_coordinators_port_is_refused_counted_and_harmless(
     before = step_count(fake.node("node1").log(job))
     wait_for(lambda: step_count(fake.node("node1").log(job)) > before + 3, 30, what="training")
     assert watchers(job, "coord") and len(watchers(job, "sentinel")) == 2
-    assert cfg.mntui(path, "kill").returncode == 0  # type: ignore[arg-type]
+    assert cfg.mntui(path, "kill").returncode == 0
     nothing_left(fake, job, (port, wport))
 
 
@@ -216,7 +220,7 @@ def test_a_node_without_python3_fails_the_launch_in_one_line_and_leaves_nothing(
     rc.write_text(before + f"\nexport PATH={stub}:$PATH\n")
     try:
         path, port, wport = cluster_job(cfg, job)
-        res = cfg.mntui(path, "launch", "--no-ui", watch=True)  # type: ignore[arg-type]
+        res = cfg.mntui(path, "launch", "--no-ui", watch=True)
     finally:
         rc.write_text(before)
     out = res.stdout + res.stderr

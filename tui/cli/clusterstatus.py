@@ -30,22 +30,24 @@ if TYPE_CHECKING:
 Say = Callable[..., None]
 
 
-def cluster_lines(record: RunRecord, view: BoardView | None) -> list[str]:
-    """Who watches, what happened since this machine last looked, what was decided;
-    an ending the coordinator saw is written into the local record."""
-    from mntui.sessions.watch import adopt, away_lines, decision_lines, watch_line
+def cluster_lines(record: RunRecord, view: BoardView | None) -> tuple[RunRecord, list[str]]:
+    """Who watches, what happened since this machine last looked, what was decided; what
+    the coordinator did is written into the records first (its restarts too), and the
+    chain's latest record comes back."""
+    from mntui.sessions.watch import adopt, away_lines, chain_lines, decision_lines, watch_line
 
-    adopt(record, view)
-    return [watch_line(record, view), *away_lines(record, view), *decision_lines(view)]
+    record = adopt(record, view)
+    lines = [watch_line(record, view), *away_lines(record, view), *chain_lines(view)]
+    return record, lines + decision_lines(view, record.run_id)
 
 
 def read_main_board(record: RunRecord, cluster: Cluster) -> BoardView | None:
-    from mntui.sessions.launch import read_board
+    from mntui.sessions.launch import board_dir, read_board
     from mntui.sessions.results import NodeError
 
     main = record.nodes[0]
     try:
-        view = read_board(cluster.nodes[main.node], main.run_dir)
+        view = read_board(cluster.nodes[main.node], board_dir(record))
     except (NodeError, KeyError):
         return None
     return view if view.status is not None else None
@@ -96,7 +98,7 @@ def _exit(rows: list[dict[str, Any]]) -> ExitCode:
     return ExitCode.OK
 
 
-def _table(record: RunRecord, rows: list[dict[str, Any]], lines: list[str]) -> str:
+def _table(record: RunRecord, rows: list[dict[str, Any]], lines: list[str], restarts: int) -> str:
     head = ("NODE", "RANK", "STATE", "PROCS", "OUTPUT", "STEP", "SENTINEL", "DETAIL")
     table = [head]
     for r in rows:
@@ -118,13 +120,13 @@ def _table(record: RunRecord, rows: list[dict[str, Any]], lines: list[str]) -> s
         "  ".join(c.ljust(w) for c, w in zip(t[:-1], widths, strict=False)) + "  " + t[-1]
         for t in table
     ]
-    return "\n".join([status_header(record, ""), *text, *lines])
+    return "\n".join([status_header(record, "", restarts), *text, *lines])
 
 
 def show(
-    record: RunRecord, view: BoardView, as_json: bool, say: Say, indent: int | None
+    record: RunRecord, view: BoardView, as_json: bool, say: Say, indent: int | None, restarts: int
 ) -> ExitCode:
-    lines = cluster_lines(record, view)
+    record, lines = cluster_lines(record, view)
     rows = _rows(record, view)
     code = _exit(rows)
     if as_json:
@@ -132,6 +134,8 @@ def show(
             "job": record.job,
             "run_id": record.run_id,
             "status": record.status.value,
+            "attempt": record.attempt,
+            "chain": record.chain,
             "cause": record.cause,
             "exit_code": int(code),
             "via": "coordinator",
@@ -141,29 +145,32 @@ def show(
         }
         say(json.dumps(data, indent=indent))
     else:
-        say(_table(record, rows, lines))
+        say(_table(record, rows, lines, restarts))
     return code
 
 
 def status_from_cluster(
     cfg: JobConfig, record: RunRecord, as_json: bool, watch: bool, say: Say
-) -> ExitCode | None:
-    """None when the main's board cannot be read: the caller polls the nodes."""
+) -> tuple[ExitCode | None, RunRecord]:
+    """(None, the chain's latest record) when the nodes themselves must be asked: the
+    main's board cannot be read, or its coordinator has ended (what it did is written
+    into the records first, so the caller shows the chain's latest run)."""
     from dataclasses import replace
 
     from mntui.sessions.ssh import Cluster
+    from mntui.sessions.watch import adopt, coordinator_done
 
     rec_main = record.nodes[0]  # the record, not the config, says where the run is
     main = [replace(n, host=rec_main.host) for n in cfg.nodes if n.name == rec_main.node]
     if not main:
-        return None
+        return None, record
     with Cluster(main, cfg.ssh) as cluster:
         while True:
             view = read_main_board(record, cluster)
-            if view is None or not view.alive or view.decision is not None:
+            if view is None or not view.alive or coordinator_done(view):
                 # ended, ending or gone: the nodes themselves say what is left
-                return None
-            code = show(record, view, as_json, say, None if watch else 2)
+                return None, adopt(record, view)
+            code = show(record, view, as_json, say, None if watch else 2, cfg.restart.max)
             if not watch:
-                return code
+                return code, record
             time.sleep(cfg.watch.interval)

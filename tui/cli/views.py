@@ -181,7 +181,7 @@ def _cluster_watch(record: RunRecord, cluster: Cluster) -> list[str] | None:
 
     if record.watch_port is None or not record.nodes:
         return None
-    return cluster_lines(record, read_main_board(record, cluster))
+    return cluster_lines(record, read_main_board(record, cluster))[1]
 
 
 def cmd_status(
@@ -193,7 +193,7 @@ def cmd_status(
     if record.watch_port is not None and record.nodes:
         from .clusterstatus import status_from_cluster
 
-        code = status_from_cluster(cfg, record, as_json, watch, say)
+        code, record = status_from_cluster(cfg, record, as_json, watch, say)
         if code is not None:
             return code
     client, via = try_connect(record.dir)

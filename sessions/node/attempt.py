@@ -1,0 +1,125 @@
+"""One attempt of the run on this node, as its sentinel follows it: its processes (by
+the attempt's own tag), its log and exit code, its tmux pane; and the start of a
+restart's attempt from the script the launch left for it.
+
+Why a chain-long sentinel follows attempts: a restart on the cluster is started by
+the coordinator while the manager may be away, so the script of attempt k was
+rendered at launch (`attempts/<k>.sh`, with its own run id and tag) and the sentinel,
+which outlives one attempt, runs it and follows the new tag.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+
+from . import daemon, proctree
+from .facts import Facts, ProcFact
+from .logtail import LogTail
+
+START_TIMEOUT = 60.0  # seconds for an attempt's start script (tmux, retried)
+_RUN = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{4}")
+_REL = re.compile(r"[A-Za-z0-9._/-]{1,512}")
+
+
+def tmux_pane(session: str) -> tuple[bool, bool, int | None]:
+    """(the session exists, its pane is dead, the pane's pid) from the node's tmux."""
+    try:
+        out = subprocess.run(
+            ["tmux", "list-panes", "-t", f"={session}:", "-F", "#{pane_dead} #{pane_pid}"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            env=daemon.clean_env(os.environ),
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False, False, None
+    if out.returncode != 0:
+        return False, False, None
+    words = out.stdout.split("\n", 1)[0].split()
+    pid = int(words[1]) if len(words) == 2 and words[1].isdigit() else None
+    return True, bool(words) and words[0] == "1", pid
+
+
+def read_exit_code(run_dir: str) -> int | None:
+    try:
+        with open(os.path.join(run_dir, "exit_code"), encoding="ascii") as f:
+            text = f.read(32).strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return int(text) if re.fullmatch(r"-?[0-9]{1,9}", text) else None
+
+
+class Attempt:
+    def __init__(self, number: int, run: str, tag: str, run_dir: str, node: str,
+                 pattern: str | None) -> None:  # fmt: skip
+        self.number, self.run, self.dir = number, run, run_dir
+        self.entry = f"MNTUI_RUN={tag}"
+        self.follower = proctree.Follower(self.entry, exclude=(os.getpid(),))
+        self.log = LogTail(os.path.join(run_dir, "output.log"), node, pattern)
+        self.pane_pid: int | None = None
+
+    def sample(self, session: str) -> Facts:
+        procs = self.follower.sample()
+        if self.pane_pid is None:
+            _, _, self.pane_pid = tmux_pane(session)
+        pane = self.pane_pid
+        if (
+            pane is not None
+            and all(p.pid != pane for p in procs)
+            and os.path.exists(f"/proc/{pane}")
+        ):
+            # not seen yet, or read before its exec: judged again now, for without it
+            # its children would look orphaned, a decision taken at once
+            self.follower.add(pane)
+            procs = self.follower.sample()
+        session_up, dead = True, False
+        if not procs:  # only then does the pane's fate matter (and cost a tmux call)
+            session_up, dead, _ = tmux_pane(session)
+        self.log.read()
+        try:
+            st = os.stat(self.log.path)
+            size, age = st.st_size, max(0.0, time.time() - st.st_mtime)
+        except OSError:
+            size, age = None, None
+        return Facts(
+            reachable=True,
+            error=None,
+            live_procs=tuple(ProcFact(p.pid, p.ppid, p.state) for p in procs),
+            pane_pid=self.pane_pid,
+            exit_code=read_exit_code(self.dir),
+            session=session_up,
+            pane_dead=dead,
+            log_size=size or None,
+            output_age=age if size else None,
+        )
+
+
+def start(first_dir: str, k: int, node: str, pattern: str | None) -> Attempt:
+    """Runs attempt `k`'s start script (the launch wrote it beside the first attempt's
+    run dir) and returns the attempt to follow; RuntimeError with the script's last
+    words when it did not start."""
+    base = os.path.join(first_dir, "attempts", str(k))
+    with open(base + ".json", encoding="utf-8") as f:
+        info = json.loads(f.read(4096))
+    run, tag, rel = info.get("run"), info.get("tag"), info.get("run_dir")
+    ok = isinstance(run, str) and _RUN.fullmatch(run) and isinstance(tag, str)
+    if not ok or not isinstance(rel, str) or not _REL.fullmatch(rel) or ".." in rel:
+        raise RuntimeError(f"attempts/{k}.json is not one of ours")
+    env = {n: v for n, v in os.environ.items() if n not in ("MNTUI_RUN", "TMUX", "TMUX_PANE")}
+    proc = subprocess.run(
+        ["sh", base + ".sh"],
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=START_TIMEOUT,
+        env=env,  # the node's login environment, less our own tag: never on a tmux server
+        stdin=subprocess.DEVNULL,
+    )
+    if proc.returncode != 0 or "STARTED" not in proc.stdout:
+        raise RuntimeError(f"attempt {k} did not start: {(proc.stderr or proc.stdout)[-300:]}")
+    home = os.path.expanduser("~")
+    return Attempt(k, run, tag, os.path.join(home, rel), node, pattern)

@@ -1,0 +1,111 @@
+"""The restarts the cluster's coordinator made, written into this machine's records on
+its next contact.
+
+Why: `history`, the ledger, `status` and `report` read run records; the coordinator
+restarts while this machine may be asleep, so a restart has no record here until the
+manager reads `coord/chain.json`. Each attempt the coordinator started gets the record
+the supervisor would have written (its run id chosen at launch, its chain, its number,
+the earlier attempts' ends), and each attempt's end moves its record as the supervisor
+moves it (`restarting`, then `torn-down`, `failed`, `finished` or `gave-up`). A record
+already ended here (a user's kill) keeps its ending.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from mntui.sessions.launch.clusterwatch import BoardView
+from mntui.sessions.runs import RunRecord, RunStatus, load_run
+from mntui.sessions.termsafe import one_line
+
+FINAL = {"finished": RunStatus.FINISHED, "gave-up": RunStatus.GAVE_UP, "killed": RunStatus.KILLED}
+
+
+def _entries(chain: dict[str, Any]) -> list[dict[str, Any]]:
+    items = chain.get("attempts")
+    out = []
+    for e in items if isinstance(items, list) else []:
+        if isinstance(e, dict) and type(e.get("attempt")) is int and isinstance(e.get("run"), str):
+            out.append(e)
+    return out
+
+
+def sync_chain(record: RunRecord, view: BoardView | None) -> RunRecord:
+    """The chain's latest record after writing what the coordinator did (`record`
+    itself when the board has no chain this machine launched)."""
+    chain = view.chain if view is not None else None
+    first = load_run(record.job, str(chain.get("chain"))) if chain else None
+    if chain is None or first is None or first.watch_port is None:
+        return record
+    status = str(chain.get("status"))
+    entries = _entries(chain)
+    ends: list[dict[str, Any]] = []
+    latest = first
+    for i, e in enumerate(entries):
+        rec = _record_of(first, e, ends)
+        if rec is None:
+            continue
+        _move(rec, e, status if i == len(entries) - 1 else "restarted")
+        if isinstance(e.get("end"), dict):
+            ends.append(e["end"])
+        latest = rec
+    return latest
+
+
+def _record_of(first: RunRecord, e: dict[str, Any], ends: list[dict[str, Any]]) -> RunRecord | None:
+    k, run = e["attempt"], e["run"]
+    if k == 0:
+        return first if run == first.run_id else None
+    if run not in first.cluster_attempts:  # not an id this machine's launch chose
+        return None
+    found = load_run(first.job, run)
+    if found is not None:
+        return found
+    started = e.get("started_at")
+    nodes = [
+        replace(n, tag=n.tag.replace(f"/{first.run_id}/", f"/{run}/"),
+                run_dir=n.run_dir.replace(f"/{first.run_id}/", f"/{run}/"),
+                started_at=started if isinstance(started, (int, float)) else None)
+        for n in first.nodes
+    ]  # fmt: skip
+    rec = RunRecord(
+        first.job, run, first.config, first.master_addr, first.master_port, nodes,
+        status=RunStatus.RUNNING, chain=first.run_id, attempt=k, attempts=list(ends),
+        watch_port=first.watch_port,
+    )  # fmt: skip
+    if isinstance(started, (int, float)):
+        rec.created_at = rec.finished_launch_at = float(started)
+    rec.note("started", by="coordinator")
+    rec.create()
+    return rec
+
+
+def _move(rec: RunRecord, e: dict[str, Any], chain_status: str) -> None:
+    """An attempt's end, as the chain says it; a record already ended keeps its end."""
+    end = e.get("end")
+    if not isinstance(end, dict):
+        return
+    cause = one_line(str(end.get("cause") or ""))[:300] or None
+    if chain_status == "restarted" or e.get("delay") is not None:
+        status = RunStatus.RESTARTING
+    elif chain_status in FINAL:
+        status = FINAL[chain_status]
+    elif end.get("state") == "finished":
+        status = RunStatus.FINISHED
+    else:
+        status = RunStatus.TORN_DOWN if end.get("culprit") else RunStatus.FAILED
+
+    def change(r: RunRecord) -> None:
+        if not r.status.is_live or r.status is status:
+            return
+        r.status = status
+        r.cause = cause if status is not RunStatus.FINISHED else r.cause
+        if e.get("kind") == "teardown" and isinstance(end.get("culprit"), str):
+            at = e.get("ended_at") if isinstance(e.get("ended_at"), (int, float)) else None
+            state = str(end.get("state"))
+            r.note("watchdog-teardown", by="coordinator", node=end["culprit"], state=state,
+                   why=cause or "", decided_at=at, killed_at=at)  # fmt: skip
+        r.note(status.value, by="coordinator", why=one_line(str(e.get("restart") or ""))[:200])
+
+    rec.update(change)
