@@ -13,7 +13,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import re
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -35,6 +34,7 @@ from .jsonshape import (
     optional,
     shaped,
 )
+from .node.watchcfg import RUN_ID
 
 __all__ = [
     "NodeRecord",
@@ -48,7 +48,7 @@ __all__ = [
     "state_dir",
 ]
 
-RUN_ID_RE = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{4}\Z")
+RUN_ID_RE = RUN_ID  # the node package's rule: a sentinel checks the same ids
 
 
 class RunStatus(StrEnum):

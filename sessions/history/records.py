@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,8 +20,7 @@ from typing import Any
 
 from mntui.sessions.errors import private_dir, state_dir
 from mntui.sessions.jsonshape import Scalar, count, flat, listed, load, number, text
-
-RUN_ID_RE = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{4}\Z")
+from mntui.sessions.runs import RUN_ID_RE
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import shlex
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import LaunchError
@@ -29,9 +29,6 @@ from mntui.sessions.runs import RunRecord
 from mntui.sessions.ssh import Node
 
 from .sentinelship import bundle, remote_path, ship_script
-
-if TYPE_CHECKING:
-    from .plan import NodePlan
 
 CONFIRM = 10.0  # seconds for every sentinel to reach the coordinator after the start
 START_GRACE = 120.0  # a node whose sentinel never came is unreachable after this
@@ -88,7 +85,16 @@ def watch_config(
     )
 
 
-def watch_block(wc: WatchConfig, secret: str, later: Sequence[NodePlan] = ()) -> str:
+@dataclass(frozen=True)
+class LaterAttempt:
+    """A restart's start on one node, rendered at launch for the coordinator."""
+
+    tag: str  # <job>/<run>/<node>
+    run_dir: str  # relative to the node's $HOME
+    start_script: str
+
+
+def watch_block(wc: WatchConfig, secret: str, later: Sequence[LaterAttempt] = ()) -> str:
     """Shell run after the node's tmux session started (same script, `$d` its run dir):
     the files, the restarts' start scripts, the bundle, then the coordinator (main) and
     the sentinel, each printing `SENTINEL <pid> ...` once it is up."""

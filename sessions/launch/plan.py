@@ -23,7 +23,7 @@ from mntui.sessions.procs import TAG_VAR, run_dir_word, run_tag
 from mntui.sessions.runs import NodeRecord, RunRecord
 
 from . import tmux
-from .clusterwatch import new_secret, watch_block, watch_config
+from .clusterwatch import LaterAttempt, new_secret, watch_block, watch_config
 from .flightenv import flight_recorder_block
 
 RUNS_DIR = ".mntui/runs"  # relative to the node user's $HOME
@@ -124,7 +124,8 @@ def build_plan(
         watched = []
         for i, n in enumerate(nodes):
             wc = watch_config(cfg, run_id, n.node, n.tag, n.session, names, master_addr, len(later))
-            block = watch_block(wc, secret, [p[i] for p in plans])
+            mine = [LaterAttempt(p[i].tag, p[i].run_dir, p[i].start_script) for p in plans]
+            block = watch_block(wc, secret, mine)
             watched.append(replace(n, start_script=n.start_script + block))
         nodes = watched
     world = cfg.world_size  # the sum over the nodes: their nproc can differ

@@ -19,9 +19,9 @@ import time
 from . import daemon, proctree
 from .facts import Facts, ProcFact
 from .logtail import LogTail
+from .watchcfg import RUN_ID
 
 START_TIMEOUT = 60.0  # seconds for an attempt's start script (tmux, retried)
-_RUN = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{4}")
 _REL = re.compile(r"[A-Za-z0-9._/-]{1,512}")
 
 
@@ -106,7 +106,7 @@ def start(first_dir: str, k: int, node: str, pattern: str | None) -> Attempt:
     with open(base + ".json", encoding="utf-8") as f:
         info = json.loads(f.read(4096))
     run, tag, rel = info.get("run"), info.get("tag"), info.get("run_dir")
-    ok = isinstance(run, str) and _RUN.fullmatch(run) and isinstance(tag, str)
+    ok = isinstance(run, str) and RUN_ID.fullmatch(run) and isinstance(tag, str)
     if not ok or not isinstance(rel, str) or not _REL.fullmatch(rel) or ".." in rel:
         raise RuntimeError(f"attempts/{k}.json is not one of ours")
     env = {n: v for n, v in os.environ.items() if n not in ("MNTUI_RUN", "TMUX", "TMUX_PANE")}

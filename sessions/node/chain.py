@@ -13,19 +13,19 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from .coordstate import Board
 from .facts import Facts
 from .judging import NodeTrigger
 from .killer import listening_ports
 from .restarts import AttemptEnd, decide
 from .rules import NodeState, Verdict
 from .teardown import user_kill
-
-if TYPE_CHECKING:
-    from .coordinator import Coordinator
+from .watchcfg import WatchConfig
 
 START_ANSWER = 90.0  # seconds for a sentinel to say its attempt started
 
@@ -37,6 +37,17 @@ class Outcome:
     trigger: NodeTrigger | None = None
     facts: dict[str, Facts] = field(default_factory=dict)
     verdicts: dict[str, Verdict] = field(default_factory=dict)
+
+
+class Coordinator(Protocol):
+    """What the chain needs of the coordinator (coordinator.py)."""
+
+    board: Board
+    cfg: WatchConfig
+    done: threading.Event
+
+    def watch_attempt(self) -> Outcome: ...
+    def kill_requested(self) -> float | None: ...
 
 
 def attempt_end(k: int, run: str, out: Outcome, progressed: float) -> AttemptEnd:

@@ -7,7 +7,8 @@ user's laptop. It judges with the same judge as the manager's watchdog
 silence counts only from the coordinator's side. On a decision it tells every sentinel
 to kill its node's part at once (the main's ranks it kills itself when the main's
 sentinel cannot), writes the decision on the main node for the manager to read when it
-next connects, stops the sentinels and exits.
+next connects, and then restarts the job as the restart policy says (chain.py) or
+stops the sentinels and exits.
 """
 
 from __future__ import annotations

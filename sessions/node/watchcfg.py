@@ -21,6 +21,8 @@ from .restarts import RestartRules
 FILE = "watch.json"
 SECRET = "secret"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+# a run id (launch/plan.py: new_run_id): the one rule, which runs.py re-exports
+RUN_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{4}\Z")
 _TAG = re.compile(r"[A-Za-z0-9._-]{1,128}/[A-Za-z0-9._-]{1,64}/[A-Za-z0-9._-]{1,128}")
 
 
@@ -164,8 +166,9 @@ def parse(d: object) -> WatchConfig:
         master_port=_get(d, "master_port", int),
         ready_timeout=_get(d, "ready_timeout", float),
     )
-    if cfg.node not in cfg.nodes or not _TAG.fullmatch(cfg.tag):
-        raise BadWatchFile(f"{FILE}: node or tag not of this run")
+    tag_ok = _TAG.fullmatch(cfg.tag) and cfg.tag == f"{cfg.job}/{cfg.run}/{cfg.node}"
+    if cfg.node not in cfg.nodes or not tag_ok or not RUN_ID.fullmatch(cfg.run):
+        raise BadWatchFile(f"{FILE}: node, run or tag not of this run")
     if not 0 < cfg.coord_port < 65536 or not 0.05 <= cfg.interval <= 60:
         raise BadWatchFile(f"{FILE}: coord_port or interval out of range")
     return cfg

@@ -1,0 +1,131 @@
+"""What the coordinator reads from a sentinel and what a sentinel reads from its watch
+file: strict, bounded, and never a guess (a frame of the wrong shape is counted and
+dropped; a watch file of another shape stops the sentinel in one line)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mntui.sessions.config.jobconfig import parse_config
+from mntui.sessions.launch.clusterwatch import parse_board, watch_config
+from mntui.sessions.node.coordstate import Board, Peer
+from mntui.sessions.node.facts import Malformed, from_wire
+from mntui.sessions.node.watchcfg import BadWatchFile, parse, to_json
+
+GOOD = {
+    "procs": [[10, 1, "S"], [11, 10, "T"]],
+    "pane_pid": 10,
+    "exit_code": None,
+    "session": True,
+    "pane_dead": False,
+    "log_size": 120,
+    "output_age": 0.5,
+}
+
+
+def _cfg(extra: str = ""):  # type: ignore[no-untyped-def]
+    text = f"job: j\nnodes: [n0, n1]\ncommand: x\nwatch: {{where: cluster}}\n{extra}"
+    cfg = parse_config(text)
+    return watch_config(cfg, "20261125-101010-abcd", "n1", "j/20261125-101010-abcd/n1",
+                        "j-n1", ("n0", "n1"), "10.0.0.1", 2 if "restart" in extra else 0)  # fmt: skip
+
+
+def test_good_facts_are_read() -> None:
+    f = from_wire(GOOD)
+    assert [p.state for p in f.live_procs] == ["S", "T"] and f.reachable and f.log_size == 120
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {**GOOD, "procs": [[10, 1, "SS"]]},
+        {**GOOD, "procs": [[10, 1, "\x1b"]]},
+        {**GOOD, "procs": [["10", 1, "S"]]},
+        {**GOOD, "procs": [[True, 1, "S"]]},
+        {**GOOD, "procs": [[0, 1, "S"]]},
+        {**GOOD, "procs": [[10, 1, "S"]] * 5000},
+        {**GOOD, "session": 1},
+        {**GOOD, "exit_code": 1.5},
+        {**GOOD, "log_size": -1},
+        {**GOOD, "output_age": "1"},
+        {**GOOD, "pane_pid": 2**40},
+        [GOOD],
+    ],
+)
+def test_facts_of_another_shape_are_malformed(bad: Any) -> None:
+    with pytest.raises(Malformed):
+        from_wire(bad)
+
+
+class _Channel:
+    def close(self) -> None:
+        pass
+
+
+def test_the_board_counts_a_malformed_snapshot_and_keeps_the_last_good_one(
+    tmp_path: Path,
+) -> None:
+    wc = _cfg()
+    board = Board(wc, str(tmp_path / "coord"))
+    peer = Peer("n1", _Channel())  # type: ignore[arg-type]
+    good = {"k": "snap", "run": wc.run, "age": 0.1, "facts": GOOD, "steps": {"step": 3}}
+    board.heard(peer, good)
+    board.heard(peer, {**good, "facts": {**GOOD, "procs": "all"}})
+    board.heard(peer, {**good, "age": float("nan")})
+    board.heard(peer, {**good, "run": "another-attempt", "facts": {**GOOD, "procs": []}})
+    assert board.malformed == 2
+    facts, _ = board.facts(board.words["n1"].arrival)
+    assert len(facts["n1"].live_procs) == 2  # the good one; another attempt's is ignored
+
+
+def test_a_watch_file_round_trips_and_restarts_ride_along() -> None:
+    wc = _cfg("restart: {max: 2, backoff: 1}\n")
+    back = parse(json.loads(to_json(wc)))
+    assert back == wc and back.restart is not None and back.restart.max == 2
+    assert back.attempts == 2
+
+
+@pytest.mark.parametrize(
+    ("change", "word"),
+    [
+        ({"v": 2}, "version 1"),
+        ({"nodes": ["n0", "n 1"]}, "nodes"),
+        ({"ports": [0]}, "ports"),
+        ({"tag": "j/../n1"}, "tag"),
+        ({"coord_port": "29501"}, "coord_port"),
+        ({"progress_pattern": "step (?P<x>\\d+)"}, "group `step`"),
+        ({"restart": {"max": 2}}, "restart.on"),
+    ],
+)
+def test_a_watch_file_of_another_shape_is_refused_in_one_line(
+    change: dict[str, Any], word: str
+) -> None:
+    data = {**json.loads(to_json(_cfg())), **change}
+    with pytest.raises(BadWatchFile, match=word.replace("(", "\\(")):
+        parse(data)
+
+
+def test_the_board_a_node_sends_back_is_read_strictly() -> None:
+    import base64
+
+    def line(name: str, data: bytes) -> str:
+        return f"FILE {name} {base64.b64encode(data).decode()}"
+
+    journal = b'{"t": 1, "kind": "steps"}\n{"t": 2, "ki' + b"\n" + b'[1]\n{"t": "x"}\n'
+    text = "\n".join([
+        line("status", b'{"nodes": {}}'),
+        line("decision", b"[1, 2]"),
+        line("chain", b'{"attempts": []}'),
+        line("journal", journal),
+        "FILE bogus e30=",
+        "FILE decision !!notbase64",
+        "ALIVE yes",
+    ])  # fmt: skip
+    view = parse_board(text)
+    assert view.status == {"nodes": {}} and view.decision is None and view.alive
+    assert view.chain == {"attempts": []}
+    assert [j["t"] for j in view.journal] == [1]
