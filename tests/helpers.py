@@ -115,11 +115,35 @@ def listener_job(job: str, port: int, nodes: str = "[node0, node1]", extra: str 
     """
 
 
+def steps_job(
+    job: str, port: int, nodes: str = "[node0, node1]", extra: str = "", steps: int = 0
+) -> str:
+    """A light job that trains without torch: the main listens on the master port, every
+    node prints `step N` ten times a second (exits 0 after `steps`, if given). For tests of
+    the watch itself, where a real torchrun only costs seconds of CPU."""
+    return f"""
+    job: {job}
+    nodes: {nodes}
+    master_port: {port}
+    command: >-
+      exec python3 -c "import itertools, socket, sys, time; r = int(sys.argv[1]);
+      n = int(sys.argv[2]); s = socket.socket();
+      s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1);
+      r == 0 and (s.bind(('127.0.0.1', {port})), s.listen());
+      [(print('step', i, flush=True), time.sleep(0.1))
+      for i in (range(1, n + 1) if n else itertools.count(1))];
+      print('done after', n, 'steps', flush=True)" {{node_rank}} {steps}
+    launch: {{ready_timeout: 20}}
+    kill: {{grace: 2}}
+    {extra}
+    """
+
+
 def step_count(log: str) -> int:
     return sum(1 for line in log.splitlines() if line.startswith("step "))
 
 
-__all__ = ["Cfg", "free_port", "listener_job", "os", "step_count", "time", "torch_job"]
+__all__ = ["Cfg", "free_port", "listener_job", "os", "step_count", "steps_job", "time", "torch_job"]
 
 
 def tagged_anywhere(job: str) -> list[int]:

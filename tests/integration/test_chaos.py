@@ -1,13 +1,18 @@
-"""The fault campaign, short (bench/chaos.py runs the full one): three faults drawn from a
+"""The fault campaign, short (bench/chaos.py runs the full one): two faults drawn from a
 fixed seed, on real sshd nodes with a real torchrun job, each checked for what mntui
 promises (nothing of the job left on any node, its port free, no sessions, every run
 record ended, no restart after a kill, a dead supervisor shown by `mntui status`, no file
-changed outside the run dirs). Seed 2 draws: a node's tmux server killed (no restart: the
-self-failure must close every session, finding 11), `mntui kill node1` in a restart chain
-(never restarted, finding 3), and the supervisor SIGKILLed mid-relaunch, then `mntui
-status` (must say so) and `mntui watch` (must resume the chain). On the tree before
-issue 18's fixes (1c70260) this run finds 4 violations (sessions, restart, orphan-line,
-resume). About a minute here; the checks themselves are shown failing in
+changed outside the run dirs). Seed 37 draws: node0's tmux server killed (no restart: the
+self-failure must close every session, finding 11), and the supervisor SIGKILLed
+mid-relaunch, then `mntui status` (must say so) and `mntui watch` (must resume the chain).
+The suite once ran seed 2, which also drew `mntui kill node1` in a restart chain (never
+restarted, finding 3): that fault is
+tests/integration/test_recovery.py::test_a_users_partial_kill_is_not_restarted_nor_blamed
+on every run, so the campaign here no longer spends ~15 s on it; the full campaigns still
+draw it, and so does `bench/chaos.py --seed 2 --faults 3 --kinds
+supervisor-kill,tmux-kill,partial-kill --profiles plain,restart`. On the tree before
+issue 18's fixes (1c70260) seed 2 found 4 violations (sessions, restart, orphan-line,
+resume). About 40 s here; the checks themselves are shown failing in
 tests/unit/test_chaos_checks.py.
 
 Between two attempts (issue 28), seed 5 draws: `mntui kill` while the supervisor is held
@@ -30,8 +35,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SEED = 2
-KINDS = ("supervisor-kill", "tmux-kill", "partial-kill")
+SEED = 37  # draws tmux-kill (plain, node0) and supervisor-kill (restart, relaunch, resume)
+KINDS = ("supervisor-kill", "tmux-kill")
 
 BETWEEN_SEED = 5
 BETWEEN = ("fail-kill", "quarantine")
@@ -61,7 +66,9 @@ def test_a_short_fixed_seed_campaign_finds_no_violation(tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     faults = data["faults"]
     assert data["seed"] == SEED and sorted(f["plan"]["kind"] for f in faults) == sorted(KINDS)
-    assert [f["error"] for f in faults] == [None] * 3, report  # the harness itself held
+    drawn = sorted((f["plan"]["kind"], f["plan"]["moment"], f["plan"]["then"]) for f in faults)
+    assert drawn == [("supervisor-kill", "relaunch", "resume"), ("tmux-kill", "", "")], drawn
+    assert [f["error"] for f in faults] == [None] * len(KINDS), report  # the harness held
     assert all(f["runs"] >= 1 for f in faults) and "faults by kind:" in res.stdout
     assert res.returncode == 0 and "violations: 0" in res.stdout, report
 

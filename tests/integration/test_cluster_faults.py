@@ -30,7 +30,7 @@ from fakecluster import (
     tagged,
     wait_for,
 )
-from helpers import Cfg, listener_job, step_count, tagged_anywhere, torch_job
+from helpers import Cfg, listener_job, step_count, steps_job, tagged_anywhere, torch_job
 
 from mntui.sessions.launch.tmux import session_name
 
@@ -43,12 +43,14 @@ EARLIEST_LOSS = 3.5
 WATCH = "watch: {{where: cluster, port: {port}, unreachable_after: 5, frozen_after: 2}}"
 
 
-def cluster_job(cfg: Cfg, job: str, train: str = "") -> tuple[Path, int, int]:
+def cluster_job(cfg: Cfg, job: str, torch: bool = False, steps: int = 0) -> tuple[Path, int, int]:
+    """Real torchrun where the job's own reaction matters (`torch`), else the light
+    job of plain python3 steps (the watch is what is under test; torch costs CPU)."""
     port, wport = free_port(), free_port()
-    work = cfg.workdir_with_train()
-    body = torch_job(job, work, port, extra=WATCH.format(port=wport))
-    if train:
-        body = body.replace("--timeout 600", f"--timeout 600 {train}")
+    if torch:
+        body = torch_job(job, cfg.workdir_with_train(), port, extra=WATCH.format(port=wport))
+    else:
+        body = steps_job(job, port, extra=WATCH.format(port=wport), steps=steps)
     return cfg.write(body), port, wport
 
 
@@ -159,7 +161,7 @@ def test_a_workers_tmux_server_killed_the_sentinel_lives_and_the_job_comes_down(
     Either way the coordinator's word is on the main and the sentinels obeyed its stop.
     (A main that does not notice is the next test.)"""
     job = "cf-tmux"
-    path, port, wport = cluster_job(cfg, job)
+    path, port, wport = cluster_job(cfg, job, torch=True)
     with told_on_failure(fake, job):
         launched(cfg, path, job, fake)
         sentinel = watchers(job, "sentinel", "node1")
@@ -348,7 +350,7 @@ def test_a_job_that_ends_by_itself_stops_the_watch_and_is_finished(
     """Both nodes exit 0: the coordinator says the job ended, stops the sentinels and
     exits; `status` then reads that and marks the run finished."""
     job = "cf-ends"
-    path, port, wport = cluster_job(cfg, job, train="--steps 25")
+    path, port, wport = cluster_job(cfg, job, steps=25)
     with told_on_failure(fake, job):
         launched(cfg, path, job, fake)
         t0 = time.monotonic()

@@ -59,10 +59,10 @@ def test_a_rank_dies_while_this_machine_sleeps_and_the_coordinator_restarts_the_
     # A crash loop: attempt 1 and attempt 2 die too; max 2 restarts, then it gives up.
     seen, current = {first, second}, second
     for _ in range(2):
-        wait_for(lambda: ranks_of(job, "node1").get(current), 60, what="the attempt's rank")
+        wait_for(lambda c=current: ranks_of(job, "node1").get(c), 60, what="the attempt's rank")
         os.kill(ranks_of(job, "node1")[current][0], signal.SIGKILL)
         wait_for(
-            lambda: (set(ranks_of(job, "node0")) - seen) or not tagged_anywhere(job),
+            lambda s=frozenset(seen): (set(ranks_of(job, "node0")) - s) or not tagged_anywhere(job),
             90,
             what="the next attempt, or the end of the chain",
         )

@@ -31,7 +31,7 @@ from fakecluster import (
     tagged,
     wait_for,
 )
-from helpers import Cfg, step_count, tagged_anywhere, torch_job
+from helpers import Cfg, step_count, steps_job, tagged_anywhere, torch_job
 
 from mntui.sessions.launch.tmux import session_name
 
@@ -40,12 +40,16 @@ pytestmark = pytest.mark.integration
 WATCH = "watch: {{where: cluster, port: {port}, unreachable_after: 5, frozen_after: 2}}"
 
 
-def cluster_job(cfg: Cfg, job: str, extra: str = "") -> tuple[Path, int, int]:
+def cluster_job(cfg: Cfg, job: str, extra: str = "", torch: bool = True) -> tuple[Path, int, int]:
+    """A 2-node job the cluster watches: real torchrun, or (`torch=False`) a light job
+    of plain python3 steps, for what tests the watch rather than the job."""
     port, wport = free_port(), free_port()
-    work = cfg.workdir_with_train()
     watch = WATCH.format(port=wport) + ("\n    " + extra if extra else "")
-    path = cfg.write(torch_job(job, work, port, extra=watch))
-    return path, port, wport
+    if torch:
+        body = torch_job(job, cfg.workdir_with_train(), port, extra=watch)
+    else:
+        body = steps_job(job, port, extra=watch)
+    return cfg.write(body), port, wport
 
 
 def watchers(job: str, role: str) -> list[int]:
@@ -77,10 +81,12 @@ def cut_off(fake: FakeCluster, nodes: tuple[str, ...] = ("node0", "node1")) -> I
 
 
 def a_rank(job: str, node: str) -> int:
+    """A rank of `node`: a worker under torchrun, or the light job's python3."""
     return next(
         p
         for p in tagged(job, node)
-        if "train.py" in cmdline(p) and "torch.distributed.run" not in cmdline(p)
+        if ("train.py" in cmdline(p) or "itertools" in cmdline(p))
+        and "torch.distributed.run" not in cmdline(p)
     )
 
 
@@ -139,7 +145,7 @@ def test_kill_leaves_no_rank_sentinel_coordinator_session_or_port(
     fake: FakeCluster, cfg: Cfg
 ) -> None:
     job = "cw-userkill"
-    path, port, wport = cluster_job(cfg, job)
+    path, port, wport = cluster_job(cfg, job, torch=False)
     launched(cfg, path, job, fake)
     res = cfg.mntui(path, "status", "--json")
     data = json.loads(res.stdout)
@@ -157,7 +163,7 @@ def test_a_frozen_rank_while_cut_off_is_torn_down_by_the_cluster(
     fake: FakeCluster, cfg: Cfg
 ) -> None:
     job = "cw-frozen"
-    path, port, wport = cluster_job(cfg, job)
+    path, port, wport = cluster_job(cfg, job, torch=False)
     launched(cfg, path, job, fake)
     with cut_off(fake):
         rank = a_rank(job, "node1")
@@ -179,7 +185,7 @@ def test_a_stranger_on_the_coordinators_port_is_refused_counted_and_harmless(
     fake: FakeCluster, cfg: Cfg
 ) -> None:
     job = "cw-stranger"
-    path, port, wport = cluster_job(cfg, job)
+    path, port, wport = cluster_job(cfg, job, torch=False)
     launched(cfg, path, job, fake)
     for payload in (b"GET / HTTP/1.0\r\n\r\n", b"\xff" * 64, (1 << 31).to_bytes(4, "big")):
         with socket.create_connection(("127.0.0.1", wport), timeout=5) as s:
@@ -219,7 +225,7 @@ def test_a_node_without_python3_fails_the_launch_in_one_line_and_leaves_nothing(
     before = rc.read_text()
     rc.write_text(before + f"\nexport PATH={stub}:$PATH\n")
     try:
-        path, port, wport = cluster_job(cfg, job)
+        path, port, wport = cluster_job(cfg, job, torch=False)
         res = cfg.mntui(path, "launch", "--no-ui", watch=True)
     finally:
         rc.write_text(before)

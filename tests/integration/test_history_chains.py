@@ -46,7 +46,7 @@ def test_a_node_failing_in_three_runs_tops_the_history_and_the_ledger_matches_th
              "    spares: [node2]\n"
              f"    notify: {{command: 'echo \"$MNTUI_EVENT $MNTUI_SUMMARY\" >> {cfg.tmp}/notices'}}")  # fmt: skip
     path = cfg.write(faulty_yaml("hchain", work, "--fail-rank 1 --fail-step 4 --how exit3 "
-                                 "--fail-attempts 2 --steps 12", extra))  # fmt: skip
+                                 "--fail-attempts 2 --steps 6", extra))  # fmt: skip
     assert cfg.mntui(path, "launch", "--no-ui", watch=True).returncode == 0
     wait_for(lambda: [r.status.value for r in chain("hchain")] == ["restarting", "restarting",
              "finished"], 300, interval=0.5, what="two failures, then finished")  # fmt: skip

@@ -47,15 +47,18 @@ class BrokenViews(MntuiApp):
 def test_failing_views_do_not_stop_the_apps_watchdog(fake: FakeCluster, cfg: Cfg) -> None:
     port = free_port()
     lines = ", ".join(f"print({line!r})" for line in HOSTILE)
+    go_file = cfg.tmp / "fail-now"  # rank 1 fails once the app's drawing has failed a few
+    # times (a fixed 6 s sleep once stood for that): at most 60 s, polled every 50 ms
     path = cfg.write(f"""
     job: tbroken
     nodes: [node0, node1]
     master_port: {port}
     command: >-
-      exec python3 -c "import socket, sys, time; r = int(sys.argv[1]);
+      exec python3 -c "import os, socket, sys, time; r = int(sys.argv[1]);
       s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1);
       r == 0 and (s.bind(('127.0.0.1', {port})), s.listen());
-      print('serving', flush=True); r == 1 and time.sleep(6);
+      print('serving', flush=True);
+      r == 1 and [time.sleep(0.05) for _ in range(1200) if not os.path.exists('{go_file}')];
       r == 1 and ({lines}, sys.stdout.flush(), sys.exit(3)); time.sleep(600)" {{node_rank}}
     launch: {{ready_timeout: 20}}
     kill: {{grace: 2}}
@@ -69,6 +72,9 @@ def test_failing_views_do_not_stop_the_apps_watchdog(fake: FakeCluster, cfg: Cfg
         app = BrokenViews(config, watchdog=True)  # opens on the run, and guards it
         async with app.run_test(size=(160, 48), notifications=True) as pilot:
             await until(pilot, lambda: app.watcher == "here", 10, "the app's watchdog")
+            await until(pilot, lambda: app.draws > 3, 20, "the views failing to draw")
+            go_file.touch()
+            before = app.draws
             await until(
                 pilot,
                 lambda: (
@@ -80,7 +86,7 @@ def test_failing_views_do_not_stop_the_apps_watchdog(fake: FakeCluster, cfg: Cfg
             )
             await until(pilot, lambda: not tagged("tbroken", "node0"), 30, "node0 torn down")
             await until(pilot, lambda: app.busy is None, 20, "teardown finished")
-            assert app.draws > 3  # drawing kept failing the whole time
+            assert app.draws > before > 3  # drawing kept failing the whole time
             log = app.views["node1"].log or []
             assert all(line in log for line in HOSTILE), log
         assert app._exception is None, app._exception
