@@ -182,6 +182,7 @@ class ChainLog:
         """`kind`: "teardown" (the coordinator decided it) or "ended" (by itself)."""
         last = self.data["attempts"][-1]
         last.update(end=end.plain(), ended_at=time.time(), restart=why, delay=delay, kind=kind)
+        last["steps"] = dict(self.c.board.clock)  # the ledger's training time
         self.data["status"] = "backoff" if delay is not None else "ended"
         self.c.board.journal("restart" if delay is not None else "chain", None, why=why)
         self._write()
@@ -198,4 +199,5 @@ class ChainLog:
 
     def end(self, status: str, why: str) -> None:
         self.data.update(status=status, why=why, ended_at=time.time())
+        self.data["attempts"][-1].setdefault("steps", dict(self.c.board.clock))
         self._write()

@@ -58,6 +58,7 @@ class Board:
         self.silence = max(2 * cfg.heartbeat, 1.0)
         self.attempt, self.run = 0, cfg.run
         self.last_step_at = 0.0  # monotonic: when a node's step last advanced
+        self.clock: dict[str, Any] = {}  # the attempt's steps, as the ledger's `steps` note
         self.steps: dict[str, tuple[int | None, float | None]] = {}
         self.steps_at = 0.0
 
@@ -104,6 +105,7 @@ class Board:
                 before = self.steps.get(peer.node, (None, None))[0]
                 if steps[0] is not None and (before is None or steps[0] > before):
                     self.last_step_at = now
+                    self._clock(steps[0])
                 self.steps[peer.node] = steps
             else:
                 self.malformed += 1
@@ -202,6 +204,7 @@ class Board:
                 "nodes": nodes,
                 "refused": refusals,
                 "refused_last_from": self.last_refused,
+                "steps": dict(self.clock),
                 "malformed": malformed,
             },
         )
@@ -225,6 +228,15 @@ class Board:
         self.keep_decision(record)
         self.publish(verdicts, time.monotonic(), force=True)
 
+    def _clock(self, step: int) -> None:
+        """The job's step (the highest of any node's) and when, on this node's clock: the
+        ledger's training time of the attempt (first step to last)."""
+        c, now = self.clock, time.time()
+        if "first_step_at" not in c:
+            c.update(first_step=step, first_step_at=now, checkpoints=False, gpus=0, gpu_nodes=0)
+        if step > c.get("last_step", -1):
+            c.update(last_step=step, last_step_at=now)
+
     def progressed_since(self, started: float) -> float:
         """Seconds this attempt kept making progress (its steps advancing): what
         restart.reset_after measures."""
@@ -240,6 +252,7 @@ class Board:
             self.attempt, self.run = k, run
             self.words.clear()
             self.steps.clear()
+            self.clock = {}
             self.start = time.monotonic()
         self.states.clear()
         self.poked.clear()

@@ -12,7 +12,9 @@ already ended here (a user's kill) keeps its ending.
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from mntui.sessions.launch.clusterwatch import BoardView
@@ -46,7 +48,12 @@ def sync_chain(record: RunRecord, view: BoardView | None) -> RunRecord:
         rec = _record_of(first, e, ends)
         if rec is None:
             continue
-        _move(rec, e, status if i == len(entries) - 1 else "restarted")
+        last = i == len(entries) - 1
+        _move(rec, e, status if last else "restarted")
+        now = (view.status or {}).get("steps") if last and view is not None else None
+        steps = e.get("steps") or now
+        if isinstance(steps, dict) and steps:
+            rec.update(partial(_note_steps, steps=steps))
         if isinstance(e.get("end"), dict):
             ends.append(e["end"])
         latest = rec
@@ -105,7 +112,23 @@ def _move(rec: RunRecord, e: dict[str, Any], chain_status: str) -> None:
             at = e.get("ended_at") if isinstance(e.get("ended_at"), (int, float)) else None
             state = str(end.get("state"))
             r.note("watchdog-teardown", by="coordinator", node=end["culprit"], state=state,
-                   why=cause or "", decided_at=at, killed_at=at)  # fmt: skip
+                   why=cause or "", decided_at=at, killed_at=at, at=at or time.time())  # fmt: skip
         r.note(status.value, by="coordinator", why=one_line(str(e.get("restart") or ""))[:200])
 
     rec.update(change)
+
+
+STEPS_KEYS = {"first_step", "first_step_at", "last_step", "last_step_at", "checkpoints", "gpus",
+              "gpu_nodes"}  # fmt: skip
+
+
+def _note_steps(r: RunRecord, *, steps: object) -> None:
+    """The attempt's steps as the coordinator clocked them, as the one `steps` note the
+    ledger reads (training time, goodput); numbers only, of the keys it knows."""
+    if not isinstance(steps, dict) or not steps:
+        return
+    plain = {k: v for k, v in steps.items() if k in STEPS_KEYS and isinstance(v, (int, float))}
+    if "first_step_at" not in plain:
+        return
+    r.history[:] = [h for h in r.history if h.get("what") != "steps"]
+    r.note("steps", **plain)

@@ -74,3 +74,4 @@ def test_a_rank_dies_while_this_machine_sleeps_and_the_coordinator_restarts_the_
     assert "(gave-up)" in text and "gave up after 2 restart(s) in a row" in text, text
     hist = cfg.mntui(path, "history").stdout
     assert "gave-up after 3 attempt(s)" in hist, hist
+    assert "training 0.0s" not in hist, hist  # the coordinator clocked the steps
