@@ -154,6 +154,16 @@ class RunRecord:
         write_atomic(self.dir.parent / "latest", self.run_id + "\n")
         return path
 
+    def create_once(self) -> bool:
+        """`create`, unless the run has a record already (another process wrote it, or
+        a kill marked it, since this one looked): False then, and nothing written."""
+        with _locked(self.dir):
+            if (self.dir / "run.json").exists():
+                return False
+            self._write()
+        write_atomic(self.dir.parent / "latest", self.run_id + "\n")
+        return True
+
     def save(self) -> Path:
         with _locked(self.dir):
             return self._write()

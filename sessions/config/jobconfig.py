@@ -186,8 +186,16 @@ def _check_watch(doc: Document, cfg: JobConfig) -> None:
     so a config asking for both is refused, not half-honoured."""
     if cfg.watch.where != "cluster":
         return
-    if cfg.watch.port == cfg.master_port:
-        raise doc.error(("watch", "port"), f"is master_port {cfg.master_port}: pick another port")
+    if cfg.watch.port is not None and cfg.watch.port in (cfg.master_port, *cfg.ports):
+        raise doc.error(
+            ("watch", "port"), f"{cfg.watch.port} is one of the job's ports: pick another"
+        )
+    if cfg.restart.max and cfg.launch.ready != "port":
+        raise doc.error(
+            ("launch", "ready"),
+            "the cluster's coordinator starts a restart's workers once the main's port "
+            "listens: set launch.ready: port, or watch.where: here",
+        )
     if cfg.restart.max > MAX_CLUSTER_RESTARTS:
         raise doc.error(
             ("restart", "max"),

@@ -31,7 +31,8 @@ from mntui.sessions.ssh import Node
 from .sentinelship import bundle, remote_path, ship_script
 
 CONFIRM = 10.0  # seconds for every sentinel to reach the coordinator after the start
-START_GRACE = 120.0  # a node whose sentinel never came is unreachable after this
+START_GRACE = 120.0  # past the main's ready_timeout: a node whose sentinel never came
+STALE = 10.0  # seconds: a coordinator that wrote no status for this long is not watching
 HEARTBEAT = 1.0
 
 
@@ -76,7 +77,7 @@ def watch_config(
         grace=cfg.grace,
         # the coordinator's own port closes when it exits, after the kill it runs
         ports=tuple(p for p in cfg.all_ports if p != port) if node == nodes[0] else (),
-        start_grace=START_GRACE,
+        start_grace=cfg.launch.ready_timeout + START_GRACE,  # workers start once it is ready
         progress_pattern=cfg.progress_pattern,
         restart=restart if attempts else None,
         attempts=attempts,
@@ -125,9 +126,10 @@ def watch_block(wc: WatchConfig, secret: str, later: Sequence[LaterAttempt] = ()
     ]
     for role, verb in starts:
         tag = shlex.quote(f"{wc.tag}/{role}")
-        lines.append(
-            f'{TAG_VAR}={tag} python3 -I -S {pyz} {verb} "$d" || '
-            f"{{ echo 'SENTINEL_FAILED the {role} did not start'; exit 1; }}"
+        lines.append(  # its one line on stderr says why (a port in use, a bad file)
+            f'if ! err=$({TAG_VAR}={tag} python3 -I -S {pyz} {verb} "$d" 2>&1 >/dev/null); then '
+            f"printf 'SENTINEL_FAILED the {role} did not start: %s\\n' "
+            '"$(printf %s "$err" | tail -n 1 | cut -c1-200)"; exit 1; fi'
         )
     return "\n".join(lines) + "\n"
 
@@ -152,6 +154,16 @@ class BoardView:
     alive: bool  # the coordinator's pid is a live process on the main
     journal: tuple[dict[str, Any], ...] = ()  # its last lines (up to 256 KiB), oldest first
     chain: dict[str, Any] | None = None  # coord/chain.json: the attempts it ran
+    now: float | None = None  # the main's clock when it answered
+
+    @property
+    def fresh(self) -> bool:
+        """The coordinator wrote its status within STALE seconds of the main's clock: a
+        pid that answers `kill -0` may be stopped (SIGSTOP) or another process's."""
+        at = (self.status or {}).get("at")
+        if not isinstance(at, (int, float)) or self.now is None:
+            return False
+        return self.now - at <= STALE
 
     def connected(self) -> int:
         nodes = (self.status or {}).get("nodes") or {}
@@ -173,6 +185,7 @@ for f in status decision chain; do
   printf 'FILE %s ' "$f"; head -c 262144 "$d/coord/$f.json" 2>/dev/null | base64 -w0; echo
 done
 printf 'FILE journal '; tail -c 262144 "$d/coord/journal.jsonl" 2>/dev/null | base64 -w0; echo
+echo "NOW $(date +%s)"
 pid=$(head -c 20 "$d/coord.pid" 2>/dev/null)
 case "$pid" in
   '' | *[!0-9]*) echo ALIVE no ;;
@@ -186,6 +199,7 @@ def parse_board(text: str) -> BoardView:
 
     files: dict[str, dict[str, Any] | None] = {"status": None, "decision": None, "chain": None}
     alive = False
+    now: float | None = None
     journal: tuple[dict[str, Any], ...] = ()
     for line in text.splitlines():
         words = line.split(" ")
@@ -199,7 +213,9 @@ def parse_board(text: str) -> BoardView:
             files[words[1]] = data if isinstance(data, dict) else None
         elif line == "ALIVE yes":
             alive = True
-    return BoardView(files["status"], files["decision"], alive, journal, files["chain"])
+        elif len(words) == 2 and words[0] == "NOW" and words[1].isdigit() and len(words[1]) < 12:
+            now = float(words[1])
+    return BoardView(files["status"], files["decision"], alive, journal, files["chain"], now)
 
 
 def parse_journal(b64: str) -> tuple[dict[str, Any], ...]:

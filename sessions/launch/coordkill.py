@@ -12,6 +12,7 @@ kill never depends on the new parts.
 from __future__ import annotations
 
 import json
+import secrets
 import shlex
 import time
 from collections.abc import Callable
@@ -30,8 +31,8 @@ from .kill import KillReport
 ANSWER = 12.0  # seconds past the grace for the coordinator's decision
 
 
-def request_script(run_dir: str, grace: float) -> str:
-    body = shlex.quote(json.dumps({"grace": grace, "at": time.time()}))
+def request_script(run_dir: str, grace: float, rid: str) -> str:
+    body = shlex.quote(json.dumps({"grace": grace, "at": time.time(), "id": rid}))
     return f"""d={run_dir_word(run_dir)}
 umask 077
 pid=$(head -c 20 "$d/coord.pid" 2>/dev/null)
@@ -69,11 +70,11 @@ def _report(node: str, res: object) -> KillReport | None:
     )
 
 
-def _answer(view: BoardView) -> dict[str, Any] | None:
+def _answer(view: BoardView, rid: str) -> dict[str, Any] | None:
+    """The coordinator's answer to this request (its id), once every node reported."""
     d = view.decision
-    if d and d.get("decided_by") == "user" and "ended_at" in d and isinstance(d.get("kill"), dict):
-        return d["kill"]  # type: ignore[no-any-return]
-    return None
+    ok = d and d.get("request") == rid and "ended_at" in d and isinstance(d.get("kill"), dict)
+    return d["kill"] if ok else None  # type: ignore[index]
 
 
 def kill_via_coordinator(
@@ -86,7 +87,8 @@ def kill_via_coordinator(
     if node is None:
         return None
     try:
-        res = node.run(request_script(board_dir(record), grace), timeout=30)
+        rid = secrets.token_hex(8)
+        res = node.run(request_script(board_dir(record), grace, rid), timeout=30)
     except NodeError:
         return None
     if "COORD asked" not in res.stdout:
@@ -95,7 +97,7 @@ def kill_via_coordinator(
     end = time.monotonic() + grace + ANSWER
     while time.monotonic() < end:
         try:
-            kills = _answer(read_board(node, board_dir(record)))
+            kills = _answer(read_board(node, board_dir(record)), rid)
         except NodeError:
             return None
         if kills is not None:

@@ -122,6 +122,7 @@ def stop_job(
     if names is not None:
         full = run_config(cfg, view)
         picked = check_nodes(full, list(names))
+        _refuse_partial_on_cluster(view, picked)
         if view is not None:
             view.latest.update(_partial(picked))
         return _kill_on(full, cluster, picked, grace, on_event)
@@ -137,13 +138,26 @@ def stop_job(
         full = run_config(cfg, _with(chain_of(cfg.job), list(marked.values())))
         names = [n.name for n in full.nodes]
         if not sweep:  # a run the cluster watches: one request, the rest directly
-            done = _by_coordinators(list(marked.values()), cluster, grace or cfg.grace, on_event)
+            g = cfg.grace if grace is None else grace
+            done = _by_coordinators(list(marked.values()), cluster, g, on_event)
             results.update(done)
             names = [n for n in names if n not in done]
         results.update(_kill_on(full, cluster, names, grace, on_event))
     for record in marked.values():
         record.update(_killed)
     return results
+
+
+def _refuse_partial_on_cluster(view: ChainView | None, nodes: list[str]) -> None:
+    """A node's kill under the cluster's watch would look to its coordinator like a node
+    that vanished: a failure to tear down and restart from, against the user's word."""
+    run = view.latest if view is not None else None
+    if run is not None and run.watch_port is not None and run.status.is_live:
+        them = " ".join(nodes)
+        raise UsageError(
+            f"not killing {them} alone: the cluster watches {run.job} run {run.run_id} and "
+            f"would take it for a failure; `mntui kill` stops the whole job"
+        )
 
 
 def _by_coordinators(

@@ -19,7 +19,7 @@ import time
 from . import daemon, proctree
 from .facts import Facts, ProcFact
 from .logtail import LogTail
-from .watchcfg import RUN_ID
+from .watchcfg import RUN_ID, WatchConfig
 
 START_TIMEOUT = 60.0  # seconds for an attempt's start script (tmux, retried)
 _REL = re.compile(r"[A-Za-z0-9._/-]{1,512}")
@@ -98,7 +98,7 @@ class Attempt:
         )
 
 
-def start(first_dir: str, k: int, node: str, pattern: str | None) -> Attempt:
+def start(first_dir: str, k: int, cfg: WatchConfig) -> Attempt:
     """Runs attempt `k`'s start script (the launch wrote it beside the first attempt's
     run dir) and returns the attempt to follow; RuntimeError with the script's last
     words when it did not start."""
@@ -106,9 +106,10 @@ def start(first_dir: str, k: int, node: str, pattern: str | None) -> Attempt:
     with open(base + ".json", encoding="utf-8") as f:
         info = json.loads(f.read(4096))
     run, tag, rel = info.get("run"), info.get("tag"), info.get("run_dir")
-    ok = isinstance(run, str) and RUN_ID.fullmatch(run) and isinstance(tag, str)
+    ok = isinstance(run, str) and RUN_ID.fullmatch(run) and tag == f"{cfg.job}/{run}/{cfg.node}"
     if not ok or not isinstance(rel, str) or not _REL.fullmatch(rel) or ".." in rel:
         raise RuntimeError(f"attempts/{k}.json is not one of ours")
+    assert isinstance(run, str) and isinstance(tag, str)
     env = {n: v for n, v in os.environ.items() if n not in ("MNTUI_RUN", "TMUX", "TMUX_PANE")}
     proc = subprocess.run(
         ["sh", base + ".sh"],
@@ -122,4 +123,4 @@ def start(first_dir: str, k: int, node: str, pattern: str | None) -> Attempt:
     if proc.returncode != 0 or "STARTED" not in proc.stdout:
         raise RuntimeError(f"attempt {k} did not start: {(proc.stderr or proc.stdout)[-300:]}")
     home = os.path.expanduser("~")
-    return Attempt(k, run, tag, os.path.join(home, rel), node, pattern)
+    return Attempt(k, run, tag, os.path.join(home, rel), cfg.node, cfg.progress_pattern)

@@ -15,7 +15,7 @@ import json
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from .coordstate import Board
@@ -24,7 +24,7 @@ from .judging import NodeTrigger
 from .killer import listening_ports
 from .restarts import AttemptEnd, decide
 from .rules import NodeState, Verdict
-from .teardown import user_kill
+from .teardown import stop, user_kill
 from .watchcfg import WatchConfig
 
 START_ANSWER = 90.0  # seconds for a sentinel to say its attempt started
@@ -47,7 +47,7 @@ class Coordinator(Protocol):
     done: threading.Event
 
     def watch_attempt(self) -> Outcome: ...
-    def kill_requested(self) -> float | None: ...
+    def kill_requested(self) -> tuple[float, str | None] | None: ...
 
 
 def attempt_end(k: int, run: str, out: Outcome, progressed: float) -> AttemptEnd:
@@ -76,7 +76,10 @@ def run_chain(c: Coordinator) -> str:
         end = attempt_end(k, c.board.run, out, c.board.progressed_since(started))
         history.append(end)
         d = decide(c.cfg.restart, history) if c.cfg.restart is not None else None
-        if d is None or not d.restart or k >= c.cfg.attempts:
+        if d is not None and d.restart and k >= c.cfg.attempts:  # reset_after reset the count
+            spent = f"no more restarts: {c.cfg.attempts} were rendered at launch"
+            d = replace(d, restart=False, gave_up=True, why=spent)
+        if d is None or not d.restart:
             why = d.why if d is not None else "restart is off"
             log.attempt_ended(end, why, None, out.kind)
             log.end("gave-up" if d is not None and d.gave_up else "ended", why)
@@ -96,9 +99,9 @@ def _backoff(c: Coordinator, delay: float) -> bool:
     """Waits `delay`; False when the user's kill came meanwhile (it is carried out)."""
     end = time.monotonic() + delay
     while time.monotonic() < end:
-        grace = c.kill_requested()
-        if grace is not None:
-            user_kill(c.board, c.cfg, grace)
+        asked = c.kill_requested()
+        if asked is not None:
+            user_kill(c.board, c.cfg, *asked)
             return False
         c.done.wait(min(0.25, max(0.0, end - time.monotonic())))
     return True
@@ -117,8 +120,9 @@ def relaunch(c: Coordinator, k: int, log: ChainLog) -> str | None:
     if why is None:
         why = _start_on(c, list(workers), k)
     if why is not None:
-        user_kill(c.board, c.cfg, c.cfg.grace)  # nothing of a half-started attempt stays
-        return f"attempt {k} did not start: {why}"
+        why = f"attempt {k} did not start: {why}"
+        stop(c.board, c.cfg, {"decided_by": "coordinator", "why": why}, c.cfg.grace)
+        return why
     log.running(k)
     return None
 
@@ -134,21 +138,21 @@ def _run_of(c: Coordinator, k: int) -> str:
 
 
 def _start_on(c: Coordinator, nodes: list[str], k: int) -> str | None:
-    peers = c.board.live_peers()
-    missing = [n for n in nodes if n not in peers]
+    """Attempt `k` on `nodes`, all at once; every answer is awaited before saying why
+    one failed, so the cleanup after it finds every attempt that did start."""
+    missing = [n for n in nodes if n not in c.board.live_peers()]
     if missing:
         return f"no sentinel connected on {', '.join(missing)}"
-    for n in nodes:
-        c.board.send(n, "start", attempt=k)
+    asked = {n: c.board.ask(n, "start", attempt=k) for n in nodes}
     deadline = time.monotonic() + START_ANSWER
-    for n in nodes:
-        try:
-            msg = peers[n].done.get(timeout=max(0.0, deadline - time.monotonic()))
-        except Exception:  # queue.Empty: the sentinel said nothing in time
-            return f"{n}'s sentinel did not say attempt {k} started"
-        if msg.get("ok") is not True:
-            return f"{n}: {str(msg.get('error'))[:200]}"
-    return None
+    why = None
+    for n, rid in asked.items():
+        msg = c.board.wait_reply(n, rid, deadline) if rid is not None else None
+        if msg is None:
+            why = why or f"{n}'s sentinel did not say attempt {k} started"
+        elif msg.get("ok") is not True:
+            why = why or f"{n}: {str(msg.get('error'))[:200]}"
+    return why
 
 
 def _ready(c: Coordinator) -> str | None:
@@ -158,7 +162,7 @@ def _ready(c: Coordinator) -> str | None:
         if c.cfg.master_port in listening_ports():
             return None
         if c.kill_requested() is not None:
-            return "the user's kill"
+            return "the user's kill came first"
         c.done.wait(0.2)
     return f"the main's port {c.cfg.master_port} did not listen in {c.cfg.ready_timeout:.0f} s"
 

@@ -19,6 +19,7 @@ import socket
 import sys
 import threading
 import time
+import traceback
 from typing import Any
 
 from . import daemon, frames
@@ -38,14 +39,29 @@ class Coordinator:
         self.board = Board(cfg, os.path.join(run_dir, "coord"))
         self.wake = threading.Event()
         self.done = threading.Event()
+        self.shaking = threading.BoundedSemaphore(2 * len(cfg.nodes) + 8)
 
     def accept(self) -> None:
-        while True:
+        """Connections, each handshaken on a thread of its own; at most HANDSHAKES at
+        once, so a flood from anyone who reaches the port cannot exhaust the threads
+        (the sentinels reconnect, with backoff, once it is over)."""
+        while not self.done.is_set():
             try:
                 conn, addr = self.sock.accept()
             except OSError:
-                return
-            threading.Thread(target=self.peer, args=(conn, addr), daemon=True).start()
+                if self.done.is_set():
+                    return
+                time.sleep(0.1)  # EMFILE and the like: the port stays served
+                continue
+            if not self.shaking.acquire(blocking=False):
+                self.board.refused("busy", str(addr[0]) if isinstance(addr, tuple) else "?")
+                conn.close()
+                continue
+            try:
+                threading.Thread(target=self.peer, args=(conn, addr), daemon=True).start()
+            except RuntimeError:
+                self.shaking.release()
+                conn.close()
 
     def secret_for(self, hello: dict[str, Any]) -> bytes | None:
         ok = hello.get("chain") == self.cfg.run and hello.get("node") in self.cfg.nodes
@@ -59,6 +75,8 @@ class Coordinator:
             self.board.refused(getattr(exc, "reason", "closed"), where)
             conn.close()
             return
+        finally:
+            self.shaking.release()
         node = str(ch.peer.get("node"))
         peer = self.board.connected(node, ch)
         try:
@@ -70,10 +88,10 @@ class Coordinator:
         finally:
             ch.close()
 
-    def kill_requested(self) -> float | None:
+    def kill_requested(self) -> tuple[float, str | None] | None:
         """The user's kill, as the manager asked it: the file `coord/kill` (written over
         SSH by the node's own user: the request is as authenticated as the account);
-        its grace, or None when there is no request."""
+        its grace and id, or None when there is no request."""
         path = os.path.join(self.board.out, "kill")
         try:
             with open(path, encoding="utf-8") as f:
@@ -81,9 +99,11 @@ class Coordinator:
         except FileNotFoundError:
             return None
         except (OSError, ValueError):
-            return self.cfg.grace
-        g = grace_of(data.get("grace")) if isinstance(data, dict) else None
-        return self.cfg.grace if g is None else g
+            return self.cfg.grace, None
+        if not isinstance(data, dict):
+            return self.cfg.grace, None
+        g, rid = grace_of(data.get("grace")), data.get("id")
+        return (self.cfg.grace if g is None else g), (rid if isinstance(rid, str) else None)
 
     def beat(self) -> None:
         """Heartbeats to every sentinel, whatever the chain is doing (a backoff, a
@@ -98,9 +118,11 @@ class Coordinator:
             self.wake.wait(TICK)
             self.wake.clear()
             now = time.monotonic()
-            grace = self.kill_requested()
-            if grace is not None:
-                return Outcome("killed", user_kill(self.board, self.cfg, grace))
+            request = self.kill_requested()
+            if request is not None:
+                return Outcome("killed", user_kill(self.board, self.cfg, *request))
+            if judge.learn(self.board.pace()):  # `stall_after: auto`, as the manager learns it
+                self.board.journal("stall-threshold", None, seconds=round(judge.stall_after, 1))
             facts, asked = self.board.facts(now)
             verdicts, triggers = judge.judge(facts, now, asked)
             self.board.saw(verdicts)
@@ -127,10 +149,16 @@ class Coordinator:
         how the chain ended."""
         threading.Thread(target=self.beat, daemon=True).start()
         try:
-            return run_chain(self)
-        finally:
-            self.board.send_all("stop", why="the chain ended")
+            why = run_chain(self)
+        except Exception:
+            # a bug here must not leave the job unwatched with its sentinels told all
+            # is well: they hear nothing, and tear their nodes down as for a lost main
+            traceback.print_exc()
             self.done.set()
+            return "crashed (its sentinels tear their nodes down when they lose it)"
+        self.board.send_all("stop", why="the chain ended")
+        self.done.set()
+        return why
 
 
 def may_run(verdicts: dict[str, Any]) -> bool:

@@ -12,26 +12,28 @@ from __future__ import annotations
 import json
 import os
 import queue
+import secrets
+import statistics
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from . import frames
 from .facts import Facts, Malformed, from_wire, silent
+from .steps import Pace
 from .watchcfg import WatchConfig
 
 JOURNAL_MAX = 8 << 20  # bytes: past this only decisions and refusals are kept
 STEPS_EVERY = 5.0  # seconds between two `steps` lines of the journal
 MAX_STEP = 10**12
-MAX_AGE = 5.0  # a sentinel's sample older than this when sent is taken as this old
+MAX_AGE = 1e6  # seconds: a sentinel's sample age beyond this is no age of ours
 
 
 @dataclass(eq=False)
 class Peer:
     node: str
     ch: frames.Channel
-    done: queue.Queue[dict[str, Any]] = field(default_factory=queue.Queue)
 
 
 @dataclass(frozen=True)
@@ -56,9 +58,12 @@ class Board:
         self.poked: dict[str, float] = {}
         self.published = 0.0
         self.silence = max(2 * cfg.heartbeat, 1.0)
+        self._replies: dict[str, queue.Queue[dict[str, Any]]] = {}
+        self.write_errors = 0  # the main's disk full: counted, never the end of the watch
         self.attempt, self.run = 0, cfg.run
         self.last_step_at = 0.0  # monotonic: when a node's step last advanced
         self.clock: dict[str, Any] = {}  # the attempt's steps, as the ledger's `steps` note
+        self.paces: dict[str, Pace] = {}  # each node's step interval and longest pause
         self.steps: dict[str, tuple[int | None, float | None]] = {}
         self.steps_at = 0.0
 
@@ -82,14 +87,14 @@ class Board:
 
     def heard(self, peer: Peer, msg: dict[str, Any]) -> None:
         if msg["k"] == "done":
-            peer.done.put(msg)
+            self.replies(peer.node).put(msg)
             return
         if msg["k"] != "snap":
             return
         age = msg.get("age")
         try:
             facts = from_wire(msg.get("facts"))
-            if isinstance(age, bool) or not isinstance(age, (int, float)) or not 0 <= age < 1e6:
+            if isinstance(age, bool) or not isinstance(age, (int, float)) or not 0 <= age < MAX_AGE:
                 raise Malformed("age")
         except Malformed:
             with self.lock:
@@ -97,16 +102,19 @@ class Board:
             return
         now = time.monotonic()
         steps = _steps(msg.get("steps"))
+        pace = _pace(msg.get("steps"))
         with self.lock:
             if msg.get("run") != self.run:  # of an attempt before this one
                 return
-            self.words[peer.node] = Word(facts, now, now - min(float(age), MAX_AGE))
+            self.words[peer.node] = Word(facts, now, now - float(age))
             if steps is not None:
                 before = self.steps.get(peer.node, (None, None))[0]
                 if steps[0] is not None and (before is None or steps[0] > before):
                     self.last_step_at = now
                     self._clock(steps[0])
                 self.steps[peer.node] = steps
+            if pace is not None:
+                self.paces[peer.node] = pace
             else:
                 self.malformed += 1
 
@@ -128,8 +136,11 @@ class Board:
             words = dict(self.words)
         for node in self.cfg.nodes:
             w = words.get(node)
-            if w is not None and now - w.arrival <= self.silence:
+            stale = self.silence + 2 * self.cfg.interval  # its sampling stopped (hung I/O)
+            if w is not None and now - w.arrival <= self.silence and now - w.asked <= stale:
                 out[node], asked[node] = w.facts, w.asked
+            elif w is not None and now - w.arrival <= self.silence:
+                out[node] = silent(f"its sentinel's samples stopped {now - w.asked:.0f} s ago")
             elif w is not None:
                 out[node] = silent(f"no word from its sentinel for {now - w.arrival:.0f} s")
             elif now - self.start >= self.cfg.start_grace:
@@ -153,6 +164,28 @@ class Board:
         except OSError:
             return False
         return True
+
+    def ask(self, node: str, kind: str, **fields: Any) -> str | None:
+        """Send a command whose answer is awaited (`wait_reply`); its id, or None when it
+        could not be sent. The id, not the order, pairs an answer with its question: a
+        late kill report is never taken for an attempt's start."""
+        rid = secrets.token_hex(8)
+        return rid if self.send(node, kind, id=rid, **fields) else None
+
+    def replies(self, node: str) -> queue.Queue[dict[str, Any]]:
+        with self.lock:
+            return self._replies.setdefault(node, queue.Queue())
+
+    def wait_reply(self, node: str, rid: str, deadline: float) -> dict[str, Any] | None:
+        """`node`'s answer to `rid` by `deadline` (monotonic), or None; others dropped."""
+        q = self.replies(node)
+        while True:
+            try:
+                msg = q.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                return None
+            if msg.get("re") == rid:
+                return msg
 
     def send_all(self, kind: str, **fields: Any) -> None:
         for node in self.live_peers():
@@ -206,6 +239,7 @@ class Board:
                 "refused_last_from": self.last_refused,
                 "steps": dict(self.clock),
                 "malformed": malformed,
+                "write_errors": self.write_errors,
             },
         )
 
@@ -227,6 +261,16 @@ class Board:
         self.write("decision.json", record)
         self.keep_decision(record)
         self.publish(verdicts, time.monotonic(), force=True)
+
+    def pace(self) -> Pace | None:
+        """The job's pace as the manager's tracker makes it from all nodes: the median
+        of the nodes' step intervals, the longest pause of any (`stall_after: auto`)."""
+        with self.lock:
+            paces = list(self.paces.values())
+        if not paces:
+            return None
+        interval = statistics.median(p.step_interval for p in paces)
+        return Pace(interval, max(p.longest_gap for p in paces), sum(p.gaps for p in paces))
 
     def _clock(self, step: int) -> None:
         """The job's step (the highest of any node's) and when, on this node's clock: the
@@ -253,12 +297,12 @@ class Board:
             self.words.clear()
             self.steps.clear()
             self.clock = {}
+            self.paces.clear()
             self.start = time.monotonic()
         self.states.clear()
         self.poked.clear()
-        for peer in self.live_peers().values():
-            while not peer.done.empty():
-                peer.done.get_nowait()
+        with self.lock:
+            self._replies.clear()
 
     def journal(self, kind: str, node: str | None, **data: Any) -> None:
         path = os.path.join(self.out, "journal.jsonl")
@@ -269,15 +313,21 @@ class Board:
             big = False
         if big and kind not in ("decision", "ended", "refused"):
             return
-        with self.lock, open(path, "a", encoding="utf-8") as f:
-            f.write(line + "\n")
+        try:
+            with self.lock, open(path, "a", encoding="utf-8") as f:
+                f.write(line + "\n")
+        except OSError:
+            self.write_errors += 1
 
     def write(self, name: str, data: dict[str, Any]) -> None:
         path = os.path.join(self.out, name)
         tmp = f"{path}.tmp-{threading.get_ident()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f, sort_keys=True)
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(data, f, sort_keys=True)
+            os.replace(tmp, path)
+        except OSError:  # the main's disk full: the watch goes on, the file waits
+            self.write_errors += 1
 
 
 def _steps(v: object) -> tuple[int | None, float | None] | None:
@@ -290,3 +340,19 @@ def _steps(v: object) -> tuple[int | None, float | None] | None:
     if rate is not None and (type(rate) not in (int, float) or not 0 <= rate < 1e9):
         return None
     return step, None if rate is None else float(rate)
+
+
+def _pace(v: object) -> Pace | None:
+    """A sentinel's pace (`interval`, `longest`, `gaps` of its `steps`), or None."""
+    if not isinstance(v, dict):
+        return None
+    i, g, n = _positive(v.get("interval")), _positive(v.get("longest")), v.get("gaps")
+    if i is None or g is None or type(n) is not int or not 0 < n < 1 << 40:
+        return None
+    return Pace(i, g, n)
+
+
+def _positive(x: object) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 < x < 1e7:
+        return None
+    return float(x)

@@ -47,7 +47,15 @@ class LogTail:
         self.tracker.feed(self.node, text, time.time(), pending)
 
     def steps(self) -> dict[str, float | int | None]:
+        """The node's step and rate, and its pace (the step interval and the longest
+        pause seen), from which the coordinator learns `stall_after: auto`."""
         p = self.tracker.snapshot().get(self.node)
+        pace = self.tracker.pace()
+        out: dict[str, float | int | None] = {
+            "interval": round(pace.step_interval, 4) if pace else None,
+            "longest": round(pace.longest_gap, 4) if pace else None,
+            "gaps": pace.gaps if pace else None,
+        }
         if p is None:
-            return {"step": None, "rate": None}
-        return {"step": p.step, "rate": None if p.rate is None else round(p.rate, 3)}
+            return {"step": None, "rate": None, **out}
+        return {"step": p.step, "rate": None if p.rate is None else round(p.rate, 3), **out}

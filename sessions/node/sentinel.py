@@ -37,6 +37,7 @@ class Sentinel:
         self.att = Attempt(0, cfg.run, cfg.tag, run_dir, cfg.node, cfg.progress_pattern)
         self.steps: dict[str, float | int | None] = {}
         self.lock = threading.Lock()
+        self.ops = threading.Lock()  # a kill and an attempt's start, one at a time
         self.facts: Facts | None = None
         self.sampled_at = 0.0  # monotonic
         self.poke = threading.Event()
@@ -69,7 +70,10 @@ class Sentinel:
             with self.lock:
                 if att is not self.att:  # a sample of the attempt before a restart
                     continue
-                self.facts, self.sampled_at = facts, time.monotonic()
+                if facts.pane_pid is not None or not facts.live_procs:
+                    # without the pane's pid its children would look orphaned (a kill
+                    # at once): no word until tmux answers; a silence is judged as one
+                    self.facts, self.sampled_at = facts, time.monotonic()
             silent = time.monotonic() - self.heard
             if silent >= cfg.rules.unreachable_after:
                 if facts.live_procs:
@@ -93,6 +97,12 @@ class Sentinel:
         return why
 
     def kill(self, why: str, grace: float | None = None) -> dict[str, Any]:
+        """Kills the current attempt; after an attempt's start under way, that one (the
+        two never interleave: a kill then a start would leave the new attempt unwatched)."""
+        with self.ops:
+            return self._kill(why, grace)
+
+    def _kill(self, why: str, grace: float | None) -> dict[str, Any]:
         print(f"sentinel: killing this node's ranks: {why}", flush=True)
         self.killed = True
         try:
@@ -120,6 +130,8 @@ class Sentinel:
                 backoff = 0.2
             except (OSError, frames.Refused) as exc:
                 print(f"sentinel: coordinator link: {exc}", flush=True)
+            except Exception:  # a bug in the link must not cut us off for good
+                traceback.print_exc()
             self.channel = None
             self.stopping.wait(backoff)
             backoff = min(1.0, backoff * 2)
@@ -169,12 +181,12 @@ class Sentinel:
             why = str(msg.get("why", ""))[:200]
             g = grace_of(msg.get("grace"))
             grace = self.cfg.grace if g is None else g
-            args = (ch, msg.get("s"), why, grace)
+            args = (ch, msg.get("id"), why, grace)
             threading.Thread(target=self._kill_and_report, args=args).start()
         elif kind == "start":
             k = msg.get("attempt")
             if type(k) is int and 1 <= k <= self.cfg.attempts:
-                threading.Thread(target=self._start, args=(ch, msg.get("s"), k)).start()
+                threading.Thread(target=self._start, args=(ch, msg.get("id"), k)).start()
         elif kind == "stop":
             self.stopping.set()
             self.poke.set()
@@ -182,14 +194,15 @@ class Sentinel:
     def _start(self, ch: frames.Channel, seq: object, k: int) -> None:
         """Attempt `k`, as the coordinator asks (its restart): started from the script the
         launch left, then followed instead of the attempt before."""
-        try:
-            att = attempt.start(self.dir, k, self.cfg.node, self.cfg.progress_pattern)
-        except (OSError, ValueError, RuntimeError, subprocess.SubprocessError) as exc:
-            print(f"sentinel: attempt {k}: {exc}", flush=True)
-            self._send(ch, "done", re=seq, ok=False, error=str(exc)[:300])
-            return
-        with self.lock:
-            self.att, self.facts = att, None
+        with self.ops:
+            try:
+                att = attempt.start(self.dir, k, self.cfg)
+            except (OSError, ValueError, RuntimeError, subprocess.SubprocessError) as exc:
+                print(f"sentinel: attempt {k}: {exc}", flush=True)
+                self._send(ch, "done", re=seq, ok=False, error=str(exc)[:300])
+                return
+            with self.lock:
+                self.att, self.facts = att, None
         self.poke.set()
         print(f"sentinel: attempt {k} started, run {att.run}", flush=True)
         self._send(ch, "done", re=seq, ok=True, run=att.run)

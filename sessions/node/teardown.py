@@ -9,7 +9,6 @@ ranks the coordinator kills itself when the main's sentinel cannot, since it run
 
 from __future__ import annotations
 
-import queue
 import re
 import threading
 import time
@@ -45,19 +44,24 @@ def teardown(board: Board, t: NodeTrigger, cfg: WatchConfig) -> str:
     return f"torn down: {why}"
 
 
-def user_kill(board: Board, cfg: WatchConfig, grace: float) -> str:
+def user_kill(board: Board, cfg: WatchConfig, grace: float, request: str | None = None) -> str:
     """The user's `mntui kill`, asked through the request file: one request, every
-    sentinel kills its node at once and reports; the record says the user did it."""
+    sentinel kills its node at once and reports; the record says the user did it, and
+    carries the request's id (the manager takes only the answer to its own question)."""
     why = "the user's kill"
     board.journal("kill", None, by="user", grace=grace)
-    record: dict[str, Any] = {"run": board.run, "decided_by": "user", "why": why,
-                              "decided_at": time.time(), "kill": {}}  # fmt: skip
+    stop(board, cfg, {"decided_by": "user", "why": why, "request": request}, grace)
+    return "killed by the user"
+
+
+def stop(board: Board, cfg: WatchConfig, head: dict[str, Any], grace: float) -> None:
+    """A kill of everything of the current attempt, recorded as `head` says who and why."""
+    record: dict[str, Any] = {"run": board.run, **head, "decided_at": time.time(), "kill": {}}
     board.write("decision.json", record)
-    record["kill"] = kill_everywhere(board, cfg, why, grace)
+    record["kill"] = kill_everywhere(board, cfg, str(head.get("why")), grace)
     record["ended_at"] = time.time()
     board.write("decision.json", record)
     board.keep_decision(record)
-    return "killed by the user"
 
 
 def kill_everywhere(
@@ -65,17 +69,18 @@ def kill_everywhere(
 ) -> dict[str, Any]:
     grace = cfg.grace if grace is None else grace
     peers = board.live_peers()
-    asked = {n: p for n, p in peers.items() if board.send(n, "kill", grace=grace, why=why)}
+    asked = {n: rid for n in peers if (rid := board.ask(n, "kill", grace=grace, why=why))}
     results: dict[str, Any] = {}
     local: threading.Thread | None = None
     if cfg.node not in asked:  # the main's sentinel is gone: its ranks are ours to kill
-        local = threading.Thread(target=_kill_here, args=(cfg, grace, results), daemon=True)
+        entry = f"MNTUI_RUN={cfg.job}/{board.run}/{cfg.node}"  # the current attempt's tag
+        args = (entry, cfg, grace, results)
+        local = threading.Thread(target=_kill_here, args=args, daemon=True)
         local.start()
     deadline = time.monotonic() + grace + ANSWER_SLACK
-    for node, peer in asked.items():
-        try:
-            msg = peer.done.get(timeout=max(0.0, deadline - time.monotonic()))
-        except queue.Empty:
+    for node, rid in asked.items():
+        msg = board.wait_reply(node, rid, deadline)
+        if msg is None:
             results[node] = {"error": "its sentinel did not report the kill: ranks may still run"}
             continue
         res = msg.get("result")
@@ -87,8 +92,6 @@ def kill_everywhere(
     return results
 
 
-def _kill_here(cfg: WatchConfig, grace: float, results: dict[str, Any]) -> None:
-    res = killer.kill_tagged(
-        re.escape(cfg.entry), grace=grace, session=cfg.session, ports=cfg.ports
-    )
+def _kill_here(entry: str, cfg: WatchConfig, grace: float, results: dict[str, Any]) -> None:
+    res = killer.kill_tagged(re.escape(entry), grace=grace, session=cfg.session, ports=cfg.ports)
     results[cfg.node] = dict(res.as_dict(), by="coordinator")

@@ -22,6 +22,8 @@ from mntui.sessions.runs import RunRecord, RunStatus, load_run
 from mntui.sessions.termsafe import one_line
 
 FINAL = {"finished": RunStatus.FINISHED, "gave-up": RunStatus.GAVE_UP, "killed": RunStatus.KILLED}
+# the chain's end for its last attempt when that one has no end of its own
+NO_END = {"killed": RunStatus.KILLED, "failed-restart": RunStatus.ABORTED}
 
 
 def _entries(chain: dict[str, Any]) -> list[dict[str, Any]]:
@@ -45,6 +47,8 @@ def sync_chain(record: RunRecord, view: BoardView | None) -> RunRecord:
     ends: list[dict[str, Any]] = []
     latest = first
     for i, e in enumerate(entries):
+        if _stopped(latest) and e["attempt"] > latest.attempt:
+            break  # the user's kill ended the chain here: no attempt of it is live after
         rec = _record_of(first, e, ends)
         if rec is None:
             continue
@@ -84,14 +88,21 @@ def _record_of(first: RunRecord, e: dict[str, Any], ends: list[dict[str, Any]]) 
     if isinstance(started, (int, float)):
         rec.created_at = rec.finished_launch_at = float(started)
     rec.note("started", by="coordinator")
-    rec.create()
+    if not rec.create_once():  # another look wrote it meanwhile: that one is the record
+        return load_run(first.job, run)
     return rec
+
+
+def _stopped(r: RunRecord) -> bool:
+    return r.stopped_by_user or r.status in (RunStatus.KILLED, RunStatus.KILLING)
 
 
 def _move(rec: RunRecord, e: dict[str, Any], chain_status: str) -> None:
     """An attempt's end, as the chain says it; a record already ended keeps its end."""
     end = e.get("end")
     if not isinstance(end, dict):
+        if chain_status in NO_END:  # the chain ended on this attempt before it ran or ended
+            _mark(rec, NO_END[chain_status], None, one_line(str(e.get("why") or ""))[:200])
         return
     cause = one_line(str(end.get("cause") or ""))[:300] or None
     if chain_status == "restarted" or e.get("delay") is not None:
@@ -132,3 +143,12 @@ def _note_steps(r: RunRecord, *, steps: object) -> None:
         return
     r.history[:] = [h for h in r.history if h.get("what") != "steps"]
     r.note("steps", **plain)
+
+
+def _mark(rec: RunRecord, status: RunStatus, cause: str | None, why: str) -> None:
+    def change(r: RunRecord) -> None:
+        if r.status.is_live and r.status is not status:
+            r.status, r.cause = status, cause or r.cause
+            r.note(status.value, by="coordinator", why=why)
+
+    rec.update(change)

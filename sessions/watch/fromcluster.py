@@ -40,6 +40,13 @@ def watch_line(record: RunRecord, view: BoardView | None) -> str:
         return f"watch: the cluster (coordinator on {where}); the main did not answer"
     nodes = (view.status or {}).get("nodes")
     total = len(nodes) if isinstance(nodes, dict) else len(record.nodes)
+    if view.alive and not view.fresh and not coordinator_done(view):
+        at = (view.status or {}).get("at")
+        quiet = f" for {view.now - at:.0f} s" if isinstance(at, (int, float)) and view.now else ""
+        return (
+            f"watch: the coordinator on {where} is there but has written nothing{quiet} "
+            "(stopped?): its sentinels tear their nodes down if it stays silent"
+        )
     if view.alive and not coordinator_done(view):
         return (
             f"watch: the cluster: coordinator on {where}, {view.connected()} of {total} "
@@ -149,7 +156,7 @@ def away_lines(record: RunRecord, view: BoardView | None, now: float | None = No
     from the coordinator's journal; then notes this look as the last contact."""
     if view is None or view.status is None:
         return []
-    now = time.time() if now is None else now
+    now = (view.now or time.time()) if now is None else now  # the journal's clock: the main's
     since, step_then = _last_contact(record)
     step = _step_now(view)
     try:

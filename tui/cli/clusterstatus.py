@@ -54,6 +54,10 @@ def read_main_board(record: RunRecord, cluster: Cluster) -> BoardView | None:
 
 
 def _verdict(d: dict[str, Any]) -> Verdict:
+    """The coordinator's verdict; a node it has not judged yet (its sentinel's first
+    word after a start or a restart) is starting, not a problem."""
+    if d.get("state") is None:
+        return Verdict(NodeState.STARTING, one_line(str(d.get("why") or "not judged yet")))
     try:
         state = NodeState(d.get("state"))
     except ValueError:
@@ -167,7 +171,7 @@ def status_from_cluster(
     with Cluster(main, cfg.ssh) as cluster:
         while True:
             view = read_main_board(record, cluster)
-            if view is None or not view.alive or coordinator_done(view):
+            if view is None or not view.alive or not view.fresh or coordinator_done(view):
                 # ended, ending or gone: the nodes themselves say what is left
                 return None, adopt(record, view)
             code = show(record, view, as_json, say, None if watch else 2, cfg.restart.max)
