@@ -113,10 +113,10 @@ class Board:
                     self.last_step_at = now
                     self._clock(steps[0])
                 self.steps[peer.node] = steps
-            if pace is not None:
-                self.paces[peer.node] = pace
             else:
                 self.malformed += 1
+            if pace is not None:  # none until the node has stepped a few times
+                self.paces[peer.node] = pace
 
     def refused(self, reason: str, where: str) -> None:
         with self.lock:
