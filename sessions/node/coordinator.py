@@ -31,6 +31,7 @@ from .watchcfg import BadWatchFile, WatchConfig, grace_of, load
 
 FROM_SENTINEL = frozenset({"snap", "done", "bye"})
 TICK = 0.25
+COALESCE = 0.1  # seconds: the least time between two judgements of the whole job
 
 
 class Coordinator:
@@ -114,10 +115,14 @@ class Coordinator:
     def watch_attempt(self) -> Outcome:
         """Judges the current attempt until it ends, is torn down or the user kills it."""
         judge = Judge(self.cfg.rules)
+        judged = 0.0
         while True:
             self.wake.wait(TICK)
+            # frames wake the judge, at most every COALESCE: each of N sentinels sends
+            # ~2 a second while training, and judging all N on each was N² work
+            time.sleep(max(0.0, judged + COALESCE - time.monotonic()))
             self.wake.clear()
-            now = time.monotonic()
+            now = judged = time.monotonic()
             request = self.kill_requested()
             if request is not None:
                 return Outcome("killed", user_kill(self.board, self.cfg, *request))

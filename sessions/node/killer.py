@@ -171,6 +171,7 @@ class _Killer:
         self.held: dict[int, _Proc] = {}
         self.found: dict[int, tuple[int, str, str]] = {}
         self.sigkilled: dict[int, None] = {}
+        self.untagged: dict[int, int] = {}  # pid -> /proc inode, judged not of the job
 
     def close(self) -> None:
         for p in self.held.values():
@@ -190,13 +191,20 @@ class _Killer:
                 continue
             pid = int(entry.name)
             try:
-                ours = pid not in self.skip and entry.stat().st_uid == self.uid
+                ino = entry.inode()
+                if pid in self.skip or self.untagged.get(pid) == ino:
+                    continue
+                ours = entry.stat().st_uid == self.uid
             except OSError:
                 continue
-            if ours:
-                held = self._hold(pid)
-                if held is not None:
-                    hits.append(held)
+            held = self._hold(pid) if ours else None
+            if held is not None:
+                hits.append(held)
+            elif ours and pid not in self.held:
+                # judged once per process (its /proc inode: a reused PID is a new one):
+                # the kill scans again every 50 ms while it waits, and on a host of many
+                # processes re-reading every environment each time was most of its cost
+                self.untagged[pid] = ino
         return hits
 
     def _hold(self, pid: int) -> _Proc | None:

@@ -77,7 +77,8 @@ def kill_everywhere(
         args = (entry, cfg, grace, results)
         local = threading.Thread(target=_kill_here, args=args, daemon=True)
         local.start()
-    deadline = time.monotonic() + grace + ANSWER_SLACK
+    slack = ANSWER_SLACK + 0.05 * len(cfg.nodes)  # a busy main reads N reports in turn
+    deadline = time.monotonic() + grace + slack
     for node, rid in asked.items():
         msg = board.wait_reply(node, rid, deadline)
         if msg is None:
@@ -86,7 +87,7 @@ def kill_everywhere(
         res = msg.get("result")
         results[node] = res if isinstance(res, dict) else {"error": "a malformed kill report"}
     if local is not None:
-        local.join(grace + ANSWER_SLACK)
+        local.join(grace + slack)
     for node in cfg.nodes:
         results.setdefault(node, {"error": "no sentinel connected: its ranks may still run"})
     return results
