@@ -36,3 +36,23 @@ def test_bench_runs(tmp_path: Path) -> None:
         data["runs"][0]["n"] == 2 and "kill-all until verified clean" in data["runs"][0]["results"]
     )
     assert data["app"]["grid"]["tick_max_ms"] > 0 and "app at 1 Hz, table" in res.stdout
+
+
+def test_clusterbench_quick_reports_every_row(tmp_path: Path) -> None:
+    """bench/clusterbench.py --quick: 8 nodes, one repetition, every row reported."""
+    out = tmp_path / "cluster.json"
+    res = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "clusterbench.py"), "--quick", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    (run,) = json.loads(out.read_text())["runs"]
+    assert run["n"] == 8 and run["notes"] == [], run["notes"]
+    assert all(len(v) == 1 for v in run["ms"].values()), run["ms"]
+    for row in run["ms"]:
+        assert f"| 8 | {row} |" in res.stdout, row
+    window = run["window"]
+    assert window["sentinels"] == 8 and window["coordinator_cpu_pct"] is not None, window
+    assert "manager: processes" in res.stdout and "imports inside cluster `status`" in res.stdout

@@ -1,0 +1,335 @@
+"""The watch on the cluster (issue 30) against today's path, on N fake sshd nodes.
+
+    .venv/bin/python bench/clusterbench.py                  # N = 64 (5 reps), 128 (3 reps)
+    .venv/bin/python bench/clusterbench.py --quick          # N = 8, 1 rep, a 5 s window
+    .venv/bin/python bench/clusterbench.py --nodes 64 --reps 5 --json out.json
+
+The job is stdlib (one python3 a node printing `step N` at 10 Hz; torch x 128 would
+measure the 2 cores). Each repetition runs every contender once, in turn: a cluster-
+watched run (`watch.where: cluster`) and the same job watched from here with its
+watchdog off (`--no-watch`: the direct path), against the floor, a fresh `ssh` to the
+main node. After the first cluster launch of each N, a window (20 s) measures what the
+manager still spends (every process that inherited this bench's state dir, outside the
+fake nodes) and the sentinels' and the coordinator's CPU, from /proc.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "bench"))
+
+from benchlib import isolate  # noqa: E402
+from clustercpu import Window, cpu_window  # noqa: E402
+from fakecluster import FakeCluster, alive, free_port, pids_with_env, wait_for  # noqa: E402
+
+CLI = [sys.executable, "-m", "mntui.tui.cli"]
+STEPS = (
+    'exec python3 -u -c "import itertools, time; '
+    "[(print('step', i, flush=True), time.sleep(0.1)) for i in itertools.count()]\""
+)
+FLOOR = "floor: fresh `ssh -F ssh_config node0 true`"
+ST_C = "`mntui status --json`, cluster (coordinator)"
+ST_H = "`mntui status --json`, here, `--no-watch` (direct)"
+IMP = "python: import what cluster `status` imports, fresh process"
+PY = "python: `-c pass`, fresh process"
+KILL_C = "`mntui kill`, cluster: returns"
+KILL_C_CLEAN = "`mntui kill`, cluster: no tagged PID left"
+KILL_H = "`mntui kill`, here (direct): returns"
+KILL_H_CLEAN = "`mntui kill`, here (direct): no tagged PID left"
+LAUNCH_C = "`launch --no-ui`, cluster (sentinels confirmed)"
+LAUNCH_H = "`launch --no-ui --no-watch`, here"
+ROWS = [FLOOR, ST_C, ST_H, PY, IMP, KILL_C, KILL_C_CLEAN, KILL_H, KILL_H_CLEAN, LAUNCH_C, LAUNCH_H]
+TARGET = {ST_C: "≤ 1.5× floor", KILL_C_CLEAN: "≤ 1.5 s at 64"}
+
+
+def quiet_port() -> int:
+    """A free port below the kernel's ephemeral range, where no client socket lands."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(200):
+        port = random.randrange(max(1024, low - 12000), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+            return port
+    return free_port()
+
+
+def config(fc: FakeCluster, n: int, job: str, port: int, wport: int | None) -> str:
+    nodes = ", ".join(f"node{i}" for i in range(n))
+    watch = f"watch: {{where: cluster, port: {wport}}}\n" if wport else ""
+    return f"""job: {job}
+nodes: [{nodes}]
+master_port: {port}
+command: >-
+  {STEPS}
+launch: {{ready: log, ready_pattern: "step 2", ready_timeout: 180}}
+kill: {{grace: 2}}
+ssh: {{config: {fc.ssh_config}, connect_timeout: 30}}
+{watch}"""
+
+
+def mntui(cfg: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    res = subprocess.run(
+        [*CLI, "-c", str(cfg), *args], capture_output=True, text=True, stdin=subprocess.DEVNULL
+    )
+    if check and res.returncode != 0:
+        raise RuntimeError(f"mntui {' '.join(args)} ({res.returncode}): {res.stderr[-1500:]}")
+    return res
+
+
+def tagged(job: str) -> list[int]:
+    """Every process of the job on any node: ranks, shells, sentinels, coordinator."""
+    return alive(pids_with_env(f"MNTUI_RUN={re.escape(job)}/[^/]+/[^/]+(/[a-z]+)?"))
+
+
+def imports_of(cfg: Path) -> tuple[float, list[str]]:
+    """Milliseconds of imports inside one cold cluster `status --json`, and the modules
+    (`-X importtime`: the top-level lines; a function's late import is top-level too)."""
+    res = subprocess.run(
+        [sys.executable, "-X", "importtime", *CLI[1:], "-c", str(cfg), "status", "--json"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    us, names = 0, []
+    for line in res.stderr.splitlines():
+        parts = line.split("|")
+        if line.startswith("import time:") and len(parts) == 3 and parts[2][1:2] != " ":
+            cum = parts[1].strip()
+            if cum.isdigit():  # not the header line
+                us += int(cum)
+                names.append(parts[2].strip())
+    return us / 1000, [m for m in names if not m.startswith("_")]
+
+
+def import_all(names: list[str]) -> list[str]:
+    """A fresh interpreter importing `names`, as the status process did."""
+    return [
+        sys.executable,
+        "-c",
+        f"import importlib\nfor m in {names!r}: importlib.import_module(m)",
+    ]
+
+
+class Rep:
+    """One N's contenders and their timings, each list in repetition order."""
+
+    def __init__(self, fc: FakeCluster, root: Path, n: int) -> None:
+        self.fc, self.n, self.job = fc, n, f"cb{n}"
+        self.cfg_c, self.cfg_h = root / f"{self.job}-cluster.yaml", root / f"{self.job}-here.yaml"
+        self.ports()
+        self.floor = ["ssh", "-F", str(fc.ssh_config), "node0", "true"]
+        self.ms: dict[str, list[float]] = {r: [] for r in ROWS}
+        self.imports: list[float] = []
+        self.notes: list[str] = []
+        self.board: list[dict[str, int | None]] = []  # what a status reads, bytes
+
+    def ports(self) -> None:
+        """Fresh ports for each launch, below the ephemeral range: thousands of SSH
+        connections a repetition once took the coordinator's port as a client port."""
+        port, wport = quiet_port(), quiet_port()
+        self.cfg_c.write_text(config(self.fc, self.n, self.job, port, wport))
+        self.cfg_h.write_text(config(self.fc, self.n, self.job, port, None))
+
+    def time(self, row: str, fn: Callable[[], object]) -> object:
+        t0 = time.perf_counter()
+        out = fn()
+        self.ms[row].append((time.perf_counter() - t0) * 1000)
+        return out
+
+    def kill(self, cfg: Path, row: str, clean_row: str, via: str) -> None:
+        t0 = time.perf_counter()
+        res = mntui(cfg, "kill")
+        self.ms[row].append((time.perf_counter() - t0) * 1000)
+        wait_for(lambda: not tagged(self.job), 60, interval=0.02, what="every tagged PID gone")
+        self.ms[clean_row].append((time.perf_counter() - t0) * 1000)
+        said = res.stdout + res.stderr
+        if via and via not in said:
+            self.notes.append(f"{row}: did not say {via!r}: {said[-300:]}")
+
+    def cluster(self, i: int, window: Callable[[], None]) -> None:
+        self.ports()
+        res = self.time(LAUNCH_C, lambda: mntui(self.cfg_c, "launch", "--no-ui"))
+        if "watched by the cluster" not in getattr(res, "stdout", ""):
+            self.notes.append(f"cluster launch {i}: not watched by the cluster")
+        window()
+        self.time(FLOOR, partial(subprocess.run, self.floor, check=True, capture_output=True))
+        res = self.time(ST_C, lambda: mntui(self.cfg_c, "status", "--json", check=False))
+        if status_via(res) != "coordinator" or getattr(res, "returncode", 0) != 0:
+            self.notes.append(f"cluster status {i}: via {status_via(res)}: {states(res)}")
+        coord = self.fc.node("node0").run_dirs(self.job)[-1] / "coord"
+        self.board.append({f: size(coord / f) for f in ("status.json", "journal.jsonl")})
+        self.time(PY, partial(subprocess.run, [sys.executable, "-c", "pass"], check=True))
+        took, names = imports_of(self.cfg_c)
+        self.imports.append(took)
+        self.time(IMP, partial(subprocess.run, import_all(names), check=True))
+        self.kill(self.cfg_c, KILL_C, KILL_C_CLEAN, "asked the coordinator")
+
+    def here(self, i: int) -> None:
+        self.time(LAUNCH_H, lambda: mntui(self.cfg_h, "launch", "--no-ui", "--no-watch"))
+        res = self.time(ST_H, lambda: mntui(self.cfg_h, "status", "--json", check=False))
+        if status_via(res) != "direct":
+            self.notes.append(f"here status {i}: via {status_via(res)}: {said(res)}")
+        elif getattr(res, "returncode", 0) != 0:  # the job's state, not a failure to say it
+            self.notes.append(
+                f"here status {i}: exit {getattr(res, 'returncode', 0)}: {states(res)}"
+            )
+        self.kill(self.cfg_h, KILL_H, KILL_H_CLEAN, "")
+
+
+def size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
+
+
+def said(res: object) -> str:
+    out = res.stdout + res.stderr if isinstance(res, subprocess.CompletedProcess) else ""
+    return str(out[-300:])
+
+
+def states(res: object) -> str:
+    """`status --json`'s nodes, counted by state (and a sample of why)."""
+    try:
+        nodes = json.loads(res.stdout)["nodes"]  # type: ignore[attr-defined]
+    except (ValueError, KeyError, TypeError):
+        return said(res)
+    count: dict[str, int] = {}
+    for node in nodes:
+        count[node["state"]] = count.get(node["state"], 0) + 1
+    odd = [f"{x['node']}: {x.get('why', '')}"[:120] for x in nodes if x["state"] != "running"]
+    return f"{count} {odd[:3]}"
+
+
+def status_via(res: object) -> str:
+    out = res.stdout if isinstance(res, subprocess.CompletedProcess) else ""
+    m = re.search(r'"via": "(\w+)"', out)
+    return m[1] if m else "?"
+
+
+def bench_n(root: Path, n: int, reps: int, seconds: float) -> dict[str, object]:
+    fc = FakeCluster(root / f"n{n}", n).start()
+    rep = Rep(fc, root, n)
+    win: list[Window] = []
+
+    def window() -> None:
+        if not win:  # once per N, after the first cluster launch returned
+            win.append(cpu_window(fc, rep.job, Path(os.environ["XDG_STATE_HOME"]), seconds))
+
+    try:
+        for i in range(reps):
+            print(f"  N={n} rep {i + 1}/{reps}", file=sys.stderr, flush=True)
+            rep.cluster(i, window)
+            rep.here(i)
+    finally:
+        mntui(rep.cfg_c, "kill", check=False)
+        fc.stop()
+    return {
+        "n": n,
+        "reps": reps,
+        "ms": rep.ms,
+        "status_imports_ms": rep.imports,
+        "board_bytes": rep.board,
+        "window": win[0].as_dict() if win else None,
+        "notes": rep.notes,
+        "load_at_end": os.getloadavg(),
+    }
+
+
+def med(v: list[float]) -> float:
+    s = sorted(v)
+    return (s[(len(s) - 1) // 2] + s[len(s) // 2]) / 2
+
+
+def table(runs: list[dict[str, object]]) -> str:
+    lines = [
+        "| N | measurement | median ms | min–max ms | vs floor | target |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    for run in runs:
+        ms: dict[str, list[float]] = run["ms"]  # type: ignore[assignment]
+        n, floor = run["n"], med(ms[FLOOR])
+        for row in ROWS:
+            v = ms[row]
+            lines.append(
+                f"| {n} | {row} | {med(v):.0f} | {min(v):.0f}–{max(v):.0f} "
+                f"| {med(v) / floor:.2f}× | {TARGET.get(row, '')} |"
+            )
+        imp: list[float] = run["status_imports_ms"]  # type: ignore[assignment]
+        lines.append(f"| {n} | of which imports inside cluster `status` (`-X importtime`) "
+                     f"| {med(imp):.0f} | {min(imp):.0f}–{max(imp):.0f} | | |")  # fmt: skip
+        board: list[dict[str, int | None]] = run["board_bytes"]  # type: ignore[assignment]
+        last = board[-1] if board else {}
+        lines.append(f"| {n} | the main's board when read: status.json / journal.jsonl bytes "
+                     f"| {last.get('status.json')} / {last.get('journal.jsonl')} | | | |")  # fmt: skip
+    lines += ["", Window.header()]
+    for run in runs:
+        if run["window"]:
+            lines.append(Window.row(run["n"], run["window"]))  # type: ignore[arg-type]
+    notes = [f"- N={r['n']}: {x}" for r in runs for x in r["notes"]]  # type: ignore[attr-defined]
+    return "\n".join(lines + (["", *notes] if notes else []))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--nodes", default="64,128", help="node counts, e.g. 64,128")
+    ap.add_argument("--reps", default="5,3", help="repetitions per node count, e.g. 5,3")
+    ap.add_argument("--window", type=float, default=20.0, help="seconds of the CPU window")
+    ap.add_argument("--quick", action="store_true", help="8 nodes, 1 rep, a 5 s window")
+    ap.add_argument("--json", default="", help="write the results here")
+    args = ap.parse_args()
+    if args.quick:
+        args.nodes, args.reps, args.window = "8", "1", 5.0
+    counts = [int(x) for x in args.nodes.split(",")]
+    reps = [int(x) for x in args.reps.split(",")]
+    reps += [reps[-1]] * (len(counts) - len(reps))
+    root = Path(tempfile.mkdtemp(prefix="mntui-cb-", dir=os.path.expanduser("~")))
+    isolate(root)
+    load0 = os.getloadavg()
+    meta: dict[str, object] = {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
+        "python": platform.python_version(),
+        "load_at_start": load0,
+    }
+    runs = []
+    try:
+        for n, r in zip(counts, reps, strict=False):
+            print(f"== N={n}, {r} reps", file=sys.stderr, flush=True)
+            runs.append(bench_n(root, n, r, args.window))
+            if args.json:  # each N as it ends: a later one that fails keeps the earlier
+                Path(args.json).write_text(json.dumps({**meta, "runs": runs}, indent=2))
+    finally:
+        subprocess.run(["tmux", "kill-server"], capture_output=True)
+    meta["load_at_end"] = load1 = os.getloadavg()
+    if args.json:
+        Path(args.json).write_text(json.dumps({**meta, "runs": runs}, indent=2))
+    print(f"clusterbench, {meta['date']}, {meta['machine']}, load {load0[0]:.2f} -> {load1[0]:.2f}")
+    print()
+    print(table(runs))
+    shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
