@@ -25,7 +25,7 @@ from mntui.sessions.runs import RunRecord
 from mntui.sessions.ssh import Cluster
 from mntui.sessions.termsafe import one_line
 
-from .clusterwatch import BoardView, board_dir, read_board
+from .clusterwatch import STALE, BoardView, board_dir, read_board
 from .kill import KillReport
 
 ANSWER = 12.0  # seconds past the grace for the coordinator's decision
@@ -40,6 +40,9 @@ case "$pid" in
   '' | *[!0-9]*) echo COORD gone; exit 0 ;;
 esac
 if ! kill -0 "$pid" 2>/dev/null; then echo COORD gone; exit 0; fi
+# a coordinator that wrote nothing for STALE seconds is stopped or stuck: not asked
+at=$(stat -c %Y "$d/coord/status.json" 2>/dev/null || echo 0)
+if [ $(($(date +%s) - at)) -gt {int(STALE)} ]; then echo COORD stale; exit 0; fi
 printf '%s' {body} >"$d/coord/kill.tmp" &&
   mv -f "$d/coord/kill.tmp" "$d/coord/kill" && echo COORD asked
 """
@@ -97,11 +100,14 @@ def kill_via_coordinator(
     end = time.monotonic() + grace + ANSWER
     while time.monotonic() < end:
         try:
-            kills = _answer(read_board(node, board_dir(record)), rid)
+            view = read_board(node, board_dir(record))
         except NodeError:
             return None
+        kills = _answer(view, rid)
         if kills is not None:
             break
+        if not view.alive:  # it went away without answering: the caller kills directly
+            return None
         time.sleep(0.1)  # the board is polled over the open connection, bounded by `end`
     else:
         return None

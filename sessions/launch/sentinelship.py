@@ -118,13 +118,13 @@ def ship_script(b: Bundle) -> str:
     text = base64.encodebytes(b.data).decode()
     return f"""(
 {_head(b)}
-d="${{f%/*}}"
-t="$d/.$sha.pyz.$$"
+sdir="${{f%/*}}"
+t="$sdir/.$sha.pyz.$$"
 if [ -f "$f" ] && [ "$(mntui_sum "$f")" = {b.digest} ]; then
   echo "SENTINEL_BUNDLE $sha present"
 elif ! command -v python3 >/dev/null 2>&1; then
   echo "SENTINEL_BUNDLE $sha failed no python3"
-elif ! mkdir -p "$d" || ! chmod 700 "$d"; then
+elif ! mkdir -p "$sdir" || ! chmod 700 "$sdir"; then
   echo "SENTINEL_BUNDLE $sha failed cannot make ~/.mntui/sentinel"
 elif ! base64 -d >"$t" <<'{end}'
 {text}{end}

@@ -18,7 +18,7 @@ from mntui.sessions.config import ReadyMode
 from mntui.sessions.config.jobconfig import parse_config
 from mntui.sessions.doctor import probe as doctor
 from mntui.sessions.doctor.smoke import smoke_config
-from mntui.sessions.launch import kill, logs, startchecks, tmux
+from mntui.sessions.launch import clusterwatch, coordkill, kill, logs, startchecks, tmux
 from mntui.sessions.launch import start as launch
 from mntui.sessions.launch.plan import run_record
 from mntui.sessions.poll import pollscript
@@ -102,6 +102,15 @@ def scripts() -> dict[str, tuple[str, str]]:
     out["stacks-fr"] = ("sh", capture_script("MNTUI_RUN=j/r/n\\.0", 10, "00ff", rec.run_dir))
     out["evidence"] = ("sh", evidence_script(rec.run_dir, "/tmp/fr dir/nccl_'x'_", "00ff"))
     out["evidence-nofr"] = ("sh", evidence_script(rec.run_dir, None, "00ff"))
+    # the cluster's watch: the start with its sentinel (and the restarts' scripts in its
+    # heredocs), the board a status reads, the user's kill request
+    port_ready = CFG.replace("ready: log", "ready: port")
+    watched = parse_config(port_ready + "watch: {where: cluster}\nrestart: {max: 2}\n")
+    wplan = launch.build_plan(watched, "20260101-000000-abcd", "10.0.0.1")
+    for np in wplan.nodes:
+        out[f"start-watched-{np.node}"] = ("sh", np.start_script)
+    out["board"] = ("sh", clusterwatch.board_script(rec.run_dir))
+    out["coord-kill"] = ("sh", coordkill.request_script(rec.run_dir, 2.5, "00ff"))
     return out
 
 
