@@ -178,19 +178,31 @@ def board_dir(record: RunRecord) -> str:
     return "/".join(parts)
 
 
+def coord_alive(run_dir: str) -> str:
+    """Shell: succeeds while the run's coordinator lives. Its pid file is not enough: a
+    zombie (an init that does not reap) or a reused pid answers `kill -0`; so the process
+    must be no zombie and carry the coordinator's own tag."""
+    parts = run_dir.split("/")  # .mntui/runs/<job>/<run>/<node>
+    entry = shlex.quote(f"{TAG_VAR}={'/'.join(parts[-3:])}/coord")
+    return f"""mntui_coord_alive() {{
+  _p=$(head -c 20 "$d/coord.pid" 2>/dev/null)
+  case "$_p" in '' | *[!0-9]*) return 1 ;; esac
+  _s=$(sed 's/.*) //' "/proc/$_p/stat" 2>/dev/null | cut -d' ' -f1)
+  case "$_s" in '' | Z | X) return 1 ;; esac
+  tr '\\0' '\\n' <"/proc/$_p/environ" 2>/dev/null | grep -qxF -- {entry}
+}}"""
+
+
 def board_script(run_dir: str) -> str:
     d = run_dir_word(run_dir)
     return f"""d={d}
+{coord_alive(run_dir)}
 for f in status decision chain; do
   printf 'FILE %s ' "$f"; head -c 262144 "$d/coord/$f.json" 2>/dev/null | base64 -w0; echo
 done
 printf 'FILE journal '; tail -c 262144 "$d/coord/journal.jsonl" 2>/dev/null | base64 -w0; echo
 echo "NOW $(date +%s)"
-pid=$(head -c 20 "$d/coord.pid" 2>/dev/null)
-case "$pid" in
-  '' | *[!0-9]*) echo ALIVE no ;;
-  *) if kill -0 "$pid" 2>/dev/null; then echo ALIVE yes; else echo ALIVE no; fi ;;
-esac
+if mntui_coord_alive; then echo ALIVE yes; else echo ALIVE no; fi
 """
 
 

@@ -25,7 +25,7 @@ from mntui.sessions.runs import RunRecord
 from mntui.sessions.ssh import Cluster
 from mntui.sessions.termsafe import one_line
 
-from .clusterwatch import STALE, BoardView, board_dir, read_board
+from .clusterwatch import STALE, BoardView, board_dir, coord_alive, read_board
 from .kill import KillReport
 
 ANSWER = 12.0  # seconds past the grace for the coordinator's decision
@@ -35,11 +35,8 @@ def request_script(run_dir: str, grace: float, rid: str) -> str:
     body = shlex.quote(json.dumps({"grace": grace, "at": time.time(), "id": rid}))
     return f"""d={run_dir_word(run_dir)}
 umask 077
-pid=$(head -c 20 "$d/coord.pid" 2>/dev/null)
-case "$pid" in
-  '' | *[!0-9]*) echo COORD gone; exit 0 ;;
-esac
-if ! kill -0 "$pid" 2>/dev/null; then echo COORD gone; exit 0; fi
+{coord_alive(run_dir)}
+if ! mntui_coord_alive; then echo COORD gone; exit 0; fi
 # a coordinator that wrote nothing for STALE seconds is stopped or stuck: not asked
 at=$(stat -c %Y "$d/coord/status.json" 2>/dev/null || echo 0)
 if [ $(($(date +%s) - at)) -gt {int(STALE)} ]; then echo COORD stale; exit 0; fi
