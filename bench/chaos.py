@@ -18,6 +18,11 @@ must leave the next attempt on the spare, whose teardown kills every process of 
 
     .venv/bin/python bench/chaos.py --faults 4 --kinds fail-kill,quarantine --profiles restart
 
+The watch on the cluster (issue 30, bench/chaos_cluster.py) has its own kinds, in its own
+profile (`--kinds` defaults to every kind that runs in one of `--profiles`):
+
+    .venv/bin/python bench/chaos.py --seed 30 --faults 14 --profiles cluster
+
 The seed draws the faults (kind, profile, node, moment) up front; timings on a
 shared machine still vary. Every failure is a VIOLATION line; the exit code is 1 if any
 (or a harness error), else 0. Each fault has its own deadline; a fault that fails is
@@ -45,7 +50,7 @@ sys.path.insert(0, str(REPO / "bench"))
 import chaos_between  # noqa: E402
 from benchlib import in_rounds, isolate  # noqa: E402
 from chaos_fault import Fault, FaultPlan, Outcome  # noqa: E402
-from chaos_job import Job, Profile  # noqa: E402
+from chaos_job import LOCAL, Job, Profile  # noqa: E402
 from chaos_kinds import KINDS, MOMENTS, PROFILES  # noqa: E402
 from fakecluster import FakeCluster  # noqa: E402
 
@@ -61,7 +66,7 @@ def draw(
     rng = random.Random(seed)
     plans = []
     for i, kind in enumerate(in_rounds(rng, kinds, n)):
-        allowed = [p for p in PROFILES.get(kind, tuple(Profile)) if p in profiles]
+        allowed = [p for p in PROFILES.get(kind, LOCAL) if p in profiles]
         allowed = [p for p in allowed if p is not Profile.SPARE or nodes >= 3]
         if kind in chaos_between.NEEDS_SPARE and nodes < 3:
             raise SystemExit(f"chaos: {kind} needs a spare: --nodes 3 or more")
@@ -131,12 +136,29 @@ def report(seed: int, outs: list[Outcome], took: float, nodes: int) -> str:
         f"violations: {len(bad)}"
         + (" (" + ", ".join(f"{k} {c}" for k, c in by_inv.most_common()) + ")" if bad else ""),
     ]
+    lines += kind_table(outs) if any(o.times for o in outs) else []
     for o, v in bad:
         lines.append(f"VIOLATION {o.plan.describe()} job {o.job}: {v.line()}")
     for o in outs:
         if o.error:
             lines.append(f"HARNESS ERROR {o.plan.describe()} job {o.job}: {o.error}")
     return "\n".join(lines)
+
+
+def kind_table(outs: list[Outcome]) -> list[str]:
+    """Per kind: faults, violations, harness errors, and each measured time (seconds from
+    the fault to the decision, to the job down, to a sentinel's lost.json): median, max."""
+    lines = ["kind                  faults  violations  errors  times (median / max s)"]
+    for kind in sorted({o.plan.kind for o in outs}):
+        mine = [o for o in outs if o.plan.kind == kind]
+        names = sorted({t for o in mine for t in o.times})
+        times = []
+        for t in names:
+            vals = sorted(o.times[t] for o in mine if t in o.times)
+            times.append(f"{t} {vals[len(vals) // 2]:.1f}/{vals[-1]:.1f} (n={len(vals)})")
+        lines.append(f"{kind:<21} {len(mine):>6}  {sum(len(o.violations) for o in mine):>10}  "
+                     f"{sum(1 for o in mine if o.error):>6}  {', '.join(times) or '-'}")  # fmt: skip
+    return lines
 
 
 def as_json(seed: int, outs: list[Outcome], took: float) -> dict[str, object]:
@@ -148,18 +170,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=None, help="default: a random one (printed)")
     ap.add_argument("--faults", type=int, default=10)
     ap.add_argument("--nodes", type=int, default=3, help="fake nodes; the last is the spare")
-    ap.add_argument("--kinds", default=",".join(KINDS), help="comma-separated")
-    ap.add_argument("--profiles", default=",".join(Profile), help="plain, restart, spare")
+    ap.add_argument("--kinds", default="", help="comma-separated; default: every kind that "
+                    "runs in one of --profiles")  # fmt: skip
+    ap.add_argument("--profiles", default=",".join(LOCAL), help="plain, restart, spare; "
+                    "cluster (the watch on the cluster, its own kinds)")  # fmt: skip
     ap.add_argument("--json", type=Path, default=None, help="write every fault's outcome here")
     ap.add_argument("--keep", action="store_true", help="keep the work dir (logs, records)")
     args = ap.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
-    kinds = [k for k in args.kinds.split(",") if k]
+    profiles = [Profile(p) for p in args.profiles.split(",") if p]
+    kinds = [k for k in args.kinds.split(",") if k] or [
+        k for k in KINDS if set(PROFILES.get(k, LOCAL)) & set(profiles)
+    ]
     unknown = [k for k in kinds if k not in KINDS]
     if unknown or args.nodes < 2 or args.faults < 1:
         ap.error(f"unknown kind(s) {unknown}; kinds: {', '.join(KINDS)}" if unknown
                  else "--nodes at least 2, --faults at least 1")  # fmt: skip
-    profiles = [Profile(p) for p in args.profiles.split(",") if p]
     plans = draw(seed, args.faults, kinds, profiles, args.nodes)
     root = Path(tempfile.mkdtemp(prefix="mntui-chaos-"))
     isolate(root)

@@ -157,9 +157,9 @@ def check_no_restart_after_kill(records: Sequence[RunRecord]) -> list[Violation]
     return out
 
 
-def check_port(port: int) -> list[Violation]:
+def check_port(port: int, what: str = "master port") -> list[Violation]:
     if port_listening(port):
-        return [Violation("ports", None, f"master port {port} still listening")]
+        return [Violation("ports", None, f"{what} {port} still listening")]
     return []
 
 
@@ -263,3 +263,107 @@ def check_files(
             shown = ", ".join(paths[:5]) + (f" (+{len(paths) - 5} more)" if len(paths) > 5 else "")
             out.append(Violation("files", node, f"{what} outside the run dirs: {shown}"))
     return out
+
+
+# -- the watch on the cluster (issue 30, bench/chaos_cluster.py) -------------------------
+
+
+def watchers(job: str, node: str | None = None) -> list[int]:
+    """The sentinels and coordinators of any run of `job` (on `node`), by their own tag
+    `MNTUI_RUN=<job>/<run>/<node>/<role>`, which `tagged` (the job's ranks) never matches."""
+    where = re.escape(node) if node else "[^/]+"
+    return alive(pids_with_env(f"MNTUI_RUN={re.escape(job)}/[^/]+/{where}/[^/]+"))
+
+
+def check_watchers(job: str, nodes: Iterable[str]) -> list[Violation]:
+    """No sentinel or coordinator of the job left on any of `nodes`."""
+    out = []
+    for node in nodes:
+        pids = watchers(job, node)
+        if pids:
+            shown = "; ".join(f"{p} {cmdline(p)[:60].strip()}" for p in pids[:3])
+            out.append(
+                Violation("watchers", node, f"{len(pids)} sentinel/coordinator(s) left: {shown}")
+            )
+    return out
+
+
+def check_no_decision(decision: Mapping[str, object] | None, what: str) -> list[Violation]:
+    """No teardown by the coordinator where nothing of the job failed (`what`: the fault,
+    which touched no rank). A user's kill or the job's own end is not a teardown."""
+    if decision is None or decision.get("decided_by") != "coordinator":
+        return []
+    return [Violation("decision", _text(decision.get("node")), f"the coordinator tore the job "
+                      f"down after {what}, which touched no rank: {_text(decision.get('state'))}: "
+                      f"{_text(decision.get('why'))}")]  # fmt: skip
+
+
+def check_decision(decision: Mapping[str, object] | None, node: str, states: Iterable[str],
+                   took: float | None = None, not_before: float = 0.0) -> list[Violation]:  # fmt: skip
+    """The coordinator tore the job down (its decision complete: `ended_at`), naming the
+    injected `node` in one of `states`; `took`: seconds from the fault to the decision,
+    no fewer than `not_before` (a node is unreachable only after unreachable_after)."""
+    want = sorted(states)
+    if decision is None:
+        return [Violation("decision", node, f"no decision.json on the main ({'/'.join(want)} due)")]
+    if "ended" in decision:
+        return [Violation("decision", node, f"the coordinator saw the job end by itself "
+                          f"({_text(decision.get('ended'))}), no teardown naming {node}")]  # fmt: skip
+    got = (decision.get("decided_by"), decision.get("node"), decision.get("state"))
+    out = []
+    if got[0] != "coordinator" or got[1] != node or got[2] not in want:
+        out.append(Violation("decision", node, f"decided by {_text(got[0])} naming {_text(got[1])} "
+                             f"{_text(got[2])}, not {node} {'/'.join(want)}: "
+                             f"{_text(decision.get('why'))}"))  # fmt: skip
+    if "ended_at" not in decision:
+        out.append(Violation("decision", node, "the teardown never finished (no ended_at)"))
+    if took is not None and took < not_before:
+        out.append(Violation("decision", node, f"decided {took:.1f}s after the fault, "
+                             f"before {not_before:g}s"))  # fmt: skip
+    return out
+
+
+def check_lost(lost: Mapping[str, Mapping[str, object] | None], since: float,
+               not_before: float) -> list[Violation]:  # fmt: skip
+    """Each node's sentinel that lost the coordinator wrote lost.json, no sooner than
+    `not_before` seconds after `since` (the fault's wall clock)."""
+    out = []
+    for node, info in sorted(lost.items()):
+        if info is None:
+            out.append(Violation("lost", node, "its sentinel wrote no lost.json"))
+            continue
+        at = info.get("lost_at")
+        if not isinstance(at, (int, float)) or at - since < not_before:
+            out.append(Violation("lost", node, f"gave up on the coordinator {_text(at)} "
+                                 f"(fault at {since:.1f}), before {not_before:g}s: "
+                                 f"{_text(info.get('why'))}"))  # fmt: skip
+    return out
+
+
+def check_steps_advanced(before: Mapping[str, int], after: Mapping[str, int],
+                         least: int) -> list[Violation]:  # fmt: skip
+    """Every node's step count went up by `least` or more (the job trained on)."""
+    return [
+        Violation("steps", node, f"{after.get(node, 0) - n} step(s) during the partition, "
+                  f"fewer than {least}")
+        for node, n in sorted(before.items())
+        if after.get(node, 0) - n < least
+    ]  # fmt: skip
+
+
+STATUS_DECISION = re.compile(r"the coordinator tore the job down at \S+: (\S+) (\S+):")
+
+
+def check_status_torn_down(status_text: str, node: str) -> list[Violation]:
+    """A fresh `mntui status` says the run is torn down and names the injected node."""
+    m = STATUS_DECISION.search(status_text)
+    if m and m[1] == node and "(torn-down)" in status_text:
+        return []
+    head = " | ".join(status_text.strip().splitlines()[:3])[:200]
+    return [
+        Violation("status", node, f"`mntui status` does not say torn-down naming {node}: {head}")
+    ]
+
+
+def _text(v: object) -> str:
+    return re.sub(r"[\x00-\x1f\x7f]", "?", str(v))[:160]

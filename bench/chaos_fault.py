@@ -66,6 +66,7 @@ class Outcome:
     runs: int = 0
     took: float = 0.0
     error: str | None = None
+    times: dict[str, float] = field(default_factory=dict)  # seconds: decision, down, ...
 
 
 class Fault:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from benchlib import Deadline, torchrun_job
-from fakecluster import FakeCluster, alive, cmdline, pids_with_env, tagged
+from fakecluster import FakeCluster, alive, cmdline, free_port, pids_with_env, tagged
 
 from mntui.sessions.errors import state_dir
 from mntui.sessions.launch import session_name, watch_session_name
@@ -41,6 +41,13 @@ class Profile(StrEnum):
     PLAIN = "plain"
     RESTART = "restart"
     SPARE = "spare"
+    CLUSTER = "cluster"  # the watch on the cluster (issue 30): bench/chaos_cluster.py
+
+
+LOCAL = (Profile.PLAIN, Profile.RESTART, Profile.SPARE)  # the manager's own watchdog
+# unreachable_after 5, frozen_after 2; the cluster does not restart (restart.max 0)
+CLUSTER_WATCH = ("watch: {{where: cluster, port: {port}, capture_budget: 0, frozen_after: 2, "
+                 "unreachable_after: 5}}")  # fmt: skip
 
 
 class FaultTimeout(Exception):
@@ -70,9 +77,13 @@ def job_yaml(fc: FakeCluster, work: Path, job: str, profile: Profile, args: str,
         args = "--fail-if-env BREAK_HERE --fail-step 2 --how exit3 --fail-attempts 2 " + args
     lines = [
         *torchrun_job(job, nodes, work, f"faulty_train.py --interval 0.3 --timeout 600 {args}"),
-        "watch: {capture_budget: 0, frozen_after: 3, unreachable_after: 4}",
+        CLUSTER_WATCH.format(port=free_port())
+        if profile is Profile.CLUSTER
+        else "watch: {capture_budget: 0, frozen_after: 3, unreachable_after: 4}",
     ]
-    if profile is not Profile.PLAIN:
+    if profile is Profile.CLUSTER:
+        lines.append("restart: {max: 0}")
+    elif profile is not Profile.PLAIN:
         lines.append(
             f"restart: {{max: {3 if profile is Profile.SPARE else 2}, backoff: {backoff}"
             f"{', ' + restart if restart else ''}}}"

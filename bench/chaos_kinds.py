@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 
 import chaos_between
+import chaos_cluster
 from chaos_checks import ORPHAN_LINE, Violation, check_orphan_line
 from chaos_fault import Fault, HarnessError, last_line
 from chaos_job import Profile, until
@@ -257,6 +258,7 @@ KINDS: dict[str, Callable[[Fault], None]] = {
     "supervisor-kill": supervisor_kill,
     "client-drop": client_drop,
     **chaos_between.KINDS,  # between two attempts: a kill after the failure, a quarantine
+    **chaos_cluster.KINDS,  # the watch on the cluster (issue 30): profile `cluster` only
 }
 PROFILES: dict[str, tuple[Profile, ...]] = {
     "rank-exit": (Profile.PLAIN, Profile.RESTART),
@@ -265,7 +267,8 @@ PROFILES: dict[str, tuple[Profile, ...]] = {
     "client-drop": (Profile.PLAIN, Profile.RESTART),
     "supervisor-kill": (Profile.RESTART, Profile.SPARE),
     **chaos_between.PROFILES,
-}  # the others: any profile
+    **chaos_cluster.PROFILES,
+}  # the others: any profile the manager's watchdog runs (chaos_job.LOCAL)
 MOMENTS = {
     "supervisor-kill": ("watching", "backoff", "relaunch"),  # backoff, relaunch: restart only
     "double-kill": ("watching", "backoff", "relaunch"),

@@ -122,7 +122,10 @@ class Coordinator:
             # ~2 a second while training, and judging all N on each was N² work
             time.sleep(max(0.0, judged + COALESCE - time.monotonic()))
             self.wake.clear()
-            now = judged = time.monotonic()
+            now = time.monotonic()
+            if judged and now - judged > max(2 * self.cfg.heartbeat, TICK + 1.0):
+                self.board.resumed(now)  # we slept, not the sentinels
+            judged = now
             request = self.kill_requested()
             if request is not None:
                 return Outcome("killed", user_kill(self.board, self.cfg, *request))

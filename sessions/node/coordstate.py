@@ -58,6 +58,7 @@ class Board:
         self.poked: dict[str, float] = {}
         self.published = 0.0
         self.silence = max(2 * cfg.heartbeat, 1.0)
+        self.resumed_at = 0.0  # monotonic: when this process last woke from a stop of its own
         self._replies: dict[str, queue.Queue[dict[str, Any]]] = {}
         self.write_errors = 0  # the main's disk full: counted, never the end of the watch
         self.attempt, self.run = 0, cfg.run
@@ -136,6 +137,8 @@ class Board:
             words = dict(self.words)
         for node in self.cfg.nodes:
             w = words.get(node)
+            if w is not None and w.arrival < self.resumed_at:  # our own stop, not theirs
+                w = Word(w.facts, self.resumed_at, w.asked + (self.resumed_at - w.arrival))
             stale = self.silence + 2 * self.cfg.interval  # its sampling stopped (hung I/O)
             if w is not None and now - w.arrival <= self.silence and now - w.asked <= stale:
                 out[node], asked[node] = w.facts, w.asked
@@ -146,6 +149,12 @@ class Board:
             elif now - self.start >= self.cfg.start_grace:
                 out[node] = silent("its sentinel never connected")
         return out, asked
+
+    def resumed(self, now: float) -> None:
+        """This coordinator was stopped (SIGSTOP, a suspended VM): the sentinels' silence
+        over that time is its own. Each node gets `silence` again to speak."""
+        self.resumed_at = now
+        self.journal("resumed", None)
 
     def complete(self, facts: dict[str, Facts]) -> bool:
         return all(n in facts for n in self.cfg.nodes)

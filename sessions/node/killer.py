@@ -280,6 +280,17 @@ class _Killer:
         return sorted(tagged)
 
 
+def _close_session(tmux: Sequence[str], session: str, tries: int = 3) -> bool:
+    """Closes the session if it is there; a tmux slow to answer (a loaded node: each
+    call has TMUX_TIMEOUT) is asked again rather than leaving a dead pane's session."""
+    for _ in range(tries):
+        if not _tmux_ok(tmux, "has-session", "-t", f"={session}"):
+            return False
+        if _tmux_ok(tmux, "kill-session", "-t", f"={session}"):
+            return True
+    return False
+
+
 def kill_tagged(
     pattern: str,
     *,
@@ -305,10 +316,7 @@ def kill_tagged(
             k.note(more)
             k.stop(0, more)
             time.sleep(POLL)
-        session_killed = bool(session) and (
-            _tmux_ok(tmux, "has-session", "-t", f"={session}")
-            and _tmux_ok(tmux, "kill-session", "-t", f"={session}")
-        )
+        session_killed = _close_session(tmux, session) if session else False
         left: list[int] = []
         held: list[int] = []
 

@@ -2,8 +2,10 @@
 tagged process, a listening port, a session, a live run, a late attempt, a changed
 file, a status without the supervisor's line, a restart decided after a user's kill, a
 teardown that killed on a quarantined node instead of the spare, an attempt on a
-quarantined node, a run's process left on the spare) and must name it, then pass once it
-is gone. A checker that cannot fail would make the campaign's zero mean nothing."""
+quarantined node, a run's process left on the spare; for the watch on the cluster: a
+sentinel left, a teardown with no fault of the job, a decision naming another node or too
+early, a sentinel that gave up early, a job that did not train on, a status that does not
+say torn-down) and must name it, then pass once it is gone. A checker that cannot fail would make the campaign's zero mean nothing."""
 
 from __future__ import annotations
 
@@ -22,8 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from chaos_checks import (
     check_chain,
+    check_decision,
     check_files,
     check_kill_recorded,
+    check_lost,
+    check_no_decision,
     check_no_restart_after,
     check_no_restart_after_kill,
     check_orphan_line,
@@ -32,7 +37,10 @@ from chaos_checks import (
     check_quarantined_out,
     check_run_processes,
     check_sessions,
+    check_status_torn_down,
+    check_steps_advanced,
     check_teardown_nodes,
+    check_watchers,
     snapshot_tree,
 )
 
@@ -205,3 +213,95 @@ def test_a_file_changed_in_the_home_is_a_violation_but_not_under_mntui(
     (v,) = check_files("node0", before, snapshot_tree(home))
     assert v.invariant == "files" and v.node == "node0"
     assert (".cache" if change == "add" else "proj/a.py") in v.detail
+
+
+# -- the watch on the cluster (issue 30) ----------------------------------------------------
+
+
+def test_a_left_sentinel_is_a_violation_that_the_ranks_check_does_not_see() -> None:
+    """A sentinel's tag has a fourth part (`.../node1/sentinel`): `check_processes` (the
+    job's ranks) never matches it, so the watchers have their own check."""
+    job = f"chk{os.getpid()}"
+    env = {**os.environ, "MNTUI_RUN": f"{job}/20261124-000000-abcd/node1/sentinel"}
+    proc = subprocess.Popen(["sleep", "60"], env=env)
+    try:
+        wait_for(lambda: check_watchers(job, ["node1"]), 10, what="the sentinel seen")
+        (v,) = check_watchers(job, ["node0", "node1"])
+        assert (v.invariant, v.node) == ("watchers", "node1") and str(proc.pid) in v.detail
+        assert check_processes(job, ["node1"]) == []
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert check_watchers(job, ["node0", "node1"]) == []
+
+
+def _decision(
+    node: str = "node1", state: str = "failed", by: str = "coordinator"
+) -> dict[str, object]:
+    return {"decided_by": by, "node": node, "state": state, "why": "exit code 1",
+            "decided_at": 100.0, "kill": {}, "ended_at": 101.0}  # fmt: skip
+
+
+def test_a_teardown_without_a_fault_of_the_job_is_a_violation() -> None:
+    (v,) = check_no_decision(_decision(state="unreachable"), "a partition of the manager")
+    assert (v.invariant, v.node) == ("decision", "node1") and "touched no rank" in v.detail
+    assert check_no_decision(None, "x") == []
+    assert check_no_decision(_decision(by="user"), "x") == []  # the user's kill
+    assert check_no_decision({"ended": {"node0": "finished"}, "ended_at": 1.0}, "x") == []
+
+
+def test_a_decision_must_name_the_injected_node_and_state_and_be_complete() -> None:
+    assert check_decision(_decision(), "node1", ("failed", "orphaned")) == []
+    (v,) = check_decision(None, "node1", ("frozen",))
+    assert v.invariant == "decision" and "no decision.json" in v.detail
+    (v,) = check_decision(_decision(node="node0"), "node1", ("failed",))
+    assert "naming node0 failed, not node1 failed" in v.detail
+    (v,) = check_decision(_decision(state="stalled"), "node1", ("frozen",))
+    assert "not node1 frozen" in v.detail
+    (v,) = check_decision({"ended": {"node0": "failed", "node1": "failed"}}, "node1", ("failed",))
+    assert "end by itself" in v.detail
+    half = {k: x for k, x in _decision().items() if k != "ended_at"}
+    (v,) = check_decision(half, "node1", ("failed",))
+    assert "never finished" in v.detail
+    (v,) = check_decision(_decision(state="unreachable"), "node1", ("unreachable",), 3.0, 4.5)
+    assert "3.0s after the fault, before 4.5s" in v.detail
+    assert check_decision(_decision(state="unreachable"), "node1", ("unreachable",), 5.2, 4.5) == []
+
+
+def test_a_sentinel_that_gave_up_early_or_said_nothing_is_a_violation() -> None:
+    ok = {"lost_at": 106.0, "why": "no word from the coordinator"}
+    assert check_lost({"node0": ok, "node1": ok}, 100.0, 4.5) == []
+    missing, early = check_lost(
+        {"node0": None, "node1": {"lost_at": 102.0, "why": "x"}}, 100.0, 4.5
+    )
+    assert (missing.invariant, missing.node) == (
+        "lost",
+        "node0",
+    ) and "no lost.json" in missing.detail
+    assert (early.invariant, early.node) == ("lost", "node1") and "before 4.5s" in early.detail
+
+
+def test_a_job_that_did_not_train_on_through_the_partition_is_a_violation() -> None:
+    (v,) = check_steps_advanced({"node0": 10, "node1": 10}, {"node0": 40, "node1": 12}, 10)
+    assert (v.invariant, v.node) == ("steps", "node1") and "2 step(s)" in v.detail
+    assert check_steps_advanced({"node0": 10}, {"node0": 20}, 10) == []
+
+
+def test_status_must_say_torn_down_naming_the_node() -> None:
+    said = ("job x  run 20261125-000000-abcd  (torn-down)\n"
+            "the coordinator tore the job down at 21:50:43: node1 failed: exit code 1\n")  # fmt: skip
+    assert check_status_torn_down(said, "node1") == []
+    (v,) = check_status_torn_down(said, "node0")
+    assert (v.invariant, v.node) == ("status", "node0")
+    (v,) = check_status_torn_down(said.replace("(torn-down)", "(running)"), "node1")
+    assert v.invariant == "status"
+    assert check_status_torn_down("job x (running)\nwatch: the cluster", "node1")
+
+
+def test_the_coordinators_port_is_named_as_such() -> None:
+    port = free_port()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+        s.listen()
+        (v,) = check_port(port, "coordinator port")
+        assert v.detail == f"coordinator port {port} still listening"
