@@ -27,7 +27,7 @@ from .chain import Outcome, run_chain
 from .coordstate import Board
 from .judging import Judge
 from .teardown import kill_everywhere, teardown, user_kill
-from .watchcfg import BadWatchFile, WatchConfig, grace_of, load
+from .watchcfg import WatchConfig, grace_of, load_for
 
 FROM_SENTINEL = frozenset({"snap", "done", "bye"})
 TICK = 0.25
@@ -185,15 +185,10 @@ def listen(port: int) -> socket.socket:
 
 def main(argv: list[str]) -> int:
     """`coord RUN_DIR`: start the run's coordinator on the main node, detached."""
-    if len(argv) != 1:
-        print("usage: coord RUN_DIR", file=sys.stderr)
-        return 2
-    run_dir = os.path.abspath(argv[0])
-    try:
-        cfg, secret = load(run_dir)
-    except (OSError, BadWatchFile) as exc:
-        print(f"coordinator: {exc}", file=sys.stderr)
-        return 2
+    loaded = load_for(argv, "coordinator")
+    if isinstance(loaded, int):
+        return loaded
+    run_dir, cfg, secret = loaded
     try:
         sock = listen(cfg.coord_port)
     except OSError as exc:

@@ -22,7 +22,7 @@ from typing import Any
 from . import frames
 from .facts import Facts, Malformed, from_wire, silent
 from .steps import Pace
-from .watchcfg import WatchConfig
+from .watchcfg import WatchConfig, write_json
 
 JOURNAL_MAX = 8 << 20  # bytes: past this only decisions and refusals are kept
 STEPS_EVERY = 5.0  # seconds between two `steps` lines of the journal
@@ -329,12 +329,8 @@ class Board:
             self.write_errors += 1
 
     def write(self, name: str, data: dict[str, Any]) -> None:
-        path = os.path.join(self.out, name)
-        tmp = f"{path}.tmp-{threading.get_ident()}"
         try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(data, f, sort_keys=True)
-            os.replace(tmp, path)
+            write_json(os.path.join(self.out, name), data)
         except OSError:  # the main's disk full: the watch goes on, the file waits
             self.write_errors += 1
 

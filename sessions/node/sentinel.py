@@ -11,12 +11,10 @@ ranks run, the job has lost its main: it tears its own ranks down and says why i
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import socket
 import subprocess
-import sys
 import threading
 import time
 import traceback
@@ -25,7 +23,7 @@ from typing import Any
 from . import attempt, daemon, frames, killer
 from .attempt import Attempt
 from .facts import Facts
-from .watchcfg import BadWatchFile, WatchConfig, grace_of, load
+from .watchcfg import WatchConfig, grace_of, load_for, write_json
 
 COMMANDS = frozenset({"hb", "sample", "kill", "start", "stop"})
 RECV_WAIT = 0.1  # how soon a new sample goes out after it was taken
@@ -221,24 +219,12 @@ class Sentinel:
             pass
 
 
-def write_json(path: str, data: dict[str, Any]) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
-
-
 def main(argv: list[str]) -> int:
     """`run RUN_DIR`: start the node's sentinel, detached; prints `SENTINEL <pid>`."""
-    if len(argv) != 1:
-        print("usage: run RUN_DIR", file=sys.stderr)
-        return 2
-    run_dir = os.path.abspath(argv[0])
-    try:
-        cfg, secret = load(run_dir)
-    except (OSError, BadWatchFile) as exc:
-        print(f"sentinel: {exc}", file=sys.stderr)
-        return 2
+    loaded = load_for(argv, "sentinel")
+    if isinstance(loaded, int):
+        return loaded
+    run_dir, cfg, secret = loaded
     ready = daemon.daemonize(
         os.path.join(run_dir, "sentinel.log"), os.path.join(run_dir, "sentinel.pid")
     )

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,6 +174,29 @@ def parse(d: object) -> WatchConfig:
     if not 0 < cfg.coord_port < 65536 or not 0.05 <= cfg.interval <= 60:
         raise BadWatchFile(f"{FILE}: coord_port or interval out of range")
     return cfg
+
+
+def write_json(path: str, data: dict[str, Any]) -> None:
+    """Atomically (tmp + rename): a reader on the main never sees half a file."""
+    tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def load_for(argv: list[str], role: str) -> tuple[str, WatchConfig, bytes] | int:
+    """`<verb> RUN_DIR`'s run dir, watch file and secret, or the exit code after one line
+    on stderr (a sentinel or coordinator that cannot start says why, and nothing else)."""
+    if len(argv) != 1:
+        print(f"usage: {role} RUN_DIR", file=sys.stderr)
+        return 2
+    run_dir = os.path.abspath(argv[0])
+    try:
+        cfg, secret = load(run_dir)
+    except (OSError, BadWatchFile) as exc:
+        print(f"{role}: {exc}", file=sys.stderr)
+        return 2
+    return run_dir, cfg, secret
 
 
 def load(run_dir: str) -> tuple[WatchConfig, bytes]:
