@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import time
-import traceback
 from enum import IntEnum
 from pathlib import Path
 
@@ -68,6 +67,8 @@ def private_dir(path: Path) -> Path:
 def log_exception(where: str, exc: BaseException) -> Path | None:
     """Append `exc`'s traceback to the local error log; returns the log's path, or None
     when even that failed (a full disk must not turn a node's bug into a crash)."""
+    import traceback  # a bug's way only: not every command's start
+
     path = state_dir() / "errors.log"
     try:
         private_dir(path.parent)

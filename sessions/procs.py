@@ -21,7 +21,7 @@ import binascii
 import re
 import shlex
 from dataclasses import dataclass
-from importlib import resources
+from pathlib import Path
 
 from .termsafe import one_line
 
@@ -29,7 +29,9 @@ TAG_VAR = "MNTUI_RUN"
 
 # Shell functions shared by every script that looks for a job's processes; one file,
 # read once, inlined at the top of each script (nodes have nothing of mntui installed).
-SHELL_LIB = resources.files("mntui.sessions").joinpath("sh", "lib.sh").read_text()
+# Beside this file (the package is a directory): importlib.resources cost every command
+# that reads a run, `status` included, 4 ms of imports for one read.
+SHELL_LIB = (Path(__file__).parent / "sh" / "lib.sh").read_text()
 
 B64 = r"[A-Za-z0-9+/]*={0,2}"
 INT = r"[0-9]{1,20}"  # bounded (2**64 has 20 digits): Python refuses very long digit strings

@@ -13,7 +13,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -34,7 +33,7 @@ from .jsonshape import (
     optional,
     shaped,
 )
-from .node.watchcfg import RUN_ID
+from .node.runid import RUN_ID
 
 __all__ = [
     "NodeRecord",
@@ -223,6 +222,8 @@ _RUN: dict[str, Check] = {
 
 def write_atomic(path: Path, text: str) -> Path:
     """A private file (0600) replaced whole: a reader never sees half of it."""
+    import tempfile  # a reader never writes: not on a cold `status`'s way
+
     private_dir(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -165,14 +165,18 @@ def stacks_check(n: str, p: Probe) -> Check:
 
 def sentinel_check(n: str, p: Probe) -> Check:
     """`watch.where: cluster` runs a sentinel on the node's own python3 (3.9 or later),
-    outside the job's environment: a node without one cannot be watched there."""
+    outside the job's environment. A node without one does not stop the job: the launch
+    then watches the whole run from this machine (launch/start.py), which the row says,
+    in the launch's words (clusterwatch.python_unfit)."""
+    from mntui.sessions.launch.clusterwatch import python_unfit
+
     v = p.sentinel_python
-    fix = "install python3 3.9 or later on the node, or set watch.where: here"
-    if v is None:
-        return Check(n, "sentinel", Status.FAIL, "no python3 on the login PATH", fix)
-    major, minor = (int(x) for x in v.split("."))
-    if (major, minor) < (3, 9):
-        return Check(n, "sentinel", Status.FAIL, f"python3 {v}: the sentinel needs 3.9", fix)
+    version = (int(v.split(".")[0]), int(v.split(".")[1])) if v is not None else None
+    why = python_unfit(version)
+    if why is not None:
+        fix = "install python3 3.9 or later on the node's login PATH for the cluster's watch"
+        said = f"{why} on the login PATH: the job will be watched from this machine (keep it on)"
+        return Check(n, "sentinel", Status.WARN, said, fix)
     return Check(n, "sentinel", Status.PASS, f"python3 {v} runs the cluster's watch")
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from mntui.sessions.config import JobConfig, NodeSpec
 from mntui.sessions.launch import has_session, job_environment, master_addr, session_name
+from mntui.sessions.launch.sentinelship import PY_VERSION
 from mntui.sessions.procs import (
     SHELL_LIB,
     b64_bytes,
@@ -87,7 +88,7 @@ for _i in /sys/class/net/*; do
   _st=; read -r _st 2>/dev/null <"$_i/operstate"
   printf '{m} IF %s %s\\n' "${{_i##*/}}" "$_st"
 done
-_v=$(python3 -I -S -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+_v=$({PY_VERSION})
 printf '{m} SENTPY %s\\n' "$_v"
 bash -c {shlex.quote(_in_job_environment(spec, m))} </dev/null 2>&1
 """

@@ -11,6 +11,9 @@ from mntui.sessions.exports import lazy_exports
 if TYPE_CHECKING:
     from .attach import attach_all_argv as attach_all_argv
     from .attach import attach_argv as attach_argv
+    from .board import BoardView as BoardView
+    from .board import board_dir as board_dir
+    from .board import read_board as read_board
     from .chains import ChainView as ChainView
     from .chains import chain_of as chain_of
     from .chains import check_nodes as check_nodes
@@ -19,9 +22,6 @@ if TYPE_CHECKING:
     from .chains import heartbeat as heartbeat
     from .chains import orphaned as orphaned
     from .chains import run_config as run_config
-    from .clusterwatch import BoardView as BoardView
-    from .clusterwatch import board_dir as board_dir
-    from .clusterwatch import read_board as read_board
     from .kill import kill_job as kill_job
     from .kill import not_clean as not_clean
     from .kill import summarize as summarize

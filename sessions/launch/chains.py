@@ -21,9 +21,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
-from mntui.sessions.config import JobConfig, NodeSpec
 from mntui.sessions.errors import UsageError, private_dir, state_dir
 from mntui.sessions.runs import (
     RUN_ID_RE,
@@ -34,6 +33,9 @@ from mntui.sessions.runs import (
     load_run,
     lock_held,
 )
+
+if TYPE_CHECKING:  # a status reads chains without loading the config's checks
+    from mntui.sessions.config import JobConfig, NodeSpec
 
 __all__ = [
     "ChainView",

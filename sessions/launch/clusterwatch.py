@@ -6,7 +6,12 @@ line), ships the sentinel bundle if the node lacks this version, and starts the 
 sentinel (and, on the main, the coordinator first) detached, each tagged
 `MNTUI_RUN=<tag>/sentinel|coord` so `mntui kill` finds them and a poll never counts
 them. The launch then waits until every sentinel has connected to the coordinator, or
-stops everything it started: a run is watched by the cluster or not launched.
+stops everything it started.
+
+One way to watch per run, chosen before anything of it starts: a node whose bare
+`python3` cannot run a sentinel (the preflight asks it, with the doctor's probe) makes
+the whole run watched from this machine, as `where: here`, said in one line; a run is
+never watched by the cluster on some nodes and from here on others.
 """
 
 from __future__ import annotations
@@ -15,29 +20,71 @@ import json
 import secrets
 import shlex
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
-from mntui.sessions.config import JobConfig
+from mntui.sessions.config import JobConfig, WatchWhere
 from mntui.sessions.errors import LaunchError
 from mntui.sessions.node.judging import Rules
 from mntui.sessions.node.restarts import RestartRules
 from mntui.sessions.node.watchcfg import WatchConfig, to_json
-from mntui.sessions.procs import TAG_VAR, run_dir_word
-from mntui.sessions.runs import RunRecord
+from mntui.sessions.procs import TAG_VAR
 from mntui.sessions.ssh import Node
 
-from .sentinelship import bundle, remote_path, ship_script
+from .board import BoardView, read_board
+from .sentinelship import MIN_PYTHON, bundle, remote_path, sentinel_usable, ship_script
 
 CONFIRM = 10.0  # seconds for every sentinel to reach the coordinator after the start
 START_GRACE = 120.0  # past the main's ready_timeout: a node whose sentinel never came
-STALE = 10.0  # seconds: a coordinator that wrote no status for this long is not watching
 HEARTBEAT = 1.0
+
+
+NAMED = 5  # nodes a fallback line names for one reason; the others are counted
+HERE_LINE = "watched from this machine: keep it on"
+HERE_NOTE = "watched-here"  # run record note: why a `where: cluster` run is watched here
 
 
 def new_secret() -> str:
     return secrets.token_hex(32)
+
+
+def python_unfit(version: tuple[int, int] | None) -> str | None:
+    """Why a node's bare python3 (sentinelship.parse_python) cannot run a sentinel; None
+    when it can. The doctor and the launch say the same words."""
+    if sentinel_usable(version):
+        return None
+    need = ".".join(map(str, MIN_PYTHON))
+    if version is None:
+        return f"no python3 {need} or later"
+    return f"python3 {version[0]}.{version[1]}, not {need} or later"
+
+
+def unfit_nodes(versions: Mapping[str, tuple[int, int] | None]) -> dict[str, str]:
+    """node -> why its sentinel cannot run, for the nodes that cannot."""
+    return {n: why for n, v in versions.items() if (why := python_unfit(v)) is not None}
+
+
+def fallback_reason(unfit: Mapping[str, str]) -> str:
+    """`node1, node4: no python3 3.9 or later`: one line however many nodes, the nodes
+    named by reason, up to NAMED each."""
+    by_why: dict[str, list[str]] = {}
+    for node, why in unfit.items():
+        by_why.setdefault(why, []).append(node)
+    parts = []
+    for why, nodes in by_why.items():
+        more = f" and {len(nodes) - NAMED} more" if len(nodes) > NAMED else ""
+        parts.append(f"{', '.join(nodes[:NAMED])}{more}: {why}")
+    return "; ".join(parts)
+
+
+def fallback_line(reason: str) -> str:
+    return f"{reason}: the cluster cannot watch this run; it is {HERE_LINE}"
+
+
+def watched_here(cfg: JobConfig) -> JobConfig:
+    """The config as `watch.where: here` has it: no sentinel, no coordinator, no watch
+    port; its restarts are this machine's supervisor's."""
+    return replace(cfg, watch=replace(cfg.watch, where=WatchWhere.HERE))
 
 
 def watch_config(
@@ -120,8 +167,9 @@ def watch_block(wc: WatchConfig, secret: str, later: Sequence[LaterAttempt] = ()
         lines += [f"cat >\"$d/attempts/{k}.sh\" <<'{eof}'", np.start_script.rstrip("\n"), eof]
         lines += [f"cat >\"$d/attempts/{k}.json\" <<'{eof}'", info, eof]
     lines += [
-        "python3 -I -S -c 'import sys; sys.exit(sys.version_info < (3, 9))' 2>/dev/null || "
-        "{ echo 'SENTINEL_FAILED no python3 3.9 or later on this node'; exit 1; }",
+        # the preflight chose the cluster's watch: a python3 changed since is said, not run
+        f"python3 -I -S -c 'import sys; sys.exit(sys.version_info < {MIN_PYTHON})' "
+        "2>/dev/null || { echo 'SENTINEL_FAILED no python3 3.9 or later on this node'; exit 1; }",
         ship_script(b),
     ]
     for role, verb in starts:
@@ -143,115 +191,6 @@ def failure(text: str) -> str | None:
         if len(words) == 4 and words[0] == "SENTINEL_BUNDLE" and words[2] == "failed":
             return f"could not ship the sentinel: {words[3][:200]}"
     return None
-
-
-@dataclass(frozen=True)
-class BoardView:
-    """What the coordinator last wrote: its status, and its decision if it made one."""
-
-    status: dict[str, Any] | None
-    decision: dict[str, Any] | None
-    alive: bool  # the coordinator's pid is a live process on the main
-    journal: tuple[dict[str, Any], ...] = ()  # its last lines (up to 256 KiB), oldest first
-    chain: dict[str, Any] | None = None  # coord/chain.json: the attempts it ran
-    now: float | None = None  # the main's clock when it answered
-
-    @property
-    def fresh(self) -> bool:
-        """The coordinator wrote its status within STALE seconds of the main's clock: a
-        pid that answers `kill -0` may be stopped (SIGSTOP) or another process's."""
-        at = (self.status or {}).get("at")
-        if not isinstance(at, (int, float)) or self.now is None:
-            return False
-        return self.now - at <= STALE
-
-    def connected(self) -> int:
-        nodes = (self.status or {}).get("nodes") or {}
-        return sum(1 for v in nodes.values() if isinstance(v, dict) and v.get("connected"))
-
-
-def board_dir(record: RunRecord) -> str:
-    """The coordinator's run dir on the main: the chain's first attempt's, which every
-    restart on the cluster keeps (the main does not move)."""
-    parts = record.nodes[0].run_dir.split("/")  # .mntui/runs/<job>/<run>/<node>
-    parts[-2] = record.chain or record.run_id
-    return "/".join(parts)
-
-
-def coord_alive(run_dir: str) -> str:
-    """Shell: succeeds while the run's coordinator lives. Its pid file is not enough: a
-    zombie (an init that does not reap) or a reused pid answers `kill -0`; so the process
-    must be no zombie and carry the coordinator's own tag."""
-    parts = run_dir.split("/")  # .mntui/runs/<job>/<run>/<node>
-    entry = shlex.quote(f"{TAG_VAR}={'/'.join(parts[-3:])}/coord")
-    return f"""mntui_coord_alive() {{
-  _p=$(head -c 20 "$d/coord.pid" 2>/dev/null)
-  case "$_p" in '' | *[!0-9]*) return 1 ;; esac
-  _s=$(sed 's/.*) //' "/proc/$_p/stat" 2>/dev/null | cut -d' ' -f1)
-  case "$_s" in '' | Z | X) return 1 ;; esac
-  tr '\\0' '\\n' <"/proc/$_p/environ" 2>/dev/null | grep -qxF -- {entry}
-}}"""
-
-
-def board_script(run_dir: str) -> str:
-    d = run_dir_word(run_dir)
-    return f"""d={d}
-{coord_alive(run_dir)}
-for f in status decision chain; do
-  printf 'FILE %s ' "$f"; head -c 262144 "$d/coord/$f.json" 2>/dev/null | base64 -w0; echo
-done
-printf 'FILE journal '; tail -c 262144 "$d/coord/journal.jsonl" 2>/dev/null | base64 -w0; echo
-echo "NOW $(date +%s)"
-if mntui_coord_alive; then echo ALIVE yes; else echo ALIVE no; fi
-"""
-
-
-def parse_board(text: str) -> BoardView:
-    import base64
-
-    files: dict[str, dict[str, Any] | None] = {"status": None, "decision": None, "chain": None}
-    alive = False
-    now: float | None = None
-    journal: tuple[dict[str, Any], ...] = ()
-    for line in text.splitlines():
-        words = line.split(" ")
-        if len(words) == 3 and words[0:2] == ["FILE", "journal"] and words[2]:
-            journal = parse_journal(words[2])
-        elif len(words) == 3 and words[0] == "FILE" and words[1] in files and words[2]:
-            try:
-                data = json.loads(base64.b64decode(words[2], validate=True))
-            except (ValueError, TypeError, RecursionError):
-                data = None
-            files[words[1]] = data if isinstance(data, dict) else None
-        elif line == "ALIVE yes":
-            alive = True
-        elif len(words) == 2 and words[0] == "NOW" and words[1].isdigit() and len(words[1]) < 12:
-            now = float(words[1])
-    return BoardView(files["status"], files["decision"], alive, journal, files["chain"], now)
-
-
-def parse_journal(b64: str) -> tuple[dict[str, Any], ...]:
-    """The journal's lines that parse as ours; the first, cut by `tail -c`, does not."""
-    import base64
-
-    try:
-        raw = base64.b64decode(b64, validate=True).decode("utf-8", "replace")
-    except ValueError:
-        return ()
-    out = []
-    for line in raw.splitlines():
-        try:
-            item = json.loads(line)
-        except (ValueError, RecursionError):
-            continue
-        if isinstance(item, dict) and isinstance(item.get("t"), (int, float)):
-            out.append(item)
-    return tuple(out)
-
-
-def read_board(node: Node, main_run_dir: str, timeout: float = 10.0) -> BoardView:
-    res = node.run(board_script(main_run_dir), timeout=timeout)
-    return parse_board(res.stdout)
 
 
 def confirm(node: Node, main_run_dir: str, nnodes: int, deadline: float = CONFIRM) -> BoardView:

@@ -25,7 +25,7 @@ from mntui.sessions.runs import RunRecord
 from mntui.sessions.ssh import Cluster
 from mntui.sessions.termsafe import one_line
 
-from .clusterwatch import STALE, BoardView, board_dir, coord_alive, read_board
+from .board import STALE, BoardView, board_dir, coord_alive, read_board
 from .kill import KillReport
 
 ANSWER = 12.0  # seconds past the grace for the coordinator's decision

@@ -25,6 +25,7 @@ from mntui.sessions.runs import NodeRecord, RunRecord
 from . import tmux
 from .clusterwatch import LaterAttempt, new_secret, watch_block, watch_config
 from .flightenv import flight_recorder_block
+from .stackscript import stack_files
 
 RUNS_DIR = ".mntui/runs"  # relative to the node user's $HOME
 
@@ -114,18 +115,24 @@ def build_plan(
     """`extra_env` adds per-node variables mntui decides at launch (e.g. PATH of a local
     node). With the cluster's watch, each node's start also starts its sentinel, and
     carries the start scripts of the attempts the coordinator may relaunch (their run
-    ids chosen now: the coordinator relaunches while this machine may be away)."""
+    ids chosen now: the coordinator relaunches while this machine may be away), and the
+    stack capture script its sentinel runs before a hang's kill (each attempt's tag and
+    run dir its arguments; the nonce, one per launch, in the watch file)."""
     nodes = _node_plans(cfg, run_id, master_addr, extra_env, restart_count)
     later = cluster_attempts(cfg)
     if cfg.watch_port is not None:
         secret = new_secret()  # only ever on the nodes
+        budget = cfg.watch.capture_budget
+        nonce = secrets.token_hex(8) if budget > 0 else None
         plans = [_node_plans(cfg, r, master_addr, extra_env, k + 1) for k, r in enumerate(later)]
         names = tuple(n.node for n in nodes)
         watched = []
         for i, n in enumerate(nodes):
             wc = watch_config(cfg, run_id, n.node, n.tag, n.session, names, master_addr, len(later))
+            wc = replace(wc, capture_budget=budget, stacks_nonce=nonce)
             mine = [LaterAttempt(p[i].tag, p[i].run_dir, p[i].start_script) for p in plans]
-            block = watch_block(wc, secret, mine)
+            stacks = stack_files(budget, nonce) if nonce is not None else ""
+            block = stacks + watch_block(wc, secret, mine)
             watched.append(replace(n, start_script=n.start_script + block))
         nodes = watched
     world = cfg.world_size  # the sum over the nodes: their nproc can differ

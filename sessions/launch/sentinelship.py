@@ -174,9 +174,14 @@ def parse_ship(text: str, sha: str) -> ShipAnswer:
     return ShipAnswer(state, one_line(m[3], 200) if state is ShipState.FAILED else None)
 
 
+# The bare `python3` a sentinel would run on, its major.minor or nothing: the one probe,
+# asked in a launch's preflight (python_check_script) and in the doctor's (its SENTPY).
+PY_VERSION = """python3 -I -S -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null"""
+
+
 def python_check_script() -> str:
     """`PY <major>.<minor>` of the node's `python3`, or `PY none`."""
-    return """v=$(python3 -I -S -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+    return f"""v=$({PY_VERSION})
 case $v in
   [0-9]*.[0-9]*) echo "PY $v" ;;
   *) echo "PY none" ;;

@@ -3,7 +3,9 @@
 Replaces the seed scripts' `sleep 10` between nodes: the workers start when the
 main's master port listens (checked on the main itself), so they neither race a
 main that is not up yet nor wait longer than needed. Any failure before every node
-runs stops what was started: nothing is left half-launched.
+runs stops what was started: nothing is left half-launched. The way the run is watched
+(the cluster's sentinels, or this machine) is chosen from the preflight's answers,
+before anything starts: a run is watched one way, from its start to its end.
 """
 
 from __future__ import annotations
@@ -19,14 +21,14 @@ from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import LaunchError, MntuiError
 from mntui.sessions.events import Event, Phase
 from mntui.sessions.history import route_around
-from mntui.sessions.results import NodeError
+from mntui.sessions.results import GroupResult, NodeError
 from mntui.sessions.runs import RunRecord, RunStatus
 from mntui.sessions.ssh import Cluster, Node, resolve
 
 from . import clusterwatch
 from .kill import kill_job
 from .plan import NodePlan, Plan, build_plan, new_run_id, run_record
-from .startchecks import preflight, wait_ready
+from .startchecks import Preflight, preflight, wait_ready
 
 EventSink = Callable[[Event], None]
 
@@ -102,6 +104,8 @@ def launch(
     for said in routed:
         on_event(Event(None, None, Phase.NOTICE, said))
     cluster = None if routed else cluster  # the caller's reaches the config's nodes
+    if attempt is not None:  # this machine's supervisor relaunches: it watches the chain
+        cfg = clusterwatch.watched_here(cfg)
     own = cluster is None
     cluster = cluster or Cluster(cfg.nodes, cfg.ssh)
     count = attempt.number if attempt is not None else 0
@@ -122,7 +126,9 @@ def _launch(
     attempt: Attempt | None,
 ) -> LaunchResult:
     _connect(cluster, plan, on_event)
-    _check_nodes(cfg, cluster, plan, restart, on_event)
+    checks = _check_nodes(cfg, cluster, plan, restart, on_event)
+    cfg, plan, why_here = _choose_watch(cfg, plan, checks, on_event)
+    _check_ports(cfg, plan, checks, on_event)
     if cfg.sync is not None and attempt is None:  # a restart runs the code it ran before
         _sync(cfg, on_event)
     record = run_record(plan, cfg.path)
@@ -132,6 +138,8 @@ def _launch(
     record.attempts = [dict(e) for e in attempt.earlier] if attempt is not None else []
     record.watch_port = cfg.watch_port
     record.cluster_attempts = list(plan.cluster_attempts)
+    if why_here is not None:
+        record.note(clusterwatch.HERE_NOTE, why=why_here)
     record.create()
     started: dict[str, float] = {}
     attempted: list[str] = []  # an interrupted start may have started the node: abort kills it too
@@ -160,6 +168,28 @@ def _launch(
         Event(None, None, Phase.RUNNING, f"all {plan.nnodes} node(s) started, run {plan.run_id}")
     )
     return LaunchResult(plan, record, started, ready_at)
+
+
+def _choose_watch(
+    cfg: JobConfig,
+    plan: Plan,
+    checks: GroupResult[Preflight],
+    on_event: EventSink,
+) -> tuple[JobConfig, Plan, str | None]:
+    """The cluster watches the run only if every node's bare python3 can run a sentinel;
+    else the whole run is watched from here, as `where: here` (one line says why, and the
+    run record notes it). Nothing has started yet: the plan is made again without the
+    sentinels, under the same run id (a first attempt: a relaunch is watched from here
+    from the start, launch())."""
+    if cfg.watch_port is None:
+        return cfg, plan, None
+    unfit = clusterwatch.unfit_nodes({n: c.sentinel_python for n, c in checks.succeeded.items()})
+    if not unfit:
+        return cfg, plan, None
+    why = clusterwatch.fallback_reason(unfit)
+    on_event(Event(None, None, Phase.NOTICE, clusterwatch.fallback_line(why)))
+    here = clusterwatch.watched_here(cfg)
+    return here, build_plan(here, plan.run_id, plan.master_addr, local_env(here)), why
 
 
 def _confirm_watch(cfg: JobConfig, cluster: Cluster, plan: Plan, on_event: EventSink) -> None:
@@ -210,9 +240,9 @@ def _connect(cluster: Cluster, plan: Plan, on_event: EventSink) -> None:
 
 def _check_nodes(
     cfg: JobConfig, cluster: Cluster, plan: Plan, restart: bool, on_event: EventSink
-) -> None:
-    """Refuse to start over an earlier run (unless --restart, which stops it first), on
-    a node without the tools, or with a port of the job already taken on the main."""
+) -> GroupResult[Preflight]:
+    """Refuse to start over an earlier run (unless --restart, which stops it first), or
+    on a node without the tools; the nodes' answers, for the watch and the ports."""
     checks = preflight(cfg, cluster)
     problems = [f"  {n}: {e}" for n, e in checks.errors.items()]
     running = {n: c.procs for n, c in checks.succeeded.items() if c.procs}
@@ -231,12 +261,21 @@ def _check_nodes(
     if running:
         _stop_earlier_run(cfg, cluster, list(running), on_event)
         checks = preflight(cfg, cluster)
+    return checks
+
+
+def _check_ports(
+    cfg: JobConfig, plan: Plan, checks: GroupResult[Preflight], on_event: EventSink
+) -> None:
+    """Refuse a port of the job already taken on the main: the ports of the way the run
+    is watched (a run watched from here needs no `watch.port`)."""
     main_check = checks.succeeded.get(cfg.main)
-    if main_check is not None and main_check.port_holders:
+    busy = [h for h in main_check.port_holders if h.port in cfg.all_ports] if main_check else []
+    if busy:
         raise LaunchError(
             f"a port of the job is busy on the main {cfg.main}; nothing was started "
             "(`mntui cleanup` frees it)",
-            "\n".join(f"  {h.describe()}" for h in main_check.port_holders),
+            "\n".join(f"  {h.describe()}" for h in busy),
         )
     for np in plan.nodes:
         detail = "no earlier run, ports free" if np.is_main else ""

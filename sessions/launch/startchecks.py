@@ -31,6 +31,7 @@ from mntui.sessions.ssh import Cluster, Node
 
 from . import logs, tmux
 from .plan import NodePlan
+from .sentinelship import parse_python, python_check_script
 
 READY_POLL = 0.1  # seconds between readiness checks on the main (one round trip each)
 
@@ -41,6 +42,8 @@ class Preflight:
     procs: tuple[ProcInfo, ...]  # processes of an earlier run of this job on this node
     port_holders: tuple[PortHolder, ...]
     missing_tools: tuple[str, ...]
+    # the bare python3 a sentinel would run on (asked only when the cluster is to watch)
+    sentinel_python: tuple[int, int] | None = None
 
 
 def preflight_script(cfg: JobConfig, node: str, check_ports: bool) -> str:
@@ -50,17 +53,20 @@ def preflight_script(cfg: JobConfig, node: str, check_ports: bool) -> str:
 mntui_procinfo $(mntui_scan {shlex.quote(job_node_pattern(cfg.job, node))})
 for t in tmux bash ss grep sed base64; do command -v "$t" >/dev/null 2>&1 || echo "MISSING $t"; done
 {f"mntui_listeners {ports}" if ports else ""}
+{python_check_script() if cfg.watch_port is not None else ""}
 """
 
 
 def preflight(cfg: JobConfig, cluster: Cluster) -> GroupResult[Preflight]:
     def one(node: Node) -> Preflight:
-        out = node.run(preflight_script(cfg, node.name, node.name == cfg.main)).stdout.splitlines()
+        text = node.run(preflight_script(cfg, node.name, node.name == cfg.main)).stdout
+        out = text.splitlines()
         return Preflight(
             node.name,
             parse_procs(out),
             parse_listeners(out),
             tuple(line.split()[1] for line in out if line.startswith("MISSING ")),
+            parse_python(text) if cfg.watch_port is not None else None,
         )
 
     return cluster.map(one)

@@ -19,7 +19,8 @@ import time
 from . import daemon, proctree
 from .facts import Facts, ProcFact
 from .logtail import LogTail
-from .watchcfg import RUN_ID, WatchConfig
+from .runid import RUN_ID
+from .watchcfg import WatchConfig
 
 START_TIMEOUT = 60.0  # seconds for an attempt's start script (tmux, retried)
 _REL = re.compile(r"[A-Za-z0-9._/-]{1,512}")

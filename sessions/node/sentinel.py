@@ -20,7 +20,7 @@ import time
 import traceback
 from typing import Any
 
-from . import attempt, daemon, frames, killer
+from . import attempt, daemon, frames, killer, stackcap
 from .attempt import Attempt
 from .facts import Facts
 from .watchcfg import WatchConfig, grace_of, load_for, write_json
@@ -94,11 +94,33 @@ class Sentinel:
         )
         return why
 
-    def kill(self, why: str, grace: float | None = None) -> dict[str, Any]:
+    def kill(
+        self, why: str, grace: float | None = None, stacks: stackcap.Ask | None = None
+    ) -> dict[str, Any]:
         """Kills the current attempt; after an attempt's start under way, that one (the
-        two never interleave: a kill then a start would leave the new attempt unwatched)."""
+        two never interleave: a kill then a start would leave the new attempt unwatched).
+        With `stacks` (a hang), the ranks' stacks are taken first, within its budget."""
         with self.ops:
-            return self._kill(why, grace)
+            taken = self._stacks(stacks) if stacks is not None else None
+            result = self._kill(why, grace)
+            if taken is not None:
+                result["stacks"] = taken
+            return result
+
+    def _stacks(self, ask: stackcap.Ask) -> dict[str, Any]:
+        """The capture the launch rendered for the current attempt, saved in its run dir;
+        whatever happens, the kill follows."""
+        nonce = self.cfg.stacks_nonce
+        with self.lock:
+            att = self.att
+        if nonce is None or self.cfg.capture_budget <= 0:
+            return {"error": "no stacks: the launch rendered no capture script"}
+        try:
+            script = os.path.join(self.dir, stackcap.SCRIPT)
+            return stackcap.take(script, att.entry, att.dir, nonce, att.run, ask)
+        except Exception as exc:  # said in the kill's report; the kill goes on
+            traceback.print_exc()
+            return {"error": f"no stacks: {type(exc).__name__}: {exc}"[:200]}
 
     def _kill(self, why: str, grace: float | None) -> dict[str, Any]:
         print(f"sentinel: killing this node's ranks: {why}", flush=True)
@@ -179,7 +201,8 @@ class Sentinel:
             why = str(msg.get("why", ""))[:200]
             g = grace_of(msg.get("grace"))
             grace = self.cfg.grace if g is None else g
-            args = (ch, msg.get("id"), why, grace)
+            stacks = stackcap.ask_of(msg.get("stacks"), self.cfg.nodes, self.cfg.capture_budget)
+            args = (ch, msg.get("id"), why, grace, stacks)
             threading.Thread(target=self._kill_and_report, args=args).start()
         elif kind == "start":
             k = msg.get("attempt")
@@ -211,8 +234,10 @@ class Sentinel:
         except OSError:
             pass
 
-    def _kill_and_report(self, ch: frames.Channel, seq: object, why: str, grace: float) -> None:
-        result = self.kill(why, grace)
+    def _kill_and_report(
+        self, ch: frames.Channel, seq: object, why: str, grace: float, stacks: stackcap.Ask | None
+    ) -> None:
+        result = self.kill(why, grace, stacks)
         try:
             ch.send("done", re=seq, ok=True, result=result)
         except OSError:

@@ -5,6 +5,12 @@ manager costs seconds at 64 nodes and nothing at all while the manager is away; 
 sentinel kills by tag on its own node and reports what it found. A node whose sentinel
 does not answer is said (`its ranks may still run`), never taken for clean; the main's
 ranks the coordinator kills itself when the main's sentinel cannot, since it runs there.
+
+For a hang the kill carries "stacks first": each sentinel takes its ranks' stacks for
+its own node (all nodes at once) within the budget, saves them, then kills, as the
+manager's teardown does (watch/takedown.py); an unreachable culprit is not asked for
+stacks. The main's ranks that the coordinator kills itself get none: that sentinel is
+gone, and with it the capture script's runner.
 """
 
 from __future__ import annotations
@@ -17,9 +23,18 @@ from typing import Any
 from . import killer
 from .coordstate import Board
 from .judging import NodeTrigger
+from .rules import NodeState
 from .watchcfg import WatchConfig
 
 ANSWER_SLACK = 8.0  # seconds past the grace for a sentinel's report (port wait: 3 s)
+# States in which the other ranks are most likely blocked in a collective: worth a stack
+# (the manager's teardown and report use this set too: report/postmortem.py).
+HUNG = frozenset({NodeState.FROZEN, NodeState.STALLED, NodeState.UNREACHABLE})
+# A freeze's stacks wait no longer than this: py-spy of a stopped rank (--nonblocking) and
+# of the others takes 0.1-0.3 s a node (tests/integration/test_cluster_stacks.py), and the
+# Flight Recorder ask of NCCL ranks before it is bounded by 1 s (stackscript.ask_snippet);
+# the wait for their dumps after the stacks is what this cuts.
+FROZEN_BUDGET = 1.5
 
 
 def teardown(board: Board, t: NodeTrigger, cfg: WatchConfig) -> str:
@@ -36,7 +51,7 @@ def teardown(board: Board, t: NodeTrigger, cfg: WatchConfig) -> str:
         "kill": {},
     }
     board.write("decision.json", record)
-    record["kill"] = kill_everywhere(board, cfg, why)
+    record["kill"] = kill_everywhere(board, cfg, why, stacks=stacks_first(t, cfg, decided_at))
     record["ended_at"] = time.time()
     board.write("decision.json", record)
     board.journal("teardown", None, nodes=sorted(record["kill"]))
@@ -64,12 +79,33 @@ def stop(board: Board, cfg: WatchConfig, head: dict[str, Any], grace: float) -> 
     board.keep_decision(record)
 
 
+def stacks_first(t: NodeTrigger, cfg: WatchConfig, decided_at: float) -> dict[str, Any] | None:
+    """The kill's "stacks first" for a hang (None: no stacks): the decision, saved with
+    the stacks for the report to name, and the budget."""
+    if t.state not in HUNG or cfg.capture_budget <= 0 or cfg.stacks_nonce is None:
+        return None
+    budget = cfg.capture_budget
+    if t.state is NodeState.FROZEN:
+        budget = min(budget, FROZEN_BUDGET)
+    return {"node": t.node, "state": str(t.state), "why": t.why, "at": decided_at,
+            "budget": budget}  # fmt: skip
+
+
 def kill_everywhere(
-    board: Board, cfg: WatchConfig, why: str, grace: float | None = None
+    board: Board,
+    cfg: WatchConfig,
+    why: str,
+    grace: float | None = None,
+    stacks: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     grace = cfg.grace if grace is None else grace
     peers = board.live_peers()
-    asked = {n: rid for n in peers if (rid := board.ask(n, "kill", grace=grace, why=why))}
+    asked: dict[str, str] = {}
+    for n in peers:
+        extra = {"stacks": stacks} if stacks is not None and _can_give(n, stacks) else {}
+        rid = board.ask(n, "kill", grace=grace, why=why, **extra)
+        if rid is not None:
+            asked[n] = rid
     results: dict[str, Any] = {}
     local: threading.Thread | None = None
     if cfg.node not in asked:  # the main's sentinel is gone: its ranks are ours to kill
@@ -78,6 +114,8 @@ def kill_everywhere(
         local = threading.Thread(target=_kill_here, args=args, daemon=True)
         local.start()
     slack = ANSWER_SLACK + 0.05 * len(cfg.nodes)  # a busy main reads N reports in turn
+    if stacks is not None:
+        slack += float(stacks["budget"])
     deadline = time.monotonic() + grace + slack
     for node, rid in asked.items():
         msg = board.wait_reply(node, rid, deadline)
@@ -91,6 +129,12 @@ def kill_everywhere(
     for node in cfg.nodes:
         results.setdefault(node, {"error": "no sentinel connected: its ranks may still run"})
     return results
+
+
+def _can_give(node: str, stacks: dict[str, Any]) -> bool:
+    """An unreachable culprit is not asked for stacks (the manager's path skips it too):
+    its answer, if any, must not wait for a capture."""
+    return not (stacks["node"] == node and stacks["state"] == str(NodeState.UNREACHABLE))
 
 
 def _kill_here(entry: str, cfg: WatchConfig, grace: float, results: dict[str, Any]) -> None:

@@ -19,13 +19,13 @@ from typing import Any
 
 from .judging import Rules
 from .restarts import RestartRules
+from .runid import RUN_ID
 
 FILE = "watch.json"
 SECRET = "secret"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-# a run id (launch/plan.py: new_run_id): the one rule, which runs.py re-exports
-RUN_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{4}\Z")
 _TAG = re.compile(r"[A-Za-z0-9._-]{1,128}/[A-Za-z0-9._-]{1,64}/[A-Za-z0-9._-]{1,128}")
+NONCE = re.compile(r"[0-9a-f]{8,64}\Z")
 
 
 class BadWatchFile(ValueError):
@@ -53,6 +53,8 @@ class WatchConfig:
     attempts: int = 0  # restarts rendered at launch: attempts/<k>.sh, k = 1..attempts
     master_port: int = 0  # the main's ready check before the workers of a restart
     ready_timeout: float = 600.0
+    capture_budget: float = 0.0  # seconds of py-spy before a hang's kill (0: no stacks)
+    stacks_nonce: str | None = None  # marks the lines of the launch's stack scripts
 
     @property
     def is_main(self) -> bool:
@@ -134,6 +136,16 @@ def _restart(d: object) -> RestartRules | None:
     )
 
 
+def _stacks(d: dict[str, Any]) -> dict[str, Any]:
+    """The stacks before a hang's kill: absent from a file that takes none."""
+    if d.get("stacks_nonce") is None:
+        return {}
+    nonce, budget = d.get("stacks_nonce"), _get(d, "capture_budget", float)
+    if not isinstance(nonce, str) or not NONCE.match(nonce) or not 0 <= budget <= 600:
+        raise BadWatchFile(f"{FILE}: stacks_nonce or capture_budget out of range")
+    return {"capture_budget": budget, "stacks_nonce": nonce}
+
+
 def parse(d: object) -> WatchConfig:
     if not isinstance(d, dict) or d.get("v") != 1:
         raise BadWatchFile(f"{FILE}: not a version 1 watch file")
@@ -167,6 +179,7 @@ def parse(d: object) -> WatchConfig:
         attempts=_get(d, "attempts", int),
         master_port=_get(d, "master_port", int),
         ready_timeout=_get(d, "ready_timeout", float),
+        **_stacks(d),
     )
     tag_ok = _TAG.fullmatch(cfg.tag) and cfg.tag == f"{cfg.job}/{cfg.run}/{cfg.node}"
     if cfg.node not in cfg.nodes or not tag_ok or not RUN_ID.fullmatch(cfg.run):
@@ -245,6 +258,8 @@ def to_json(cfg: WatchConfig) -> str:
             "attempts": cfg.attempts,
             "master_port": cfg.master_port,
             "ready_timeout": cfg.ready_timeout,
+            "capture_budget": cfg.capture_budget,
+            "stacks_nonce": cfg.stacks_nonce,
         },
         sort_keys=True,
     )

@@ -4,7 +4,8 @@ After a teardown the processes are gone but their traces are not: the tail of th
 log, the exit code and when it was written (node clock), the kernel's OOM-killer
 lines when `dmesg`/`journalctl -k` is readable, and the ranks' Flight Recorder dumps:
 where launch.sh pointed them (`fr/where` in the run directory), else where the job's
-env did (`TORCH_FR_DUMP_TEMP_FILE`). Everything travels base64-encoded
+env did (`TORCH_FR_DUMP_TEMP_FILE`), and the stacks a cluster's sentinel saved before a
+hang's kill (`stacks.json`, read by nodestacks.py). Everything travels base64-encoded
 behind nonce-marked lines: a log is data, never protocol.
 """
 
@@ -20,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mntui.sessions.errors import log_exception
+from mntui.sessions.node.stackcap import FILE as STACKS_FILE
+from mntui.sessions.node.stackcap import MAX_OUT
 from mntui.sessions.procs import run_dir_word
 from mntui.sessions.results import GroupResult, Outcome
 from mntui.sessions.runs import RunRecord
@@ -28,6 +31,7 @@ from mntui.sessions.ssh import Cluster, Node
 LOG_BYTES = 512 * 1024  # the first error is rarely further back than this from the end
 FR_BYTES = 32 * 1024 * 1024  # per node: a dump of 2,000 entries is about 1 MB a rank
 FR_DEFAULT_PREFIX = "/tmp/nccl_trace_rank_"  # torch's default for TORCH_FR_DUMP_TEMP_FILE
+STACKS_BYTES = MAX_OUT + (64 << 10)  # a saved capture: its output, escapes, the decision
 
 
 def flight_recorder_prefix(env: dict[str, str]) -> str | None:
@@ -48,6 +52,7 @@ class NodeEvidence:
     kernel: tuple[str, ...]  # OOM-killer lines from the kernel log, if readable
     flight_records: dict[str, bytes]  # file name -> content
     malformed: int = 0
+    capture: bytes | None = None  # the stacks its sentinel saved before a hang's kill
 
     @property
     def lines(self) -> list[str]:
@@ -74,6 +79,9 @@ if [ -f "$d/exit_code" ]; then
   read -r rc <"$d/exit_code"; echo "{m}EXIT $rc $(stat -c %.3Y "$d/exit_code")"
 fi
 echo "{m}LOG $(tail -c {LOG_BYTES} "$d/output.log" 2>/dev/null | base64 -w0)"
+if [ -f "$d/{STACKS_FILE}" ]; then
+  echo "{m}CAPTURE $(head -c {STACKS_BYTES + 1} "$d/{STACKS_FILE}" | base64 -w0)"
+fi
 k=$( (dmesg 2>/dev/null || journalctl -k -q --no-pager 2>/dev/null) \\
   | grep -iE 'out of memory|oom-kill|killed process' | tail -n 5)
 [ -n "$k" ] && echo "{m}KERNEL $(printf '%s' "$k" | base64 -w0)"
@@ -82,7 +90,7 @@ k=$( (dmesg 2>/dev/null || journalctl -k -q --no-pager 2>/dev/null) \\
 
 
 _EXIT = re.compile(r"EXIT (-?\d{1,4}) (\d{1,12}(?:\.\d{1,9})?)\Z")
-_DATA = re.compile(r"(LOG|KERNEL) ([A-Za-z0-9+/=]*)\Z")
+_DATA = re.compile(r"(LOG|KERNEL|CAPTURE) ([A-Za-z0-9+/=]*)\Z")
 _FR = re.compile(r"FR ([A-Za-z0-9+/=]+) ([A-Za-z0-9+/=]*)\Z")
 # A dump's name becomes a local file's: no path, and not `.` or `..` (a directory).
 _SAFE_NAME = re.compile(r"(?!\.{1,2}\Z)[A-Za-z0-9._-]{1,128}\Z")
@@ -93,6 +101,7 @@ def parse_evidence(node: str, out: str, nonce: str) -> NodeEvidence:
     code: int | None = None
     at: float | None = None
     log, kernel, bad = b"", "", 0
+    capture: bytes | None = None
     fr: dict[str, bytes] = {}
     for line in out.splitlines():
         if not line.startswith(m):
@@ -104,6 +113,8 @@ def parse_evidence(node: str, out: str, nonce: str) -> NodeEvidence:
             data = _b64(d[2])
             if d[1] == "LOG":
                 log = data
+            elif d[1] == "CAPTURE":
+                capture = data
             else:
                 kernel = data.decode(errors="replace")
         elif f := _FR.match(body):
@@ -115,7 +126,7 @@ def parse_evidence(node: str, out: str, nonce: str) -> NodeEvidence:
         else:
             bad += 1
     kernel_lines = tuple(x for x in kernel.splitlines() if x.strip())[-5:]
-    return NodeEvidence(node, log, code, at, kernel_lines, fr, bad)
+    return NodeEvidence(node, log, code, at, kernel_lines, fr, bad, capture)
 
 
 def _b64(text: str) -> bytes:

@@ -19,6 +19,7 @@ from mntui.sessions.config import JobConfig, compile_pattern
 from mntui.sessions.errors import log_exception
 from mntui.sessions.history import StepClock, compile_checkpoint
 from mntui.sessions.launch import LineSplitter
+from mntui.sessions.node import teardown as coordinator
 from mntui.sessions.poll import (
     DEFAULT_PATTERN,
     NodeSnapshot,
@@ -28,19 +29,21 @@ from mntui.sessions.poll import (
     describe,
 )
 from mntui.sessions.procs import run_pattern
+from mntui.sessions.results import GroupResult
 from mntui.sessions.runs import RunRecord, write_atomic
 from mntui.sessions.ssh import Cluster
 from mntui.sessions.termsafe import clean, one_line
 
-from . import evidence, frchild, stacks
+from . import evidence, frchild, nodestacks, stacks
 from . import failure as report
 from .ended import proven_ended
 from .failure import Change, Ending, FailureReport
 from .suspect import slow_section
 from .verdict import Conclusion, conclude
 
-# States in which the other ranks are most likely blocked in a collective: worth a stack.
-HUNG = frozenset({NodeState.FROZEN, NodeState.STALLED, NodeState.UNREACHABLE})
+# The states in which the others most likely wait in a collective, worth a stack: the
+# coordinator's set, one rule for both watches.
+HUNG = coordinator.HUNG
 
 
 @dataclass
@@ -152,9 +155,33 @@ def make_report(
     """Read every node's evidence (one round trip each, in parallel) and build. Saving
     is the watchdog's (`try_report`, which keeps the Flight Recorder dumps in the run dir
     too): a snapshot is never the run's conclusion, nor writes beside it."""
-    prefixes = {n.name: evidence.flight_recorder_prefix(dict(n.env)) for n in cfg.nodes}
     lost = trigger[0] if trigger is not None and trigger[1] is NodeState.UNREACHABLE else None
-    found = evidence.gather(cluster, record, prefixes, frozenset({lost} if lost else ()))
+    found = _gather(cfg, record, cluster, frozenset({lost} if lost else ()))
+    return _build(
+        cfg, record, obs, found, trigger=trigger, taken=taken, ended_at=ended_at, ending=ending,
+        keep_dumps=keep_dumps,
+    )  # fmt: skip
+
+
+def _gather(
+    cfg: JobConfig, record: RunRecord, cluster: Cluster, skip: frozenset[str]
+) -> GroupResult[evidence.NodeEvidence]:
+    prefixes = {n.name: evidence.flight_recorder_prefix(dict(n.env)) for n in cfg.nodes}
+    return evidence.gather(cluster, record, prefixes, skip)
+
+
+def _build(
+    cfg: JobConfig,
+    record: RunRecord,
+    obs: Observations,
+    found: GroupResult[evidence.NodeEvidence],
+    *,
+    trigger: tuple[str, NodeState, str] | None,
+    taken: Stacks | None,
+    ended_at: float | None,
+    ending: Ending,
+    keep_dumps: bool = False,
+) -> FailureReport:
     saved = evidence.save_flight_records(record, found.succeeded) if keep_dumps else []
     by_node = taken.by_node if taken is not None else {}
     conclusion = _conclusion(record, trigger, taken, found.succeeded, ending)
@@ -284,9 +311,33 @@ def report_now(cfg: JobConfig, record: RunRecord, cluster: Cluster) -> FailureRe
     verdicts = {n: derive(s, stall) for n, s in snaps.items()}
     observe(obs, snaps, verdicts)
     if proven_ended(snaps, verdicts):
-        return make_report(cfg, record, cluster, obs, trigger=None, taken=None, ended_at=None,
-                           ending=Ending.ENDED)  # fmt: skip
+        found = _gather(cfg, record, cluster, frozenset())
+        if record.watch_port is not None:  # the cluster watched it: stacks of its teardown?
+            torn = nodestacks.at_teardown(record, found.succeeded)
+            if torn is not None:
+                return _cluster_teardown(cfg, record, obs, found, torn)
+        return _build(cfg, record, obs, found, trigger=None, taken=None, ended_at=None,
+                      ending=Ending.ENDED)  # fmt: skip
     taken = capture_stacks(cfg, record, cluster)
     return make_report(
         cfg, record, cluster, obs, trigger=None, taken=taken, ended_at=None, ending=Ending.LIVE
     )
+
+
+def _cluster_teardown(
+    cfg: JobConfig,
+    record: RunRecord,
+    obs: Observations,
+    found: GroupResult[evidence.NodeEvidence],
+    torn: nodestacks.AtTeardown,
+) -> FailureReport:
+    """The report of a hang the cluster's coordinator tore down: its decision, and the
+    stacks its sentinels took before the kill, as the manager's teardown would have had
+    them (a snapshot still: `mntui report` shows it, nothing saves it)."""
+    trigger = torn.trigger
+    if trigger is not None:
+        at = torn.decided_at if torn.decided_at is not None else time.time()
+        obs.saw(trigger[0], trigger[1], trigger[2], at - obs.offsets.get(record.nodes[0].node, 0.0))
+    taken = Stacks(torn.by_node, torn.seconds)
+    return _build(cfg, record, obs, found, trigger=trigger, taken=taken, ended_at=None,
+                  ending=Ending.TORN_DOWN)  # fmt: skip

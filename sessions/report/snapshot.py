@@ -58,7 +58,9 @@ def answer(record: RunRecord, take: Take) -> Answer:
     if not current.status.is_live:
         return _ended(current, None, take)
     text_, data = take()
-    if data.get("ending") != Ending.ENDED.value or current.status is RunStatus.LAUNCHING:
+    # torn-down: the stacks a cluster's sentinels took at its teardown (nodestacks.py)
+    over = (Ending.ENDED.value, Ending.TORN_DOWN.value)
+    if data.get("ending") not in over or current.status is RunStatus.LAUNCHING:
         return Answer(Shown.LIVE, text_, json.dumps(data, indent=2))
     return _ended(load_run(record.job, record.run_id) or current, (text_, data), take)
 
@@ -80,7 +82,10 @@ def _ended(record: RunRecord, taken: tuple[str, dict[str, Any]] | None, take: Ta
     if record.watch_port is not None:  # the cluster watched it: its coordinator decided
         cause = f": {record.cause}" if record.cause else ""
         note = f"{run} {_ended_how(record)} by the coordinator on the cluster{cause} "
-        note += "(`mntui status` shows its decision); what its nodes hold now (not saved):"
+        held = "what its nodes hold now"
+        if data.get("ending") == Ending.TORN_DOWN.value:
+            held = "the stacks its sentinels took before the kill and " + held
+        note += f"(`mntui status` shows its decision); {held} (not saved):"
         return Answer(Shown.NONE, text_, json.dumps(data, indent=2), note)
     note = f"{run} {_ended_how(record)} and no watchdog guards it: no report will come; "
     note += "what its nodes hold now (not saved):"

@@ -6,9 +6,8 @@ teardown for a frozen, stalled or unreachable-peer job, every live rank of every
 reachable node is dumped in parallel, within a time budget; a node without py-spy, or
 where ptrace is not permitted, says so and the teardown goes on.
 
-The ranks are the tagged processes with a `RANK` in their environment (torchrun sets
-it for its workers, never for itself). A stopped rank (state T) is read with
-`--nonblocking`, which needs no ptrace stop. Everything the node prints is data:
+The script is launch/stackscript.py's (the cluster's sentinels run the same one, rendered
+at launch, and save its output for `parse_capture` here). Everything the node prints is data:
 markers carry a nonce, py-spy's output travels base64-encoded and is parsed strictly,
 within bounds, its names and errors made terminal-safe (termsafe.py): the job's PATH
 picks the `py-spy` that runs, and its function names reach the report's headline.
@@ -21,15 +20,17 @@ import binascii
 import json
 import re
 import secrets
-import shlex
 from dataclasses import dataclass
 
-from mntui.sessions.procs import SHELL_LIB, run_dir_word
+from mntui.sessions.launch import stackscript
 from mntui.sessions.results import GroupResult
 from mntui.sessions.ssh import Cluster, Node
 from mntui.sessions.termsafe import one_line
 
-from .frdump import Asked, ask_snippet, parse_asked, wait_snippet
+from .frdump import Asked, parse_asked
+
+# The one capture script, the launch's (it renders it for the cluster's sentinels too).
+capture_script = stackscript.capture_script
 
 # Frames whose function names say "this rank is waiting for the others".
 COLLECTIVES = frozenset({
@@ -89,55 +90,6 @@ class NodeStacks:
     missing: str | None = None  # why no stack could be taken on this node at all
     malformed: int = 0
     asked: Asked | None = None  # Flight Recorder dumps asked for (None: no pipes set up)
-
-
-def capture_script(
-    pattern: str,
-    budget: float,
-    nonce: str,
-    run_dir: str | None = None,
-    nonblocking: bool = False,
-) -> str:
-    """py-spy is looked up on the node's PATH and on the PATH the ranks themselves run
-    with (the job's environment after `setup`: a venv activated there). With `run_dir`,
-    the ranks' Flight Recorder dumps are asked for first (frdump.py), while py-spy runs.
-    `nonblocking`: every rank is read without stopping it (a sampler's choice: a torn
-    read is a failed dump); otherwise only a stopped one, and a running rank's stack is
-    read whole."""
-    m = f"@{nonce}"
-    running = "--nonblocking" if nonblocking else ""
-    limit = max(1, int(budget))
-    ask = ask_snippet(run_dir_word(run_dir)) if run_dir else ""
-    wait = wait_snippet(m) if run_dir else ""
-    return f"""{SHELL_LIB}
-pids=$(mntui_scan {shlex.quote(pattern)} | tr '\\n' ' ')
-{ask}spy=$(command -v py-spy 2>/dev/null)
-for p in $pids; do
-  [ -n "$spy" ] && break
-  jobpath=$(tr '\\0' '\\n' 2>/dev/null <"/proc/$p/environ" | sed -n 's/^PATH=//p')
-  spy=$(PATH="$jobpath" command -v py-spy 2>/dev/null)
-done
-if [ -z "$spy" ]; then echo "{m}NOSPY"; pids=; fi
-tmp=$(mktemp -d) || exit 1
-for p in $pids; do
-  rank=$(tr '\\0' '\\n' 2>/dev/null <"/proc/$p/environ" | sed -n 's/^RANK=\\([0-9]*\\)$/\\1/p')
-  [ -n "$rank" ] || continue
-  read -r s 2>/dev/null <"/proc/$p/stat" || continue
-  s=${{s#*) }}; st=${{s%% *}}
-  case $st in T|t) nb=--nonblocking ;; *) nb={running} ;; esac
-  echo "{m}RANK $p $rank $st"
-  ( timeout {limit} "$spy" dump --json $nb --pid "$p" >"$tmp/$p.out" 2>"$tmp/$p.err"
-    echo $? >"$tmp/$p.rc" ) &
-done
-wait
-for f in "$tmp"/*.rc; do
-  [ -f "$f" ] || continue
-  p=${{f##*/}}; p=${{p%.rc}}
-  out=$(base64 -w0 <"$tmp/$p.out"); err=$(head -c 600 "$tmp/$p.err" | base64 -w0)
-  echo "{m}STACK $p $(cat "$f") $out $err"
-done
-rm -rf "$tmp"
-{wait}"""
 
 
 _RANK = re.compile(r"RANK (\d{1,9}) (\d{1,6}) ([A-Za-z])\Z")

@@ -11,16 +11,18 @@ Every kind of node runs the same scripts the same way, so this is shared: the lo
 from __future__ import annotations
 
 import os
-import secrets
 import subprocess
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from mntui.sessions.config import SshPolicy
 from mntui.sessions.results import NodeError
 
-_TOKEN = secrets.token_hex(6)
+if TYPE_CHECKING:  # a cold `status` frames its one script without the config's checks
+    from mntui.sessions.config import SshPolicy
+
+_TOKEN = os.urandom(6).hex()  # secrets.token_hex's, without hmac's OpenSSL load
 BEGIN = f"__MNTUI_{_TOKEN}_BEGIN__"
 END = f"__MNTUI_{_TOKEN}_END__"
 

@@ -244,6 +244,19 @@ def _host_key_opts(policy: SshPolicy) -> tuple[str, ...]:
     return ("-o", f"StrictHostKeyChecking={value}")
 
 
+def oneshot_argv(policy: SshPolicy) -> list[str]:
+    """`ssh` for one command on a node (a cold `status`, tui/cli/quickstatus.py), up to
+    the host: the options this transport's master is opened with, never asking anyone
+    (BatchMode: a node that needs a person is the ordinary path's), no master of its own."""
+    return [
+        *ssh_base_argv(policy.config),
+        *("-o", f"ConnectTimeout={max(1, round(policy.connect_timeout))}"),
+        *_host_key_opts(policy),
+        *("-o", "ClearAllForwardings=yes", "-o", "PermitLocalCommand=no"),
+        *("-o", "BatchMode=yes", "-o", "ControlMaster=no", "-T"),
+    ]
+
+
 def _needs_person(stderr: str) -> bool:
     """Auth that a person may complete, or an unknown host key ssh would ask about."""
     return "Permission denied" in stderr or re.search(r"host key is known for", stderr) is not None

@@ -17,7 +17,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from mntui.sessions.launch.clusterwatch import BoardView
+from mntui.sessions.launch.board import BoardView
 from mntui.sessions.runs import RunRecord, RunStatus, load_run
 from mntui.sessions.termsafe import one_line
 

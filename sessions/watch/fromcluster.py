@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mntui.sessions.launch.clusterwatch import BoardView
+from mntui.sessions.launch.board import BoardView
 from mntui.sessions.runs import RunRecord, RunStatus
 from mntui.sessions.termsafe import one_line
 
@@ -101,10 +101,15 @@ def decision_lines(view: BoardView | None, run: str | None = None) -> list[str]:
             f"the coordinator tore the job down at {_hms(d.get('decided_at'))}: "
             f"{_text(d.get('node'))} {_text(d.get('state'))}: {_text(d.get('why'))}"
         ]
+    # the sentinels' stacks module runs on the nodes: loaded only for a decision to show
+    from mntui.sessions.node.stackcap import status_line as stacks_line
+
     kills = d.get("kill")
     if isinstance(kills, dict):
         for node, res in sorted(kills.items()):
             lines.append(f"  {_text(node, 64)}: {_kill_text(res)}")
+    if taken := stacks_line(kills):  # the sentinels' stacks before the kill
+        lines.append(f"  {taken}")
     return lines
 
 

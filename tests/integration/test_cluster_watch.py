@@ -14,6 +14,8 @@ import os
 import re
 import signal
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,7 +35,8 @@ from fakecluster import (
 )
 from helpers import Cfg, step_count, steps_job, tagged_anywhere, torch_job
 
-from mntui.sessions.launch.tmux import session_name
+from mntui.sessions.launch.tmux import session_name, watch_session_name
+from mntui.sessions.runs import latest
 
 pytestmark = pytest.mark.integration
 
@@ -150,6 +153,7 @@ def test_kill_leaves_no_rank_sentinel_coordinator_session_or_port(
     res = cfg.mntui(path, "status", "--json")
     data = json.loads(res.stdout)
     assert data["via"] == "coordinator", data  # one connection, to the main only
+    assert data["watched_from"] == "cluster", data
     assert "2 of 2 sentinel(s) connected" in data["watchdog"], data
     assert [n["state"] for n in data["nodes"]] == ["running", "running"], data
     res = cfg.mntui(path, "kill")
@@ -213,9 +217,42 @@ def test_a_stranger_on_the_coordinators_port_is_refused_counted_and_harmless(
     nothing_left(fake, job, (port, wport))
 
 
-def test_a_node_without_python3_fails_the_launch_in_one_line_and_leaves_nothing(
+def local_sessions() -> list[str]:
+    """This machine's tmux sessions (the tests' private server: tests/conftest.py)."""
+    res = subprocess.run(
+        ["tmux", "-f", "/dev/null", "list-sessions", "-F", "#{session_name}"],
+        capture_output=True,
+        text=True,
+    )
+    return res.stdout.split()
+
+
+def watched_here_then_killed(cfg: Cfg, path: Path, job: str, fake: FakeCluster) -> str:
+    """A run watched from this machine: it trains, `status` (text and JSON) says so, and
+    `mntui kill` ends it and its watchdog here. The status text, for the caller."""
+    wait_for(
+        lambda: all(step_count(fake.node(n).log(job)) >= 2 for n in ("node0", "node1")),
+        60,
+        what="both nodes training",
+    )
+    status = cfg.mntui(path, "status")
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert "watched from this machine: keep it on" in status.stdout, status.stdout
+    assert "watched by the cluster" not in status.stdout, status.stdout
+    data = json.loads(cfg.mntui(path, "status", "--json").stdout)
+    assert data["watched_from"] == "this machine" and data["watchdog"] is None, data
+    res = cfg.mntui(path, "kill")
+    assert res.returncode == 0, res.stdout + res.stderr
+    wait_for(lambda: watch_session_name(job) not in local_sessions(), 30, what="its watchdog gone")
+    return status.stdout
+
+
+def test_a_node_without_python3_is_watched_from_this_machine_said_in_one_line(
     fake: FakeCluster, cfg: Cfg, tmp_path: Path
 ) -> None:
+    """Decided before anything starts: no sentinel, no coordinator, the detached
+    watchdog here, as `where: here`. The job's own python comes from its `setup` (as a
+    conda env's would); the sentinel would run on the login PATH's bare python3."""
     job = "cw-nopython"
     stub = tmp_path / "stub"
     stub.mkdir()
@@ -224,13 +261,46 @@ def test_a_node_without_python3_fails_the_launch_in_one_line_and_leaves_nothing(
     rc = fake.node("node1").home / ".bashrc"
     before = rc.read_text()
     rc.write_text(before + f"\nexport PATH={stub}:$PATH\n")
+    setup = f"setup: ['export PATH={Path(sys.executable).parent}:$PATH']"
     try:
-        path, port, wport = cluster_job(cfg, job, torch=False)
+        path, port, wport = cluster_job(cfg, job, extra=setup, torch=False)
+        doctor = cfg.mntui(path, "doctor", "--json")
+        rows = {r["node"]: r for r in json.loads(doctor.stdout) if r["check"] == "sentinel"}
+        assert rows["node0"]["status"] == "PASS", rows
+        assert rows["node1"]["status"] == "WARN", rows  # the launch goes on, watched here
+        assert rows["node1"]["detail"] == (
+            "no python3 3.9 or later on the login PATH: the job will be watched from this "
+            "machine (keep it on)"
+        ), rows
         res = cfg.mntui(path, "launch", "--no-ui", watch=True)
+        out = res.stdout + res.stderr
+        assert res.returncode == 0, out
+        said = [ln for ln in out.splitlines() if "the cluster cannot watch" in ln]
+        assert len(said) == 1, out
+        assert said[0].endswith(
+            "node1: no python3 3.9 or later: the cluster cannot watch this run; "
+            "it is watched from this machine: keep it on"
+        ), said
+        assert "watchdog running in local tmux session" in res.stdout, out
+        assert "watched by the cluster" not in out and "Traceback" not in out, out
+        assert not watchers(job, "sentinel") and not watchers(job, "coord")
+        rec = latest(job)
+        assert rec is not None and rec.watch_port is None and rec.cluster_attempts == []
+        text = watched_here_then_killed(cfg, path, job, fake)
+        assert "(the cluster cannot watch it: node1: no python3 3.9 or later)" in text, text
     finally:
         rc.write_text(before)
-    out = res.stdout + res.stderr
-    assert res.returncode == 1, out
-    assert "node1: the cluster's watch did not start: no python3 3.9 or later" in out, out
-    assert "Traceback" not in out, out
     nothing_left(fake, job, (port, wport))
+    assert not watchers(job, "sentinel") and not watchers(job, "coord")
+
+
+def test_a_run_watched_here_says_so_in_status(fake: FakeCluster, cfg: Cfg) -> None:
+    job = "cw-here"
+    port = free_port()
+    path = cfg.write(steps_job(job, port, extra="watch: {interval: 0.5}"))
+    res = cfg.mntui(path, "launch", "--no-ui", watch=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "the cluster cannot watch" not in res.stdout + res.stderr
+    text = watched_here_then_killed(cfg, path, job, fake)
+    assert "the cluster cannot" not in text, text
+    nothing_left(fake, job, (port,))

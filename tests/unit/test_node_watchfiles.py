@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from mntui.sessions.config.jobconfig import parse_config
-from mntui.sessions.launch.clusterwatch import parse_board, watch_config
+from mntui.sessions.launch.board import parse_board
+from mntui.sessions.launch.clusterwatch import watch_config
 from mntui.sessions.node.coordstate import Board, Peer
 from mntui.sessions.node.facts import Malformed, from_wire
 from mntui.sessions.node.watchcfg import BadWatchFile, parse, to_json

@@ -18,7 +18,7 @@ from mntui.sessions.config import ReadyMode
 from mntui.sessions.config.jobconfig import parse_config
 from mntui.sessions.doctor import probe as doctor
 from mntui.sessions.doctor.smoke import smoke_config
-from mntui.sessions.launch import clusterwatch, coordkill, kill, logs, startchecks, tmux
+from mntui.sessions.launch import board, coordkill, kill, logs, startchecks, tmux
 from mntui.sessions.launch import start as launch
 from mntui.sessions.launch.plan import run_record
 from mntui.sessions.poll import pollscript
@@ -109,7 +109,7 @@ def scripts() -> dict[str, tuple[str, str]]:
     wplan = launch.build_plan(watched, "20260101-000000-abcd", "10.0.0.1")
     for np in wplan.nodes:
         out[f"start-watched-{np.node}"] = ("sh", np.start_script)
-    out["board"] = ("sh", clusterwatch.board_script(rec.run_dir))
+    out["board"] = ("sh", board.board_script(rec.run_dir))
     out["coord-kill"] = ("sh", coordkill.request_script(rec.run_dir, 2.5, "00ff"))
     return out
 

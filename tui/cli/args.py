@@ -11,22 +11,23 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable, Sequence
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import ExitCode, UsageError
 
 from .examples import epilog
 
 if TYPE_CHECKING:
+    from mntui.sessions.config import JobConfig
     from mntui.sessions.runs import RunRecord
 
 DEFAULT_CONFIG = "mntui.yaml"
 
 
 def demo_config_path() -> Path:
+    from importlib import resources  # not on every verb's way: it costs a cold `status`
+
     return Path(str(resources.files("mntui.configs").joinpath("demo.yaml")))
 
 

@@ -15,15 +15,23 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import ExitCode
 from mntui.sessions.poll import NodeState, Verdict
 from mntui.sessions.runs import RunRecord
 from mntui.sessions.termsafe import one_line
+from mntui.sessions.watch import (
+    adopt,
+    away_lines,
+    chain_lines,
+    coordinator_done,
+    decision_lines,
+    watch_line,
+)
 
 from .runheader import status_header
 
 if TYPE_CHECKING:
+    from mntui.sessions.config import JobConfig
     from mntui.sessions.launch import BoardView
     from mntui.sessions.ssh import Cluster
 
@@ -34,8 +42,6 @@ def cluster_lines(record: RunRecord, view: BoardView | None) -> tuple[RunRecord,
     """Who watches, what happened since this machine last looked, what was decided; what
     the coordinator did is written into the records first (its restarts too), and the
     chain's latest record comes back."""
-    from mntui.sessions.watch import adopt, away_lines, chain_lines, decision_lines, watch_line
-
     record = adopt(record, view)
     lines = [watch_line(record, view), *away_lines(record, view), *chain_lines(view)]
     return record, lines + decision_lines(view, record.run_id)
@@ -144,6 +150,7 @@ def show(
             "exit_code": int(code),
             "via": "coordinator",
             "watchdog": lines[0],
+            "watched_from": "cluster",  # runheader.watched_from: its coordinator watches
             "cluster": lines[1:],
             "nodes": rows,
         }
@@ -162,7 +169,6 @@ def status_from_cluster(
     from dataclasses import replace
 
     from mntui.sessions.ssh import Cluster
-    from mntui.sessions.watch import adopt, coordinator_done
 
     rec_main = record.nodes[0]  # the record, not the config, says where the run is
     main = [replace(n, host=rec_main.host) for n in cfg.nodes if n.name == rec_main.node]
@@ -171,10 +177,25 @@ def status_from_cluster(
     with Cluster(main, cfg.ssh) as cluster:
         while True:
             view = read_main_board(record, cluster)
-            if view is None or not view.alive or not view.fresh or coordinator_done(view):
-                # ended, ending or gone: the nodes themselves say what is left
+            code = board_status(record, view, as_json, say, None if watch else 2, cfg.restart.max)
+            if code is None:  # ended, ending or gone: the nodes themselves say what is left
                 return None, adopt(record, view)
-            code = show(record, view, as_json, say, None if watch else 2, cfg.restart.max)
             if not watch:
                 return code, record
             time.sleep(cfg.watch.interval)
+
+
+def board_status(
+    record: RunRecord,
+    view: BoardView | None,
+    as_json: bool,
+    say: Say,
+    indent: int | None,
+    restarts: int,
+) -> ExitCode | None:
+    """The run's status from its coordinator's board while the coordinator is there and
+    watching (the one rule both a cold status, quickstatus.py, and this module's own
+    loop follow); None when the board was not read, is stale, or its chain has ended."""
+    if view is None or not view.alive or not view.fresh or coordinator_done(view):
+        return None
+    return show(record, view, as_json, say, indent, restarts)

@@ -14,17 +14,21 @@ import argparse
 import signal
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from mntui.sessions.config import ConfigError, JobConfig, load_config
 from mntui.sessions.errors import ExitCode, MntuiError, UsageError, log_exception
 
 from .args import build_parser, check_nodes, demo_config_path, find_config, find_run, where
 from .completion import autocomplete
-from .history_view import cmd_history, cmd_quarantine
-from .job_verbs import cmd_attach, cmd_cleanup, cmd_demo, cmd_kill, cmd_launch
 from .output import say
 
-NO_CONFIG = {"history": cmd_history, "quarantine": cmd_quarantine}
+if TYPE_CHECKING:
+    from mntui.sessions.config import JobConfig
+
+# Each verb's handler is imported when it runs: a cold `status` of a run the cluster
+# watches (quickstatus.py) must not pay for the config's loader, the SSH library or the
+# other verbs, and neither `kill` at 3 a.m.
+NO_CONFIG = frozenset({"history", "quarantine"})
 # Verbs that act on a recorded run reach the nodes its chain used, not the file's.
 ON_THE_RUN = frozenset({"kill", "cleanup", "attach", "status", "logs", "report"})
 
@@ -53,27 +57,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(sig, _interrupt)
     try:
         if args.cmd == "demo":
+            from .job_verbs import cmd_demo
+
             return cmd_demo(args)
         if args.cmd in ("init", "completion"):  # no config yet, or none needed
             return cmd_setup(args)
         if args.cmd in NO_CONFIG:  # the state dir only: no config needed
-            return NO_CONFIG[args.cmd](args)
-        cfg = load_config(find_config(args.config))
-        if args.cmd in ON_THE_RUN:
-            cfg = where(cfg, getattr(args, "run", None))
-        handler = {
-            "launch": cmd_launch,
-            "kill": cmd_kill,
-            "cleanup": cmd_cleanup,
-            "attach": cmd_attach,
-            "status": cmd_status,
-            "logs": cmd_logs,
-            "watch": cmd_watch,
-            "report": cmd_report,
-            "doctor": cmd_doctor,
-            "nodes": cmd_nodes,
-        }[args.cmd]
-        return handler(cfg, args)
+            from .history_view import cmd_history, cmd_quarantine
+
+            return (cmd_history if args.cmd == "history" else cmd_quarantine)(args)
+        if args.cmd == "status":
+            from .quickstatus import quick_status
+
+            if (code := quick_status(args, say)) is not None:
+                return code
+        return run_verb(args)
     except UsageError as exc:
         say(f"mntui: {exc}", err=True)
         return ExitCode.USAGE
@@ -92,6 +90,34 @@ def main(argv: Sequence[str] | None = None) -> int:
             err=True,
         )
         return ExitCode.FAILED
+
+
+def run_verb(args: argparse.Namespace) -> int:
+    """A verb that needs the job's config: loaded (and remembered for a later cold
+    status, quickstatus.py), then pointed at where the recorded run is."""
+    from mntui.sessions.config import load_config
+
+    from .job_verbs import cmd_attach, cmd_cleanup, cmd_kill, cmd_launch
+    from .quickstatus import remember
+
+    path = find_config(args.config)
+    cfg = load_config(path)
+    remember(path, cfg)
+    if args.cmd in ON_THE_RUN:
+        cfg = where(cfg, getattr(args, "run", None))
+    handler = {
+        "launch": cmd_launch,
+        "kill": cmd_kill,
+        "cleanup": cmd_cleanup,
+        "attach": cmd_attach,
+        "status": cmd_status,
+        "logs": cmd_logs,
+        "watch": cmd_watch,
+        "report": cmd_report,
+        "doctor": cmd_doctor,
+        "nodes": cmd_nodes,
+    }[args.cmd]
+    return int(handler(cfg, args))
 
 
 def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
@@ -124,6 +150,8 @@ def cmd_app(args: argparse.Namespace) -> int:
         demo = False
     except UsageError:
         path, demo = demo_config_path(), True
+    from mntui.sessions.config import ConfigError, load_config
+
     try:
         cfg = load_config(path)
     except ConfigError as exc:

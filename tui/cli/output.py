@@ -13,9 +13,12 @@ import os
 import sys
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from mntui.sessions.events import Event
 from mntui.sessions.termsafe import clean
+
+if TYPE_CHECKING:
+    from mntui.sessions.events import Event
 
 _OUT = threading.Lock()  # one writer: node threads report at once (kill, launch, watch)
 

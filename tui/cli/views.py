@@ -31,7 +31,7 @@ from mntui.sessions.runs import RunRecord
 from mntui.tui import cells
 
 from .output import clear_screen
-from .runheader import orphan_line, status_header, unguarded_line
+from .runheader import orphan_line, status_header, unguarded_line, watched_from
 
 if TYPE_CHECKING:
     from mntui.sessions.ssh import Cluster
@@ -111,6 +111,7 @@ def status_json(
             "killed_nodes": record.killed_nodes,
             "supervisor": orphan_line(record) or None,
             "watchdog": unguarded_line(record) or None,
+            "watched_from": watched_from(record),  # "cluster" | "this machine" | None
             "exit_code": int(code),
             "via": via,
             "straggler": slow_json(record),

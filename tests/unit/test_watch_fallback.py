@@ -1,0 +1,89 @@
+"""Issue 30: a `where: cluster` run that a node cannot run a sentinel for is watched from
+this machine, chosen before anything starts, said in one line; `status` says which way
+a run is watched. The pure parts here; the launch on real nodes is in
+tests/integration/test_cluster_watch.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from mntui.sessions.config.jobconfig import parse_config
+from mntui.sessions.launch import clusterwatch as cw
+from mntui.sessions.launch.plan import build_plan, run_record
+from mntui.sessions.launch.sentinelship import parse_python
+from mntui.sessions.launch.startchecks import preflight_script
+from mntui.sessions.runs import RunStatus
+from mntui.tui.cli.runheader import here_line, status_header, watched_from
+
+CFG = "job: j\nnodes: [n0, n1]\ncommand: python train.py\nwatch: {where: %s}\n"
+
+
+def test_the_reason_is_the_same_words_for_every_version() -> None:
+    assert cw.python_unfit((3, 9)) is None and cw.python_unfit((3, 12)) is None
+    assert cw.python_unfit(None) == "no python3 3.9 or later"
+    assert cw.python_unfit((3, 8)) == "python3 3.8, not 3.9 or later"
+    got = cw.unfit_nodes({"n0": (3, 11), "n1": None, "n2": (2, 7)})
+    assert got == {"n1": "no python3 3.9 or later", "n2": "python3 2.7, not 3.9 or later"}
+
+
+def test_the_fallback_is_one_bounded_line_however_many_nodes() -> None:
+    assert cw.fallback_line(cw.fallback_reason({"node1": "no python3 3.9 or later"})) == (
+        "node1: no python3 3.9 or later: the cluster cannot watch this run; "
+        "it is watched from this machine: keep it on"
+    )
+    many = {f"g{i}": "no python3 3.9 or later" for i in range(4096)} | {"x": "python3 3.6, no"}
+    reason = cw.fallback_reason(many)
+    assert reason == "g0, g1, g2, g3, g4 and 4091 more: no python3 3.9 or later; x: python3 3.6, no"
+    assert "\n" not in cw.fallback_line(reason)
+
+
+def test_watched_here_plans_no_sentinel_no_port_no_cluster_restart() -> None:
+    cfg = parse_config(CFG % "cluster" + "restart: {max: 2}\nlaunch: {ready: port}\n")
+    assert cfg.watch_port is not None
+    here = cw.watched_here(cfg)
+    assert here.watch_port is None and here.watch.where == "here"
+    assert here.all_ports == (here.master_port,) and here.restart == cfg.restart
+    plan = build_plan(here, "r1", "10.0.0.1")
+    assert plan.cluster_attempts == ()
+    assert all("SENTINEL" not in n.start_script for n in plan.nodes)
+    assert any("SENTINEL" in n.start_script for n in build_plan(cfg, "r1", "10.0.0.1").nodes)
+
+
+def _preflight_python(cfg_text: str, path: str) -> tuple[int, int] | None:
+    cfg = parse_config(cfg_text)
+    script = preflight_script(cfg, "n0", False)
+    env = {**os.environ, "PATH": path}
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env).stdout
+    return parse_python(out)
+
+
+def test_the_preflight_asks_the_bare_python3_only_for_the_cluster(tmp_path: Path) -> None:
+    """The same round trip as the rest of the preflight, no extra one per node."""
+    assert "PY none" not in preflight_script(parse_config(CFG % "here"), "n0", False)
+    here_path = f"{Path(sys.executable).parent}:/usr/bin:/bin"
+    assert cw.python_unfit(_preflight_python(CFG % "cluster", here_path)) is None
+    stub = tmp_path / "python3"
+    stub.write_text("#!/bin/sh\nexit 1\n")
+    stub.chmod(0o755)
+    assert _preflight_python(CFG % "cluster", f"{tmp_path}:/usr/bin:/bin") is None
+
+
+def test_status_says_which_way_a_run_is_watched() -> None:
+    cfg = parse_config(CFG % "cluster")
+    cluster = run_record(build_plan(cfg, "r1", "10.0.0.1"), "job.yaml")
+    cluster.watch_port, cluster.status = cfg.watch_port, RunStatus.RUNNING
+    assert watched_from(cluster) == "cluster" and here_line(cluster) == ""
+    here = run_record(build_plan(cw.watched_here(cfg), "r2", "10.0.0.1"), "job.yaml")
+    here.status = RunStatus.RUNNING
+    here.note(cw.HERE_NOTE, why="node1: no python3 3.9 or later\x1b[2J")
+    line = here_line(here)
+    assert line == (
+        "watched from this machine: keep it on "
+        "(the cluster cannot watch it: node1: no python3 3.9 or later)"
+    ), line
+    here.status = RunStatus.FINISHED
+    assert here_line(here) == "" and watched_from(here) == "this machine"
+    assert "watched from" not in status_header(here, "")
