@@ -20,6 +20,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
@@ -45,6 +46,9 @@ class KillResult:
     session_killed: bool
     port_holders: tuple[int, ...]  # ports of `ports` still listened on after the wait
     seconds: float
+    # where the seconds went (scan, stop, sweep, session, settle): a slow teardown's
+    # report says which step was slow
+    phases: tuple[tuple[str, float], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -54,6 +58,7 @@ class KillResult:
             "session_killed": self.session_killed,
             "port_holders": list(self.port_holders),
             "seconds": self.seconds,
+            "phases": {k: round(v, 3) for k, v in self.phases},
         }
 
 
@@ -103,9 +108,50 @@ def _lineage(proc: str, pid: int) -> set[int]:
     return seen
 
 
-def _tagged(proc: str, pid: int, pattern: re.Pattern[str]) -> bool:
+def literal_head(pattern: str) -> bytes:
+    """The text every whole match of `pattern` starts with (`MNTUI_RUN=job/` for the
+    kill's patterns): a process whose environment holds no entry starting so cannot
+    match, and a bytes search says that far faster than a regex over every entry —
+    on a host of many processes (or 64 fake nodes on one /proc) the scan was most of a
+    teardown's time."""
+    if _top_level_bar(pattern):  # an alternative need not start so
+        return b""
+    head = []
+    for c in pattern:
+        if not (c.isascii() and (c.isalnum() or c in "_=/")):
+            break
+        head.append(c)
+    if head and pattern[len(head) : len(head) + 1] in ("*", "?", "{"):
+        head.pop()  # `ab*`: the b is optional
+    return "".join(head).encode()
+
+
+def _top_level_bar(pattern: str) -> bool:
+    depth, i, klass = 0, 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if klass:
+            klass = c != "]"
+        elif c == "[":
+            klass = True
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth <= 0:
+            return True
+        i += 1
+    return False
+
+
+def _tagged(proc: str, pid: int, pattern: re.Pattern[str], head: bytes = b"") -> bool:
     raw = _read(f"{proc}/{pid}/environ", ENVIRON_MAX + 1)
     if not raw:
+        return False
+    if head and not raw.startswith(head) and b"\0" + head not in raw:
         return False
     entries = raw.split(b"\0")
     if len(raw) > ENVIRON_MAX:
@@ -165,6 +211,7 @@ def _wait_while(seconds: float, busy: Callable[[], bool]) -> None:
 class _Killer:
     def __init__(self, pattern: str, proc: str, exclude: Collection[int]) -> None:
         self.pattern = re.compile(pattern)
+        self.head = literal_head(pattern)
         self.proc = proc
         self.uid = os.geteuid()
         self.skip = _lineage(proc, os.getpid()) | set(exclude)
@@ -191,25 +238,36 @@ class _Killer:
                 continue
             pid = int(entry.name)
             try:
-                ino = entry.inode()
-                if pid in self.skip or self.untagged.get(pid) == ino:
-                    continue
-                ours = entry.stat().st_uid == self.uid
+                ino = entry.inode()  # readdir's own d_ino: no system call
             except OSError:
                 continue
-            held = self._hold(pid) if ours else None
+            if pid in self.skip or self.untagged.get(pid) == ino:
+                continue
+            # the environment first: on a host of many processes nearly none is tagged,
+            # and one bounded read says so (another user's is unreadable, so untagged)
+            held = self._hold(pid) if self._ours(entry) else None
             if held is not None:
                 hits.append(held)
-            elif ours and pid not in self.held:
+            elif pid not in self.held:
                 # judged once per process (its /proc inode: a reused PID is a new one):
                 # the kill scans again every 50 ms while it waits, and on a host of many
                 # processes re-reading every environment each time was most of its cost
                 self.untagged[pid] = ino
         return hits
 
+    def _ours(self, entry: os.DirEntry[str]) -> bool:
+        """Tagged, and of this user: a process of another user that carries a tag (root
+        reads every environment) is never ours to kill."""
+        if not _tagged(self.proc, int(entry.name), self.pattern, self.head):
+            return False
+        try:
+            return entry.stat().st_uid == self.uid
+        except OSError:
+            return False
+
     def _hold(self, pid: int) -> _Proc | None:
         first = _stat(self.proc, pid)
-        if first is None or not _tagged(self.proc, pid, self.pattern):
+        if first is None:
             return None
         known = self.held.get(pid)
         if known is not None and known.start == first.start:
@@ -262,12 +320,34 @@ class _Killer:
             text = raw.replace(b"\0", b" ").decode(errors="replace").strip()
             self.found[p.pid] = (p.pid, st.state[:1] or "?", text)
 
-    def stop(self, grace: float, procs: Sequence[_Proc]) -> None:
-        """mntui_stop: CONT+TERM, up to `grace` for them to go, KILL for the rest."""
+    def known(self, pids: Collection[int]) -> list[_Proc]:
+        """The processes the caller already follows, held if they are tagged and ours:
+        signalled before the scan of the whole host, so the job starts to go at once."""
+        out = []
+        for pid in dict.fromkeys(pids):
+            if pid in self.skip or not _tagged(self.proc, pid, self.pattern, self.head):
+                continue
+            try:
+                if os.stat(f"{self.proc}/{pid}").st_uid != self.uid:
+                    continue
+            except OSError:
+                continue
+            held = self._hold(pid)
+            if held is not None:
+                out.append(held)
+        return out
+
+    def term(self, procs: Sequence[_Proc]) -> None:
+        self.signal(procs, signal.SIGCONT)  # a stopped process cannot act on SIGTERM
+        self.signal(procs, signal.SIGTERM)
+
+    def stop(self, grace: float, procs: Sequence[_Proc], termed: Sequence[_Proc] = ()) -> None:
+        """mntui_stop: CONT+TERM (but to `termed`, which had it), up to `grace` for them
+        to go, KILL for the rest."""
         if not procs:
             return
-        self.signal(procs, signal.SIGCONT)
-        self.signal(procs, signal.SIGTERM)
+        sent = {p.pid for p in termed}
+        self.term([p for p in procs if p.pid not in sent])
         _wait_while(grace, lambda: bool(self.alive(procs)))
         rest = self.alive(procs)
         self.signal(rest, signal.SIGKILL)
@@ -280,14 +360,44 @@ class _Killer:
         return sorted(tagged)
 
 
+class _Phases:
+    def __init__(self) -> None:
+        self.mark = time.monotonic()
+        self.spent: list[tuple[str, float]] = []
+
+    def done(self, name: str) -> None:
+        now = time.monotonic()
+        self.spent.append((name, now - self.mark))
+        self.mark = now
+
+
+class _Closer:
+    """The session's close, in a thread of its own (no session: nothing to do)."""
+
+    def __init__(self, tmux: Sequence[str], session: str | None) -> None:
+        self.closed = False
+        self.thread: threading.Thread | None = None
+        if session:
+            self.thread = threading.Thread(target=self._run, args=(tmux, session), daemon=True)
+            self.thread.start()
+
+    def _run(self, tmux: Sequence[str], session: str) -> None:
+        self.closed = _close_session(tmux, session)
+
+    def result(self) -> bool:
+        if self.thread is not None:
+            self.thread.join()
+        return self.closed
+
+
 def _close_session(tmux: Sequence[str], session: str, tries: int = 3) -> bool:
     """Closes the session if it is there; a tmux slow to answer (a loaded node: each
     call has TMUX_TIMEOUT) is asked again rather than leaving a dead pane's session."""
-    for _ in range(tries):
-        if not _tmux_ok(tmux, "has-session", "-t", f"={session}"):
-            return False
+    for _ in range(tries):  # the kill first: a session is there on almost every teardown
         if _tmux_ok(tmux, "kill-session", "-t", f"={session}"):
             return True
+        if not _tmux_ok(tmux, "has-session", "-t", f"={session}"):
+            return False
     return False
 
 
@@ -300,15 +410,24 @@ def kill_tagged(
     exclude: Collection[int] = (),
     proc: str = "/proc",
     tmux: Sequence[str] = ("tmux",),
+    known: Collection[int] = (),
 ) -> KillResult:
     """Kill every process of ours whose environment holds an entry matching `pattern`
-    (whole), never the caller, its ancestors or `exclude`; then close `session`."""
+    (whole), never the caller, its ancestors or `exclude`; then close `session`.
+    `known`: PIDs the caller follows as the job's (checked like any other), told first."""
     t0 = time.monotonic()
     k = _Killer(pattern, proc, exclude)
+    clock = _Phases()
     try:
-        first = k.scan()
+        early = k.known(known)
+        k.note(early)
+        k.term(early)
+        first = [p for p in k.scan() if p.pid not in {e.pid for e in early}]
         k.note(first)
-        k.stop(grace, first)
+        clock.done("scan")
+        k.stop(grace, [*early, *first], termed=early)
+        clock.done("stop")
+        closing = _Closer(tmux, session)  # beside the sweeps: each costs a tmux call or two
         for _ in range(SWEEPS):  # anything forked while we were killing (a launcher's restart)
             more = k.alive(k.scan())
             if not more:
@@ -316,7 +435,9 @@ def kill_tagged(
             k.note(more)
             k.stop(0, more)
             time.sleep(POLL)
-        session_killed = _close_session(tmux, session) if session else False
+        clock.done("sweep")
+        session_killed = closing.result()
+        clock.done("session")
         left: list[int] = []
         held: list[int] = []
 
@@ -328,6 +449,7 @@ def kill_tagged(
             return bool(left or held)
 
         _wait_while(SETTLE, busy)
+        clock.done("settle")
         return KillResult(
             found=tuple(k.found.values()),
             sigkilled=tuple(k.sigkilled),
@@ -335,6 +457,7 @@ def kill_tagged(
             session_killed=session_killed,
             port_holders=tuple(held),
             seconds=time.monotonic() - t0,
+            phases=tuple(clock.spent),
         )
     finally:
         k.close()

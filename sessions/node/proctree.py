@@ -126,6 +126,13 @@ class Follower:
         self.malformed = 0
         self.over_limit = 0
 
+    @property
+    def members(self) -> tuple[int, ...]:
+        """The run's processes at the last sample: a kill signals them before it scans
+        the host for the rest (the dict is replaced whole, so a reader in another thread
+        sees one sample's)."""
+        return tuple(self._known)
+
     def add(self, pid: int) -> None:
         """A seed (the pane's pid): judged by its tag at the next sample like any other.
         Added again, it is judged again if it was not a member: the pane's process execs

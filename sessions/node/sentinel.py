@@ -127,13 +127,14 @@ class Sentinel:
         self.killed = True
         try:
             with self.lock:
-                entry = self.att.entry
+                entry, known = self.att.entry, self.att.follower.members
             res = killer.kill_tagged(
                 re.escape(entry),
                 grace=self.cfg.grace if grace is None else grace,
                 session=self.cfg.session,
                 ports=self.cfg.ports,
                 exclude=(os.getpid(),),
+                known=known,
             )
         except Exception as exc:  # said to the coordinator, never a silent sentinel
             traceback.print_exc()

@@ -134,6 +134,30 @@ def test_kill_tagged_takes_the_tagged_and_nothing_else(tmp_path: Path) -> None:
         assert json.loads(json.dumps(r.as_dict()))["sigkilled"] == list(r.sigkilled)
 
 
+def test_known_pids_are_told_first_and_checked_like_any_other(tmp_path: Path) -> None:
+    """The sentinel hands over the PIDs it follows; a stray among them (another node's,
+    another job's, untagged) is never signalled for being named, and every tagged
+    process is still found by the scan."""
+    with proc_set(tmp_path) as ps:
+        bash = next(p for p, k in ps.kinds.items() if k == "bash")
+        known = [bash, *ps.strays.values(), os.getpid(), 999_999_999]
+        r = kill_tagged(ps.pattern, grace=1.0, ports=[ps.port], known=known)
+        check_killed(ps, r)
+        assert set(dict(r.phases)) == {"scan", "stop", "sweep", "session", "settle"}
+
+
+def test_literal_head_is_what_every_match_starts_with() -> None:
+    from mntui.sessions.node.killer import literal_head
+
+    assert literal_head(job_node_pattern("my-job.x", "n1")).startswith(b"MNTUI_RUN=my")
+    assert literal_head("MNTUI_RUN=job/[^/]+/n1") == b"MNTUI_RUN=job/"
+    assert literal_head("ab*c") == b"a"  # the b is optional
+    assert literal_head("a|b") == b""  # an alternative need not start so
+    assert literal_head("ab(c|d)") == b"ab"
+    assert literal_head("ab[|]") == b"ab"
+    assert literal_head("(x)") == b""
+
+
 def shell_kill(ps: ProcSet, home: Path) -> KillResult:
     """`kill_script` as a node runs it (sh reading it on stdin), its answer as a KillResult."""
     out = subprocess.run(
