@@ -22,14 +22,15 @@ from mntui.sessions.events import Event, Phase
 from mntui.sessions.procs import ProcInfo, run_dir_word
 from mntui.sessions.results import GroupResult, NodeError
 from mntui.sessions.runs import RunRecord
-from mntui.sessions.ssh import Cluster
+from mntui.sessions.ssh import Cluster, Node
 from mntui.sessions.termsafe import one_line
 
-from .board import STALE, BoardView, board_dir, board_script, coord_alive, parse_board
+from .board import STALE, BoardView, board_dir, coord_alive, parse_board
 from .kill import KillReport
 
 ANSWER = 12.0  # seconds past the grace for the coordinator's decision
 WAIT = 3.0  # seconds one call waits on the main for the answer before it reads anyway
+DECISION_MAX = 4 * 1024 * 1024  # every node's kill report: ~300 bytes a node
 
 
 def request_script(run_dir: str, grace: float, rid: str) -> str:
@@ -47,10 +48,11 @@ printf '%s' {body} >"$d/coord/kill.tmp" &&
 
 
 def answer_script(run_dir: str, rid: str, seconds: float = WAIT) -> str:
-    """Waits on the main itself, every 50 ms, until the decision file carries this
-    request's id and its end, or the coordinator is gone, then reads the board once.
-    Why on the main: asking for the whole board over SSH every 100 ms cost a round trip
-    and a board read each (0.7 s after the coordinator's answer at 64 nodes)."""
+    """Waits on the main itself, every 50 ms, until `coord/answered` names this request
+    (written after the decision: read by the shell itself, no program a check) or the
+    coordinator is gone, then reads the decision alone (the whole board is a dozen
+    programs: 0.45 s on the main of a loaded 64-node host). Why on the main: reading the
+    board over SSH every 100 ms cost a round trip and a board read each."""
     if not rid.isalnum():
         raise ValueError("a request id is hex")
     tries = max(1, int(seconds / 0.05))
@@ -58,13 +60,43 @@ def answer_script(run_dir: str, rid: str, seconds: float = WAIT) -> str:
 {coord_alive(run_dir)}
 i=0
 while [ "$i" -lt {tries} ]; do
-  if grep -qF '"{rid}"' "$d/coord/decision.json" 2>/dev/null &&
-    grep -qF '"ended_at"' "$d/coord/decision.json" 2>/dev/null; then break; fi
+  got=''
+  read -r got 2>/dev/null <"$d/coord/answered"
+  [ "$got" = {rid} ] && break
   case $i in *0) mntui_coord_alive || break ;; esac
   i=$((i + 1)); sleep 0.05
 done
 echo @BOARD
-{board_script(run_dir)}"""
+printf 'FILE decision '; head -c {DECISION_MAX} "$d/coord/decision.json" 2>/dev/null | base64 -w0
+echo
+if mntui_coord_alive; then echo ALIVE yes; else echo ALIVE no; fi
+"""
+
+
+def _asked(node: Node, cluster: Cluster, script: str, timeout: float) -> str:
+    """The script's output, over the main's open connection, else over one fresh ssh
+    (no prompt: a node that needs a person gets the ordinary connection)."""
+    policy = cluster.policy
+    if node.is_local or getattr(node, "is_open", True) or policy.password is not None:
+        return node.run(script, timeout=timeout).stdout
+    from mntui.sessions.ssh.oneshot import OneShotNode
+    from mntui.sessions.ssh.openssh import oneshot_argv
+
+    try:
+        once = OneShotNode(node.name, node.host, oneshot_argv(policy))
+    except OSError:
+        return node.run(script, timeout=timeout).stdout
+    try:
+        res = once.run(script, timeout=timeout + policy.connect_timeout)
+    except NodeError:
+        res = None
+    finally:
+        once.close()
+    if res is not None and res.ok:
+        return res.stdout
+    # ssh could not (a key a person unlocks, a host key to accept): the ordinary
+    # connection; a request that did land is answered or finds the coordinator gone
+    return node.run(script, timeout=timeout).stdout
 
 
 def _report(node: str, res: object) -> KillReport | None:
@@ -103,33 +135,26 @@ def kill_via_coordinator(
     record: RunRecord, cluster: Cluster, grace: float, on_event: Callable[[Event], None]
 ) -> GroupResult[KillReport] | None:
     """The sentinels' clean reports per node; None when the coordinator is not there
-    to ask (the caller kills everything directly)."""
+    to ask (the caller kills everything directly). The request and the wait for its
+    answer are one script: one round trip, over a fresh ssh when the main's connection
+    is not open yet (a cold `mntui kill` then loads no SSH library at all)."""
     main = record.nodes[0]
     node = cluster.nodes.get(main.node)
     if node is None:
         return None
+    rid, d = secrets.token_hex(8), board_dir(record)
+    wait = grace + ANSWER
+    ask = request_script(d, grace, rid) + answer_script(d, rid, wait)
     try:
-        rid = secrets.token_hex(8)
-        res = node.run(request_script(board_dir(record), grace, rid), timeout=30)
+        said = _asked(node, cluster, ask, wait + 10)
     except NodeError:
         return None
-    if "COORD asked" not in res.stdout:
+    if "COORD asked" not in said:
         return None
     on_event(Event(None, None, Phase.KILLING, f"asked the coordinator on {main.node}"))
-    end = time.monotonic() + grace + ANSWER
-    script = answer_script(board_dir(record), rid)
-    while time.monotonic() < end:
-        try:
-            said = node.run(script, timeout=WAIT + 10).stdout
-        except NodeError:
-            return None
-        view = parse_board(said.partition("@BOARD\n")[2])
-        kills = _answer(view, rid)
-        if kills is not None:
-            break
-        if not view.alive:  # it went away without answering: the caller kills directly
-            return None
-    else:
+    view = parse_board(said.partition("@BOARD\n")[2])
+    kills = _answer(view, rid)
+    if kills is None:  # no answer in time, or the coordinator went away: the caller kills
         return None
     out: GroupResult[KillReport] = GroupResult()
     for n in record.nodes:

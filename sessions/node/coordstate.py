@@ -299,6 +299,18 @@ class Board:
         """Each attempt's decision stays (decision-<run>.json); decision.json is the latest."""
         self.write(f"decision-{self.run}.json", record)
 
+    def answered(self, request: str) -> None:
+        """`coord/answered` names the request decision.json now answers: the manager
+        waits for it on the main with the shell's own `read`, no program a check (a
+        loaded main forks slowly), and reads the decision once."""
+        path = os.path.join(self.out, "answered")
+        try:
+            with open(f"{path}.tmp", "w", encoding="utf-8") as f:
+                f.write(request[:64] + "\n")
+            os.replace(f"{path}.tmp", path)
+        except OSError:
+            self.write_errors += 1
+
     def new_attempt(self, k: int, run: str) -> None:
         """What the sentinels said of the attempt before is no evidence about this one."""
         with self.lock:

@@ -77,6 +77,8 @@ def stop(board: Board, cfg: WatchConfig, head: dict[str, Any], grace: float) -> 
     record["ended_at"] = time.time()
     board.write("decision.json", record)
     board.keep_decision(record)
+    if isinstance(head.get("request"), str):
+        board.answered(head["request"])
 
 
 def stacks_first(t: NodeTrigger, cfg: WatchConfig, decided_at: float) -> dict[str, Any] | None:

@@ -93,6 +93,11 @@ class OpenSshNode(ShellNode):
         self._path: str | None = None  # the master's ControlPath while it runs
         self._shell: subprocess.Popen[bytes] | None = None
 
+    @property
+    def is_open(self) -> bool:
+        """Its master runs (see RemoteNode.is_open)."""
+        return self._path is not None
+
     def _ssh(self, *opts: str) -> list[str]:
         return [*ssh_base_argv(self.policy.config), "-o", f"ControlPath={self._path}", *opts]
 

@@ -47,6 +47,12 @@ class RemoteNode(ShellNode):
                     raise NodeError(self.name, str(exc)) from None
                 self._conn = connect(self.name, self.settings, self.policy, password)
 
+    @property
+    def is_open(self) -> bool:
+        """A connection is up (a caller with one command to run may use a fresh ssh
+        rather than open this one: coordkill.py)."""
+        return self._conn is not None
+
     def _transport(self) -> Any:
         client = getattr(self._conn, "client", None)
         transport = client.get_transport() if client is not None else None
