@@ -96,7 +96,9 @@ def job_args(plan: FaultPlan) -> tuple[str, float]:
             2,
         )
     if plan.moment in ("backoff", "relaunch"):  # the job fails by itself, once
-        return f"--fail-rank 1 --fail-step {plan.fail_step} --how exit3{again}", 4
+        # `backoff`: `delay` (up to 3 s) into it; `relaunch`: just past its end, any length
+        backoff = 4 if plan.moment == "backoff" else 2
+        return f"--fail-rank 1 --fail-step {plan.fail_step} --how exit3{again}", backoff
     return "", 2
 
 

@@ -85,7 +85,10 @@ def job_yaml(fc: FakeCluster, work: Path, job: str, profile: Profile, args: str,
         lines.append("restart: {max: 0}")
     elif profile is not Profile.PLAIN:
         lines.append(
-            f"restart: {{max: {3 if profile is Profile.SPARE else 2}, backoff: {backoff}"
+            # backoff_max: every backoff as long as the first (no fault aims past it; a
+            # doubled one only made each chain's later attempts seconds slower)
+            f"restart: {{max: {3 if profile is Profile.SPARE else 2}, backoff: {backoff}, "
+            f"backoff_max: {backoff}"
             f"{', ' + restart if restart else ''}}}"
         )
         lines += [f"spares: [{spare}]"] if spare else []

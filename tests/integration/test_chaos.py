@@ -12,8 +12,8 @@ on every run, so the campaign here no longer spends ~15 s on it; the full campai
 draw it, and so does `bench/chaos.py --seed 2 --faults 3 --kinds
 supervisor-kill,tmux-kill,partial-kill --profiles plain,restart`. On the tree before
 issue 18's fixes (1c70260) seed 2 found 4 violations (sessions, restart, orphan-line,
-resume). About 40 s here; the checks themselves are shown failing in
-tests/unit/test_chaos_checks.py.
+resume). About 35 s here (every backoff of a chain as long as its first, 2 s in the
+relaunch fault); the checks themselves are shown failing in tests/unit/test_chaos_checks.py.
 
 Between two attempts (issue 28), seed 5 draws: `mntui kill` while the supervisor is held
 between the teardown and its `restarting` mark (the chain must end: no mark, no attempt
@@ -23,7 +23,8 @@ the spare, nothing of it left). On the tree before issue 28's fixes (015629e) th
 finds 9 violations in 90 s: the kill found "the job is not running" and left no mark, and
 attempt 1 was relaunched 4.8 s after it (kill, restart, and its leftovers); attempt 1's
 watchdog watched the quarantined node1 instead of the spare and its supervisor died
-(KeyError: 'node2'). About two minutes here."""
+(KeyError: 'node2'). About a minute here (50 to 60 s; the supervisor is held at most 5 s,
+a kill being done in about one unless the supervisor was stopped holding the run's lock)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""Across runs, on real sshd nodes with real torchrun: a node's failure history, the
-quarantine that keeps it out (refused, or a spare in its place; gone when it expires;
-by policy, with a notification), and the goodput ledger of a chain with two failures."""
+"""Across runs, on real sshd nodes: a node's failure history, the quarantine that keeps
+it out (refused, or a spare in its place; gone when it expires; by policy, with a
+notification), and the goodput ledger of a chain with two failures. The failing runs
+are tests/jobs/faulty_steps.py (test_restart's failures without torch: what is tested
+is the records, the history and the ledger, not torchrun)."""
 
 from __future__ import annotations
 
@@ -9,19 +11,17 @@ import shutil
 from pathlib import Path
 
 from fakecluster import FakeCluster, tagged, wait_for
-from helpers import REPO, Cfg, free_port, listener_job
-from test_restart import chain, job_yaml
+from helpers import Cfg, free_port, listener_job
+from test_restart import LIGHT, chain, job_yaml
 
 from mntui.sessions.history import quarantines
 from mntui.sessions.runs import RunRecord, latest
-
-FAULTY = REPO / "tests" / "jobs" / "faulty_train.py"
 
 
 def faulty_yaml(job: str, work: Path, args: str, extra: str) -> str:
     """test_restart's job, with checkpoint lines the ledger counts lost work from."""
     return job_yaml(
-        job, work, args, f"checkpoint_pattern: 'step (?P<step>3) loss'\n    {extra}", ""
+        job, work, args, f"checkpoint_pattern: 'step (?P<step>3) loss'\n    {extra}", "", True
     )
 
 
@@ -34,7 +34,7 @@ def test_a_node_failing_in_three_runs_tops_the_history_and_the_ledger_matches_th
 ) -> None:
     work = cfg.tmp / "work"
     work.mkdir()
-    shutil.copy(FAULTY, work / "faulty_train.py")
+    shutil.copy(LIGHT, work / "faulty_steps.py")
     once = cfg.write(
         faulty_yaml("honce", work, "--fail-rank 1 --fail-step 4 --how exit3", ""), "once.yaml"
     )
@@ -45,8 +45,10 @@ def test_a_node_failing_in_three_runs_tops_the_history_and_the_ledger_matches_th
     extra = ("restart: {max: 3, backoff: 1, quarantine_after: {count: 3, within: 1h, for: 1h}}\n"
              "    spares: [node2]\n"
              f"    notify: {{command: 'echo \"$MNTUI_EVENT $MNTUI_SUMMARY\" >> {cfg.tmp}/notices'}}")  # fmt: skip
-    path = cfg.write(faulty_yaml("hchain", work, "--fail-rank 1 --fail-step 4 --how exit3 "
-                                 "--fail-attempts 2 --steps 6", extra))  # fmt: skip
+    # node1 fails 3 s in (step 15): the watchdog, started after the launch, follows the
+    # steps before the failure, as torchrun's seconds of start-up let it (lost_steps)
+    path = cfg.write(faulty_yaml("hchain", work, "--fail-rank 1 --fail-step 15 --how exit3 "
+                                 "--fail-attempts 2 --steps 16", extra))  # fmt: skip
     assert cfg.mntui(path, "launch", "--no-ui", watch=True).returncode == 0
     wait_for(lambda: [r.status.value for r in chain("hchain")] == ["restarting", "restarting",
              "finished"], 300, interval=0.5, what="two failures, then finished")  # fmt: skip

@@ -2,7 +2,8 @@
 reaches every node the chain ever used (a spare swapped in, with its supervisor dead),
 a user's partial kill is the user's doing (never restarted, never blamed), a supervisor
 that dies is shown and resumed, and every ending closes the job's sessions. Real sshd
-nodes, real tmux, real torchrun."""
+nodes, real tmux, real torchrun (the spare swap and the resumed chain: test_restart's
+failures without torch, tests/jobs/faulty_steps.py)."""
 
 from __future__ import annotations
 
@@ -34,9 +35,12 @@ def test_a_direct_kill_after_a_spare_swap_reaches_the_spare(fake: FakeCluster, c
     """Finding 2: with the supervisor dead, `mntui kill` takes the nodes from the chain's
     records (node2, the spare), and `mntui kill node2` is a known node."""
     job = "rspare"
+    # listen=False: these nodes share one host, where node0's listener would hold the port
+    # `mntui kill node2` checks on node2 (torchrun's node0 went once its peer was gone)
     path = start(cfg, job, "--fail-if-env BREAK_HERE --fail-step 2 --how exit3 --steps 100000",
                  "restart: {max: 3, backoff: 1}\nspares: [node2]\n"
-                 "overrides: {node1: {env: {BREAK_HERE: '1'}}}")  # fmt: skip
+                 "overrides: {node1: {env: {BREAK_HERE: '1'}}}",
+                 light=True, listen=False)  # fmt: skip
 
     def on_spare() -> bool:
         rec = latest(job)
@@ -100,7 +104,7 @@ def test_a_supervisor_killed_in_the_backoff_is_shown_and_resumed(
     backoff), and the next attempt runs to the end."""
     job = "rresume"
     path = start(cfg, job, "--fail-rank 1 --fail-step 2 --how exit3 --fail-attempts 1 --steps 6",
-                 "restart: {max: 3, backoff: 4}")  # fmt: skip
+                 "restart: {max: 3, backoff: 4}", light=True)  # fmt: skip
     wait_for(lambda: chain(job) and chain(job)[0].status.value == "restarting", 120,
              interval=0.2, what="the backoff")  # fmt: skip
     sigkill(supervisor_pid(chain(job)[0]))

@@ -1,5 +1,8 @@
-"""Bringing a failed job back by itself, on real sshd nodes with real torchrun: backoff,
-give-up, a frozen worker, spares, and a user's kill during the backoff."""
+"""Bringing a failed job back by itself, on real sshd nodes: backoff, give-up, a frozen
+worker, spares, and a user's kill during the backoff. Real torchrun where torchrun's own
+part is tested (a worker frozen in its all-reduce, torchrun's exit code for `not_on`);
+the chain's own rules run on tests/jobs/faulty_steps.py, the same failures without torch
+(an attempt up in a second, not five)."""
 
 from __future__ import annotations
 
@@ -17,9 +20,29 @@ from helpers import REPO, Cfg, free_port, step_count
 from mntui.sessions.runs import RunRecord, latest, load_run
 
 FAULTY = REPO / "tests" / "jobs" / "faulty_train.py"
+LIGHT = REPO / "tests" / "jobs" / "faulty_steps.py"
+TORCHRUN = (
+    "exec python3 -m torch.distributed.run --nnodes={nnodes} --node_rank={node_rank}\n"
+    "      --nproc_per_node=1 --master_addr={master_addr} --master_port={master_port}\n"
+    "      faulty_train.py"
+)
+STEPS = "exec python3 faulty_steps.py --rank {node_rank}"
 
 
-def job_yaml(job: str, work: Path, args: str, extra: str, watch: str) -> str:
+def job_yaml(
+    job: str,
+    work: Path,
+    args: str,
+    extra: str,
+    watch: str,
+    light: bool = False,
+    listen: bool = True,
+) -> str:
+    """`light`: faulty_steps.py, no torch (the chain's rules), its rank 0 on the master
+    port (ready: port) or, not `listen`, on no port (ready: its first line); else
+    faulty_train.py under real torchrun."""
+    command = STEPS + (" --port {master_port}" if listen else "") if light else TORCHRUN
+    ready = "" if listen or not light else "ready: log, ready_pattern: '^rank 0 up', "
     return f"""
     job: {job}
     nodes: [node0, node1]
@@ -27,21 +50,29 @@ def job_yaml(job: str, work: Path, args: str, extra: str, watch: str) -> str:
     master_port: {free_port()}
     env: {{OMP_NUM_THREADS: "1"}}
     command: >-
-      exec python3 -m torch.distributed.run --nnodes={{nnodes}} --node_rank={{node_rank}}
-      --nproc_per_node=1 --master_addr={{master_addr}} --master_port={{master_port}}
-      faulty_train.py --interval 0.2 {args}
-    launch: {{ready_timeout: 90}}
+      {command} --interval 0.2 {args}
+    launch: {{{ready}ready_timeout: 90}}
     kill: {{grace: 2}}
     watch: {{capture_budget: 0{watch}}}
     {extra}
     """
 
 
-def start(cfg: Cfg, job: str, args: str, extra: str, watch: str = "") -> Path:
+def start(
+    cfg: Cfg,
+    job: str,
+    args: str,
+    extra: str,
+    watch: str = "",
+    light: bool = False,
+    listen: bool = True,
+) -> Path:
     work = cfg.tmp / "work"
     work.mkdir(exist_ok=True)
     shutil.copy(FAULTY, work / "faulty_train.py")
-    path = cfg.write(job_yaml(job, work, args, extra.replace("\n", "\n    "), watch))
+    shutil.copy(LIGHT, work / "faulty_steps.py")
+    extra = extra.replace("\n", "\n    ")
+    path = cfg.write(job_yaml(job, work, args, extra, watch, light, listen))
     res = cfg.mntui(path, "launch", "--no-ui", watch=True)
     assert res.returncode == 0, res.stdout + res.stderr
     return path
@@ -64,7 +95,7 @@ def test_two_failures_then_training_with_backoff_between(fake: FakeCluster, cfg:
     t0 = time.time()
     # backoffs 1 then 2: the doubling and the wait, proved 3 s sooner than with 2 then 4
     path = start(cfg, job, "--fail-rank 1 --fail-step 2 --how exit3 --fail-attempts 2 --steps 6",
-          "restart: {max: 3, backoff: 1, backoff_max: 10}")  # fmt: skip
+          "restart: {max: 3, backoff: 1, backoff_max: 10}", light=True)  # fmt: skip
     wait_for(lambda: [r.status.value for r in chain(job)] == ["restarting", "restarting",
              "finished"], 240, interval=0.5, what="three attempts, the last finished")  # fmt: skip
     runs = chain(job)
@@ -90,7 +121,8 @@ def test_two_failures_then_training_with_backoff_between(fake: FakeCluster, cfg:
 
 def test_always_failing_gives_up_after_max(fake: FakeCluster, cfg: Cfg) -> None:
     job = "xgiveup"
-    start(cfg, job, "--fail-rank 1 --fail-step 2 --how exit3", "restart: {max: 2, backoff: 1}")
+    start(cfg, job, "--fail-rank 1 --fail-step 2 --how exit3", "restart: {max: 2, backoff: 1}",
+          light=True)  # fmt: skip
     wait_for(lambda: chain(job) and chain(job)[-1].status.value == "gave-up", 240,
              interval=0.5, what="gave up")  # fmt: skip
     runs = chain(job)
@@ -139,7 +171,8 @@ def test_frozen_worker_is_torn_down_and_the_next_attempt_trains(
 def test_a_node_that_fails_twice_is_replaced_by_a_spare(fake: FakeCluster, cfg: Cfg) -> None:
     job = "xspare"
     start(cfg, job, "--fail-if-env BREAK_HERE --fail-step 2 --how exit3 --steps 5",
-          "restart: {max: 3, backoff: 1}\nspares: [node2]\noverrides: {node1: {env: {BREAK_HERE: '1'}}}")  # fmt: skip
+          "restart: {max: 3, backoff: 1}\nspares: [node2]\n"
+          "overrides: {node1: {env: {BREAK_HERE: '1'}}}", light=True)  # fmt: skip
     wait_for(lambda: chain(job) and chain(job)[-1].status.value == "finished", 300,
              interval=0.5, what="the chain finished")  # fmt: skip
     runs = chain(job)
@@ -151,9 +184,8 @@ def test_a_node_that_fails_twice_is_replaced_by_a_spare(fake: FakeCluster, cfg: 
 
 def test_a_users_kill_during_the_backoff_ends_the_chain(fake: FakeCluster, cfg: Cfg) -> None:
     job = "xkill"
-    path = start(
-        cfg, job, "--fail-rank 1 --fail-step 2 --how exit3", "restart: {max: 3, backoff: 30}"
-    )
+    args = "--fail-rank 1 --fail-step 2 --how exit3"
+    path = start(cfg, job, args, "restart: {max: 3, backoff: 30}", light=True)
     wait_for(lambda: chain(job) and chain(job)[0].status.value == "restarting", 120,
              interval=0.3, what="the backoff")  # fmt: skip
     res = cfg.mntui(path, "kill")
