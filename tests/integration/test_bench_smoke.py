@@ -50,9 +50,13 @@ def test_clusterbench_quick_reports_every_row(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
     (run,) = json.loads(out.read_text())["runs"]
     assert run["n"] == 8 and run["notes"] == [], run["notes"]
-    assert all(len(v) == 1 for v in run["ms"].values()), run["ms"]
-    for row in run["ms"]:
+    baseline = {k for k in run["ms"] if "(--baseline)" in k}
+    assert len(baseline) == 1 and all(not run["ms"][k] for k in baseline), run["ms"]
+    measured = {k: v for k, v in run["ms"].items() if k not in baseline}
+    assert measured and all(len(v) == 1 for v in measured.values()), run["ms"]
+    for row in measured:
         assert f"| 8 | {row} |" in res.stdout, row
+    assert "| 8 | (no baseline tree) |" in res.stdout
     window = run["window"]
     assert window["sentinels"] == 8 and window["coordinator_cpu_pct"] is not None, window
     assert "manager: processes" in res.stdout and "imports inside cluster `status`" in res.stdout
