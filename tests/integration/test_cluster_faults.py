@@ -20,17 +20,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clusterwatch import launched, nothing_left, run_dir, watchers
 from fakecluster import (
     FakeCluster,
     alive,
     cmdline,
     free_port,
     pids_with_env,
-    port_listening,
     tagged,
     wait_for,
 )
-from helpers import Cfg, listener_job, step_count, steps_job, tagged_anywhere, torch_job
+from helpers import Cfg, listener_job, steps_job, tagged_anywhere, torch_job
 
 from mntui.sessions.launch.tmux import session_name
 
@@ -55,11 +55,6 @@ def cluster_job(cfg: Cfg, job: str, torch: bool = False, steps: int = 0) -> tupl
     return cfg.write(body), port, wport
 
 
-def watchers(job: str, role: str, node: str = "[^/]+") -> list[int]:
-    """The run's sentinels or coordinators (on `node`, default any), by their own tag."""
-    return alive(pids_with_env(f"MNTUI_RUN={re.escape(job)}/[^/]+/{node}/{role}"))
-
-
 def job_side(job: str, node: str) -> list[int]:
     """Everything of the run on `node`: its ranks, launcher, pane shell and watchers."""
     return alive(pids_with_env(f"MNTUI_RUN={re.escape(job)}/[^/]+/{node}(/[^/]+)?"))
@@ -68,31 +63,6 @@ def job_side(job: str, node: str) -> list[int]:
 def ranks_down(job: str, node: str | None = None) -> bool:
     """No job process (watchers aside) of the run on `node` (default: any node)."""
     return not tagged(job, node)
-
-
-def launched(cfg: Cfg, path: Path, job: str, fake: FakeCluster) -> None:
-    res = cfg.mntui(path, "launch", "--no-ui", watch=True)
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert "watched by the cluster" in res.stdout, res.stdout
-    assert len(watchers(job, "sentinel")) == 2 and len(watchers(job, "coord")) == 1
-    wait_for(
-        lambda: all(step_count(fake.node(n).log(job)) >= 2 for n in NODES),
-        90,
-        what="both nodes training",
-    )
-
-
-def nothing_left(fake: FakeCluster, job: str, ports: tuple[int, ...]) -> None:
-    """No process, tmux session (by its real name: `cf-x` is `cf+x-node0`) or port."""
-    wait_for(lambda: not tagged_anywhere(job), 20, what="every process of the job gone")
-    sessions = [s for n in NODES if (s := session_name(job, n)) in fake.node(n).sessions()]
-    assert not sessions, f"tmux sessions of the job left on the nodes: {sessions}"
-    for p in ports:
-        wait_for(lambda p=p: not port_listening(p), 10, what=f"port {p} free")
-
-
-def run_dir(fake: FakeCluster, job: str, node: str) -> Path:
-    return fake.node(node).run_dirs(job)[-1]
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

@@ -12,23 +12,15 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
+from clusterwatch import a_rank, cut_off, run_dir, watchers
 from fakecluster import (
     FakeCluster,
-    alive,
-    cmdline,
     free_port,
-    pids_with_env,
-    process_tree,
-    tagged,
     wait_for,
 )
 from helpers import Cfg, step_count, tagged_anywhere, torch_job
@@ -37,46 +29,6 @@ pytestmark = pytest.mark.integration
 
 FROZEN_AFTER = 2.0
 WATCH = "watch: {{where: cluster, port: {port}, unreachable_after: 5, frozen_after: 2}}"
-
-
-def watchers(job: str, role: str) -> list[int]:
-    return alive(pids_with_env(f"MNTUI_RUN={re.escape(job)}/[^/]+/[^/]+/{role}"))
-
-
-@contextmanager
-def cut_off(fake: FakeCluster) -> Iterator[None]:
-    """This machine loses every node: their sshd trees stopped, SIGCONTed at the end."""
-    stopped: list[int] = []
-    try:
-        for n in ("node0", "node1"):
-            proc = fake.node(n).proc
-            assert proc is not None
-            for pid in process_tree(proc.pid):
-                try:
-                    os.kill(pid, signal.SIGSTOP)
-                    stopped.append(pid)
-                except ProcessLookupError:
-                    pass
-        yield
-    finally:
-        for pid in stopped:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-
-
-def a_rank(job: str, node: str) -> int:
-    return next(
-        p
-        for p in tagged(job, node)
-        if "train.py" in cmdline(p) and "torch.distributed.run" not in cmdline(p)
-    )
-
-
-def run_dir(fake: FakeCluster, job: str, node: str) -> Path:
-    runs = sorted((fake.node(node).home / ".mntui" / "runs" / job).iterdir())
-    return runs[-1] / node
 
 
 def test_a_frozen_rank_while_cut_off_leaves_its_stacks_for_report_and_status(

@@ -11,31 +11,23 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from clusterwatch import a_rank, cut_off, launched, nothing_left, watchers
 from fakecluster import (
     FakeCluster,
-    alive,
-    cmdline,
     free_port,
-    pids_with_env,
-    port_listening,
-    process_tree,
-    tagged,
     wait_for,
 )
 from helpers import Cfg, step_count, steps_job, tagged_anywhere, torch_job
 
-from mntui.sessions.launch.tmux import session_name, watch_session_name
+from mntui.sessions.launch.tmux import watch_session_name
 from mntui.sessions.runs import latest
 
 pytestmark = pytest.mark.integration
@@ -53,64 +45,6 @@ def cluster_job(cfg: Cfg, job: str, extra: str = "", torch: bool = True) -> tupl
     else:
         body = steps_job(job, port, extra=watch)
     return cfg.write(body), port, wport
-
-
-def watchers(job: str, role: str) -> list[int]:
-    """The run's sentinels or coordinators, on any node, by their own tag."""
-    return alive(pids_with_env(f"MNTUI_RUN={re.escape(job)}/[^/]+/[^/]+/{role}"))
-
-
-@contextmanager
-def cut_off(fake: FakeCluster, nodes: tuple[str, ...] = ("node0", "node1")) -> Iterator[None]:
-    """This machine loses every node: their sshd trees stopped, SIGCONTed at the end."""
-    stopped: list[int] = []
-    try:
-        for n in nodes:
-            proc = fake.node(n).proc
-            assert proc is not None
-            for pid in process_tree(proc.pid):
-                try:
-                    os.kill(pid, signal.SIGSTOP)
-                    stopped.append(pid)
-                except ProcessLookupError:
-                    pass
-        yield
-    finally:
-        for pid in stopped:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-
-
-def a_rank(job: str, node: str) -> int:
-    """A rank of `node`: a worker under torchrun, or the light job's python3."""
-    return next(
-        p
-        for p in tagged(job, node)
-        if ("train.py" in cmdline(p) or "itertools" in cmdline(p))
-        and "torch.distributed.run" not in cmdline(p)
-    )
-
-
-def launched(cfg: Cfg, path: Path, job: str, fake: FakeCluster) -> None:
-    res = cfg.mntui(path, "launch", "--no-ui", watch=True)
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert "watched by the cluster" in res.stdout, res.stdout
-    assert len(watchers(job, "sentinel")) == 2 and len(watchers(job, "coord")) == 1
-    wait_for(
-        lambda: all(step_count(fake.node(n).log(job)) >= 2 for n in ("node0", "node1")),
-        90,
-        what="both nodes training",
-    )
-
-
-def nothing_left(fake: FakeCluster, job: str, ports: tuple[int, ...]) -> None:
-    wait_for(lambda: not tagged_anywhere(job), 20, what="every process of the job gone")
-    for n in ("node0", "node1"):
-        assert session_name(job, n) not in fake.node(n).sessions(), n
-    for p in ports:
-        wait_for(lambda p=p: not port_listening(p), 10, what=f"port {p} free")
 
 
 def test_cut_off_manager_a_rank_killed_the_cluster_tears_down_and_status_says_so(
