@@ -58,18 +58,19 @@ def answer_script(run_dir: str, rid: str, seconds: float = WAIT) -> str:
     tries = max(1, int(seconds / 0.05))
     return f"""d={run_dir_word(run_dir)}
 {coord_alive(run_dir)}
-i=0
+i=0 answered=''
 while [ "$i" -lt {tries} ]; do
   got=''
   read -r got 2>/dev/null <"$d/coord/answered"
-  [ "$got" = {rid} ] && break
+  if [ "$got" = {rid} ]; then answered=1; break; fi
   case $i in *0) mntui_coord_alive || break ;; esac
   i=$((i + 1)); sleep 0.05
 done
 echo @BOARD
 printf 'FILE decision '; head -c {DECISION_MAX} "$d/coord/decision.json" 2>/dev/null | base64 -w0
 echo
-if mntui_coord_alive; then echo ALIVE yes; else echo ALIVE no; fi
+# answered: whether it still runs is no question (it ends after a user's kill)
+[ -n "$answered" ] || {{ if mntui_coord_alive; then echo ALIVE yes; else echo ALIVE no; fi; }}
 """
 
 

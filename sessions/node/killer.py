@@ -46,7 +46,7 @@ class KillResult:
     session_killed: bool
     port_holders: tuple[int, ...]  # ports of `ports` still listened on after the wait
     seconds: float
-    # where the seconds went (scan, stop, sweep, session, settle): a slow teardown's
+    # where the seconds went (scan, stop, settle, session): a slow teardown's
     # report says which step was slow
     phases: tuple[tuple[str, float], ...] = ()
 
@@ -353,12 +353,6 @@ class _Killer:
         self.signal(rest, signal.SIGKILL)
         self.sigkilled.update(dict.fromkeys(p.pid for p in rest))
 
-    def left(self) -> list[int]:
-        tagged = {p.pid: p for p in self.alive(self.scan())}
-        signalled = self.alive([p for p in self.held.values() if p.pid in self.found])
-        tagged.update((p.pid, p) for p in signalled)
-        return sorted(tagged)
-
 
 class _Phases:
     def __init__(self) -> None:
@@ -427,29 +421,33 @@ def kill_tagged(
         clock.done("scan")
         k.stop(grace, [*early, *first], termed=early)
         clock.done("stop")
-        closing = _Closer(tmux, session)  # beside the sweeps: each costs a tmux call or two
-        for _ in range(SWEEPS):  # anything forked while we were killing (a launcher's restart)
-            more = k.alive(k.scan())
-            if not more:
-                break
-            k.note(more)
-            k.stop(0, more)
-            time.sleep(POLL)
-        clock.done("sweep")
-        session_killed = closing.result()
-        clock.done("session")
+        closing = _Closer(tmux, session)  # beside the settling: a tmux call or two
         left: list[int] = []
         held: list[int] = []
+        swept = 0
 
         def busy() -> bool:
-            nonlocal left, held
-            left = k.left()
+            """One scan a check: what is tagged and alive now was forked while we killed
+            (a launcher's restart) or outlived its signals; swept (TERM, then KILL at
+            once) up to SWEEPS times, then only counted. On a loaded host each extra scan
+            is a wait for a CPU: the sweeps and the settling share theirs."""
+            nonlocal left, held, swept
+            alive = k.alive(k.scan())
+            if alive and swept < SWEEPS:
+                swept += 1
+                k.note(alive)
+                k.stop(0, alive)
+                alive = k.alive(alive)
+            signalled = k.alive([p for p in k.held.values() if p.pid in k.found])
+            left = sorted({p.pid for p in (*alive, *signalled)})
             listening = listening_ports(proc) if ports else set()
             held = [p for p in dict.fromkeys(ports) if p in listening]
             return bool(left or held)
 
         _wait_while(SETTLE, busy)
         clock.done("settle")
+        session_killed = closing.result()
+        clock.done("session")
         return KillResult(
             found=tuple(k.found.values()),
             sigkilled=tuple(k.sigkilled),

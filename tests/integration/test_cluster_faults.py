@@ -201,7 +201,12 @@ def test_a_workers_tmux_server_killed_under_a_main_that_does_not_notice(
                 "node0 runs is never a decision: the judge acts on failed/orphaned/frozen/"
                 "unreachable/stalled only, so the main's ranks would wait for stall_after"
             )
-            assert "exits: stopped by the coordinator" in sentinel_log(fake, job, "node1")
+            # the decision is on the main before node1's sentinel has heard and said so
+            wait_for(
+                lambda: "exits: stopped by the coordinator" in sentinel_log(fake, job, "node1"),
+                20,
+                what="node1's sentinel stopped by the coordinator",
+            )
         finally:
             assert cfg.mntui(path, "kill").returncode == 0
             nothing_left(fake, job, (port, wport))
