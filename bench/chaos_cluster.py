@@ -31,7 +31,6 @@ started, never by name.
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import time
@@ -53,7 +52,7 @@ from chaos_checks import (
     check_watchers,
     watchers,
 )
-from chaos_fault import Fault, HarnessError, last_line
+from chaos_fault import Fault, HarnessError, last_line, signal_each
 from chaos_job import Profile, until
 from fakecluster import alive, cmdline, pids_with_env, proc_state, process_tree, tagged
 
@@ -125,23 +124,15 @@ def watch_port(f: Fault) -> int:
     return int(m[1])
 
 
-def _signal(pids: list[int], sig: int) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
-
 def stop(f: Fault, pids: list[int]) -> list[int]:
     """SIGSTOP `pids`; the job's cleanup SIGCONTs them whatever happens."""
     f.job.stopped += pids
-    _signal(pids, signal.SIGSTOP)
+    signal_each(pids, signal.SIGSTOP)
     return pids
 
 
 def cont(f: Fault, pids: list[int]) -> None:
-    _signal(pids, signal.SIGCONT)
+    signal_each(pids, signal.SIGCONT)
     f.job.stopped[:] = [p for p in f.job.stopped if p not in pids]
 
 
@@ -258,7 +249,7 @@ def _partition_hit(f: Fault, sig: signal.Signals, states: tuple[str, ...]) -> No
     until(lambda: False, f.plan.delay, f.dl, 0.1)  # `delay` s into the partition
     rank = a_rank(f, rec, node)
     t0 = time.time()
-    _signal([rank], sig)
+    signal_each([rank], sig)
     f.say(f"partitioned ({len(cut)} sshd processes stopped); {sig.name} rank {rank} on {node}")
     down = _down(f, t0, lambda: not everything(f.job.job))
     d = finished(f, rec) or decision(f, rec)
@@ -308,7 +299,7 @@ def manager_sleep(f: Fault) -> None:
     until(lambda: False, 2 * UNREACHABLE, f.dl, 0.5)
     rank = a_rank(f, rec, node)
     t0 = time.time()
-    _signal([rank], signal.SIGKILL)
+    signal_each([rank], signal.SIGKILL)
     f.say(f"`mntui status --watch` {w.pid} SIGSTOPped {2 * UNREACHABLE:g}s; SIGKILL rank {rank} "
           f"on {node}")  # fmt: skip
     down = _down(f, t0, lambda: not everything(f.job.job))
@@ -319,7 +310,7 @@ def manager_sleep(f: Fault) -> None:
     f.bad(check_decision(d, node, ("failed", "orphaned")), "the decision")
     until(lambda: w.poll() is not None, 8, f.dl, 0.2)  # it may end by itself on the decision
     if w.poll() is None:
-        _signal([w.pid], signal.SIGINT)  # the user's Ctrl+C
+        signal_each([w.pid], signal.SIGINT)  # the user's Ctrl+C
         until(lambda: w.poll() is not None, 15, f.dl, 0.2)
     text = log.read_text(errors="replace")
     f.say(f"status --watch exit {w.poll()}: {_status_words(text[-3000:])}")
@@ -336,7 +327,7 @@ def sentinel_death(f: Fault) -> None:
     if not pids:
         raise HarnessError(f"no sentinel on {node}")
     t0 = time.time()
-    _signal(pids[:1], signal.SIGKILL)
+    signal_each(pids[:1], signal.SIGKILL)
     f.say(f"SIGKILL {node}'s sentinel {pids[0]}")
     d = until(lambda: finished(f, rec), DOWN, f.dl, 0.2)
     down = _down(f, t0, lambda: not node_side(f.job.job, main), 30)
@@ -368,7 +359,7 @@ def coordinator_death(f: Fault) -> None:
     if not pids:
         raise HarnessError(f"no coordinator on {main}")
     t0 = time.time()
-    _signal(pids[:1], signal.SIGKILL)
+    signal_each(pids[:1], signal.SIGKILL)
     f.say(f"SIGKILL the coordinator {pids[0]} on {main}")
     down = _down(f, t0, lambda: not everything(f.job.job))
     gone = {n.node: lost(f, rec, n.node) for n in rec.nodes}

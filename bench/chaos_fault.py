@@ -9,6 +9,7 @@ that leaves sessions behind must show. If anything is left, the user's next step
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -206,6 +207,15 @@ class Fault:
         sup = self.job.supervisor()
         return (f"attempt {rec.attempt} {rec.status.value} on "
                 f"{','.join(n.node for n in rec.nodes)}, supervisor {sup or 'gone'}")  # fmt: skip
+
+
+def signal_each(pids: list[int], sig: int) -> None:
+    """`sig` to each of these PIDs (the fault's own targets), one already gone skipped."""
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
 
 
 def last_line(text: str) -> str:

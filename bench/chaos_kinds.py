@@ -18,21 +18,13 @@ from collections.abc import Callable
 import chaos_between
 import chaos_cluster
 from chaos_checks import ORPHAN_LINE, Violation, check_orphan_line
-from chaos_fault import Fault, HarnessError, last_line
+from chaos_fault import Fault, HarnessError, last_line, signal_each
 from chaos_job import Profile, until
 from fakecluster import alive, process_tree
 
 from mntui.sessions.agent import AgentClient
 from mntui.sessions.agent.place import AgentUnavailable, read_agent_file
 from mntui.sessions.wire import message
-
-
-def _signal(pids: list[int], sig: int) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
 
 
 def rank_exit(f: Fault) -> None:
@@ -48,7 +40,7 @@ def launcher_kill(f: Fault) -> None:
     if not pids:
         raise HarnessError(f"no torchrun of attempt {rec.attempt} on {node}")
     f.say(f"SIGKILL torchrun {pids[0]} on {node} (attempt {rec.attempt})")
-    _signal(pids[:1], signal.SIGKILL)
+    signal_each(pids[:1], signal.SIGKILL)
     f.finish(rec.attempt)
 
 
@@ -58,7 +50,7 @@ def worker_stop(f: Fault) -> None:
     if not pids:
         raise HarnessError(f"no worker of attempt {rec.attempt} on {node}")
     f.say(f"SIGSTOP worker {pids[0]} on {node} (attempt {rec.attempt})")
-    _signal(pids[:1], signal.SIGSTOP)
+    signal_each(pids[:1], signal.SIGSTOP)
     f.finish(rec.attempt)
 
 
@@ -71,14 +63,14 @@ def sshd_stop(f: Fault) -> None:
     tree = process_tree(sshd.pid)
     f.job.stopped += tree
     f.say(f"SIGSTOP sshd of {node} ({len(tree)} processes, attempt {rec.attempt})")
-    _signal(tree, signal.SIGSTOP)
+    signal_each(tree, signal.SIGSTOP)
 
     def decided() -> bool:
         now = f.job.latest()
         return now is not None and (now.run_id != rec.run_id or now.status.value != "running")
 
     ok = until(decided, 60, f.dl, 0.3)
-    _signal(tree, signal.SIGCONT)
+    signal_each(tree, signal.SIGCONT)
     f.job.stopped.clear()
     f.say(f"SIGCONT sshd of {node}: {'after the decision' if ok else 'no decision in 60s'}")
     f.finish(rec.attempt, exempt=node)

@@ -29,7 +29,6 @@ from .board import STALE, BoardView, board_dir, coord_alive, parse_board
 from .kill import KillReport
 
 ANSWER = 12.0  # seconds past the grace for the coordinator's decision
-WAIT = 3.0  # seconds one call waits on the main for the answer before it reads anyway
 DECISION_MAX = 4 * 1024 * 1024  # every node's kill report: ~300 bytes a node
 
 
@@ -47,7 +46,7 @@ printf '%s' {body} >"$d/coord/kill.tmp" &&
 """
 
 
-def answer_script(run_dir: str, rid: str, seconds: float = WAIT) -> str:
+def answer_script(run_dir: str, rid: str, seconds: float) -> str:
     """Waits on the main itself, every 50 ms, until `coord/answered` names this request
     (written after the decision: read by the shell itself, no program a check) or the
     coordinator is gone, then reads the decision alone (the whole board is a dozen

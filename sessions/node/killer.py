@@ -245,7 +245,7 @@ class _Killer:
                 continue
             # the environment first: on a host of many processes nearly none is tagged,
             # and one bounded read says so (another user's is unreadable, so untagged)
-            held = self._hold(pid) if self._ours(entry) else None
+            held = self._hold(pid) if self._ours(pid) else None
             if held is not None:
                 hits.append(held)
             elif pid not in self.held:
@@ -255,13 +255,13 @@ class _Killer:
                 self.untagged[pid] = ino
         return hits
 
-    def _ours(self, entry: os.DirEntry[str]) -> bool:
+    def _ours(self, pid: int) -> bool:
         """Tagged, and of this user: a process of another user that carries a tag (root
         reads every environment) is never ours to kill."""
-        if not _tagged(self.proc, int(entry.name), self.pattern, self.head):
+        if not _tagged(self.proc, pid, self.pattern, self.head):
             return False
         try:
-            return entry.stat().st_uid == self.uid
+            return os.stat(f"{self.proc}/{pid}").st_uid == self.uid
         except OSError:
             return False
 
@@ -325,14 +325,7 @@ class _Killer:
         signalled before the scan of the whole host, so the job starts to go at once."""
         out = []
         for pid in dict.fromkeys(pids):
-            if pid in self.skip or not _tagged(self.proc, pid, self.pattern, self.head):
-                continue
-            try:
-                if os.stat(f"{self.proc}/{pid}").st_uid != self.uid:
-                    continue
-            except OSError:
-                continue
-            held = self._hold(pid)
+            held = self._hold(pid) if pid not in self.skip and self._ours(pid) else None
             if held is not None:
                 out.append(held)
         return out

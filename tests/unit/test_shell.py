@@ -111,7 +111,7 @@ def scripts() -> dict[str, tuple[str, str]]:
         out[f"start-watched-{np.node}"] = ("sh", np.start_script)
     out["board"] = ("sh", board.board_script(rec.run_dir))
     out["coord-kill"] = ("sh", coordkill.request_script(rec.run_dir, 2.5, "00ff"))
-    out["coord-answer"] = ("sh", coordkill.answer_script(rec.run_dir, "00ff"))
+    out["coord-answer"] = ("sh", coordkill.answer_script(rec.run_dir, "00ff", 14.5))
     return out
 
 
