@@ -367,3 +367,39 @@ def check_status_torn_down(status_text: str, node: str) -> list[Violation]:
 
 def _text(v: object) -> str:
     return re.sub(r"[\x00-\x1f\x7f]", "?", str(v))[:160]
+
+
+def check_respawned(role: str, old: int, new: int | None, took: float | None,
+                    within: float) -> list[Violation]:  # fmt: skip
+    """The main's `role` (coordinator or sentinel), SIGKILLed as pid `old`, was started
+    again by the other as `new` (a live process of that tag, named by the pid file),
+    within `within` seconds (`took`)."""
+    if new is None or new == old:
+        return [Violation("respawn", None, f"the {role} (pid {old}) was not started again "
+                          f"within {within:g}s")]  # fmt: skip
+    if took is not None and took > within:
+        return [Violation("respawn", None, f"the {role} came back after {took:.1f}s, "
+                          f"over {within:g}s")]  # fmt: skip
+    return []
+
+
+def check_not_lost(lost: Mapping[str, Mapping[str, object] | None], what: str) -> list[Violation]:
+    """No sentinel gave its coordinator up (lost.json) after `what`."""
+    return [
+        Violation("lost", node, f"its sentinel called the coordinator lost after {what}: "
+                  f"{_text(info.get('why'))}")
+        for node, info in sorted(lost.items())
+        if info is not None
+    ]  # fmt: skip
+
+
+def check_journal_respawn(journal: Sequence[Mapping[str, object]], role: str,
+                          pid: int | None) -> list[Violation]:  # fmt: skip
+    """The coordinator's journal has a `respawn` line for `role`'s new `pid`."""
+    for e in journal:
+        data = e.get("data")
+        if not isinstance(data, Mapping) or e.get("kind") != "respawn":
+            continue
+        if data.get("who") == role and (pid is None or data.get("pid") == pid):
+            return []
+    return [Violation("journal", None, f"no `respawn` line for the {role} (pid {pid})")]

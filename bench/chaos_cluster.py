@@ -16,8 +16,10 @@ off, and kill or freeze the watch's own parts:
   naming the node.
 - `sentinel-death`: the worker's sentinel SIGKILLed: the coordinator decides that node
   unreachable, no sooner than unreachable_after; then `mntui kill` leaves nothing.
-- `coordinator-death`: the coordinator SIGKILLed: every sentinel tears its node down
-  (lost.json) and exits; nothing of the job left without the user's kill.
+- `coordinator-death` / `main-sentinel-death`: the coordinator / the main's sentinel
+  SIGKILLed (by its pid file): the other starts it again within RESPAWN s (node/respawn.py),
+  the journal says so, and past 2 x unreachable_after nothing was decided, no sentinel
+  called its coordinator lost, every node trained on; then the user's kill leaves nothing.
 - `main-lost`: the main's coordinator, sentinel and ranks SIGSTOPped (not its sshd): the
   worker's sentinel tears its node down (lost.json); SIGCONT; `mntui kill` leaves nothing.
 
@@ -42,10 +44,13 @@ from chaos_checks import (
     Violation,
     check_chain,
     check_decision,
+    check_journal_respawn,
     check_lost,
     check_no_decision,
+    check_not_lost,
     check_port,
     check_processes,
+    check_respawned,
     check_sessions,
     check_status_torn_down,
     check_steps_advanced,
@@ -65,7 +70,8 @@ NOT_BEFORE = UNREACHABLE - 1.3
 PARTITION = 2 * UNREACHABLE + 2  # seconds the manager is cut off (manager-partition)
 DOWN = 45.0  # seconds for the cluster to take the job down after a fault
 STEPS = 10  # steps each node trains at least during a partition (0.3 s a step: ~40)
-PROFILES = dict.fromkeys(("manager-partition", "partition-rank-exit", "partition-freeze", "manager-sleep", "sentinel-death", "coordinator-death", "main-lost"), (Profile.CLUSTER,))  # fmt: skip
+RESPAWN = 5.0  # seconds for the main's other watcher to start a dead one again (~0.2 s)
+PROFILES = dict.fromkeys(("manager-partition", "partition-rank-exit", "partition-freeze", "manager-sleep", "sentinel-death", "coordinator-death", "main-sentinel-death", "main-lost"), (Profile.CLUSTER,))  # fmt: skip
 
 
 # -- what the watch wrote, and what of the job lives ---------------------------------------
@@ -352,27 +358,67 @@ def _role(pid: int) -> str:
     return tag.decode(errors="replace").rsplit("/", 1)[-1]
 
 
-def coordinator_death(f: Fault) -> None:
-    rec, _ = f.target()
+def _pid_of(f: Fault, rec: RunRecord, role: str) -> int | None:
+    """The main's coordinator or sentinel named by its pid file, if that pid is alive
+    with the role's own tag (a reused pid is not it)."""
     main = rec.nodes[0].node
-    pids = [p for p in watchers(f.job.job, main) if _role(p) == "coord"]
-    if not pids:
-        raise HarnessError(f"no coordinator on {main}")
+    try:
+        pid = int((run_dir(f, rec, main) / f"{role}.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if pid in watchers(f.job.job, main) and _role(pid) == role else None
+
+
+def _journal(f: Fault, rec: RunRecord) -> list[dict[str, Any]]:
+    path = run_dir(f, rec, rec.nodes[0].node) / "coord" / "journal.jsonl"
+    out = []
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(e, dict):
+            out.append(e)
+    return out
+
+
+def _death(f: Fault, role: str, name: str) -> None:
+    """The main's `role` SIGKILLed: started again by the other, and the job trains on."""
+    rec, _ = f.target()
+    old = _pid_of(f, rec, role)
+    if old is None:
+        raise HarnessError(f"no {name} on {rec.nodes[0].node} named by its pid file")
+    before = steps(f, rec)
     t0 = time.time()
-    signal_each(pids[:1], signal.SIGKILL)
-    f.say(f"SIGKILL the coordinator {pids[0]} on {main}")
-    down = _down(f, t0, lambda: not everything(f.job.job))
+    signal_each([old], signal.SIGKILL)
+    new = until(lambda: (p := _pid_of(f, rec, role)) not in (None, old) and p, RESPAWN, f.dl, 0.05)
+    took = round(time.time() - t0, 2) if new else None
+    if took is not None:
+        f.out.times["respawn"] = took
+    until(lambda: False, max(0.0, t0 + 2 * UNREACHABLE - time.time()), f.dl, 0.5)
+    after = steps(f, rec)
     gone = {n.node: lost(f, rec, n.node) for n in rec.nodes}
-    ats = [i["lost_at"] for i in gone.values() if i and isinstance(i.get("lost_at"), (int, float))]
-    if ats:
-        f.out.times["lost"] = round(max(ats) - t0, 2)
-    _times(f, t0, None, down)
-    f.say(f"job down {_secs(down)}; lost.json on "
-          f"{','.join(n for n, i in gone.items() if i) or 'no node'}")  # fmt: skip
-    f.bad(check_lost(gone, t0, NOT_BEFORE), "at the end")
-    f.bad(check_no_decision(decision(f, rec), "the coordinator's death"), "at the end")
-    check_all(f, "at the end", chain=False)
+    f.say(f"SIGKILL the {name} {old}: started again as {new or 'NOT'} in {_secs(took)}; "
+          f"steps {before} -> {after}; {_said(decision(f, rec))}")  # fmt: skip
+    what = f"the {name}'s death"
+    found = check_respawned(name, old, new or None, took, RESPAWN)
+    found += check_journal_respawn(_journal(f, rec), name, new or None)
+    found += check_no_decision(decision(f, rec), what) + check_not_lost(gone, what)
+    found += check_steps_advanced(before, after, STEPS)
+    f.bad(found, "after the respawn")
     the_end(f)
+
+
+def coordinator_death(f: Fault) -> None:
+    _death(f, "coord", "coordinator")
+
+
+def main_sentinel_death(f: Fault) -> None:
+    _death(f, "sentinel", "sentinel")
 
 
 def main_lost(f: Fault) -> None:
@@ -402,5 +448,6 @@ KINDS: dict[str, Callable[[Fault], None]] = {
     "manager-sleep": manager_sleep,
     "sentinel-death": sentinel_death,
     "coordinator-death": coordinator_death,
+    "main-sentinel-death": main_sentinel_death,
     "main-lost": main_lost,
 }

@@ -61,13 +61,19 @@ def gpu_summary(s: NodeSnapshot) -> str:
     if s.gpu is None:
         mem = host_mem(s)
         return f"no GPU: {load(s)}" + (f" {mem}" if mem else "")
-    if not s.gpu.gpus:
-        return "GPU ERROR: " + "; ".join(s.gpu.errors)[:60]
-    cell = f"{gpu_util(s.gpu)} {gpu_mem(s.gpu)}"
-    if s.gpu.errors:
+    return gpu_cell(s.gpu)
+
+
+def gpu_cell(reading: GpuReading) -> str:
+    """`8x 97% 312/640G +ERR 1 foreign`: a node's GPUs, however they were read (a poll,
+    or its sentinel for a run the cluster watches)."""
+    if not reading.gpus:
+        return "GPU ERROR: " + "; ".join(reading.errors)[:60]
+    cell = f"{gpu_util(reading)} {gpu_mem(reading)}"
+    if reading.errors:
         cell += " +ERR"
-    if s.gpu.foreign_apps:
-        cell += f" {len(s.gpu.foreign_apps)} foreign"
+    if reading.foreign_apps:
+        cell += f" {len(reading.foreign_apps)} foreign"
     return cell
 
 

@@ -7,9 +7,10 @@ current: at once when the first step (or the nodes' GPUs) is seen, every REFRESH
 of stepping after that, and when the attempt ends, however it ends (torn down, ended by
 itself, killed by a user, left by a quitting app). A live `mntui status` and a run killed
 under the watchdog both read how long it trained from there, so a note written only at
-the first step would say 0 s for both. GPUs are what nvidia-smi listed on each node, at
-most one per process there; a node with no nvidia-smi (or none listed) holds none: a
-CPU job is priced in no GPU-hours, never in one GPU per process. A checkpoint is a log line matching
+the first step would say 0 s for both. GPUs are counted by node/gpucount.py's rule (the
+coordinator's too): what nvidia-smi listed on each node, at most one per process there;
+a node with no nvidia-smi (or none listed) holds none: a CPU job is priced in no
+GPU-hours, never in one GPU per process. A checkpoint is a log line matching
 the config's `checkpoint_pattern` (its group `step`, if it has one, names the step
 saved; else the step reached when the line was seen). Lines are node data: looked at
 through a 4,000-character cap, and nothing in them makes this raise.
@@ -21,6 +22,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from mntui.sessions.node.gpucount import see
 
 if TYPE_CHECKING:
     from mntui.sessions.runs import RunRecord
@@ -72,12 +75,9 @@ class StepClock:
 
     def see_gpus(self, node: str, nproc: int | None, listed: int | None) -> None:
         """One poll of `node`: `listed` GPUs in nvidia-smi (0: none, or no nvidia-smi;
-        None: it failed, so unknown). Its processes hold one each, as many as there are;
-        the most it was seen with counts (a GPU that falls off the bus was still held)."""
-        if listed is None:
-            return
-        held = min(listed, nproc) if nproc is not None else listed
-        self.gpus[node] = max(held, self.gpus.get(node, 0))
+        None: it failed, so unknown), held by the rule the cluster's coordinator counts
+        by too (node/gpucount.py)."""
+        see(self.gpus, node, nproc, listed)
 
     @property
     def due(self) -> bool:

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from mntui.sessions.node import nodewire
+from mntui.sessions.node.gpuwire import BOARD_FILE, BOARD_MAX, GpuText, from_board
 from mntui.sessions.procs import TAG_VAR, run_dir_word
 
 if TYPE_CHECKING:
@@ -33,6 +36,12 @@ class BoardView:
     journal: tuple[dict[str, Any], ...] = ()  # its last lines (up to 256 KiB), oldest first
     chain: dict[str, Any] | None = None  # coord/chain.json: the attempts it ran
     now: float | None = None  # the main's clock when it answered
+    gpus: Mapping[str, GpuText] = field(default_factory=dict)  # coord/gpus.json, if asked
+    gpus_malformed: int = 0  # its entries (or itself) not a reading of ours
+    straggler: dict[str, Any] | None = None  # coord/straggler.json (node/slowness.py)
+    nodes: Mapping[str, dict[str, Any]] = field(default_factory=dict)  # coord/nodes.json
+    nodes_malformed: int = 0  # its entries (or itself) not a snapshot of ours
+    rtt: float | None = None  # seconds the read took, connecting included
 
     @property
     def fresh(self) -> bool:
@@ -77,14 +86,22 @@ def coord_alive(run_dir: str) -> str:
 }}"""
 
 
-def board_script(run_dir: str) -> str:
+def board_script(run_dir: str, gpus: bool = False) -> str:
+    """With `gpus` (a `status`), the nodes' GPU readings and snapshots too (the launch's
+    confirmation and a kill wait on the rest only, and these files grow with the nodes)."""
     d = run_dir_word(run_dir)
+    sides = ((BOARD_FILE, BOARD_MAX, "gpus"), (nodewire.BOARD_FILE, nodewire.BOARD_MAX, "nodes"))
+    read_gpus = "\n".join(
+        f"printf 'FILE {word} '; head -c {most} \"$d/coord/{name}\" 2>/dev/null | base64 -w0; echo"
+        for name, most, word in sides
+    )
     return f"""d={d}
 {coord_alive(run_dir)}
-for f in status decision chain; do
+for f in status decision chain straggler; do
   printf 'FILE %s ' "$f"; head -c 262144 "$d/coord/$f.json" 2>/dev/null | base64 -w0; echo
 done
 printf 'FILE journal '; tail -c 262144 "$d/coord/journal.jsonl" 2>/dev/null | base64 -w0; echo
+{read_gpus if gpus else ""}
 echo "NOW $(date +%s)"
 if mntui_coord_alive; then echo ALIVE yes; else echo ALIVE no; fi
 """
@@ -93,14 +110,24 @@ if mntui_coord_alive; then echo ALIVE yes; else echo ALIVE no; fi
 def parse_board(text: str) -> BoardView:
     import base64
 
-    files: dict[str, dict[str, Any] | None] = {"status": None, "decision": None, "chain": None}
+    files: dict[str, dict[str, Any] | None] = dict.fromkeys(
+        ("status", "decision", "chain", "straggler")
+    )
     alive = False
     now: float | None = None
     journal: tuple[dict[str, Any], ...] = ()
+    gpus: tuple[dict[str, GpuText], int] = ({}, 0)
+    nodes: tuple[dict[str, dict[str, Any]], int] = ({}, 0)
     for line in text.splitlines():
         words = line.split(" ")
         if len(words) == 3 and words[0:2] == ["FILE", "journal"] and words[2]:
             journal = parse_journal(words[2])
+        elif len(words) == 3 and words[0:2] == ["FILE", "gpus"] and words[2]:
+            data = _json(words[2])
+            gpus = from_board(data) if data is not None else ({}, 1)  # cut, or not JSON
+        elif len(words) == 3 and words[0:2] == ["FILE", "nodes"] and words[2]:
+            data = _json(words[2])
+            nodes = nodewire.from_board(data) if data is not None else ({}, 1)
         elif len(words) == 3 and words[0] == "FILE" and words[1] in files and words[2]:
             try:
                 data = json.loads(base64.b64decode(words[2], validate=True))
@@ -111,7 +138,21 @@ def parse_board(text: str) -> BoardView:
             alive = True
         elif len(words) == 2 and words[0] == "NOW" and words[1].isdigit() and len(words[1]) < 12:
             now = float(words[1])
-    return BoardView(files["status"], files["decision"], alive, journal, files["chain"], now)
+    return BoardView(
+        files["status"], files["decision"], alive, journal, files["chain"], now,
+        gpus=gpus[0], gpus_malformed=gpus[1], straggler=files["straggler"],
+        nodes=nodes[0], nodes_malformed=nodes[1],
+    )  # fmt: skip
+
+
+def _json(b64: str) -> object:
+    """The JSON in a line's base64, or None."""
+    import base64
+
+    try:
+        return json.loads(base64.b64decode(b64, validate=True))
+    except (ValueError, TypeError, RecursionError):
+        return None
 
 
 def parse_journal(b64: str) -> tuple[dict[str, Any], ...]:
@@ -133,6 +174,12 @@ def parse_journal(b64: str) -> tuple[dict[str, Any], ...]:
     return tuple(out)
 
 
-def read_board(node: Node, main_run_dir: str, timeout: float = 10.0) -> BoardView:
-    res = node.run(board_script(main_run_dir), timeout=timeout)
-    return parse_board(res.stdout)
+def read_board(
+    node: Node, main_run_dir: str, timeout: float = 10.0, gpus: bool = False
+) -> BoardView:
+    import time
+    from dataclasses import replace
+
+    t0 = time.monotonic()
+    res = node.run(board_script(main_run_dir, gpus), timeout=timeout)
+    return replace(parse_board(res.stdout), rtt=time.monotonic() - t0)

@@ -130,6 +130,11 @@ def watch_config(
         attempts=attempts,
         master_port=cfg.master_port,
         ready_timeout=cfg.launch.ready_timeout,
+        sample_every=w.sample_every,  # the straggler's samples and rules (node/slowness.py)
+        on_slow=str(w.on_slow),
+        slow_fraction=w.slow_fraction,
+        slow_after=w.slow_after,
+        nprocs=tuple({s.name: cfg.nproc(s) for s in cfg.nodes}.get(n, 1) for n in nodes),
     )
 
 

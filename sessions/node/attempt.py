@@ -104,13 +104,7 @@ def start(first_dir: str, k: int, cfg: WatchConfig) -> Attempt:
     run dir) and returns the attempt to follow; RuntimeError with the script's last
     words when it did not start."""
     base = os.path.join(first_dir, "attempts", str(k))
-    with open(base + ".json", encoding="utf-8") as f:
-        info = json.loads(f.read(4096))
-    run, tag, rel = info.get("run"), info.get("tag"), info.get("run_dir")
-    ok = isinstance(run, str) and RUN_ID.fullmatch(run) and tag == f"{cfg.job}/{run}/{cfg.node}"
-    if not ok or not isinstance(rel, str) or not _REL.fullmatch(rel) or ".." in rel:
-        raise RuntimeError(f"attempts/{k}.json is not one of ours")
-    assert isinstance(run, str) and isinstance(tag, str)
+    later = follow(first_dir, k, cfg)  # checked before anything runs
     env = {n: v for n, v in os.environ.items() if n not in ("MNTUI_RUN", "TMUX", "TMUX_PANE")}
     proc = subprocess.run(
         ["sh", base + ".sh"],
@@ -123,5 +117,19 @@ def start(first_dir: str, k: int, cfg: WatchConfig) -> Attempt:
     )
     if proc.returncode != 0 or "STARTED" not in proc.stdout:
         raise RuntimeError(f"attempt {k} did not start: {(proc.stderr or proc.stdout)[-300:]}")
+    return later
+
+
+def follow(first_dir: str, k: int, cfg: WatchConfig) -> Attempt:
+    """Attempt `k` as the launch rendered it, to follow without starting it (a sentinel
+    started again mid-chain follows the attempt its predecessor started); RuntimeError
+    when its file is not one of ours."""
+    with open(os.path.join(first_dir, "attempts", f"{k}.json"), encoding="utf-8") as f:
+        info = json.loads(f.read(4096))
+    run, tag, rel = info.get("run"), info.get("tag"), info.get("run_dir")
+    ok = isinstance(run, str) and RUN_ID.fullmatch(run) and tag == f"{cfg.job}/{run}/{cfg.node}"
+    if not ok or not isinstance(rel, str) or not _REL.fullmatch(rel) or ".." in rel:
+        raise RuntimeError(f"attempts/{k}.json is not one of ours")
+    assert isinstance(run, str) and isinstance(tag, str)
     home = os.path.expanduser("~")
     return Attempt(k, run, tag, os.path.join(home, rel), cfg.node, cfg.progress_pattern)

@@ -6,7 +6,8 @@ main's port listens, all while the manager may be asleep.
 Each attempt's script was rendered at launch (its run id, tag, `MNTUI_RESTART_COUNT`),
 so nothing here builds a command: the coordinator only says "start attempt k". What it
 did is in `coord/chain.json` (atomic, every step), which the manager reads on its next
-contact and turns into run records of its own.
+contact and turns into run records of its own, and from which a coordinator started
+again (respawn.py) goes on where its predecessor was (resume.py).
 """
 
 from __future__ import annotations
@@ -18,13 +19,15 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from . import resume
 from .coordstate import Board
 from .facts import Facts
 from .judging import NodeTrigger
 from .killer import listening_ports
-from .restarts import AttemptEnd, decide
+from .restarts import AttemptEnd, Decision, decide
+from .resume import BACKOFF, DECIDE, OVER, START, WATCH, Point
 from .rules import NodeState, Verdict
-from .teardown import stop, user_kill
+from .teardown import finish, stop, user_kill
 from .watchcfg import WatchConfig
 
 START_ANSWER = 90.0  # seconds for a sentinel to say its attempt started
@@ -37,6 +40,7 @@ class Outcome:
     trigger: NodeTrigger | None = None
     facts: dict[str, Facts] = field(default_factory=dict)
     verdicts: dict[str, Verdict] = field(default_factory=dict)
+    codes: tuple[int, ...] = ()  # the nodes' exit codes, when no facts are left to read
 
 
 class Coordinator(Protocol):
@@ -50,8 +54,13 @@ class Coordinator(Protocol):
     def kill_requested(self) -> tuple[float, str | None] | None: ...
 
 
+def exit_codes(facts: dict[str, Facts]) -> tuple[int, ...]:
+    """The nodes' non-zero exit codes, as the restart policy reads them."""
+    return tuple(f.exit_code for f in facts.values() if f.exit_code)
+
+
 def attempt_end(k: int, run: str, out: Outcome, progressed: float) -> AttemptEnd:
-    codes = tuple(f.exit_code for f in out.facts.values() if f.exit_code)
+    codes = exit_codes(out.facts) or out.codes
     if out.trigger is not None:
         t = out.trigger
         return AttemptEnd(
@@ -64,35 +73,100 @@ def attempt_end(k: int, run: str, out: Outcome, progressed: float) -> AttemptEnd
 
 
 def run_chain(c: Coordinator) -> str:
-    history: list[AttemptEnd] = []
-    log = ChainLog(c)
-    k = 0
+    """The chain from its start, or from where a predecessor left it (resume.py)."""
+    saved = resume.load(c.board.out, "chain.json")
+    at = None
+    if saved is not None and saved.get("chain") == c.cfg.run:
+        at = resume.point(saved, resume.load(c.board.out, "decision.json"), time.time())
+    log = ChainLog(c, saved if at is not None else None)
+    if at is None:
+        at = Point(WATCH, 0, c.cfg.run, (), time.time())
+    else:
+        c.board.journal("resumed", None, phase=at.phase, attempt=at.k, run=at.run)
+        asked = c.kill_requested()  # the user's kill, maybe half carried out: carried out
+        if asked is not None:
+            why = user_kill(c.board, c.cfg, *asked)
+            if at.phase != OVER or at.end is not None:
+                log.end("killed", why)
+            return why
+    if at.phase == OVER:
+        if at.end is not None:
+            log.end(at.end, at.why)
+        return at.why
+    if at.phase in (WATCH, DECIDE, BACKOFF) and at.k > 0:  # the attempt a kill would take
+        c.board.new_attempt(at.k, at.run)
+    if at.phase in (WATCH, DECIDE) and log.resumed:
+        resume.seed(c.board, at.run)
+    return _chain(c, log, at)
+
+
+def _chain(c: Coordinator, log: ChainLog, at: Point) -> str:
+    history, k, phase, delay = list(at.history), at.k, at.phase, at.left
+    started = time.monotonic() - max(0.0, time.time() - at.started_at)
+    out = _carried_out(c, at.record) if at.record is not None else None
     while True:
-        started = time.monotonic()
-        out = c.watch_attempt()
-        if out.kind == "killed":
-            log.end("killed", out.why)
-            return out.why
-        end = attempt_end(k, c.board.run, out, c.board.progressed_since(started))
-        history.append(end)
-        d = decide(c.cfg.restart, history) if c.cfg.restart is not None else None
-        if d is not None and d.restart and k >= c.cfg.attempts:  # reset_after reset the count
-            spent = f"no more restarts: {c.cfg.attempts} were rendered at launch"
-            d = replace(d, restart=False, gave_up=True, why=spent)
-        if d is None or not d.restart:
-            why = d.why if d is not None else "restart is off"
-            log.attempt_ended(end, why, None, out.kind)
-            log.end("gave-up" if d is not None and d.gave_up else "ended", why)
-            return f"{out.why}; {why}"
-        log.attempt_ended(end, d.why, d.delay, out.kind)
-        if not _backoff(c, d.delay):
-            log.end("killed", "the user's kill in the backoff")
-            return "killed by the user"
-        k += 1
-        failed = relaunch(c, k, log)
-        if failed is not None:
-            log.end("failed-restart", failed)
-            return failed
+        if phase == WATCH:
+            out, phase = c.watch_attempt(), DECIDE
+        if phase == DECIDE:
+            assert out is not None
+            if out.kind == "killed":
+                log.end("killed", out.why)
+                return out.why
+            end = attempt_end(k, c.board.run, out, c.board.progressed_since(started))
+            history.append(end)
+            d = _decision(c, history, k)
+            if d is None or not d.restart:
+                why = d.why if d is not None else "restart is off"
+                log.attempt_ended(end, why, None, out.kind)
+                log.end("gave-up" if d is not None and d.gave_up else "ended", why)
+                return f"{out.why}; {why}"
+            log.attempt_ended(end, d.why, d.delay, out.kind)
+            phase, delay = BACKOFF, d.delay
+        if phase == BACKOFF:
+            if not _backoff(c, delay):
+                log.end("killed", "the user's kill in the backoff")
+                return "killed by the user"
+            k, phase = k + 1, START
+        if phase == START:
+            failed = relaunch(c, k, log)
+            if failed is not None:
+                log.end("failed-restart", failed)
+                return failed
+            started, phase = time.monotonic(), WATCH
+
+
+def _decision(c: Coordinator, history: list[AttemptEnd], k: int) -> Decision | None:
+    d = decide(c.cfg.restart, history) if c.cfg.restart is not None else None
+    if d is not None and d.restart and k >= c.cfg.attempts:  # reset_after reset the count
+        spent = f"no more restarts: {c.cfg.attempts} were rendered at launch"
+        d = replace(d, restart=False, gave_up=True, why=spent)
+    return d
+
+
+def _carried_out(c: Coordinator, record: dict[str, Any]) -> Outcome:
+    """The outcome of a decision a predecessor took for the current attempt: carried out
+    (a teardown whose kill it did not finish is finished now), never taken again."""
+    if "ended" in record:
+        states = record.get("ended")
+        known = {s.value: s for s in NodeState}
+        verdicts = {
+            n: Verdict(known[s], "")
+            for n, s in (states.items() if isinstance(states, dict) else ())
+            if n in c.cfg.nodes and s in known
+        }
+        return Outcome("ended", "the job ended", None, {}, verdicts)
+    node, state, why = record.get("node"), record.get("state"), str(record.get("why"))[:300]
+    if record.get("decided_by") != "coordinator" or node not in c.cfg.nodes:
+        return Outcome("killed", why)  # the user's stop
+    try:
+        trigger = NodeTrigger(str(node), NodeState(state), why, "kill_all")
+    except ValueError:
+        return Outcome("killed", why)
+    if "ended_at" not in record:
+        finish(c.board, c.cfg, record)
+    codes = record.get("exit_codes")
+    codes = tuple(x for x in codes if type(x) is int) if isinstance(codes, list) else ()
+    return Outcome("teardown", f"torn down: {node} {state}: {why}", trigger, codes=codes)
 
 
 def _backoff(c: Coordinator, delay: float) -> bool:
@@ -170,14 +244,17 @@ def _ready(c: Coordinator) -> str | None:
 class ChainLog:
     """`coord/chain.json`: every attempt, how it ended, what the policy said."""
 
-    def __init__(self, c: Coordinator) -> None:
+    def __init__(self, c: Coordinator, saved: dict[str, Any] | None = None) -> None:
+        """`saved`: the chain.json a predecessor wrote (resume.py), carried on."""
         self.c = c
-        self.data: dict[str, Any] = {
+        self.resumed = saved is not None
+        self.data: dict[str, Any] = saved or {
             "chain": c.cfg.run,
             "status": "running",
             "attempts": [{"attempt": 0, "run": c.cfg.run, "started_at": time.time()}],
         }
-        self._write()
+        if saved is None:
+            self._write()
 
     def _write(self) -> None:
         self.c.board.write("chain.json", self.data)
@@ -192,7 +269,10 @@ class ChainLog:
         self._write()
 
     def starting(self, k: int, run: str) -> None:
-        self.data["attempts"].append({"attempt": k, "run": run, "started_at": time.time()})
+        attempts = self.data["attempts"]
+        if attempts[-1].get("attempt") == k:  # started again after a respawn: one entry
+            attempts.pop()
+        attempts.append({"attempt": k, "run": run, "started_at": time.time()})
         self.data["status"] = "starting"
         self.c.board.journal("attempt", None, attempt=k, run=run)
         self._write()

@@ -8,13 +8,16 @@ silence counts only from the coordinator's side. On a decision it tells every se
 to kill its node's part at once (the main's ranks it kills itself when the main's
 sentinel cannot), writes the decision on the main node for the manager to read when it
 next connects, and then restarts the job as the restart policy says (chain.py) or
-stops the sentinels and exits.
+stops the sentinels and exits. It and the main's sentinel keep each other up
+(respawn.py): a coordinator that dies is started again by that sentinel and goes on
+from its files (resume.py); it starts that sentinel again when it dies.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
 import threading
@@ -22,25 +25,29 @@ import time
 import traceback
 from typing import Any
 
-from . import daemon, frames
-from .chain import Outcome, run_chain
+from . import daemon, frames, respawn
+from .chain import Outcome, exit_codes, run_chain
 from .coordstate import Board
 from .judging import Judge
+from .slowness import SlowWatch
 from .teardown import kill_everywhere, teardown, user_kill
 from .watchcfg import WatchConfig, grace_of, load_for
 
-FROM_SENTINEL = frozenset({"snap", "done", "bye"})
+FROM_SENTINEL = frozenset({"snap", "done", "bye", "waits"})  # waits: slowness.py's
 TICK = 0.25
 COALESCE = 0.1  # seconds: the least time between two judgements of the whole job
 
 
 class Coordinator:
     def __init__(self, cfg: WatchConfig, secret: bytes, run_dir: str, sock: socket.socket):
-        self.cfg, self.secret, self.sock = cfg, secret, sock
+        self.cfg, self.secret, self.sock, self.dir = cfg, secret, sock, run_dir
         self.board = Board(cfg, os.path.join(run_dir, "coord"))
+        self.slow = SlowWatch(cfg, self.board)  # stragglers and slow nodes
         self.wake = threading.Event()
         self.done = threading.Event()
         self.shaking = threading.BoundedSemaphore(2 * len(cfg.nodes) + 8)
+        self.leaving = threading.Event()  # the chain is over: the main's sentinel may go
+        self.keeper: respawn.Keeper | None = None  # keeps the main's sentinel up
 
     def accept(self) -> None:
         """Connections, each handshaken on a thread of its own; at most HANDSHAKES at
@@ -82,7 +89,9 @@ class Coordinator:
         peer = self.board.connected(node, ch)
         try:
             while True:
-                self.board.heard(peer, ch.recv(timeout=None))
+                msg = ch.recv(timeout=None)
+                if not self.slow.heard(node, msg):  # a rank's straggler sample: its own
+                    self.board.heard(peer, msg)
                 self.wake.set()
         except (OSError, frames.Refused) as exc:
             self.board.gone(peer, str(exc) or type(exc).__name__)
@@ -133,6 +142,7 @@ class Coordinator:
                 self.board.journal("stall-threshold", None, seconds=round(judge.stall_after, 1))
             facts, asked = self.board.facts(now)
             verdicts, triggers = judge.judge(facts, now, asked)
+            triggers = [*triggers, *self.slow.judge(now)]  # on_slow: kill_all
             self.board.saw(verdicts)
             for d in judge.deadlines(facts, verdicts, now):
                 if d.at <= now:
@@ -142,7 +152,7 @@ class Coordinator:
                 if t.action == "notify":
                     self.board.journal("notify", t.node, state=str(t.state), why=t.why)
             if kills:
-                why = teardown(self.board, kills[0], self.cfg)
+                why = teardown(self.board, kills[0], self.cfg, exit_codes(facts))
                 return Outcome("teardown", why, kills[0], facts)
             if self.board.complete(facts) and not may_run(verdicts):
                 # what is left is the dead panes (remain-on-exit) and any straggler
@@ -152,18 +162,27 @@ class Coordinator:
             self.board.journal_steps(now)
             self.board.publish(verdicts, now)
 
-    def run(self) -> str:
+    def guard(self) -> None:
+        """The main's sentinel, started again when it died (not once the chain is over:
+        then the sentinels are told to stop, and leave)."""
+        while not self.done.wait(TICK):
+            if self.keeper is not None and not self.leaving.is_set():
+                self.keeper.check()
+
+    def run(self) -> str | None:
         """The chain: watch an attempt, then restart it as the policy says; returns
-        how the chain ended."""
+        how the chain ended, or None when this coordinator failed (a bug): the main's
+        sentinel starts another, which goes on from the files (resume.py)."""
         threading.Thread(target=self.beat, daemon=True).start()
+        threading.Thread(target=self.guard, daemon=True).start()
         try:
             why = run_chain(self)
         except Exception:
-            # a bug here must not leave the job unwatched with its sentinels told all
-            # is well: they hear nothing, and tear their nodes down as for a lost main
             traceback.print_exc()
             self.done.set()
-            return "crashed (its sentinels tear their nodes down when they lose it)"
+            return None
+        self.leaving.set()
+        respawn.goodbye(self.dir, "coord", why)  # before the stop: nobody starts us again
         self.board.send_all("stop", why="the chain ended")
         self.done.set()
         return why
@@ -195,11 +214,25 @@ def main(argv: list[str]) -> int:
         print(f"coordinator: port {cfg.coord_port}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     log, pid = os.path.join(run_dir, "coord.log"), os.path.join(run_dir, "coord.pid")
+    bundle = respawn.bundle_argv()  # before the daemon leaves the shell's directory
     ready = daemon.daemonize(log, pid, label="COORD")
     c = Coordinator(cfg, secret, run_dir, sock)
+    c.keeper = respawn.Keeper(run_dir, cfg.node, cfg.tag, "sentinel", bundle)
+    signal.signal(signal.SIGTERM, lambda *_: _leave(run_dir, "SIGTERM (a kill by tag)"))
     threading.Thread(target=c.accept, daemon=True).start()
     ready(f"coordinator :{cfg.coord_port}")
     why = c.run()
-    print(f"coordinator: exits: {why}", flush=True)
     sock.close()
+    if why is None:
+        print("coordinator: crashed: the main's sentinel starts another", flush=True)
+        return 1
+    print(f"coordinator: exits: {why}", flush=True)
     return 0
+
+
+def _leave(run_dir: str, why: str) -> None:
+    """A SIGTERM is a kill by tag (`mntui kill`): leave, and say so first, so the main's
+    sentinel does not start this coordinator again under the kill's sweep."""
+    respawn.goodbye(run_dir, "coord", why)
+    print(f"coordinator: exits: {why}", flush=True)
+    os._exit(0)

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from . import frames
+from . import frames, gpucount, gpuwire, nodewire
 from .facts import Facts, Malformed, from_wire, silent
 from .steps import Pace
 from .watchcfg import WatchConfig, write_json
@@ -67,6 +67,10 @@ class Board:
         self.paces: dict[str, Pace] = {}  # each node's step interval and longest pause
         self.steps: dict[str, tuple[int | None, float | None]] = {}
         self.steps_at = 0.0
+        self.gpus: dict[str, gpuwire.GpuText] = {}  # each node's last GPU reading
+        self.gpus_changed = False  # since coord/gpus.json was last written
+        self.nodes: dict[str, str] = {}  # each node's last snapshot, as JSON (nodewire.py)
+        self.nodes_changed = False  # since coord/nodes.json was last written
 
     # -- what the sentinels say -----------------------------------------------
     def connected(self, node: str, ch: frames.Channel) -> Peer:
@@ -104,10 +108,20 @@ class Board:
         now = time.monotonic()
         steps = _steps(msg.get("steps"))
         pace = _pace(msg.get("steps"))
+        gpu = _gpu(msg)
+        count = gpucount.listed_in(gpu.csv, gpu.apps) if isinstance(gpu, gpuwire.GpuText) else None
+        node = _node(msg)
         with self.lock:
             if msg.get("run") != self.run:  # of an attempt before this one
                 return
             self.words[peer.node] = Word(facts, now, now - float(age))
+            if isinstance(gpu, gpuwire.GpuText):
+                self.gpus[peer.node], self.gpus_changed = gpu, True
+                self._held(peer.node, count)
+            self.malformed += gpu is False  # the facts stand: the reading alone is dropped
+            if isinstance(node, str):
+                self.nodes[peer.node], self.nodes_changed = node, True
+            self.malformed += node is False  # and so does a snapshot of another shape
             if steps is not None:
                 before = self.steps.get(peer.node, (None, None))[0]
                 if steps[0] is not None and (before is None or steps[0] > before):
@@ -251,6 +265,34 @@ class Board:
                 "write_errors": self.write_errors,
             },
         )
+        self.publish_gpus()
+        self.publish_nodes()
+
+    def publish_gpus(self) -> None:
+        """coord/gpus.json, when a reading came since it was last written: a file of its
+        own, as its size grows with the nodes' GPUs and status.json is read every 0.2 s
+        while a launch waits (board.py reads this one only for `status`)."""
+        with self.lock:
+            if not self.gpus_changed:
+                return
+            self.gpus_changed = False
+            texts = dict(self.gpus)
+        nodes = {n: gpuwire.board_entry(t) for n, t in texts.items()}
+        self.write(gpuwire.BOARD_FILE, gpuwire.within_board({"at": time.time(), "nodes": nodes}))
+
+    def publish_nodes(self) -> None:
+        """coord/nodes.json, when a snapshot came since it was last written (at most as
+        often as status.json): each entry's JSON was made when it came, once."""
+        with self.lock:
+            if not self.nodes_changed:
+                return
+            self.nodes_changed = False
+            texts = dict(self.nodes)
+        try:
+            text = nodewire.board_text(time.time(), texts)
+            _write_text(os.path.join(self.out, nodewire.BOARD_FILE), text)
+        except OSError:
+            self.write_errors += 1
 
     def journal_steps(self, now: float) -> None:
         """The job's steps every STEPS_EVERY seconds: what `status` says the job did
@@ -286,9 +328,21 @@ class Board:
         ledger's training time of the attempt (first step to last)."""
         c, now = self.clock, time.time()
         if "first_step_at" not in c:
-            c.update(first_step=step, first_step_at=now, checkpoints=False, gpus=0, gpu_nodes=0)
+            c.update(first_step=step, first_step_at=now, checkpoints=False)
+            c.setdefault("gpus", 0)
+            c.setdefault("gpu_nodes", 0)
         if step > c.get("last_step", -1):
             c.update(last_step=step, last_step_at=now)
+
+    def _held(self, node: str, count: int | None) -> None:
+        """A reading's GPUs into the clock, by the watchdog's rule (gpucount.py): the
+        ledger prices the attempt from `gpus` once `gpu_nodes` covers every node. The
+        map by node lives in the clock, so a respawned coordinator (resume.py) goes on
+        from it rather than from nothing."""
+        held = gpucount.held_of(self.clock.get("gpus_by_node"))
+        if node not in self.cfg.nodes or not gpucount.see(held, node, self.cfg.nproc(node), count):
+            return
+        self.clock.update(gpus=sum(held.values()), gpu_nodes=len(held), gpus_by_node=held)
 
     def progressed_since(self, started: float) -> float:
         """Seconds this attempt kept making progress (its steps advancing): what
@@ -319,6 +373,10 @@ class Board:
             self.steps.clear()
             self.clock = {}
             self.paces.clear()
+            self.gpus.clear()  # whose processes are the job's is the attempt's
+            self.gpus_changed = True
+            self.nodes.clear()  # and so are its processes
+            self.nodes_changed = True
             self.start = time.monotonic()
         self.states.clear()
         self.poked.clear()
@@ -345,6 +403,37 @@ class Board:
             write_json(os.path.join(self.out, name), data)
         except OSError:  # the main's disk full: the watch goes on, the file waits
             self.write_errors += 1
+
+
+def _gpu(msg: dict[str, Any]) -> gpuwire.GpuText | bool:
+    """A snap's GPU reading; True when it has none (unchanged since sent), False when
+    it is malformed."""
+    if "gpu" not in msg:
+        return True
+    try:
+        csv, apps, own, age = gpuwire.check(msg["gpu"], "age")
+    except gpuwire.Malformed:
+        return False
+    return gpuwire.GpuText(csv, apps, own, time.time() - age)
+
+
+def _write_text(path: str, text: str) -> None:
+    """write_json's atomic write (tmp + rename), of JSON already made."""
+    tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _node(msg: dict[str, Any]) -> str | bool:
+    """A snap's node snapshot as the board keeps it; True when it has none (unchanged
+    since sent), False when it is malformed."""
+    if "node" not in msg:
+        return True
+    try:
+        return nodewire.board_entry(msg["node"], time.time())
+    except Malformed:
+        return False
 
 
 def _steps(v: object) -> tuple[int | None, float | None] | None:

@@ -22,10 +22,11 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .listens import listening_ports  # the one reader of LISTEN rows
 from .proctree import STAT_LIMIT, parse_stat
 
 __all__ = ["KillResult", "kill_tagged", "listening_ports"]
@@ -157,26 +158,6 @@ def _tagged(proc: str, pid: int, pattern: re.Pattern[str], head: bytes = b"") ->
     if len(raw) > ENVIRON_MAX:
         entries.pop()  # cut short: a piece of an entry must never match as a whole one
     return any(pattern.fullmatch(e.decode(errors="surrogateescape")) for e in entries)
-
-
-def _ports_in(text: str) -> Iterator[int]:
-    for row in text.split("\n")[1:]:
-        cols = row.split()
-        if len(cols) > 3 and cols[3] == "0A" and ":" in cols[1]:
-            try:
-                yield int(cols[1].rsplit(":", 1)[1], 16)
-            except ValueError:
-                continue
-
-
-def listening_ports(proc: str = "/proc") -> set[int]:
-    """TCP ports with a LISTEN socket (IPv4 or IPv6) in this network namespace."""
-    ports: set[int] = set()
-    for name in ("tcp", "tcp6"):
-        raw = _read(f"{proc}/net/{name}", 64 * 1024 * 1024)
-        if raw:
-            ports.update(_ports_in(raw.decode(errors="replace")))
-    return ports
 
 
 def _tmux_env() -> dict[str, str]:

@@ -5,14 +5,19 @@ sleeps or loses its network either leaves the job unguarded or tears a healthy j
 down. The sentinel watches its own ranks from /proc at `interval`, tells the
 coordinator on the main node what it sees, and kills its node's part of the job when
 told to. If it hears nothing from the coordinator for `unreachable_after` while its
-ranks run, the job has lost its main: it tears its own ranks down and says why in
-`lost.json` (a job without its main cannot go on; its GPUs should not wait 30 min).
+ranks run, the job has lost its main: it takes their stacks (they are likely blocked
+in a collective with the main's, and exist only until the kill), tears them down and
+says why in `lost.json` (a job without its main cannot go on; its GPUs should not wait
+30 min). The main's sentinel also keeps the coordinator up (respawn.py): a coordinator
+that died is started again before the others call it lost.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import threading
@@ -20,13 +25,21 @@ import time
 import traceback
 from typing import Any
 
-from . import attempt, daemon, frames, killer, stackcap
+from . import attempt, daemon, frames, gpus, killer, nodesnap, respawn, spysample, stackcap
 from .attempt import Attempt
 from .facts import Facts
+from .logtail import LogTail
 from .watchcfg import WatchConfig, grace_of, load_for, write_json
 
 COMMANDS = frozenset({"hb", "sample", "kill", "start", "stop"})
 RECV_WAIT = 0.1  # how soon a new sample goes out after it was taken
+# The stacks before a lost node's kill wait no longer than a freeze's (teardown.py's
+# FROZEN_BUDGET, for the same reasons): the ranks are likely blocked with the main's.
+LOST_STACKS = 1.5
+# Retries a second at most: a coordinator started again is back within about one
+# (respawn.py), and each node must hear it again well within unreachable_after.
+RECONNECT_MAX = 0.5
+FOLLOWING = "following.json"  # the attempt this node's sentinel follows (a respawn reads it)
 
 
 class Sentinel:
@@ -44,6 +57,9 @@ class Sentinel:
         self.channel: frames.Channel | None = None
         self.killed = False
         self.wanted: float | None = None  # the coordinator asked for a sample taken after this
+        self.keeper: respawn.Keeper | None = None  # the main's: keeps the coordinator up
+        self.gpus = gpus.Reader()  # the node's GPUs, on a thread of their own (gpus.py)
+        self.snapshot = nodesnap.Builder()  # the node as a poll sees it, for `status`
 
     # -- sampling -------------------------------------------------------------
     def sample(self) -> tuple[Attempt, Facts]:
@@ -72,6 +88,8 @@ class Sentinel:
                     # without the pane's pid its children would look orphaned (a kill
                     # at once): no word until tmux answers; a silence is judged as one
                     self.facts, self.sampled_at = facts, time.monotonic()
+            if self.keeper is not None:
+                self.keeper.check()
             silent = time.monotonic() - self.heard
             if silent >= cfg.rules.unreachable_after:
                 if facts.live_procs:
@@ -87,7 +105,10 @@ class Sentinel:
             f"for {silent:.0f} s: this node's ranks were torn down"
         )
         lost_at = time.time()
-        result = self.kill(f"lost the coordinator ({silent:.0f} s)")
+        main = self.cfg.nodes[0]
+        budget = min(LOST_STACKS, self.cfg.capture_budget)
+        ask = stackcap.Ask(main, "unreachable", why, lost_at, budget)
+        result = self.kill(f"lost the coordinator ({silent:.0f} s)", stacks=ask)
         write_json(
             os.path.join(self.dir, "lost.json"),
             {"lost_at": lost_at, "torn_down_at": time.time(), "why": why, "kill": result},
@@ -154,8 +175,10 @@ class Sentinel:
             except Exception:  # a bug in the link must not cut us off for good
                 traceback.print_exc()
             self.channel = None
+            if self.keeper is not None:
+                self.poke.set()  # a dropped link: is the coordinator's process gone?
             self.stopping.wait(backoff)
-            backoff = min(1.0, backoff * 2)
+            backoff = min(RECONNECT_MAX, backoff * 2)
 
     def connect(self) -> frames.Channel:
         cfg = self.cfg
@@ -174,15 +197,20 @@ class Sentinel:
         sent_facts: Facts | None = None
         sent_at = 0.0
         hb = self.cfg.heartbeat
+        outbox = gpus.Outbox(self.gpus)  # a GPU reading goes with a snap when it changed
+        nodes = nodesnap.Outbox(self.snapshot)  # and the node's snapshot, as often
         while not self.stopping.is_set():
             with self.lock:
                 facts, at, run = self.facts, self.sampled_at, self.att.run
             now = time.monotonic()
             wanted = self.wanted is not None and at > self.wanted
-            if facts is not None and (facts != sent_facts or now - sent_at >= hb or wanted):
+            node = nodes.fields(facts, now)  # a snapshot when one was built and is news
+            news = facts != sent_facts or now - sent_at >= hb or wanted or bool(node)
+            if facts is not None and news:
                 wire = facts.to_wire()
                 age = round(now - at, 4)
-                ch.send("snap", run=run, age=age, facts=wire, steps=self.steps)
+                gpu = outbox.fields(tuple(p.pid for p in facts.live_procs), now)
+                ch.send("snap", run=run, age=age, facts=wire, steps=self.steps, **gpu, **node)
                 sent_facts, sent_at = facts, now
                 if wanted:
                     self.wanted = None
@@ -217,6 +245,8 @@ class Sentinel:
         """Attempt `k`, as the coordinator asks (its restart): started from the script the
         launch left, then followed instead of the attempt before."""
         with self.ops:
+            if self._started_before(ch, seq, k):
+                return
             try:
                 att = attempt.start(self.dir, k, self.cfg)
             except (OSError, ValueError, RuntimeError, subprocess.SubprocessError) as exc:
@@ -225,9 +255,51 @@ class Sentinel:
                 return
             with self.lock:
                 self.att, self.facts = att, None
+            try:
+                write_json(os.path.join(self.dir, FOLLOWING), {"attempt": k, "run": att.run})
+            except OSError as exc:  # a respawn of this sentinel would follow the one before
+                print(f"sentinel: {FOLLOWING}: {exc}", flush=True)
         self.poke.set()
         print(f"sentinel: attempt {k} started, run {att.run}", flush=True)
         self._send(ch, "done", re=seq, ok=True, run=att.run)
+
+    def _started_before(self, ch: frames.Channel, seq: object, k: int) -> bool:
+        """An attempt is started once: a coordinator started again mid-restart asks for
+        the attempt its predecessor asked for, and gets the one already running."""
+        with self.lock:
+            now = self.att
+        if now.number < k:
+            return False
+        if now.number == k:
+            print(f"sentinel: attempt {k} asked again: already started, run {now.run}", flush=True)
+            self._send(ch, "done", re=seq, ok=True, run=now.run)
+        else:
+            why = f"attempt {k} asked while attempt {now.number} runs"
+            self._send(ch, "done", re=seq, ok=False, error=why)
+        return True
+
+    def resume(self) -> str:
+        """A sentinel started again (respawn.py) follows the attempt its predecessor
+        followed, and reads the log from near its end (its steps are the last ones; a
+        long log read from its start would take minutes of samples, an old step meanwhile)."""
+        said = "following the first attempt"
+        try:
+            with open(os.path.join(self.dir, FOLLOWING), encoding="utf-8") as f:
+                data = json.loads(f.read(4096))
+            k = data.get("attempt") if isinstance(data, dict) else None
+            if type(k) is int and 1 <= k <= self.cfg.attempts:
+                self.att = attempt.follow(self.dir, k, self.cfg)
+                said = f"following attempt {k}, run {self.att.run}"
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, RuntimeError) as exc:
+            said += f" ({FOLLOWING}: {exc})"
+        _to_tail(self.att.log.path, self.att.log)
+        return said
+
+    def coordinator_started(self) -> None:
+        """The coordinator was just started again here: it is not silent."""
+        self.heard = time.monotonic()
 
     def _send(self, ch: frames.Channel, kind: str, **fields: Any) -> None:
         try:
@@ -251,13 +323,45 @@ def main(argv: list[str]) -> int:
     if isinstance(loaded, int):
         return loaded
     run_dir, cfg, secret = loaded
-    ready = daemon.daemonize(
-        os.path.join(run_dir, "sentinel.log"), os.path.join(run_dir, "sentinel.pid")
-    )
+    bundle = respawn.bundle_argv()  # before the daemon leaves the shell's directory
+    pid_file = os.path.join(run_dir, "sentinel.pid")
+    again = os.path.exists(pid_file)  # a predecessor's: this one was started again
+    ready = daemon.daemonize(os.path.join(run_dir, "sentinel.log"), pid_file)
     s = Sentinel(cfg, secret, run_dir)
+    if again:
+        print(f"sentinel: started again: {s.resume()}", flush=True)
+    if cfg.is_main:
+        keeper = respawn.Keeper(run_dir, cfg.node, cfg.tag, "coord", bundle, s.coordinator_started)
+        s.keeper = keeper
+    signal.signal(signal.SIGTERM, lambda *_: _leave(run_dir, "SIGTERM (a kill by tag)"))
     threading.Thread(target=s.link, daemon=True).start()
+    spysample.start(s)  # the straggler's samples, every sample_every, on their own thread
+    s.gpus.start()  # after the daemon's fork, as every thread
     ready(f"{cfg.node}")
     why = s.watch()
     s.stopping.set()
+    respawn.goodbye(run_dir, "sentinel", why)  # not started again by the coordinator
     print(f"sentinel: exits: {why}", flush=True)
     return 0
+
+
+def _leave(run_dir: str, why: str) -> None:
+    """A SIGTERM is a kill by tag (`mntui kill`): leave, and say so first, so the
+    coordinator does not start this sentinel again under the kill's sweep."""
+    respawn.goodbye(run_dir, "sentinel", why)
+    print(f"sentinel: exits: {why}", flush=True)
+    os._exit(0)
+
+
+def _to_tail(path: str, log: LogTail) -> None:
+    """`log` reads on from the start of the last whole line within its last chunk."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            at = max(0, size - (64 << 10))
+            f.seek(at)
+            head = f.read(64 << 10)
+    except OSError:
+        return
+    cut = head.find(b"\n") if at > 0 else -1
+    log.offset = at + cut + 1 if at > 0 and cut >= 0 else at

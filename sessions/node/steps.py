@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from .slowrate import SlowEpisodes
 from .termsafe import clean
 
 
@@ -86,8 +87,7 @@ class ProgressTracker:
         self.skipped = 0  # matched lines whose step was unusable (absurd, not a number)
         self._series: dict[str, _Series] = {}
         self._clock: float | None = None
-        self._below: dict[str, float] = {}  # node -> since when its rate is below the bar
-        self._reported: set[str] = set()  # nodes already returned by slow() this episode
+        self._slow = SlowEpisodes()  # the coordinator judges its sentinels' rates alike
 
     def feed(self, node: str, lines: Iterable[str], now: float, pending: str = "") -> bool:
         """True if the node's step advanced (or was first seen). `pending` is the line
@@ -200,21 +200,5 @@ class ProgressTracker:
 
         Each slow episode is reported once; a node that climbs back over the bar (or
         whose rate can no longer be compared) is re-armed."""
-        rates = {n: r for n, s in self._series.items() if (r := self._rate(s, now)) is not None}
-        if len(rates) < 2:
-            self._below.clear()
-            self._reported.clear()
-            return []
-        bar = fraction * statistics.median(rates.values())
-        found: list[str] = []
-        for node in self._series:
-            rate = rates.get(node)
-            if rate is None or rate >= bar:
-                self._below.pop(node, None)
-                self._reported.discard(node)
-                continue
-            since = self._below.setdefault(node, now)
-            if now - since >= after and node not in self._reported:
-                self._reported.add(node)
-                found.append(node)
-        return sorted(found)
+        rates = {n: self._rate(s, now) for n, s in self._series.items()}
+        return self._slow.see(rates, now, fraction, after)

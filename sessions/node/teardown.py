@@ -37,7 +37,9 @@ HUNG = frozenset({NodeState.FROZEN, NodeState.STALLED, NodeState.UNREACHABLE})
 FROZEN_BUDGET = 1.5
 
 
-def teardown(board: Board, t: NodeTrigger, cfg: WatchConfig) -> str:
+def teardown(board: Board, t: NodeTrigger, cfg: WatchConfig, codes: tuple[int, ...] = ()) -> str:
+    """`codes`: the nodes' exit codes at the decision, kept in the record for the restart
+    policy of a coordinator that takes the chain over before it decided (resume.py)."""
     decided_at = time.time()
     why = f"{t.node} {t.state}: {t.why}"
     board.journal("decision", t.node, state=str(t.state), why=t.why)
@@ -48,6 +50,7 @@ def teardown(board: Board, t: NodeTrigger, cfg: WatchConfig) -> str:
         "state": str(t.state),
         "why": t.why,
         "decided_at": decided_at,
+        "exit_codes": list(codes),
         "kill": {},
     }
     board.write("decision.json", record)
@@ -57,6 +60,20 @@ def teardown(board: Board, t: NodeTrigger, cfg: WatchConfig) -> str:
     board.journal("teardown", None, nodes=sorted(record["kill"]))
     board.keep_decision(record)
     return f"torn down: {why}"
+
+
+def finish(board: Board, cfg: WatchConfig, record: dict[str, Any]) -> None:
+    """A teardown a coordinator decided and died in (decision.json has no `ended_at`),
+    finished by the one started after it: the same decision, its kill done again on
+    every node (what was killed is gone; the rest is found by tag), no stacks (the
+    moment they were for has passed)."""
+    why = f"{record.get('node')} {record.get('state')}: {record.get('why')}"
+    board.journal("teardown-resumed", None, why=why[:200])
+    record["kill"] = kill_everywhere(board, cfg, why)
+    record["ended_at"] = time.time()
+    board.write("decision.json", record)
+    board.journal("teardown", None, nodes=sorted(record["kill"]))
+    board.keep_decision(record)
 
 
 def user_kill(board: Board, cfg: WatchConfig, grace: float, request: str | None = None) -> str:

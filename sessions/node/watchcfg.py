@@ -55,10 +55,20 @@ class WatchConfig:
     ready_timeout: float = 600.0
     capture_budget: float = 0.0  # seconds of py-spy before a hang's kill (0: no stacks)
     stacks_nonce: str | None = None  # marks the lines of the launch's stack scripts
+    sample_every: float = 0.0  # seconds between py-spy samples of the ranks (0: none)
+    on_slow: str = "notify"  # a straggler named by the samples: "notify" or "kill_all"
+    slow_fraction: float = 0.5  # a node below this x the median step rate ...
+    slow_after: float = 120.0  # ... for this long is slow (told, never a kill)
+    nprocs: tuple[int, ...] = ()  # each node's processes, as `nodes` (the GPU count's bound)
 
     @property
     def is_main(self) -> bool:
         return self.node == self.nodes[0]
+
+    def nproc(self, node: str) -> int | None:
+        """`node`'s processes (None: a watch file without them): at most one GPU each."""
+        by = dict(zip(self.nodes, self.nprocs))
+        return by.get(node)
 
     @property
     def entry(self) -> str:
@@ -146,6 +156,31 @@ def _stacks(d: dict[str, Any]) -> dict[str, Any]:
     return {"capture_budget": budget, "stacks_nonce": nonce}
 
 
+def _slow(d: dict[str, Any]) -> dict[str, Any]:
+    """The straggler's settings (slowness.py): absent from a file that has none."""
+    if "sample_every" not in d:
+        return {}
+    every, action = _get(d, "sample_every", float), d.get("on_slow")
+    fraction, after = _get(d, "slow_fraction", float), _get(d, "slow_after", float)
+    ok = 0 <= every <= 3600 and 0 <= fraction <= 1 and 0 < after <= 86400
+    if not ok or action not in ("notify", "kill_all"):
+        raise BadWatchFile(f"{FILE}: sample_every, on_slow or slow_* out of range")
+    return {"sample_every": every, "on_slow": action, "slow_fraction": fraction,
+            "slow_after": after}  # fmt: skip
+
+
+def _nprocs(v: object, n: int) -> tuple[int, ...]:
+    if v is None:
+        return ()
+    if (
+        not isinstance(v, list)
+        or len(v) != n
+        or not all(type(x) is int and 0 < x <= 1 << 16 for x in v)
+    ):
+        raise BadWatchFile(f"{FILE}: nprocs must be a count for each node")
+    return tuple(v)
+
+
 def parse(d: object) -> WatchConfig:
     if not isinstance(d, dict) or d.get("v") != 1:
         raise BadWatchFile(f"{FILE}: not a version 1 watch file")
@@ -180,6 +215,8 @@ def parse(d: object) -> WatchConfig:
         master_port=_get(d, "master_port", int),
         ready_timeout=_get(d, "ready_timeout", float),
         **_stacks(d),
+        **_slow(d),
+        nprocs=_nprocs(d.get("nprocs"), len(nodes)),
     )
     tag_ok = _TAG.fullmatch(cfg.tag) and cfg.tag == f"{cfg.job}/{cfg.run}/{cfg.node}"
     if cfg.node not in cfg.nodes or not tag_ok or not RUN_ID.fullmatch(cfg.run):
@@ -260,6 +297,11 @@ def to_json(cfg: WatchConfig) -> str:
             "ready_timeout": cfg.ready_timeout,
             "capture_budget": cfg.capture_budget,
             "stacks_nonce": cfg.stacks_nonce,
+            "sample_every": cfg.sample_every,
+            "on_slow": cfg.on_slow,
+            "slow_fraction": cfg.slow_fraction,
+            "slow_after": cfg.slow_after,
+            "nprocs": list(cfg.nprocs) or None,
         },
         sort_keys=True,
     )

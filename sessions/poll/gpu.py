@@ -11,27 +11,27 @@ are kept: they are the most important thing to show, so they and the processes' 
 
 from __future__ import annotations
 
-import csv
-import io
 import re
 from dataclasses import dataclass
 
+# The queries are defined once, for the sentinel that runs them too (node/gpuwire.py).
+from mntui.sessions.node.gpucount import split_table
+from mntui.sessions.node.gpuwire import APP_FIELDS, APP_QUERY, GPU_FIELDS, GPU_QUERY
 from mntui.sessions.termsafe import one_line
 
-GPU_FIELDS = (
-    "index",
-    "uuid",
-    "name",
-    "utilization.gpu",
-    "memory.used",
-    "memory.total",
-    "temperature.gpu",
-    "power.draw",
-    "power.limit",
-)
-APP_FIELDS = ("pid", "gpu_uuid", "used_memory", "process_name")
-GPU_QUERY = f"nvidia-smi --query-gpu={','.join(GPU_FIELDS)} --format=csv"
-APP_QUERY = f"nvidia-smi --query-compute-apps={','.join(APP_FIELDS)} --format=csv"
+__all__ = [
+    "APP_FIELDS",
+    "APP_QUERY",
+    "GPU_FIELDS",
+    "GPU_QUERY",
+    "Gpu",
+    "GpuApp",
+    "GpuReading",
+    "parse_apps",
+    "parse_gpus",
+    "parse_reading",
+    "parse_table",
+]
 
 _MISSING = {
     "",
@@ -43,7 +43,6 @@ _MISSING = {
     "[gpu is lost]",
 }
 _UNIT = re.compile(r"\s*(%|MiB|MB|W|C|MHz)$")
-_FIELD = re.compile(r"[a-z_][a-z0-9_.]*( \[[^\]]*\])?", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -112,22 +111,12 @@ def _int(raw: str | None) -> int | None:
 
 
 def parse_table(text: str) -> tuple[list[dict[str, str | None]], list[str]]:
-    """Rows of a `--format=csv` answer keyed by field name, plus lines that are not data."""
-    rows: list[dict[str, str | None]] = []
-    errors: list[str] = []
-    header: list[str] | None = None
-    for line in text.splitlines():
-        if not line.strip() or line.startswith("#"):
-            continue
-        cells = next(csv.reader(io.StringIO(line), skipinitialspace=True))
-        if header is None and len(cells) > 1 and all(_FIELD.fullmatch(c.strip()) for c in cells):
-            header = [_key(c) for c in cells]
-            continue
-        if header is None or len(cells) != len(header):
-            errors.append(one_line(line).strip())
-            continue
-        rows.append({h: _value(c) for h, c in zip(header, cells, strict=False)})
-    return rows, errors
+    """Rows of a `--format=csv` answer keyed by field name, plus lines that are not data:
+    the table's shape is the one the GPU count reads too (node/gpucount.py)."""
+    head, body, bad = split_table(text)
+    header = [_key(c) for c in head or ()]
+    rows = [{h: _value(c) for h, c in zip(header, cells, strict=True)} for cells in body]
+    return rows, [one_line(line).strip() for line in bad]
 
 
 def parse_gpus(text: str) -> tuple[tuple[Gpu, ...], tuple[str, ...]]:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from .suspect import RankWait as RankWait
     from .suspect import Suspect as Suspect
     from .suspect import Throttle as Throttle
+    from .suspect import finding_of as finding_of
     from .suspect import load_finding as load_finding
     from .suspect import save_finding as save_finding
     from .suspect import slow_section as slow_section

@@ -7,13 +7,13 @@ barrier while the others all-reduce), stopped, or on a node that gave no stack a
 So identical stacks are folded ClusterShell-style ("ranks 0,2-7 (g[369,376-381])") and
 the odd ones are named first. Pure: the stacks were taken elsewhere (stacks.py).
 
-`waits_in` is the one test of "this stack waits in a collective"; it is public so that
-anything sampling stacks (a straggler detector) judges them the same way.
+`waits_in` is the one test of "this stack waits in a collective": it lives in the node
+package (node/waits.py), where the cluster's sentinels sample with it too, so that
+anything sampling stacks (a straggler detector, here or on the nodes) judges them alike.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -21,32 +21,14 @@ from enum import StrEnum
 from ClusterShell.NodeSet import NodeSet, NodeSetException
 from ClusterShell.RangeSet import RangeSet
 
-from .stacks import LIBRARY, Frame, RankStack
+from mntui.sessions.node.waits import Wait, user_frame, waits_in
 
-# torch.distributed's blocking entry points, by the module that defines them: a frame of
-# one of these functions in one of these files means the rank waits for its peers.
-C10D = frozenset({
-    "all_reduce", "all_reduce_coalesced", "all_gather", "all_gather_into_tensor",
-    "all_gather_object", "all_gather_coalesced", "_all_gather_base", "reduce",
-    "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base", "all_to_all",
-    "all_to_all_single", "broadcast", "broadcast_object_list", "barrier",
-    "monitored_barrier", "gather", "gather_object", "scatter", "scatter_object_list",
-    "send", "recv", "isend", "irecv", "send_object_list", "recv_object_list",
-    "batch_isend_irecv", "wait", "wait_tensor", "new_group", "init_process_group",
-})  # fmt: skip
-_TORCH_DIST = re.compile(r"(^|/)torch/distributed/.+\.py\Z")
-# Where the collectives run out of Python's sight: DDP and FSDP all-reduce gradients
-# inside the autograd engine, and DDP broadcasts buffers from C++; the innermost Python
-# frame is then one of these. (file pattern, function) -> the name the report uses.
-HIDDEN = (
-    (re.compile(r"(^|/)torch/autograd/graph\.py\Z"), "_engine_run_backward", "backward"),
-    (re.compile(r"(^|/)torch/nn/parallel/distributed\.py\Z"), "_sync_buffers", "DDP _sync_buffers"),
-    (re.compile(r"(^|/)torch/nn/parallel/distributed\.py\Z"), "_sync_module_buffers",
-     "DDP _sync_module_buffers"),
-    (re.compile(r"(^|/)torch/nn/parallel/distributed\.py\Z"), "_default_broadcast_coalesced",
-     "DDP _default_broadcast_coalesced"),
-)  # fmt: skip
-_TORCH = re.compile(r"(^|/)torch/")
+from .stacks import RankStack
+
+__all__ = [
+    "SUSPICION", "Consensus", "Group", "Role", "Wait", "consensus", "describe", "fold_nodes",
+    "fold_ranks", "suspects", "user_frame", "waits_in", "who",
+]  # fmt: skip
 
 
 class Role(StrEnum):
@@ -62,51 +44,6 @@ class Role(StrEnum):
 
 # The order in which odd ones are named: the likeliest culprit first.
 SUSPICION = (Role.STOPPED, Role.OUTSIDE, Role.MISMATCH, Role.MISSING, Role.NO_STACK)
-
-
-@dataclass(frozen=True)
-class Wait:
-    """A stack waiting in a collective: which one, and the user's line that called it."""
-
-    collective: str
-    call: Frame | None
-
-    @property
-    def site(self) -> str:
-        return self.call.where if self.call is not None else "?"
-
-
-def waits_in(frames: Sequence[Frame]) -> Wait | None:
-    """The collective this stack (innermost frame first) waits in, or None: the
-    outermost torch.distributed entry point (`all_reduce`, `barrier`, `wait_tensor`…),
-    or, innermost, the autograd engine or DDP's buffer sync (HIDDEN: their collectives
-    run in C++), and the first frame outside torch and the libraries that called it."""
-    hit, name = None, ""
-    for i, f in enumerate(frames):
-        if _bare(f.name) in C10D and _TORCH_DIST.search(f.file):
-            hit, name = i, _bare(f.name)
-    if hit is None and frames:
-        inner = frames[0]
-        found = (
-            label for rx, fn, label in HIDDEN if _bare(inner.name) == fn and rx.search(inner.file)
-        )
-        name = next(found, "")
-        hit = 0 if name else None
-    if hit is None:
-        return None
-    return Wait(name, user_frame(frames[hit + 1 :]))
-
-
-def _bare(name: str) -> str:
-    """py-spy names a method by its qualified name: `DistributedDataParallel._sync_buffers`."""
-    return name.rsplit(".", 1)[-1]
-
-
-def user_frame(frames: Sequence[Frame]) -> Frame | None:
-    """The innermost frame of the user's own code (not torch, not site-packages)."""
-    return next(
-        (f for f in frames if not LIBRARY.search(f.file) and not _TORCH.search(f.file)), None
-    )
 
 
 @dataclass(frozen=True)

@@ -17,17 +17,27 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import re
 import secrets
 from dataclasses import dataclass
 
 from mntui.sessions.launch import stackscript
+from mntui.sessions.node import waits
+from mntui.sessions.node.waits import LIBRARY, Frame
 from mntui.sessions.results import GroupResult
 from mntui.sessions.ssh import Cluster, Node
 from mntui.sessions.termsafe import one_line
 
 from .frdump import Asked, parse_asked
+
+# The frame, its parser and the library test are the sentinels' too (node/waits.py):
+# the report reads a stack as the cluster's straggler rule does.
+_frames = waits.main_frames
+
+__all__ = [
+    "COLLECTIVES", "LIBRARY", "Frame", "NodeStacks", "RankStack", "capture", "capture_script",
+    "parse_capture",
+]  # fmt: skip
 
 # The one capture script, the launch's (it renders it for the cluster's sentinels too).
 capture_script = stackscript.capture_script
@@ -40,22 +50,6 @@ COLLECTIVES = frozenset({
     "reduce", "gather", "scatter", "send", "recv", "isend", "irecv", "wait", "synchronize",
     "batch_isend_irecv", "_wait_for_workers", "next_rendezvous",
 })  # fmt: skip
-LIBRARY = re.compile(r"(site-packages|dist-packages|/lib/python3\.\d+/|^<frozen )")
-MAX_SPY = 8 * 1024 * 1024  # one rank's py-spy JSON: every thread's stack
-MAX_FRAMES = 512
-MAX_NAME = 256  # a function's name
-MAX_PATH = 4096  # a file's
-
-
-@dataclass(frozen=True)
-class Frame:
-    name: str
-    file: str
-    line: int
-
-    @property
-    def where(self) -> str:
-        return f"{self.file.rsplit('/', 1)[-1]}:{self.line}"
 
 
 @dataclass(frozen=True)
@@ -143,33 +137,6 @@ def _why(rc: int, err: str) -> str:
         return "ptrace not permitted (kernel.yama.ptrace_scope, or another user's process)"
     first = text.split(" Stack backtrace")[0].removeprefix("Error: ")
     return first[:200] or f"py-spy exited {rc}"
-
-
-def _frames(dump: str) -> tuple[tuple[Frame, ...], str | None]:
-    if len(dump) > MAX_SPY:
-        return (), "py-spy output too long"
-    try:
-        threads = json.loads(dump)
-    except (ValueError, RecursionError):  # RecursionError: arrays nested too deep
-        return (), "unreadable py-spy output"
-    if not isinstance(threads, list) or not threads:
-        return (), "py-spy found no Python thread"
-    main = next(
-        (t for t in threads if isinstance(t, dict) and t.get("thread_name") == "MainThread"),
-        threads[0],
-    )
-    frames = []
-    listed = main.get("frames", []) if isinstance(main, dict) else []
-    for f in listed[:MAX_FRAMES] if isinstance(listed, list) else []:
-        if isinstance(f, dict) and type(f.get("line")) is int and 0 <= f["line"] < 2**31:
-            name, file = _text(f.get("name"), MAX_NAME), _text(f.get("filename"), MAX_PATH)
-            frames.append(Frame(name, file, f["line"]))
-    return tuple(frames), None if frames else "empty stack"
-
-
-def _text(v: object, limit: int) -> str:
-    """A name py-spy gave, safe to show; "?" for one that is no string."""
-    return one_line(v, limit) if isinstance(v, str) else "?"
 
 
 def capture(

@@ -17,21 +17,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+# The rank and the suspect are the cluster's coordinator's too (node/straggle.py): one
+# rule, one line, one file format for both watches.
+from mntui.sessions.node.straggle import RankWait, Suspect
+
+__all__ = [
+    "FILE", "Finding", "RankWait", "Suspect", "Throttle", "finding_of", "load_finding",
+    "save_finding", "slow_section",
+]  # fmt: skip
+
 FILE = "straggler.json"
-
-
-@dataclass(frozen=True)
-class RankWait:
-    """One rank's samples so far: how many, and how many waited in a collective."""
-
-    rank: int
-    node: str
-    samples: int
-    waits: int
-
-    @property
-    def share(self) -> float:
-        return self.waits / self.samples if self.samples else 0.0
 
 
 @dataclass(frozen=True)
@@ -56,35 +51,6 @@ class Throttle:
         more = f" ({', '.join(extra)})" if extra else ""
         gpu = "a GPU" if self.index is None else f"GPU {self.index}"
         return f"{gpu} of {self.node} is throttled{clock}: {', '.join(self.reasons)}{more}"
-
-
-@dataclass(frozen=True)
-class Suspect:
-    """The rank that holds the job, and the evidence: every rank's wait share."""
-
-    rank: int
-    node: str
-    after: float  # seconds from the first sample to the naming
-    named_at: float  # wall clock
-    ranks: tuple[RankWait, ...]
-
-    @property
-    def mine(self) -> RankWait:
-        return next(r for r in self.ranks if r.rank == self.rank)
-
-    @property
-    def others(self) -> tuple[RankWait, ...]:
-        return tuple(r for r in self.ranks if r.rank != self.rank)
-
-    @property
-    def line(self) -> str:
-        shares = sorted(round(100 * r.share) for r in self.others)
-        spread = f"{shares[0]}" if shares[0] == shares[-1] else f"{shares[0]}–{shares[-1]}"
-        other = "the other" if len(shares) == 1 else "the others"
-        return (
-            f"rank {self.rank} ({self.node}) waits {round(100 * self.mine.share)} % of the "
-            f"time, {other} {spread} %: it holds the job"
-        )
 
 
 @dataclass(frozen=True)
@@ -116,9 +82,21 @@ def load_finding(run_dir: Path) -> Finding | None:
     """None when the sampler never wrote one, or the file is not ours to trust."""
     try:
         data = json.loads((run_dir / FILE).read_text())
-        return _finding(data)
-    except (OSError, ValueError, TypeError, KeyError):
+    except (OSError, ValueError, RecursionError):
         return None
+    return finding_of(data)
+
+
+def finding_of(data: Any) -> Finding | None:
+    """A finding's JSON (ours, or the cluster coordinator's), or None when it is not one."""
+    try:
+        found = _finding(data)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    s = found.suspect  # its line names it among the others: both must be there
+    if s is not None and (not s.others or all(r.rank != s.rank for r in s.ranks)):
+        return None
+    return found
 
 
 def _ranks(items: Any) -> tuple[RankWait, ...]:

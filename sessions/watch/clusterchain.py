@@ -134,15 +134,22 @@ STEPS_KEYS = {"first_step", "first_step_at", "last_step", "last_step_at", "check
 
 
 def _note_steps(r: RunRecord, *, steps: object) -> None:
-    """The attempt's steps as the coordinator clocked them, as the one `steps` note the
-    ledger reads (training time, goodput); numbers only, of the keys it knows."""
+    """The attempt's steps and GPUs as the coordinator clocked them, as the one `steps`
+    note the ledger reads (training time, goodput, GPU-hours); numbers only, of the keys
+    it knows. Written once either is known, as the watchdog writes its own: a job killed
+    before its first step was still seen on its GPUs (or on none: a CPU job)."""
     if not isinstance(steps, dict) or not steps:
         return
-    plain = {k: v for k, v in steps.items() if k in STEPS_KEYS and isinstance(v, (int, float))}
-    if "first_step_at" not in plain:
+    plain = {k: v for k, v in steps.items() if k in STEPS_KEYS and _number(v)}
+    if "first_step_at" not in plain and not plain.get("gpu_nodes"):
         return
     r.history[:] = [h for h in r.history if h.get("what") != "steps"]
     r.note("steps", **plain)
+
+
+def _number(v: object) -> bool:
+    """A value the note may carry: a flag (`checkpoints`), or a count or time in range."""
+    return isinstance(v, bool) or (isinstance(v, (int, float)) and 0 <= v < 1e13)
 
 
 def _mark(rec: RunRecord, status: RunStatus, cause: str | None, why: str) -> None:

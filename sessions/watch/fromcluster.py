@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from mntui.sessions.launch.board import BoardView
+from mntui.sessions.node.runid import RUN_ID
+from mntui.sessions.report import finding_of, load_finding, save_finding
 from mntui.sessions.runs import RunRecord, RunStatus
 from mntui.sessions.termsafe import one_line
 
@@ -126,7 +129,8 @@ def _kill_text(res: Any) -> str:
 
 
 CONTACT = "contact.json"  # in the run's local dir: when this machine last looked, and the step
-EVENTS = {"decision", "kill", "ended", "refused", "disconnected"}
+EVENTS = {"decision", "kill", "ended", "refused", "disconnected", "straggler", "slow", "respawn",
+          "respawn-gave-up"}  # fmt: skip
 
 
 def _step_now(view: BoardView) -> int | None:
@@ -195,6 +199,15 @@ def _event(e: dict[str, Any]) -> str:
         return "the user's kill"
     if kind == "ended":
         return "the job ended on every node"
+    if kind == "straggler":  # node/slowness.py: a rank named, once
+        action = _text(data.get("action"), 20)
+        return f"straggler: {_text(data.get('line'))} (on_slow: {action})"
+    if kind == "slow":
+        return _text(data.get("line"))
+    if kind == "respawn":  # node/respawn.py: the main's watchers keep each other up
+        return f"{node}'s {_text(data.get('who'), 20)} died and was started again"
+    if kind == "respawn-gave-up":
+        return f"{node}'s {_text(data.get('who'), 20)} stays down: {_text(data.get('why'))}"
     if kind == "refused":
         reason, peer = _text(data.get("reason"), 40), _text(data.get("peer"), 64)
         return f"refused a connection ({reason}, from {peer})"
@@ -206,9 +219,47 @@ def adopt(record: RunRecord, view: BoardView | None) -> RunRecord:
     their ends (chain.json), or, from a board without one, its ending; returns the
     chain's latest record."""
     if view is not None and view.chain:
-        return sync_chain(record, view)
-    _adopt_decision(record, view)
+        record = sync_chain(record, view)
+    else:
+        _adopt_decision(record, view)
+    _adopt_finding(record, view)
     return record
+
+
+def _adopt_finding(record: RunRecord, view: BoardView | None) -> None:
+    """The straggler the coordinator named (node/slowness.py), kept in its attempt's run
+    dir here as the manager's sampler keeps its own (report/suspect.py): `status`, the
+    app and `report` read it as a here-watched run's. Only a finding about this run's
+    nodes, for a run of this chain that has a record here."""
+    data = view.straggler if view is not None else None
+    run = data.get("run") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or not isinstance(run, str) or not RUN_ID.fullmatch(run):
+        return
+    found = finding_of(data.get("finding"))
+    target = record.dir.parent / run
+    if found is None or not (target / "run.json").is_file():
+        return
+    nodes = {n.node for n in record.nodes}
+    named = found.ranks + (found.suspect.ranks if found.suspect is not None else ())
+    if any(r.node not in nodes for r in named):
+        return
+    try:
+        save_finding(target, found)
+    except OSError:
+        pass
+
+
+def straggler_lines(record: RunRecord) -> list[str]:
+    """`status`'s straggler line, the here-watched run's (`straggler: rank 1 (node1)
+    waits ...`), from the finding adopted above."""
+    found = load_finding(record.dir)
+    return found.lines if found is not None else []
+
+
+def straggler_json(record: RunRecord) -> dict[str, Any] | None:
+    """The finding as `status --json` gives a here-watched run's (`straggler`)."""
+    found = load_finding(record.dir)
+    return None if found is None else {**asdict(found), "lines": found.lines}
 
 
 def _adopt_decision(record: RunRecord, view: BoardView | None) -> bool:

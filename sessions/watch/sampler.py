@@ -26,6 +26,7 @@ from dataclasses import replace
 
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import log_exception
+from mntui.sessions.node.waits import sample_of
 from mntui.sessions.poll import THROTTLE_QUERY, parse_clocks, throttled
 from mntui.sessions.procs import run_pattern
 from mntui.sessions.report import (
@@ -36,7 +37,6 @@ from mntui.sessions.report import (
     capture_script,
     parse_capture,
     save_finding,
-    waits_in,
 )
 from mntui.sessions.results import NodeError
 from mntui.sessions.runs import RunRecord
@@ -68,19 +68,15 @@ def parse_round(node: str, out: str, nonce: str) -> tuple[NodeStacks, tuple[Thro
     return stacks, held, bad
 
 
-# Waits of a job still starting: the last rank to join waits least there, and that says
-# nothing about its steps.
-STARTING = frozenset({"init_process_group", "new_group"})
-
-
 def samples_of(stacks: NodeStacks) -> list[Sample]:
     """A rank py-spy could not read is no sample: a failed dump is no evidence of work;
-    nor is a rank still joining the job (STARTING)."""
+    nor is a rank still joining the job (the node's rule, waits.sample_of, which the
+    cluster's sentinels follow too)."""
     out = []
     for s in stacks.stacks:
-        wait = waits_in(s.frames) if s.frames else None
-        if s.frames and (wait is None or wait.collective not in STARTING):
-            out.append(Sample(s.rank, s.node, wait is not None))
+        waiting = sample_of(s.frames)
+        if waiting is not None:
+            out.append(Sample(s.rank, s.node, waiting))
     return out
 
 

@@ -1,119 +1,36 @@
-"""Which rank holds a synchronous job: the one that waits least while the others wait most.
-
-Every rank runs the same step and meets the others in a collective; the slow one arrives
-last and never waits, the others wait for it. So each rank's Python stack is sampled
-(sampler.py) and every sample counts as waiting or not (`waits_in`, the report wing's one
-test of "this stack waits in a collective"). Pure: a tally per rank over the last
-`WINDOW` samples, and the rule below, judged after every round.
-
-The rule, from the bench's measurements (README, "Stragglers"): a clean job's ranks all
-wait little and alike; a rank 2x slower leaves the others waiting about half the time,
-1.3x about a quarter. Named when, over each rank's last samples, every rank has at
-least MIN_SAMPLES samples and the low ranks all sit on one node, the low ranks being:
-- those that wait at most SUSPECT_MAX, when the other ranks' median is at least
-  OTHERS_MIN and the least of them waits GAP more than the most-waiting low rank; or
-- those that wait at most HALF of what the least-waiting other rank does, when every
-  other rank waits at least BUSY. A node slowed by a CPU quota is stopped wherever its
-  quota runs out, often inside the collective it just entered: the bench's node at half
-  a CPU "waited" 50 % of its samples, its partner 100 %.
-A node of several ranks made slow as a whole shows as all its ranks low: the node is
-named by its lowest rank. A clean job's ranks wait alike, whatever their share.
-And the difference must not be luck: with the low ranks' samples and the others' pooled,
-a one-sided Fisher exact test (the chance that so few waits fall on the low ranks if all
-ranks waited alike) must come out at most ALPHA. On few samples the shares alone are
-noise: the bench's one false suspect in 8 clean runs was 2 waits in 6 samples against 0
-(p = 0.23). MIN_SAMPLES is a floor under the test, not a substitute for it.
+"""Which rank holds a synchronous job: the rule lives in the node package
+(node/straggle.py), where the cluster's coordinator judges its sentinels' samples with
+it; the manager's sampler (sampler.py) tallies and judges with the same one, from here.
 """
 
 from __future__ import annotations
 
-import math
-import statistics
-from collections import deque
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from mntui.sessions.node.straggle import (
+    ALPHA,
+    BUSY,
+    GAP,
+    HALF,
+    MIN_SAMPLES,
+    OTHERS_MIN,
+    SUSPECT_MAX,
+    WINDOW,
+    Sample,
+    Tally,
+    chance,
+    name_suspect,
+)
 
-from mntui.sessions.report import RankWait, Suspect
-
-WINDOW = 30  # samples per rank the rule looks at: a straggler that recovers is let go
-MIN_SAMPLES = 10
-ALPHA = 0.01
-SUSPECT_MAX = 0.15
-OTHERS_MIN = 0.30
-GAP = 0.20
-HALF = 0.5
-BUSY = 0.60
-
-
-@dataclass(frozen=True)
-class Sample:
-    rank: int
-    node: str
-    waiting: bool
-
-
-class Tally:
-    """The last WINDOW samples of each rank (keyed by rank: a restarted job's ranks keep
-    their numbers, and each is on one node)."""
-
-    def __init__(self, window: int = WINDOW) -> None:
-        self.window = window
-        self.seen: dict[int, deque[bool]] = {}
-        self.nodes: dict[int, str] = {}
-        self.rounds = 0
-
-    def add(self, samples: Iterable[Sample]) -> None:
-        self.rounds += 1
-        for s in samples:
-            self.seen.setdefault(s.rank, deque(maxlen=self.window)).append(s.waiting)
-            self.nodes[s.rank] = s.node
-
-    def ranks(self) -> tuple[RankWait, ...]:
-        return tuple(
-            RankWait(r, self.nodes[r], len(q), sum(q)) for r, q in sorted(self.seen.items())
-        )
-
-
-def name_suspect(
-    ranks: Sequence[RankWait], after: float, now: float, min_samples: int = MIN_SAMPLES
-) -> Suspect | None:
-    """The suspect by the rule above, or None (too few samples, no clear odd one)."""
-    if len(ranks) < 2 or any(r.samples < min_samples for r in ranks):
-        return None
-    low = _idle(ranks) or _throttled(ranks)
-    if not low or len({r.node for r in low}) != 1 or chance(low, ranks) > ALPHA:
-        return None
-    worst = min(low, key=lambda r: (r.share, r.rank))
-    return Suspect(worst.rank, worst.node, after, now, tuple(ranks))
-
-
-def _idle(ranks: Sequence[RankWait]) -> list[RankWait]:
-    """The ranks that barely wait while the others wait a good part of the time."""
-    low = [r for r in ranks if r.share <= SUSPECT_MAX]
-    others = [r for r in ranks if r.share > SUSPECT_MAX]
-    if not low or not others or statistics.median(r.share for r in others) < OTHERS_MIN:
-        return []
-    return low if min(r.share for r in others) >= max(r.share for r in low) + GAP else []
-
-
-def _throttled(ranks: Sequence[RankWait]) -> list[RankWait]:
-    """The ranks that wait half as much as any other, while every other is nearly always
-    waiting (a quota stops the slow one inside collectives too)."""
-    by_share = sorted(ranks, key=lambda r: r.share)
-    for k in range(1, len(by_share)):
-        low, others = by_share[:k], by_share[k:]
-        if others[0].share >= BUSY and low[-1].share <= HALF * others[0].share:
-            return low
-    return []
-
-
-def chance(low: Sequence[RankWait], ranks: Sequence[RankWait]) -> float:
-    """One-sided Fisher exact test: the probability that the low ranks' samples hold as
-    few waits as they do (or fewer) if every sample were alike, the total waits fixed."""
-    n = sum(r.samples for r in low)
-    total = sum(r.samples for r in ranks)
-    waits = sum(r.waits for r in ranks)
-    mine = sum(r.waits for r in low)
-    ways = math.comb(total, waits)
-    tail = sum(math.comb(n, k) * math.comb(total - n, waits - k) for k in range(mine + 1))
-    return tail / ways if ways else 1.0
+__all__ = [
+    "ALPHA",
+    "BUSY",
+    "GAP",
+    "HALF",
+    "MIN_SAMPLES",
+    "OTHERS_MIN",
+    "SUSPECT_MAX",
+    "WINDOW",
+    "Sample",
+    "Tally",
+    "chance",
+    "name_suspect",
+]

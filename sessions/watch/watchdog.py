@@ -26,6 +26,7 @@ from mntui.sessions.errors import MntuiError, private_dir, state_dir
 from mntui.sessions.events import Event, Phase
 from mntui.sessions.history import chain_line, note_steps
 from mntui.sessions.launch import kill_job
+from mntui.sessions.node.gpucount import listed
 from mntui.sessions.notify import Notice, Notifier, NotifyEvent
 from mntui.sessions.poll import NodeSnapshot, NodeState, Poller, Verdict, may_still_run
 from mntui.sessions.report import (
@@ -199,8 +200,9 @@ class Watchdog:
         if clock is None:
             return
         for name, s in (snaps or {}).items():
-            if s.reachable and (s.gpu is None or s.gpu.gpus or not s.gpu.errors):
-                clock.see_gpus(name, self.record.node(name).nproc, len(s.gpu.gpus) if s.gpu else 0)
+            if s.reachable:  # `listed`: the coordinator's rule too (None: nvidia-smi failed)
+                got = listed(len(s.gpu.gpus), bool(s.gpu.errors)) if s.gpu else listed(None, False)
+                clock.see_gpus(name, self.record.node(name).nproc, got)
         if snaps is None or clock.due:
             self.record.update(lambda r: note_steps(r, clock))
 

@@ -1,6 +1,7 @@
 """The cluster's watch under faults of its own parts (issue 30): a node's tmux server
-gone, a sentinel or the coordinator killed, the main node's job side frozen, and the
-job ending by itself. Each ends with nothing of the job left.
+gone, a worker's sentinel killed, the coordinator hung (a dead one is started again:
+test_cluster_respawn.py), the main node's job side frozen, and the job ending by
+itself. Each ends with nothing of the job left.
 
 Real parts, as tests/integration/test_cluster_watch.py: sshd fake nodes, tmux, a 2-node
 torchrun job (gloo, CPU), the sentinel bundle shipped over SSH. On a failure the test
@@ -244,26 +245,34 @@ def test_a_workers_sentinel_killed_the_coordinator_tears_down_on_its_silence(
         nothing_left(fake, job, (port, wport))
 
 
-def test_the_coordinator_killed_every_sentinel_tears_its_own_node_down(
+def test_the_coordinator_hung_every_sentinel_takes_its_stacks_and_tears_its_node_down(
     fake: FakeCluster, cfg: Cfg
 ) -> None:
-    """A job without its main's watch is a job without its main: each sentinel, after
-    `unreachable_after` without a word, kills its own ranks, says why in lost.json and
-    exits."""
-    job = "cf-coordkill"
-    path, port, wport = cluster_job(cfg, job)
+    """A coordinator that dies is started again by the main's sentinel
+    (test_cluster_respawn.py); one that hangs (here SIGSTOPped) lives and says nothing,
+    and a job without its main's watch is a job without its main: each sentinel, after
+    `unreachable_after` without a word, takes its ranks' stacks (they wait in a
+    collective with the main's), kills them, says why in lost.json and exits; `mntui
+    report` shows the stacks."""
+    job = "cf-coordhang"
+    path, port, wport = cluster_job(cfg, job, torch=True)
     with told_on_failure(fake, job):
         launched(cfg, path, job, fake)
         coord = watchers(job, "coord")
         assert len(coord) == 1, coord
         t0, wall0 = time.monotonic(), time.time()
-        os.kill(coord[0], signal.SIGKILL)
-        wait_for(lambda: ranks_down(job), 40, what="both nodes' ranks torn down")
-        down = time.monotonic() - t0
-        wait_for(lambda: not watchers(job, "sentinel"), 20, what="the sentinels exiting")
+        os.kill(coord[0], signal.SIGSTOP)
+        try:
+            wait_for(lambda: ranks_down(job), 40, what="both nodes' ranks torn down")
+            down = time.monotonic() - t0
+            wait_for(lambda: not watchers(job, "sentinel"), 20, what="the sentinels exiting")
+        finally:
+            os.kill(coord[0], signal.SIGCONT)
         gone = {n: lost(fake, job, n) for n in NODES}
-        print(f"coordinator SIGKILL -> job down {down:.2f}s (unreachable_after {UNREACHABLE_AFTER} s); "
-              f"lost.json: {gone}")  # fmt: skip
+        saved = {n: read_json(run_dir(fake, job, n) / "stacks.json") for n in NODES}
+        print(f"coordinator SIGSTOP -> job down {down:.2f}s (unreachable_after "
+              f"{UNREACHABLE_AFTER} s); lost.json: {gone}; stacks: "
+              f"{ {n: (s or {}).get('seconds') for n, s in saved.items()} }")  # fmt: skip
         for n in NODES:
             info = gone[n]
             assert info is not None, (
@@ -274,6 +283,17 @@ def test_the_coordinator_killed_every_sentinel_tears_its_own_node_down(
             assert info["lost_at"] - wall0 >= EARLIEST_LOSS, (
                 f"{n} gave up before unreachable_after: {info}"
             )
+            assert info["kill"]["stacks"]["stacks"] >= 1, info["kill"]
+            got = saved[n]
+            assert got is not None and got["error"] is None, got
+            assert (got["decision"]["node"], got["decision"]["state"]) == ("node0", "unreachable")
+        res = cfg.mntui(path, "report", "--json", timeout=180)
+        report: dict[str, Any] = json.loads(res.stdout)
+        stacks = {x["node"]: x["stacks"] for x in report["nodes"]}
+        print(f"report: {report['headline']}")
+        assert stacks["node1"] and stacks["node1"][0]["frames"], report
+        res = cfg.mntui(path, "kill")
+        assert res.returncode == 0, res.stdout + res.stderr
         nothing_left(fake, job, (port, wport))
 
 

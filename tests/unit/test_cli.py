@@ -193,8 +193,8 @@ def test_status_exit_codes_are_exit_code_members() -> None:
 
 def test_cells_are_shared_and_load_without_textual() -> None:
     code = (
-        "import sys, mntui.tui.cells, mntui.tui.cli.views\n"
-        "assert mntui.tui.cli.views.cells is mntui.tui.cells\n"
+        "import sys, mntui.tui.cells, mntui.tui.cli.views, mntui.tui.cli.statusrows\n"
+        "assert mntui.tui.cli.views.statusrows.cells is mntui.tui.cells\n"
         "bad = [k for k in sys.modules if k.split('.')[0] in ('textual', 'rich')]\n"
         "assert not bad, bad[:3]\n"
     )

@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mntui.sessions.errors import ExitCode
-from mntui.sessions.poll import NodeState, Verdict
-from mntui.sessions.runs import RunRecord
+from mntui.sessions.poll import NodeState, Verdict, snapshot_dict
+from mntui.sessions.runs import NodeRecord, RunRecord
 from mntui.sessions.termsafe import one_line
 from mntui.sessions.watch import (
     adopt,
@@ -25,9 +26,14 @@ from mntui.sessions.watch import (
     chain_lines,
     coordinator_done,
     decision_lines,
+    straggler_json,
+    straggler_lines,
     watch_line,
 )
 
+from .clustergpus import NO_READING, NodeGpus, malformed_line, node_gpus
+from .clusternodes import Seen, node_seen, number
+from .clusternodes import malformed_line as snapshots_line
 from .runheader import status_header
 
 if TYPE_CHECKING:
@@ -53,7 +59,7 @@ def read_main_board(record: RunRecord, cluster: Cluster) -> BoardView | None:
 
     main = record.nodes[0]
     try:
-        view = read_board(cluster.nodes[main.node], board_dir(record))
+        view = read_board(cluster.nodes[main.node], board_dir(record), gpus=True)
     except (NodeError, KeyError):
         return None
     return view if view.status is not None else None
@@ -71,36 +77,55 @@ def _verdict(d: dict[str, Any]) -> Verdict:
     return Verdict(state, one_line(str(d.get("why") or ""))[:200])
 
 
-def _rows(record: RunRecord, view: BoardView) -> list[dict[str, Any]]:
-    nodes = (view.status or {}).get("nodes")
-    nodes = nodes if isinstance(nodes, dict) else {}
-    rows = []
-    for n in record.nodes:
-        d = nodes.get(n.node)
-        d = d if isinstance(d, dict) else {"state": None, "why": "not on the coordinator's board"}
-        v = _verdict(d)
-        rows.append(
-            {
-                "node": n.node,
-                "rank": n.rank,
-                "state": v.state.value,
-                "why": v.why,
-                "connected": d.get("connected") is True,
-                "procs": d.get("procs") if type(d.get("procs")) is int else None,
-                "output_age": _num(d.get("output_age")),
-                "step": d.get("step") if type(d.get("step")) is int else None,
-                "steps_per_second": _num(d.get("rate")),
-            }
-        )
-    return rows
+@dataclass(frozen=True)
+class Row:
+    """One node: `status --json`'s row, and what the table's cells are made of."""
+
+    data: dict[str, Any]
+    seen: Seen
+    verdict: Verdict
+    gpus: NodeGpus
+    bad: bool  # its board entry was refused
 
 
-def _num(v: object) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+def _row(n: NodeRecord, d: dict[str, Any], view: BoardView, gpus: NodeGpus) -> Row:
+    """A polled run's row (snapshot_dict's keys, from the sentinel's snapshot) and the
+    cluster's own: who reports, its steps, what the coordinator counts."""
+    v = _verdict(d)
+    seen, bad = node_seen(n.node, n.rank, d, view, gpus.reading)
+    data = snapshot_dict(seen.snap, v.state.value, v.why)
+    data.update(
+        connected=d.get("connected") is True,
+        step=d.get("step") if type(d.get("step")) is int else None,
+        steps_per_second=number(d.get("rate")),
+        # the coordinator's count, each second (`procs`: the sentinel's snapshot's)
+        live_procs=d.get("procs") if type(d.get("procs")) is int else None,
+        snapshot_age=None if seen.age is None else round(seen.age, 1),
+    )
+    return Row(data, seen, v, gpus, bad)
 
 
-def _exit(rows: list[dict[str, Any]]) -> ExitCode:
-    states = {NodeState(r["state"]) for r in rows}
+def _cells(n: NodeRecord, r: Row) -> dict[str, str]:
+    """A polled run's cells (loaded for a table only: a cold `--json` needs none), and
+    who reports."""
+    from mntui.sessions.poll import NodeProgress
+
+    from .statusrows import cells_of
+
+    d = r.data
+    p = NodeProgress(n.node, d["step"], d["steps_per_second"], None)
+    cells = cells_of(n.node, n.rank, r.seen.snap, r.verdict, p)
+    if r.gpus is NO_READING:  # none fresh: not "no GPU"
+        cells["GPUS"] = "-"
+    if r.seen.age is None:  # no snapshot: the coordinator's count, if it has one
+        cells["PROCS"] = "-" if d["live_procs"] is None else str(d["live_procs"])
+    cells["SENTINEL"] = "connected" if d["connected"] else "gone"
+    cells["DETAIL"] = r.verdict.why
+    return cells
+
+
+def _exit(rows: list[Row]) -> ExitCode:
+    states = {NodeState(r.data["state"]) for r in rows}
     if any(s.is_problem for s in states):
         return ExitCode.FAILED
     if states <= {NodeState.NOT_RUNNING, NodeState.FINISHED} and NodeState.FINISHED not in states:
@@ -108,36 +133,20 @@ def _exit(rows: list[dict[str, Any]]) -> ExitCode:
     return ExitCode.OK
 
 
-def _table(record: RunRecord, rows: list[dict[str, Any]], lines: list[str], restarts: int) -> str:
-    head = ("NODE", "RANK", "STATE", "PROCS", "OUTPUT", "STEP", "SENTINEL", "DETAIL")
-    table = [head]
-    for r in rows:
-        age = r["output_age"]
-        table.append(
-            (
-                r["node"],
-                str(r["rank"]),
-                r["state"],
-                "-" if r["procs"] is None else str(r["procs"]),
-                "-" if age is None else f"{age:.0f}s ago",
-                "-" if r["step"] is None else str(r["step"]),
-                "connected" if r["connected"] else "gone",
-                r["why"],
-            )
-        )
-    widths = [max(len(t[i]) for t in table) for i in range(len(head) - 1)]
-    text = [
-        "  ".join(c.ljust(w) for c, w in zip(t[:-1], widths, strict=False)) + "  " + t[-1]
-        for t in table
-    ]
-    return "\n".join([status_header(record, "", restarts), *text, *lines])
-
-
 def show(
     record: RunRecord, view: BoardView, as_json: bool, say: Say, indent: int | None, restarts: int
 ) -> ExitCode:
     record, lines = cluster_lines(record, view)
-    rows = _rows(record, view)
+    lines += straggler_lines(record)  # the coordinator's straggler: a here-watched run's line
+    gpus = node_gpus(view, [n.node for n in record.nodes])
+    nodes = (view.status or {}).get("nodes")
+    nodes = nodes if isinstance(nodes, dict) else {}
+    rows = []
+    for n in record.nodes:
+        d = nodes.get(n.node)
+        d = d if isinstance(d, dict) else {"state": None, "why": "not on the coordinator's board"}
+        rows.append(_row(n, d, view, gpus.get(n.node, NO_READING)))
+    lines += malformed_line(view) + snapshots_line(view, sum(r.bad for r in rows))
     code = _exit(rows)
     if as_json:
         data = {
@@ -147,16 +156,28 @@ def show(
             "attempt": record.attempt,
             "chain": record.chain,
             "cause": record.cause,
+            "killed_nodes": record.killed_nodes,
+            "supervisor": None,  # its coordinator restarts it (runheader.orphan_line)
             "exit_code": int(code),
             "via": "coordinator",
             "watchdog": lines[0],
             "watched_from": "cluster",  # runheader.watched_from: its coordinator watches
             "cluster": lines[1:],
-            "nodes": rows,
+            "straggler": straggler_json(record),
+            "nodes": [r.data for r in rows],
         }
         say(json.dumps(data, indent=indent))
     else:
-        say(_table(record, rows, lines, restarts))
+        from mntui.sessions.history import chain_line
+
+        from .statusrows import HEAD, aligned
+
+        cells = [_cells(n, r) for n, r in zip(record.nodes, rows, strict=True)]
+        table = aligned((*HEAD, "SENTINEL", "DETAIL"), cells)
+        # the chain's seff-style line, as a here-watched run's status has it, from the
+        # steps the coordinator clocked (synced into the records by cluster_lines)
+        chain = [line[2:]] if (line := chain_line(record.job, record.chain)) else []
+        say("\n".join([status_header(record, "", restarts), *table, *chain, *lines]))
     return code
 
 

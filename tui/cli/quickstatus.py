@@ -167,7 +167,7 @@ def quick_status(args: argparse.Namespace, say: Say) -> int | None:
         from .clusterstatus import board_status
 
         try:
-            view = read_board(node, board_dir(record), timeout=memo.timeout)
+            view = read_board(node, board_dir(record), timeout=memo.timeout, gpus=True)
         except NodeError:  # unreachable, or it would ask someone: the ordinary path's
             return None
     finally:

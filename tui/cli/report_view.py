@@ -10,12 +10,15 @@ takes the snapshot on its open connections when one serves the run.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mntui.sessions.agent import AgentUnavailable, Via, live_report, try_connect
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import ExitCode
 from mntui.sessions.runs import RunRecord
+
+if TYPE_CHECKING:
+    from mntui.sessions.ssh import Cluster
 
 Say = Callable[..., None]
 
@@ -60,6 +63,16 @@ def _slow(record: RunRecord, as_json: bool, say: Say, shown: str = "") -> None:
         say("\n" + "\n".join(lines))
 
 
+def _adopt_board(record: RunRecord, cluster: Cluster) -> None:
+    """What the cluster's coordinator decided and named (its straggler's finding) into
+    this machine's records first, as `status` does: the report reads them there."""
+    from mntui.sessions.watch import adopt
+
+    from .clusterstatus import read_main_board
+
+    adopt(record, read_main_board(record, cluster))
+
+
 def _live(cfg: JobConfig, record: RunRecord) -> tuple[str, dict[str, Any], Via]:
     client, via = try_connect(record.dir)
     if client is not None:
@@ -74,5 +87,7 @@ def _live(cfg: JobConfig, record: RunRecord) -> tuple[str, dict[str, Any], Via]:
 
     with Cluster(cfg.nodes, cfg.ssh) as cluster:
         cluster.connect()
+        if record.watch_port is not None:  # the coordinator's straggler: "Slow node"
+            _adopt_board(record, cluster)
         built = report_now(cfg, record, cluster)
     return render(built), to_json(built), via

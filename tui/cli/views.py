@@ -28,8 +28,8 @@ from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import ExitCode
 from mntui.sessions.poll import NodeProgress, NodeSnapshot, NodeState, Verdict, snapshot_dict
 from mntui.sessions.runs import RunRecord
-from mntui.tui import cells
 
+from . import statusrows
 from .output import clear_screen
 from .runheader import orphan_line, status_header, unguarded_line, watched_from
 
@@ -49,29 +49,11 @@ def status_table(
     summary: str = "",
     restarts: int = 0,
 ) -> str:
-    head = ("NODE", "RANK", "STATE", "GPUS", "PROCS", "PORTS", "OUTPUT", "STEP", "RTT", "DETAIL")
-    rows = [head]
-    for n in record.nodes:
-        s, v = snaps[n.node], verdicts[n.node]
-        rows.append(
-            (
-                n.node,
-                str(n.rank),
-                v.state.value,
-                cells.gpu_summary(s),
-                str(len(s.live_procs)) if s.reachable else "-",
-                ",".join(map(str, s.ports)) or "-",
-                cells.age(s.output_age),
-                cells.step((progress or {}).get(n.node), v.state),
-                cells.rtt(s),
-                v.why,
-            )
-        )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head) - 1)]
-    lines = [
-        "  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=False)) + "  " + r[-1]
-        for r in rows
-    ]
+    rows = []
+    for n in record.nodes:  # the cells a cluster-watched run's table shows too
+        s, v, p = snaps[n.node], verdicts[n.node], (progress or {}).get(n.node)
+        rows.append({**statusrows.cells_of(n.node, n.rank, s, v, p), "DETAIL": v.why})
+    lines = statusrows.aligned((*statusrows.HEAD, "DETAIL"), rows)
     return status_header(record, summary, restarts) + "\n" + "\n".join(lines)
 
 

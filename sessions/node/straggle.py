@@ -1,0 +1,180 @@
+"""Which rank holds a synchronous job: the one that waits least while the others wait most.
+
+Every rank runs the same step and meets the others in a collective; the slow one arrives
+last and never waits, the others wait for it. So each rank's Python stack is sampled
+and every sample counts as waiting or not (waits.py's `sample_of`, the one test of "this
+stack waits in a collective"). Pure: a tally per rank over the last `WINDOW` samples,
+and the rule below, judged after every round. One rule for both watches: the manager's
+sampler (watch/sampler.py, its stacks over SSH) and the cluster's coordinator (its
+sentinels' booleans, slowness.py) tally and judge with this module; the manager's
+watch/straggler.py and report/suspect.py re-export it.
+
+The rule, from the bench's measurements (README, "Stragglers"): a clean job's ranks all
+wait little and alike; a rank 2x slower leaves the others waiting about half the time,
+1.3x about a quarter. Named when, over each rank's last samples, every rank has at
+least MIN_SAMPLES samples and the low ranks all sit on one node, the low ranks being:
+- those that wait at most SUSPECT_MAX, when the other ranks' median is at least
+  OTHERS_MIN and the least of them waits GAP more than the most-waiting low rank; or
+- those that wait at most HALF of what the least-waiting other rank does, when every
+  other rank waits at least BUSY. A node slowed by a CPU quota is stopped wherever its
+  quota runs out, often inside the collective it just entered: the bench's node at half
+  a CPU "waited" 50 % of its samples, its partner 100 %.
+A node of several ranks made slow as a whole shows as all its ranks low: the node is
+named by its lowest rank. A clean job's ranks wait alike, whatever their share.
+And the difference must not be luck: with the low ranks' samples and the others' pooled,
+a one-sided Fisher exact test (the chance that so few waits fall on the low ranks if all
+ranks waited alike) must come out at most ALPHA. On few samples the shares alone are
+noise: the bench's one false suspect in 8 clean runs was 2 waits in 6 samples against 0
+(p = 0.23). MIN_SAMPLES is a floor under the test, not a substitute for it.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+WINDOW = 30  # samples per rank the rule looks at: a straggler that recovers is let go
+MIN_SAMPLES = 10
+ALPHA = 0.01
+SUSPECT_MAX = 0.15
+OTHERS_MIN = 0.30
+GAP = 0.20
+HALF = 0.5
+BUSY = 0.60
+
+
+@dataclass(frozen=True)
+class RankWait:
+    """One rank's samples so far: how many, and how many waited in a collective."""
+
+    rank: int
+    node: str
+    samples: int
+    waits: int
+
+    @property
+    def share(self) -> float:
+        return self.waits / self.samples if self.samples else 0.0
+
+
+@dataclass(frozen=True)
+class Suspect:
+    """The rank that holds the job, and the evidence: every rank's wait share."""
+
+    rank: int
+    node: str
+    after: float  # seconds from the first sample to the naming
+    named_at: float  # wall clock
+    ranks: tuple[RankWait, ...]
+
+    @property
+    def mine(self) -> RankWait:
+        return next(r for r in self.ranks if r.rank == self.rank)
+
+    @property
+    def others(self) -> tuple[RankWait, ...]:
+        return tuple(r for r in self.ranks if r.rank != self.rank)
+
+    @property
+    def line(self) -> str:
+        """`status`'s line, the same whichever side named it."""
+        shares = sorted(round(100 * r.share) for r in self.others)
+        spread = f"{shares[0]}" if shares[0] == shares[-1] else f"{shares[0]}–{shares[-1]}"
+        other = "the other" if len(shares) == 1 else "the others"
+        return (
+            f"rank {self.rank} ({self.node}) waits {round(100 * self.mine.share)} % of the "
+            f"time, {other} {spread} %: it holds the job"
+        )
+
+
+@dataclass(frozen=True)
+class Sample:
+    rank: int
+    node: str
+    waiting: bool
+
+
+class Tally:
+    """The last WINDOW samples of each rank (keyed by rank: a restarted job's ranks keep
+    their numbers, and each is on one node)."""
+
+    def __init__(self, window: int = WINDOW) -> None:
+        self.window = window
+        self.seen: dict[int, deque[bool]] = {}
+        self.nodes: dict[int, str] = {}
+        self.rounds = 0
+
+    def add(self, samples: Iterable[Sample]) -> None:
+        self.rounds += 1
+        for s in samples:
+            self.seen.setdefault(s.rank, deque(maxlen=self.window)).append(s.waiting)
+            self.nodes[s.rank] = s.node
+
+    def ranks(self) -> tuple[RankWait, ...]:
+        return tuple(
+            RankWait(r, self.nodes[r], len(q), sum(q)) for r, q in sorted(self.seen.items())
+        )
+
+
+def name_suspect(
+    ranks: Sequence[RankWait], after: float, now: float, min_samples: int = MIN_SAMPLES
+) -> Suspect | None:
+    """The suspect by the rule above, or None (too few samples, no clear odd one)."""
+    if len(ranks) < 2 or any(r.samples < min_samples for r in ranks):
+        return None
+    low = _idle(ranks) or _throttled(ranks)
+    if not low or len({r.node for r in low}) != 1 or chance(low, ranks) > ALPHA:
+        return None
+    worst = min(low, key=lambda r: (r.share, r.rank))
+    return Suspect(worst.rank, worst.node, after, now, tuple(ranks))
+
+
+def _idle(ranks: Sequence[RankWait]) -> list[RankWait]:
+    """The ranks that barely wait while the others wait a good part of the time."""
+    low = [r for r in ranks if r.share <= SUSPECT_MAX]
+    others = [r for r in ranks if r.share > SUSPECT_MAX]
+    if not low or not others or statistics.median(r.share for r in others) < OTHERS_MIN:
+        return []
+    return low if min(r.share for r in others) >= max(r.share for r in low) + GAP else []
+
+
+def _throttled(ranks: Sequence[RankWait]) -> list[RankWait]:
+    """The ranks that wait half as much as any other, while every other is nearly always
+    waiting (a quota stops the slow one inside collectives too)."""
+    by_share = sorted(ranks, key=lambda r: r.share)
+    for k in range(1, len(by_share)):
+        low, others = by_share[:k], by_share[k:]
+        if others[0].share >= BUSY and low[-1].share <= HALF * others[0].share:
+            return low
+    return []
+
+
+def chance(low: Sequence[RankWait], ranks: Sequence[RankWait]) -> float:
+    """One-sided Fisher exact test: the probability that the low ranks' samples hold as
+    few waits as they do (or fewer) if every sample were alike, the total waits fixed."""
+    n = sum(r.samples for r in low)
+    total = sum(r.samples for r in ranks)
+    waits = sum(r.waits for r in ranks)
+    mine = sum(r.waits for r in low)
+    ways = math.comb(total, waits)
+    tail = sum(math.comb(n, k) * math.comb(total - n, waits - k) for k in range(mine + 1))
+    return tail / ways if ways else 1.0
+
+
+def finding_json(
+    suspect: Suspect | None, ranks: Sequence[RankWait], rounds: int, malformed: int
+) -> dict[str, Any]:
+    """A finding as the manager keeps it (report/suspect.py's `straggler.json`, no GPU
+    throttles: the sentinels sample no clocks): what the coordinator writes for `status`
+    and `report` to read as a here-watched run's."""
+    return {
+        "suspect": None if suspect is None else asdict(suspect),
+        "throttles": [],
+        "ranks": [asdict(r) for r in ranks],
+        "rounds": rounds,
+        "malformed": malformed,
+    }

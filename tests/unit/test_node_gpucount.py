@@ -1,0 +1,195 @@
+"""The GPUs a job held (node/gpucount.py): one rule for the manager's watchdog (its step
+clock) and the cluster's coordinator, so a run's GPU-hours do not depend on where it was
+watched. The coordinator counts from the sentinels' readings: data, counted and never
+trusted (a failed, hostile or out-of-place reading says nothing; it never adds a GPU)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_history import run_id
+from test_node_watchfiles import GOOD, _Channel
+
+from mntui.sessions.config.jobconfig import parse_config
+from mntui.sessions.launch.clusterwatch import watch_config
+from mntui.sessions.node import gpucount
+from mntui.sessions.node.coordstate import Board, Peer
+from mntui.sessions.node.gpucount import held_of, listed, listed_in, see, split_table
+from mntui.sessions.node.watchcfg import BadWatchFile, WatchConfig, parse, to_json
+from mntui.sessions.poll.gpu import parse_reading
+from mntui.sessions.runs import RunRecord
+from mntui.sessions.watch.clusterchain import _note_steps
+
+SMI = Path(__file__).resolve().parents[1] / "data" / "nvidia-smi"
+RUN = "20261125-101010-abcd"
+
+
+def recorded(name: str) -> str:
+    text = (SMI / name).read_text()
+    return "".join(line for line in text.splitlines(True) if not line.startswith("#"))
+
+
+H100X8, SMALL, OFF_BUS = (
+    recorded("h100x8.gpu.csv"),
+    recorded("small6g.gpu.csv"),
+    recorded("fell-off-bus.txt"),
+)
+HEADER = "index, uuid, name\n"
+
+READINGS = {  # csv (None: no nvidia-smi), apps -> GPUs listed (None: unknown)
+    "h100x8": (H100X8, "", 8),
+    "a GPU off the bus, one still listed": (OFF_BUS + SMALL, "", 1),
+    "only the driver's error": (OFF_BUS, "", None),
+    "our timeout line, nothing read": ("mntui: nvidia-smi did not answer within 10 s\n", "", None),
+    "no nvidia-smi": (None, "", 0),
+    "nvidia-smi lists none": (HEADER, "", 0),
+    "no GPU row, the apps answer failed": (HEADER, "Failed to initialize NVML\n", None),
+    "empty": ("", "", 0),
+    "one column: no header, so no rows": ("index\n0\n", "", None),
+    "rows before a header are no GPUs": ("0, a, b\n" + HEADER, "", None),
+    "rows of another width": (HEADER + "0, a\n1, b, c, d\n", "", None),
+    "NUL and controls": (HEADER + "0, a\x00, b\n1, \x1b[2J, c\n", "", 1),
+    "a quote left open": (HEADER + '0, "a, b\n', "", None),
+    "a second header is a row": (HEADER + HEADER, "", 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(READINGS))
+def test_a_readings_gpus_are_its_table_rows_and_the_watchdog_counts_alike(name: str) -> None:
+    csv, apps, want = READINGS[name]
+    assert listed_in(csv, apps) == want
+    polled = parse_reading(csv, apps) if csv is not None else None  # the poller's reading
+    here = listed(len(polled.gpus), bool(polled.errors)) if polled else listed(None, False)
+    assert here == want  # the watchdog's count of the same text
+
+
+def test_the_table_rule_is_the_pollers_and_never_raises() -> None:
+    header, rows, errors = split_table("junk\n" + H100X8 + "x" * 5000 + "\n\x00\n")
+    assert header is not None and len(rows) == 8 and len(errors) == 3
+    assert all(len(r) == len(header) for r in rows)
+
+
+@pytest.mark.parametrize(
+    ("nproc", "counts", "held"),
+    [
+        (4, [8], 4),  # 4 processes on an 8-GPU node hold 4
+        (None, [2], 2),  # an older record: no nproc, all listed
+        (2, [None], None),  # nvidia-smi failed: not seen
+        (4, [0], 0),  # no nvidia-smi, or none listed: a CPU node holds none
+        (4, [4, 0, None, 1], 4),  # a GPU fell off the bus: it was held all the same
+        (8, [-3, 10**9], 8),
+        (None, [10**9], gpucount.MAX_HELD),
+    ],
+)
+def test_the_most_a_node_was_seen_holding_counts(
+    nproc: int | None, counts: list[int | None], held: int | None
+) -> None:
+    got: dict[str, int] = {}
+    for c in counts:
+        see(got, "n", nproc, c)
+    assert got.get("n") == held
+
+
+def test_a_held_map_read_back_keeps_only_counts_of_names() -> None:
+    back = held_of({"n0": 4, "n1": -1, "n2": True, "n3": "4", "x" * 200: 1, "n4": 2**40})
+    assert back == {"n0": 4} and held_of([["n0", 4]]) == {}
+
+
+def _cfg(nproc: int = 4) -> WatchConfig:
+    text = (
+        f"job: j\nnodes: [n0, n1]\ncommand: x\nnproc_per_node: {nproc}\nwatch: {{where: cluster}}\n"
+    )
+    return watch_config(parse_config(text), RUN, "n0", f"j/{RUN}/n0", "j-n0", ("n0", "n1"),
+                        "10.0.0.1", 0)  # fmt: skip
+
+
+def test_the_watch_file_carries_each_nodes_processes_and_refuses_other_counts() -> None:
+    wc = _cfg(4)
+    assert wc.nprocs == (4, 4) and parse(json.loads(to_json(wc))) == wc
+    assert wc.nproc("n1") == 4 and wc.nproc("elsewhere") is None
+    old = {k: v for k, v in json.loads(to_json(wc)).items() if k != "nprocs"}
+    assert parse(old).nproc("n1") is None  # an older launch's file: held = listed
+    for bad in ([4], [4, 0], [4, "4"], [4, True], 4):
+        with pytest.raises(BadWatchFile, match="nprocs"):
+            parse({**json.loads(to_json(wc)), "nprocs": bad})
+
+
+def _snap(wc: WatchConfig, gpu: Any, run: str | None = None, step: int = 3) -> dict[str, Any]:
+    snap = {"k": "snap", "run": run or wc.run, "age": 0.1, "facts": GOOD, "steps": {"step": step}}
+    return {**snap, "gpu": gpu} if gpu is not ... else snap
+
+
+def _gpu(csv: str | None, apps: str = "") -> dict[str, Any]:
+    return {"csv": csv, "apps": apps, "own": [10, 11], "age": 0.2}
+
+
+def test_the_coordinator_counts_each_nodes_gpus_into_the_attempts_clock(tmp_path: Path) -> None:
+    wc = _cfg(4)
+    board = Board(wc, str(tmp_path / "coord"))
+    n0, n1 = Peer("n0", _Channel()), Peer("n1", _Channel())  # type: ignore[arg-type]
+    board.heard(n0, _snap(wc, _gpu(H100X8)))
+    assert (board.clock["gpus"], board.clock["gpu_nodes"]) == (4, 1)  # one per process
+    board.heard(n1, _snap(wc, _gpu(OFF_BUS)))  # the driver failed: unknown, not 0
+    assert board.clock["gpu_nodes"] == 1
+    board.heard(n1, _snap(wc, _gpu(OFF_BUS + SMALL), step=4))
+    board.heard(n0, _snap(wc, _gpu(OFF_BUS), step=5))  # a later failure keeps what was held
+    board.heard(n0, _snap(wc, ...))  # no reading: unchanged since sent
+    assert (board.clock["gpus"], board.clock["gpu_nodes"]) == (5, 2)
+    assert board.clock["first_step"] == 3 and board.clock["last_step"] == 5
+    board.publish({}, time.monotonic(), force=True)
+    status = json.loads((tmp_path / "coord" / "status.json").read_text())
+    assert (status["steps"]["gpus"], status["steps"]["gpu_nodes"]) == (5, 2)
+    board.new_attempt(1, "another")
+    assert "gpus" not in board.clock  # the attempt's own count
+
+
+def test_a_cpu_job_on_nodes_without_nvidia_smi_holds_none(tmp_path: Path) -> None:
+    wc = _cfg(2)
+    board = Board(wc, str(tmp_path / "coord"))
+    board.heard(Peer("n1", _Channel()), _snap(wc, _gpu(None)))  # type: ignore[arg-type]
+    assert (board.clock["gpus"], board.clock["gpu_nodes"]) == (0, 1)
+    board.heard(Peer("n0", _Channel()), _snap(wc, _gpu(None)))  # type: ignore[arg-type]
+    assert (board.clock["gpus"], board.clock["gpu_nodes"]) == (0, 2)
+
+
+def test_hostile_readings_are_counted_never_trusted(tmp_path: Path) -> None:
+    wc = _cfg(4)
+    board = Board(wc, str(tmp_path / "coord"))
+    n0 = Peer("n0", _Channel())  # type: ignore[arg-type]
+    rows = HEADER + "".join(f"{i}, u{i}, n\n" for i in range(1000))
+    board.heard(n0, _snap(wc, _gpu(rows)))  # 1,000 rows: 4 processes hold 4
+    board.heard(n0, _snap(wc, _gpu(["index"])))  # another shape: malformed, dropped
+    board.heard(n0, _snap(wc, {**_gpu(H100X8), "age": -1}))
+    board.heard(n0, _snap(wc, _gpu(H100X8 + "x" * 20000)))  # over its bound
+    board.heard(Peer("n9", _Channel()), _snap(wc, _gpu(H100X8)))  # type: ignore[arg-type]
+    board.heard(Peer("n1", _Channel()), _snap(wc, _gpu(H100X8), run="20261125-101010-zzzz"))  # type: ignore[arg-type]
+    assert board.malformed == 3
+    assert board.clock["gpus_by_node"] == {"n0": 4} and board.clock["gpus"] == 4
+
+
+def test_a_respawned_coordinator_goes_on_from_its_clocks_count(tmp_path: Path) -> None:
+    wc = _cfg(4)
+    board = Board(wc, str(tmp_path / "coord"))
+    board.clock = {"gpus": 5, "gpu_nodes": 2, "gpus_by_node": {"n0": 4, "n1": 1, "n9": "x"}}
+    board.heard(Peer("n1", _Channel()), _snap(wc, _gpu(None)))  # type: ignore[arg-type]
+    assert (board.clock["gpus"], board.clock["gpu_nodes"]) == (5, 2)
+    board.heard(Peer("n1", _Channel()), _snap(wc, _gpu(H100X8)))  # type: ignore[arg-type]
+    assert (board.clock["gpus"], board.clock["gpus_by_node"]) == (8, {"n0": 4, "n1": 4})
+
+
+def test_the_coordinators_clock_becomes_the_steps_note_the_ledger_reads() -> None:
+    rec = RunRecord("gc", run_id(931), "/x.yaml", "127.0.0.1", 1, [])
+    _note_steps(rec, steps={"gpus": 0, "gpu_nodes": 2, "gpus_by_node": {"n0": 0}})
+    assert rec.history[-1] == {**rec.history[-1], "what": "steps", "gpus": 0, "gpu_nodes": 2}
+    clock = {"first_step_at": 1e9, "first_step": 1, "checkpoints": False, "gpus": 5,
+             "gpu_nodes": 2, "last_step": float("nan"), "last_step_at": float("inf")}  # fmt: skip
+    _note_steps(rec, steps=clock)
+    (note,) = [h for h in rec.history if h["what"] == "steps"]
+    assert note["checkpoints"] is False and note["gpus"] == 5
+    assert "last_step" not in note and "last_step_at" not in note and "gpus_by_node" not in note
+    _note_steps(rec, steps={"gpus": 3, "gpu_nodes": 0})  # nothing known: no note
+    assert [h for h in rec.history if h["what"] == "steps"] == [note]

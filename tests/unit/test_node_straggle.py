@@ -1,0 +1,298 @@
+"""The straggler on the cluster (issue 30): the one rule, moved into the node package and
+re-exported where the manager had it; the sentinel's `waits` frames read strictly; the
+coordinator's tally, finding, journal and kill trigger on a real board; a sentinel's
+round on real processes (py-spy on a live one, a forked child left out)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mntui.sessions.config.jobconfig import parse_config
+from mntui.sessions.launch.clusterwatch import watch_config
+from mntui.sessions.node import spysample, straggle, waits
+from mntui.sessions.node.coordstate import Board
+from mntui.sessions.node.facts import ProcFact
+from mntui.sessions.node.rules import NodeState
+from mntui.sessions.node.slowness import FILE, SlowWatch
+from mntui.sessions.node.watchcfg import BadWatchFile, WatchConfig, parse, to_json
+from mntui.sessions.report import RankWait, Suspect, finding_of, slow_section
+from mntui.sessions.report.consensus import waits_in
+from mntui.sessions.report.stacks import Frame
+from mntui.sessions.watch import straggler
+
+RUN = "20261125-101010-abcd"
+C10D = "/v/site-packages/torch/distributed/distributed_c10d.py"
+
+
+def _cfg(watch: str = "") -> WatchConfig:
+    text = f"job: j\nnodes: [n0, n1]\ncommand: x\nwatch: {{where: cluster{watch}}}\n"
+    return watch_config(parse_config(text), RUN, "n0", f"j/{RUN}/n0", "j-n0", ("n0", "n1"),
+                        "10.0.0.1", 0)  # fmt: skip
+
+
+def test_one_rule_for_both_sides() -> None:
+    assert straggler.name_suspect is straggle.name_suspect and straggler.Tally is straggle.Tally
+    assert RankWait is straggle.RankWait and Suspect is straggle.Suspect
+    assert waits_in is waits.waits_in and Frame is waits.Frame
+
+
+def test_a_sample_is_a_wait_a_work_or_nothing() -> None:
+    user = Frame("step", "/w/train.py", 9)
+    assert waits.sample_of((Frame("all_reduce", C10D, 3), user)) is True
+    assert waits.sample_of((user,)) is False
+    assert waits.sample_of(()) is None  # a failed dump is no evidence of work
+    assert waits.sample_of((Frame("init_process_group", C10D, 3), user)) is None  # joining
+
+
+def test_the_watch_file_carries_the_straggler_settings_and_refuses_odd_ones() -> None:
+    wc = _cfg(", sample_every: 2, on_slow: kill_all, slow_fraction: 0.3, slow_after: 60")
+    back = parse(json.loads(to_json(wc)))
+    assert back == wc and (back.sample_every, back.on_slow) == (2.0, "kill_all")
+    assert (back.slow_fraction, back.slow_after) == (0.3, 60.0)
+    for bad in ({"on_slow": "reboot"}, {"sample_every": -1}, {"slow_fraction": 2.0}):
+        with pytest.raises(BadWatchFile, match="sample_every, on_slow or slow_"):
+            parse({**json.loads(to_json(wc)), **bad})
+    old = {k: v for k, v in json.loads(to_json(wc)).items() if k != "sample_every"}
+    assert parse(old).sample_every == 0  # a launch that sent none: no samples
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        None,
+        "0:1",
+        {"0": True},
+        [[0, True]] * 2,  # a rank twice in one round
+        [[0, 1]],  # waiting is a boolean, not a number
+        [[True, False]],  # a rank is no boolean
+        [[-1, True]],
+        [[1 << 30, True]],
+        [[0.0, True]],
+        [[0, True, "x"]],
+        [[[0], True]],
+        [[i, True] for i in range(spysample.MAX_RANKS + 1)],
+    ],
+)
+def test_a_waits_frame_of_another_shape_is_malformed(bad: Any) -> None:
+    with pytest.raises(spysample.Malformed):
+        spysample.from_wire(bad)
+
+
+def test_a_good_waits_frame_is_read() -> None:
+    assert spysample.from_wire([[3, False], [1, True]]) == [(1, True), (3, False)]
+    assert spysample.from_wire(spysample.wire([(0, True)])) == [(0, True)]
+
+
+@pytest.fixture
+def board(tmp_path: Path) -> Board:
+    return Board(_cfg(", on_slow: kill_all"), str(tmp_path / "coord"))
+
+
+def _frame(*pairs: tuple[int, bool], run: str = RUN) -> dict[str, Any]:
+    return {"k": "waits", "run": run, "ranks": [list(p) for p in pairs]}
+
+
+def test_the_coordinator_names_the_rank_that_never_waits_and_asks_for_the_kill(
+    board: Board,
+) -> None:
+    slow = SlowWatch(board.cfg, board)
+    assert not slow.heard("n0", {"k": "snap"})  # the board's, not ours
+    triggers = []
+    for i, w in enumerate([True] * 7 + [False] * 3):
+        assert slow.heard("n0", _frame((0, w)))
+        assert slow.heard("n1", _frame((1, False)))
+        assert slow.heard("n1", _frame((1, True), run="20261125-101011-abcd"))  # not ours
+        triggers = slow.judge(float(i))
+    (t,) = triggers
+    line = "rank 1 (n1) waits 0 % of the time, the other 70 %: it holds the job"
+    assert (t.node, t.state, t.action, t.why) == ("n1", NodeState.RUNNING, "kill_all",
+                                                  f"straggler: {line}")  # fmt: skip
+    assert slow.judge(11.0) == []  # no new samples: no round
+    slow.heard("n0", _frame((0, True)))
+    slow.heard("n1", _frame((1, False)))
+    assert slow.judge(12.0) == []  # named once
+    saved = json.loads((Path(board.out) / FILE).read_text())
+    found = finding_of(saved["finding"])
+    assert saved["run"] == RUN and found is not None and found.suspect is not None
+    assert found.lines == [f"straggler: {line.replace('70', '73')}"]  # today's evidence
+    assert found.suspect.after == 9.0 and found.rounds == 11
+    journal = [json.loads(x) for x in (Path(board.out) / "journal.jsonl").read_text().splitlines()]
+    named = [j for j in journal if j["kind"] == "straggler"]
+    assert len(named) == 1 and named[0]["data"]["line"] == line
+
+
+def test_hostile_frames_are_counted_and_never_believed(board: Board) -> None:
+    slow = SlowWatch(board.cfg, board)
+    for bad in ({"k": "waits", "run": RUN}, _frame((0, True), (0, False)),
+                {"k": "waits", "run": RUN, "ranks": [[0, "yes"]]}):  # fmt: skip
+        assert slow.heard("n0", bad)
+    assert board.malformed == 3 and slow.malformed == 3
+    assert slow.judge(0.0) == [] and not (Path(board.out) / FILE).exists()
+
+
+def test_a_clean_job_names_nobody_and_a_new_attempt_starts_over(board: Board) -> None:
+    slow = SlowWatch(board.cfg, board)
+    for i in range(20):
+        slow.heard("n0", _frame((0, i % 3 == 0), (2, i % 4 == 0)))
+        slow.heard("n1", _frame((1, i % 3 == 1)))
+        assert slow.judge(float(i)) == []
+    found = finding_of(json.loads((Path(board.out) / FILE).read_text())["finding"])
+    assert found is not None and found.suspect is None and found.rounds == 20
+    board.new_attempt(1, "20261125-101011-abcd")
+    slow.heard("n0", _frame((0, True)))  # the attempt before's
+    slow.judge(21.0)
+    assert slow.tally.rounds == 0 and slow.run == board.run
+
+
+def test_a_round_waits_for_every_node_or_sample_every(board: Board) -> None:
+    """The sentinels sample on clocks of their own: a round is every rank's sample, or
+    what came within `sample_every` (a node whose sentinel went quiet holds none up)."""
+    slow = SlowWatch(board.cfg, board)
+    slow.heard("n0", _frame((0, True)))
+    slow.heard("n1", _frame((1, False)))
+    slow.judge(0.0)
+    slow.heard("n0", _frame((0, True)))
+    slow.judge(1.0)
+    assert slow.tally.rounds == 1  # node1's sample of this round is on its way
+    slow.heard("n1", _frame((1, True)))
+    slow.judge(2.0)
+    assert slow.tally.rounds == 2 and [r.samples for r in slow.tally.ranks()] == [2, 2]
+    slow.heard("n0", _frame((0, True)))
+    slow.judge(3.0)
+    slow.judge(3.0 + board.cfg.sample_every)
+    assert slow.tally.rounds == 3 and [r.samples for r in slow.tally.ranks()] == [3, 2]
+
+
+def test_a_node_slow_by_its_steps_is_journaled_not_killed(board: Board) -> None:
+    wc = _cfg(", slow_after: 5")
+    slow = SlowWatch(wc, board)
+    board.steps.update({"n0": (100, 4.0), "n1": (40, 1.0)})
+    assert slow.judge(0.0) == [] and slow.judge(6.0) == []
+    journal = (Path(board.out) / "journal.jsonl").read_text()
+    assert '"kind": "slow"' in journal and "n1 is slow: below 0.5x the median" in journal
+
+
+def test_the_coordinators_finding_is_the_reports() -> None:
+    ranks = [RankWait(0, "n0", 10, 7), RankWait(1, "n1", 10, 0)]
+    s = straggle.name_suspect(ranks, 9.0, 1.0)
+    data = straggle.finding_json(s, ranks, 10, 2)
+    found = finding_of(json.loads(json.dumps(data)))
+    assert found is not None and found.suspect == s and found.malformed == 2
+    bad = {**data, "suspect": {**data["suspect"], "rank": 5}}  # named, not among the ranks
+    assert finding_of(bad) is None and finding_of({"suspect": None}) is None
+
+
+def test_slow_section_reads_the_finding(tmp_path: Path) -> None:
+    ranks = [RankWait(0, "n0", 10, 7), RankWait(1, "n1", 10, 0)]
+    data = straggle.finding_json(straggle.name_suspect(ranks, 9.0, 1.0), ranks, 10, 0)
+    (tmp_path / "straggler.json").write_text(json.dumps(data))
+    assert slow_section(tmp_path)[1].startswith("  straggler: rank 1 (n1) waits 0 %")
+
+
+@pytest.fixture
+def rank() -> Iterator[subprocess.Popen[bytes]]:
+    """A real `rank` (RANK=3 in its environment, py-spy on its PATH) with a forked child
+    that inherits it, as a DataLoader worker does; killed by its PID."""
+    env = {k: v for k, v in os.environ.items() if k != "RANK"}
+    env["RANK"] = "3"
+    env["PATH"] = f"{Path(sys.executable).parent}:/usr/bin:/bin"
+    code = "import os,time\nif os.fork() == 0:\n    time.sleep(60)\nelse:\n    time.sleep(60)\n"
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env)
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _children(pid: int) -> list[int]:
+    text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    return [int(x) for x in text.split()]
+
+
+def test_a_sentinels_round_samples_the_rank_not_its_forked_child(
+    rank: subprocess.Popen[bytes],
+) -> None:
+    from fakecluster import wait_for
+
+    wait_for(lambda: _children(rank.pid), 10, what="the rank's forked child")
+    (child,) = _children(rank.pid)
+    try:
+        procs = [ProcFact(rank.pid, os.getpid(), "S"), ProcFact(child, rank.pid, "S")]
+        ranks, paths = spysample.ranks_of(procs)
+        assert ranks == {rank.pid: 3} and paths
+        if spysample.find_spy(paths) is None:
+            pytest.skip("no py-spy in the venv")
+        assert spysample.one_round(procs, 5.0) == [(3, False)]  # in time.sleep: working
+    finally:
+        os.kill(child, 9)
+
+
+def _board(straggler: object, now: float) -> str:
+    import base64
+
+    def b64(d: object) -> str:
+        return base64.b64encode(json.dumps(d).encode()).decode()
+
+    nodes = {n: {"state": "running", "why": "", "connected": True} for n in ("n0", "n1")}
+    status = {"run": RUN, "at": now, "nodes": nodes}
+    return (
+        f"FILE status {b64(status)}\nFILE decision \nFILE chain \n"
+        f"FILE straggler {b64(straggler)}\nFILE journal \nNOW {int(now)}\nALIVE yes\n"
+    )
+
+
+def test_status_of_a_cluster_run_shows_the_coordinators_straggler_as_a_here_watched_runs(
+    tmp_path: Path,
+) -> None:
+    """The board's finding is adopted into the run's directory and said in the line a
+    here-watched run's status says; one about nodes not of this run is never believed."""
+    import time
+
+    from mntui.sessions.launch.board import parse_board
+    from mntui.sessions.runs import NodeRecord, RunRecord, RunStatus
+    from mntui.tui.cli.clusterstatus import board_status
+
+    nodes = [NodeRecord(n, "localhost", r, f"j-{n}", f"j/{RUN}/{n}", f".mntui/runs/j/{RUN}/{n}")
+             for r, n in enumerate(["n0", "n1"])]  # fmt: skip
+    record = RunRecord("j", RUN, "cfg.yaml", "localhost", 1, nodes)
+    record.status, record.watch_port = RunStatus.RUNNING, 29501
+    record.create()
+    ranks = [RankWait(0, "n0", 10, 7), RankWait(1, "n1", 10, 0)]
+    finding = straggle.finding_json(straggle.name_suspect(ranks, 9.0, 1.0), ranks, 10, 0)
+    said: list[str] = []
+    now = time.time()
+
+    def say(text: str = "", **_: object) -> None:
+        said.extend(text.splitlines())
+
+    stranger = {**finding, "ranks": [{**finding["ranks"][0], "node": "n9"}, finding["ranks"][1]]}
+    view = parse_board(_board({"v": 1, "run": RUN, "finding": stranger}, now))
+    board_status(record, view, False, say, None, 0)
+    assert not [x for x in said if x.startswith("straggler: ")], said
+    view = parse_board(_board({"v": 1, "run": RUN, "finding": finding}, now))
+    board_status(record, view, False, say, None, 0)
+    line = "straggler: rank 1 (n1) waits 0 % of the time, the other 70 %: it holds the job"
+    assert line in said, said
+    said.clear()
+    board_status(record, view, True, say, 2, 0)
+    assert json.loads("\n".join(said))["straggler"]["suspect"]["node"] == "n1"
+
+
+def test_what_the_coordinator_journaled_reads_as_what_happened_while_away() -> None:
+    from mntui.sessions.watch.fromcluster import EVENTS, _event
+
+    line = "rank 1 (n1) waits 0 % of the time, the other 70 %: it holds the job"
+    named = {"kind": "straggler", "node": "n1", "data": {"line": line, "action": "kill_all"}}
+    slow = {"kind": "slow", "node": "n1", "data": {"line": "n1 is slow: \x1b[2Jbelow 0.5x"}}
+    assert {"straggler", "slow"} <= EVENTS
+    assert _event(named) == f"straggler: {line} (on_slow: kill_all)"
+    assert _event(slow) == "n1 is slow: below 0.5x"  # node text, made safe
