@@ -135,7 +135,7 @@ command: >-
   train.py --interval 0.3 --timeout 600 {args}
 launch: {{ready_timeout: 90}}
 kill: {{grace: 3}}
-watch: {{{watch}}}
+watch: {{where: here, {watch}}}
 ssh: {{config: {fc.ssh_config}, connect_timeout: 5}}
 """)
     return path

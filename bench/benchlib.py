@@ -30,6 +30,7 @@ command: >-
   print('up', flush=True); time.sleep(3600)" {{node_rank}}
 launch: {{ready_timeout: 60}}
 kill: {{grace: 2}}
+watch: {{where: here}}
 ssh: {{config: {fc.ssh_config}, connect_timeout: 10}}
 """
 

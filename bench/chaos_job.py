@@ -79,7 +79,7 @@ def job_yaml(fc: FakeCluster, work: Path, job: str, profile: Profile, args: str,
         *torchrun_job(job, nodes, work, f"faulty_train.py --interval 0.3 --timeout 600 {args}"),
         CLUSTER_WATCH.format(port=free_port())
         if profile is Profile.CLUSTER
-        else "watch: {capture_budget: 0, frozen_after: 3, unreachable_after: 4}",
+        else "watch: {where: here, capture_budget: 0, frozen_after: 3, unreachable_after: 4}",
     ]
     if profile is Profile.CLUSTER:
         lines.append("restart: {max: 0}")

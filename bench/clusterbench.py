@@ -93,7 +93,8 @@ def quiet_port() -> int:
 
 def config(fc: FakeCluster, n: int, job: str, port: int, wport: int | None) -> str:
     nodes = ", ".join(f"node{i}" for i in range(n))
-    watch = f"watch: {{where: cluster, port: {wport}}}\n" if wport else ""
+    # today's path: the watch from this machine (`auto`, the default, would be the cluster's)
+    watch = f"watch: {{where: cluster, port: {wport}}}\n" if wport else "watch: {where: here}\n"
     return f"""job: {job}
 nodes: [{nodes}]
 master_port: {port}

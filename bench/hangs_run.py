@@ -93,7 +93,7 @@ def job_yaml(fc: FakeCluster, work: Path, job: str, plan: Plan) -> str:
     stall = "auto" if plan.auto else STALL
     return "\n".join([
         *torchrun_job(job, names, work, f"hang_train.py {args}"),
-        f"watch: {{stall_after: {stall}, on_stall: kill_all, frozen_after: 2,"
+        f"watch: {{where: here, stall_after: {stall}, on_stall: kill_all, frozen_after: 2,"
         " unreachable_after: 4, interval: 0.5, capture_budget: 10}",
         f"ssh: {{config: {fc.ssh_config}, connect_timeout: 5}}",
     ]) + "\n"  # fmt: skip

@@ -29,7 +29,7 @@ job: qwen-sft
 nodes: [g369, g375, g380, g381]
 nproc_per_node: 8
 command: torchrun train.py
-watch: {slow_after: 0.001}
+watch: {where: here, slow_after: 0.001}
 """
 NODES = ("g369", "g375", "g380", "g381")
 # (step, steps/s): g380 is a straggler; g381 does not answer.

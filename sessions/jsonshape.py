@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,8 +28,19 @@ Scalar = str | int | float | bool | None
 def load(path: Path) -> Any:
     """The file's JSON; ValueError when it is not JSON this reader can hold, OSError
     when it cannot be read."""
+    return load_identified(path)[0]
+
+
+def load_identified(path: Path) -> tuple[Any, tuple[int, int, int, int]]:
+    """load(), with what identifies the bytes it read: (device, inode, mtime_ns, size) of
+    the file it opened (a file replaced whole, as write_atomic does, is a new inode)."""
     with open(path, "rb") as fh:
+        st = os.fstat(fh.fileno())
         data = fh.read(MAX_FILE + 1)
+    return _parse(data), (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _parse(data: bytes) -> Any:
     if len(data) > MAX_FILE:
         raise ValueError("too large")
     try:

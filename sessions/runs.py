@@ -29,7 +29,7 @@ from .jsonshape import (
     is_str,
     is_time,
     list_of,
-    load,
+    load_identified,
     optional,
     shaped,
 )
@@ -188,13 +188,23 @@ class RunRecord:
     def load(cls, path: Path) -> RunRecord:
         """ValueError for a file that is no record of this shape (jsonshape.load bounds
         its size and depth), so no reader meets a number, list or map it cannot use."""
-        data = load(path)
-        if not shaped(data, _RUN):
-            raise ValueError(f"{path}: not a run record this mntui can read")
+        data, seen = load_identified(path)
+        if seen not in _SHAPED:
+            if not shaped(data, _RUN):
+                raise ValueError(f"{path}: not a run record this mntui can read")
+            if len(_SHAPED) >= SHAPED_MAX:  # a watchdog reads for days
+                _SHAPED.clear()
+            _SHAPED.add(seen)
         data["nodes"] = [NodeRecord(**n) for n in data["nodes"]]
         data["status"] = RunStatus(data["status"])
         return cls(**data)
 
+
+# Records whose shape was checked in this process, by the bytes read (jsonshape's
+# identity of them): a kill reads its run's record a dozen times and at 64 nodes each
+# check of every node's keys cost ~9 ms; a record is only ever replaced whole.
+_SHAPED: set[tuple[int, int, int, int]] = set()
+SHAPED_MAX = 1024
 
 _NODE: dict[str, Check] = {
     **dict.fromkeys(("node", "host", "session", "tag", "run_dir"), is_str),

@@ -139,11 +139,36 @@ def steps_job(
     """
 
 
+# The watchdog on this machine (`watch.where: here`), for the tests of it: without a
+# `where`, a launch with its watch is the cluster's (`auto`).
+HERE_WATCH = "watch: {where: here}"
+
+
+def here(extra: str = "") -> str:
+    """A job's last YAML lines (a flow-style `watch:` among them, if any, as the tests
+    write it) watched from this machine: for the tests of its watchdog, its automatic
+    report and its supervisor."""
+    if "watch: {" in extra:
+        return extra.replace("watch: {", "watch: {where: here, ", 1)
+    return f"{extra}\n    {HERE_WATCH}" if extra else HERE_WATCH
+
+
 def step_count(log: str) -> int:
     return sum(1 for line in log.splitlines() if line.startswith("step "))
 
 
-__all__ = ["Cfg", "free_port", "listener_job", "os", "step_count", "steps_job", "time", "torch_job"]
+__all__ = [
+    "HERE_WATCH",
+    "Cfg",
+    "free_port",
+    "here",
+    "listener_job",
+    "os",
+    "step_count",
+    "steps_job",
+    "time",
+    "torch_job",
+]
 
 
 def tagged_anywhere(job: str) -> list[int]:

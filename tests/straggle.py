@@ -63,6 +63,9 @@ def cpu_quota(pid: int, fraction: float, name: str) -> Iterator[Path]:
 def job_yaml(
     job: str, nodes: list[str], port: int, work_dir: Path, args: str, watch: str, extra: str = ""
 ) -> str:
+    """Watched from this machine unless `watch` says where: the straggler rule is measured
+    on the watchdog that runs in this process."""
+    where = "" if "where:" in watch else "where: here, "
     return f"""
     job: {job}
     nodes: [{", ".join(nodes)}]
@@ -75,7 +78,7 @@ def job_yaml(
       straggler_train.py {args}
     launch: {{ready_timeout: 90}}
     kill: {{grace: 2}}
-    watch: {{{watch}}}
+    watch: {{{where}{watch}}}
     {extra}
     """
 

@@ -118,8 +118,11 @@ class JobConfig:
 
     @property
     def watch_port(self) -> int | None:
-        """The coordinator's port on the main node, when the cluster watches the job."""
-        if self.watch.where != "cluster":
+        """The coordinator's port on the main node, when the cluster watches the job:
+        `where: cluster`, or `auto` with nothing in the config that needs this machine."""
+        if self.watch.where == "here":
+            return None
+        if self.watch.where == "auto" and auto_unfit(self) is not None:
             return None
         return self.watch.port or self.master_port + 1
 
@@ -180,35 +183,63 @@ def _build(doc: Document) -> JobConfig:
     return replace(cfg, ssh=_ssh_relative(doc.file, cfg.ssh))
 
 
+@dataclass(frozen=True)
+class Unfit:
+    """Why the cluster's coordinator cannot watch a config: the key, what it asks for
+    that only this machine's supervisor does, and the fix that keeps `where: cluster`."""
+
+    key: tuple[str, ...]
+    why: str
+    fix: str
+
+    @property
+    def line(self) -> str:
+        return f"{'.'.join(self.key)}: {self.why}"
+
+
+def cluster_unfit(cfg: JobConfig) -> Unfit | None:
+    """The one rule of what the cluster's coordinator cannot do (it restarts on the nodes
+    the run has, up to MAX_CLUSTER_RESTARTS attempts rendered at launch; a spare or a
+    quarantine needs this machine's history): `where: cluster` refuses such a config at
+    load, `where: auto` watches it from this machine and the launch says why."""
+    r = cfg.restart
+    if r.max and cfg.launch.ready != "port":
+        why = "restarts start the workers once the main's port listens"
+        return Unfit(("launch", "ready"), why, "set launch.ready: port")
+    if r.max > MAX_CLUSTER_RESTARTS:
+        why = f"the cluster's coordinator restarts at most {MAX_CLUSTER_RESTARTS} times"
+        return Unfit(("restart", "max"), why, "lower it")
+    if r.max and (cfg.spares or r.quarantine_after is not None):
+        key = ("spares",) if cfg.spares else ("restart", "quarantine_after")
+        why = "restarts onto spares or around quarantined nodes need this machine's supervisor"
+        return Unfit(key, why, "remove it")
+    return None
+
+
+def auto_unfit(cfg: JobConfig) -> Unfit | None:
+    """Why `where: auto` watches a config from this machine: what the cluster cannot do,
+    or notifications, which this machine sends (the cluster's watch would send them at
+    this machine's next contact, hours late for a laptop asleep: an explicit
+    `where: cluster` accepts that)."""
+    unfit = cluster_unfit(cfg)
+    if unfit is None and cfg.notify.active:
+        why = "notifications are sent from this machine, when it sees the failure"
+        return Unfit(("notify",), why, "remove it")
+    return unfit
+
+
 def _check_watch(doc: Document, cfg: JobConfig) -> None:
-    """The coordinator restarts on the nodes the run has, up to MAX_CLUSTER_RESTARTS
-    attempts rendered at launch; a spare or a quarantine needs this machine's history,
-    so a config asking for both is refused, not half-honoured."""
-    if cfg.watch.where != "cluster":
+    """A port the job uses cannot be the coordinator's; `where: cluster` asks for the
+    cluster's watch, so a config it cannot honour is refused, not half-honoured."""
+    if cfg.watch.where == "here":
         return
     if cfg.watch.port is not None and cfg.watch.port in (cfg.master_port, *cfg.ports):
         raise doc.error(
             ("watch", "port"), f"{cfg.watch.port} is one of the job's ports: pick another"
         )
-    if cfg.restart.max and cfg.launch.ready != "port":
-        raise doc.error(
-            ("launch", "ready"),
-            "the cluster's coordinator starts a restart's workers once the main's port "
-            "listens: set launch.ready: port, or watch.where: here",
-        )
-    if cfg.restart.max > MAX_CLUSTER_RESTARTS:
-        raise doc.error(
-            ("restart", "max"),
-            f"the cluster's coordinator restarts at most {MAX_CLUSTER_RESTARTS} times: "
-            "lower it, or set watch.where: here",
-        )
-    if cfg.restart.max and (cfg.spares or cfg.restart.quarantine_after is not None):
-        key = ("spares",) if cfg.spares else ("restart", "quarantine_after")
-        raise doc.error(
-            key,
-            "needs this machine's supervisor; with watch.where: cluster the coordinator "
-            "restarts on the same nodes: remove it, or set watch.where: here",
-        )
+    unfit = cluster_unfit(cfg)
+    if cfg.watch.where == "cluster" and unfit is not None:
+        raise doc.error(unfit.key, f"{unfit.why}: {unfit.fix}, or set watch.where: here")
 
 
 def _check_sync(doc: Document, cfg: JobConfig) -> None:

@@ -183,7 +183,7 @@ def sentinel_check(n: str, p: Probe) -> Check:
 def node_checks(n: str, p: Probe, spec: NodeSpec, cfg: JobConfig) -> list[Check]:
     """tmux, then the workdir; python and git only where the workdir was reached."""
     rows = [tmux_check(n, p), workdir_check(n, p, spec)]
-    if cfg.watch.where == "cluster":
+    if cfg.watch_port is not None:  # the cluster would watch this config
         rows.append(sentinel_check(n, p))
     if p.workdir is None:
         return rows

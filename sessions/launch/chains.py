@@ -116,17 +116,29 @@ def _spec(cfg: JobConfig, n: NodeRecord) -> NodeSpec:
 def run_config(cfg: JobConfig, view: ChainView | None) -> JobConfig:
     """`cfg` with the chain's nodes, main and port: what a kill or a status must reach,
     and, for one attempt's view, what its watchdog watches and tears down. A main that
-    moved (a spare took its place) takes the master with it, as in a swap.
+    moved (a spare took its place) takes the master with it, as in a swap; the watch is
+    the one the records say (a coordinator's port, or none: `where: auto` in the config
+    decides nothing about a run already launched, `--no-watch` or fallen back).
     With no recorded run the config is all there is."""
     if view is None:
         return cfg
+    from mntui.sessions.config import WatchWhere  # the caller has loaded the config
+
     rec = view.latest
     nodes = tuple(_spec(cfg, n) for n in view.nodes())
     main = next((n.node for n in rec.nodes if n.rank == 0), nodes[0].name)
     master = cfg.master_addr if main == cfg.main else None
     ports = tuple(p for p in cfg.ports if p != rec.master_port)
+    port = next((r.watch_port for r in reversed(view.runs) if r.watch_port is not None), None)
+    where = WatchWhere.HERE if port is None else WatchWhere.CLUSTER
     return replace(
-        cfg, nodes=nodes, main=main, master_addr=master, master_port=rec.master_port, ports=ports
+        cfg,
+        nodes=nodes,
+        main=main,
+        master_addr=master,
+        master_port=rec.master_port,
+        ports=ports,
+        watch=replace(cfg.watch, where=where, port=port),
     )
 
 

@@ -151,15 +151,18 @@ def kill_via_coordinator(
         return None
     if "COORD asked" not in said:
         return None
-    on_event(Event(None, None, Phase.KILLING, f"asked the coordinator on {main.node}"))
+    asked = f"asked the coordinator on {main.node}"
     view = parse_board(said.partition("@BOARD\n")[2])
     kills = _answer(view, rid)
     if kills is None:  # no answer in time, or the coordinator went away: the caller kills
+        on_event(Event(None, None, Phase.KILLING, f"{asked}: no answer, killing directly"))
         return None
     out: GroupResult[KillReport] = GroupResult()
-    for n in record.nodes:
+    for n in record.nodes:  # each node's lines as a direct kill gives them
         report = _report(n.node, kills.get(n.node))
         if report is not None:
+            on_event(Event(n.node, n.rank, Phase.KILLING, asked))
+            on_event(Event(n.node, n.rank, Phase.KILLED, report.summary()))
             out[n.node] = _as_outcome(report)
     return out
 

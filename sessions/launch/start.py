@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import NoReturn
 
-from mntui.sessions.config import JobConfig
+from mntui.sessions.config import JobConfig, WatchWhere, auto_unfit
 from mntui.sessions.errors import LaunchError, MntuiError
 from mntui.sessions.events import Event, Phase
 from mntui.sessions.history import route_around
@@ -180,9 +180,14 @@ def _choose_watch(
     else the whole run is watched from here, as `where: here` (one line says why, and the
     run record notes it). Nothing has started yet: the plan is made again without the
     sentinels, under the same run id (a first attempt: a relaunch is watched from here
-    from the start, launch())."""
+    from the start, launch()). `where: auto` with a config only this machine can honour
+    was planned without them: said here, in the same words."""
     if cfg.watch_port is None:
-        return cfg, plan, None
+        needs = auto_unfit(cfg) if cfg.watch.where == WatchWhere.AUTO else None
+        if needs is None:
+            return cfg, plan, None
+        on_event(Event(None, None, Phase.NOTICE, clusterwatch.fallback_line(needs.line)))
+        return cfg, plan, needs.line
     unfit = clusterwatch.unfit_nodes({n: c.sentinel_python for n, c in checks.succeeded.items()})
     if not unfit:
         return cfg, plan, None

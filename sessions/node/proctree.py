@@ -18,9 +18,12 @@ more often.
 A process caught between fork and exec (PF_FORKNOEXEC in its stat flags) still shows
 its parent's environ: the pane's shell forked by the tmux server, torchrun forked by a
 shell that exported the tag. Judged then, it would be misjudged for good, so while it is
-young it is looked at again next sample instead. A child that forks and never execs (a
-DataLoader worker) keeps the flag and its parent's environ, which is then its own: once
-older than YOUNG_S it is judged like any other.
+young and shows no tag it is looked at again next sample instead. One that shows the
+tag is a member at once: the parent it was forked from carried the exact entry (a
+shell's subshell, launch.sh's `{ ...; } | tee`, forks and never execs, and the command it then
+starts would look orphaned under a parent left out). A child that forks and never
+execs (a DataLoader worker) keeps the flag and its parent's environ, which is then its
+own: once older than YOUNG_S it is judged like any other.
 
 A process that vanishes mid-read is skipped: a race, not an error. What /proc says is
 data: a stat line of any other shape is counted in `malformed` and skipped.
@@ -39,7 +42,7 @@ CHILDREN_LIMIT = 64 * 1024
 MAX_PROCS = 4096  # members followed at once; more are counted in `over_limit`
 MAX_TASKS = 4096  # threads whose `children` are read per process
 NO_CHILDREN_EVERY = 4  # scan period without `children` files (2 s at 0.5 s a sample)
-YOUNG_S = 1.0  # a forked, not yet exec'd process younger than this is not judged yet
+YOUNG_S = 1.0  # a forked, not yet exec'd one younger than this showing no tag: judged later
 PF_FORKNOEXEC = 0x40
 _PID_DIGITS = 10
 _STAT_FIELDS = 22  # after the comm: state .. rss
@@ -115,6 +118,9 @@ class Follower:
         self._seeds: set[int] = set()
         self._known: dict[int, int] = {}  # member pid -> start
         self._verdicts: dict[int, _Verdict] = {}
+        # young forks whose environ showed no tag, by the entry's inode: read again only
+        # once they exec'd (its stat flags say), judged untagged if they never do
+        self._untagged_fork: dict[int, int] = {}
         self._samples = 0
         self._young_after = 0  # ticks since boot: started later = young
         self.children_supported = True
@@ -210,11 +216,24 @@ class Follower:
         if line is None:
             return None
         proc = line.proc
-        if line.forked and proc.start > self._young_after and proc.state != "Z":
-            if again:  # between fork and exec: its environ is still its parent's
+        young = line.forked and proc.start > self._young_after and proc.state != "Z"
+        read_before = line.forked and self._untagged_fork.get(pid) == st.st_ino
+        if young and read_before:  # not exec'd since: the same environ, no tag
+            if again:
                 self.add(pid)
             return None
-        member = proc.start >= self._since and proc.state != "Z" and self._tagged(pid)
+        member = (
+            not read_before
+            and proc.start >= self._since
+            and proc.state != "Z"
+            and self._tagged(pid)
+        )
+        if young and not member:  # between fork and exec: its environ may be its parent's
+            self._untagged_fork[pid] = st.st_ino
+            if again:
+                self.add(pid)
+            return None
+        self._untagged_fork.pop(pid, None)
         self._verdicts[pid] = _Verdict(st.st_ino, member)
         return line if member else None
 
@@ -238,6 +257,8 @@ class Follower:
                 self._admit(pid, live, again=False)
         for pid in [p for p in self._verdicts if p not in present]:
             del self._verdicts[pid]
+        for pid in [p for p in self._untagged_fork if p not in present]:
+            del self._untagged_fork[pid]
 
     def _expand(self, live: dict[int, StatLine], *, all_tasks: bool) -> None:
         """Children of members, and theirs, in this same sample."""

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from fakecluster import FakeCluster, alive, pids_with_env, port_listening, process_tree, wait_for
-from helpers import Cfg, free_port, listener_job
+from helpers import HERE_WATCH, Cfg, free_port, listener_job
 
 from mntui.sessions.agent import client as agentclient
 from mntui.sessions.agent import place as agentplace
@@ -36,7 +36,7 @@ def tagged(job: str, node: str = "[^/]+") -> list[int]:
 def launched_with_agent(cfg: Cfg, job: str) -> tuple[Path, RunRecord, int]:
     """A light 2-node job and its watchdog; returns once the agent answers a status."""
     port = free_port()
-    path = cfg.write(listener_job(job, port))
+    path = cfg.write(listener_job(job, port, extra=HERE_WATCH))
     assert cfg.mntui(path, "launch", "--no-ui", watch=True).returncode == 0
     record = latest(job)
     assert record is not None

@@ -34,7 +34,7 @@ def failing_job(job: str, port: int) -> str:
       print('serving', flush=True); time.sleep(300 if r == 0 else 2); sys.exit(3)" {{node_rank}}
     launch: {{ready_timeout: 20}}
     kill: {{grace: 2}}
-    watch: {{capture_budget: 0}}
+    watch: {{where: here, capture_budget: 0}}
     restart: {{max: 3, backoff: 0}}
     """
 

@@ -231,10 +231,64 @@ def test_a_node_without_python3_is_watched_from_this_machine_said_in_one_line(
 def test_a_run_watched_here_says_so_in_status(fake: FakeCluster, cfg: Cfg) -> None:
     job = "cw-here"
     port = free_port()
-    path = cfg.write(steps_job(job, port, extra="watch: {interval: 0.5}"))
+    path = cfg.write(steps_job(job, port, extra="watch: {where: here, interval: 0.5}"))
     res = cfg.mntui(path, "launch", "--no-ui", watch=True)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "the cluster cannot watch" not in res.stdout + res.stderr
     text = watched_here_then_killed(cfg, path, job, fake)
     assert "the cluster cannot" not in text, text
+    nothing_left(fake, job, (port,))
+
+
+def test_by_default_the_cluster_watches_and_no_watch_starts_no_watch_at_all(
+    fake: FakeCluster, cfg: Cfg
+) -> None:
+    """`watch.where` unset is `auto`: the cluster's watch where it can run. `--no-watch`
+    asks for no watchdog, and the sentinels are one: none starts, nor a coordinator."""
+    job = "cw-default"
+    port = free_port()
+    path = cfg.write(steps_job(job, port, extra="watch: {unreachable_after: 5}"))
+    launched(cfg, path, job, fake)
+    rec = latest(job)
+    assert rec is not None and rec.watch_port == port + 1, rec
+    status = json.loads(cfg.mntui(path, "status", "--json").stdout)
+    assert status["watched_from"] == "cluster" and status["via"] == "coordinator", status
+    res = cfg.mntui(path, "kill")
+    assert res.returncode == 0 and "asked the coordinator on node0" in res.stdout, res.stdout
+    nothing_left(fake, job, (port, port + 1))
+    res = cfg.mntui(path, "launch", "--no-ui")  # the test harness adds --no-watch
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = res.stdout + res.stderr
+    assert "watched by the cluster" not in out and "cannot watch" not in out, out
+    rec = latest(job)
+    assert rec is not None and rec.watch_port is None and rec.cluster_attempts == [], rec
+    assert not watchers(job, "sentinel") and not watchers(job, "coord")
+    assert watch_session_name(job) not in local_sessions()
+    assert cfg.mntui(path, "kill").returncode == 0
+    nothing_left(fake, job, (port,))
+
+
+def test_auto_watches_from_here_what_only_this_machine_can_and_says_why(
+    fake: FakeCluster, cfg: Cfg
+) -> None:
+    """The config's own words decide it (the rule `where: cluster` refuses by):
+    restarts whose workers start on a delay need this machine's supervisor."""
+    job = "cw-auto-here"
+    port = free_port()
+    extra = "launch: {ready: delay, ready_delay: 0}\n    restart: {max: 1}"
+    path = cfg.write(steps_job(job, port, extra=extra).replace(
+        "    launch: {ready_timeout: 20}\n", ""
+    ))  # fmt: skip
+    res = cfg.mntui(path, "launch", "--no-ui", watch=True)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    said = [ln for ln in out.splitlines() if "the cluster cannot watch" in ln]
+    assert len(said) == 1 and said[0].endswith(
+        "launch.ready: restarts start the workers once the main's port listens: the "
+        "cluster cannot watch this run; it is watched from this machine: keep it on"
+    ), out
+    assert "watchdog running in local tmux session" in res.stdout, out
+    assert not watchers(job, "sentinel") and not watchers(job, "coord")
+    text = watched_here_then_killed(cfg, path, job, fake)
+    assert "(the cluster cannot watch it: launch.ready: restarts start" in text, text
     nothing_left(fake, job, (port,))

@@ -43,6 +43,7 @@ def hostile_job(job: str, work: Path) -> str:
     command: exec python3 hostile.py
     launch: {{ready: log, ready_pattern: "node up", ready_timeout: 20}}
     kill: {{grace: 2}}
+    watch: {{where: here}}
     """
 
 

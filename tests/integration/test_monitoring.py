@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from fakecluster import FakeCluster, cmdline, port_listening, tagged, wait_for
-from helpers import Cfg, free_port, freeze_a_worker, listener_job, step_count, torch_job
+from helpers import HERE_WATCH, Cfg, free_port, freeze_a_worker, listener_job, step_count, torch_job
 
 from mntui.sessions.config import load_config
 from mntui.sessions.poll import Poller
@@ -33,7 +33,9 @@ def wait_torn_down(job: str, timeout: float) -> None:
 def test_watchdog_tears_down_a_frozen_job(fake: FakeCluster, cfg: Cfg) -> None:
     job, port = "wfrozen", free_port()
     path = cfg.write(
-        torch_job(job, cfg.workdir_with_train(), port, extra="watch: {frozen_after: 1}")
+        torch_job(
+            job, cfg.workdir_with_train(), port, extra="watch: {where: here, frozen_after: 1}"
+        )
     )
     res = cfg.mntui(path, "launch", "--no-ui", watch=True)
     assert res.returncode == 0 and "watchdog running" in res.stdout, res.stdout + res.stderr
@@ -58,7 +60,7 @@ def test_watchdog_tears_down_a_frozen_job(fake: FakeCluster, cfg: Cfg) -> None:
 
 def test_watchdog_tears_down_when_a_launcher_crashes(fake: FakeCluster, cfg: Cfg) -> None:
     job, port = "wcrash", free_port()
-    path = cfg.write(torch_job(job, cfg.workdir_with_train(), port))
+    path = cfg.write(torch_job(job, cfg.workdir_with_train(), port, extra=HERE_WATCH))
     assert cfg.mntui(path, "launch", "--no-ui", watch=True).returncode == 0
     wait_for(lambda: step_count(fake.node("node1").log(job)) >= 1, 60, what="node1 training")
     launcher = next(p for p in tagged(job, "node1") if "torch.distributed.run" in cmdline(p))

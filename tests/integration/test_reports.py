@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from fakecluster import FakeCluster, cmdline, tagged, wait_for
-from helpers import REPO, Cfg, free_port, freeze_a_worker, step_count
+from helpers import HERE_WATCH, REPO, Cfg, free_port, freeze_a_worker, here, step_count
 from hookserver import serving
 
 from mntui.sessions.runs import latest
@@ -47,7 +47,7 @@ def launch_faulty(fake: FakeCluster, cfg: Cfg, job: str, args: str, extra: str =
     work = cfg.tmp / "work"
     work.mkdir(exist_ok=True)
     shutil.copy(FAULTY, work / "faulty_train.py")
-    path = cfg.write(faulty_job(job, work, free_port(), args, extra))
+    path = cfg.write(faulty_job(job, work, free_port(), args, here(extra)))
     res = cfg.mntui(path, "launch", "--no-ui", watch=True)
     assert res.returncode == 0, res.stdout + res.stderr
     return path
@@ -195,6 +195,7 @@ def test_flight_recorder_dumps_of_this_run_are_collected(fake: FakeCluster, cfg:
       echo "node {{node}} up"; if [ {{node_rank}} = 1 ]; then sleep 2; exit 3; fi; exec sleep 300
     launch: {{ready: log, ready_pattern: "up", ready_timeout: 20}}
     kill: {{grace: 2}}
+    {HERE_WATCH}
     """)
     assert cfg.mntui(path, "launch", "--no-ui", watch=True).returncode == 0
     report = saved_report("rflight")

@@ -40,7 +40,8 @@ def job_yaml(
 ) -> str:
     """`light`: faulty_steps.py, no torch (the chain's rules), its rank 0 on the master
     port (ready: port) or, not `listen`, on no port (ready: its first line); else
-    faulty_train.py under real torchrun."""
+    faulty_train.py under real torchrun. Watched from this machine: these are the tests of
+    its supervisor (the coordinator's restarts: test_cluster_restart.py)."""
     command = STEPS + (" --port {master_port}" if listen else "") if light else TORCHRUN
     ready = "" if listen or not light else "ready: log, ready_pattern: '^rank 0 up', "
     return f"""
@@ -53,7 +54,7 @@ def job_yaml(
       {command} --interval 0.2 {args}
     launch: {{{ready}ready_timeout: 90}}
     kill: {{grace: 2}}
-    watch: {{capture_budget: 0{watch}}}
+    watch: {{where: here, capture_budget: 0{watch}}}
     {extra}
     """
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from fakecluster import FakeCluster, tagged, wait_for
-from helpers import Cfg, free_port, listener_job
+from helpers import HERE_WATCH, Cfg, free_port, listener_job
 
 from mntui.sessions.launch import watch_session_name
 from mntui.sessions.runs import RunRecord, latest
@@ -61,7 +61,7 @@ def test_a_server_with_another_home_still_gets_a_watchdog_that_guards(
     monkeypatch.setenv("HOME", str(home))
     long_lived_server({**os.environ, "HOME": str(other)})
     job = "wshome"
-    path = cfg.write(listener_job(job, free_port(), extra="watch: {interval: 0.5}"))
+    path = cfg.write(listener_job(job, free_port(), extra="watch: {where: here, interval: 0.5}"))
     res = cfg.mntui(path, "launch", "--no-ui", watch=True)
     assert res.returncode == 0, res.stdout + res.stderr
     assert (home / ".local/state/mntui" / job).is_dir() and not (other / ".local").exists()
@@ -84,7 +84,7 @@ def test_a_watchdog_that_dies_at_start_fails_the_launch_and_status_says_so(
     long_lived_server({**os.environ})
     assert tmux("set", "-g", "default-shell", "/usr/sbin/nologin").returncode == 0
     job = "wsdead"
-    path = cfg.write(listener_job(job, free_port()))
+    path = cfg.write(listener_job(job, free_port(), extra=HERE_WATCH))
     res = cfg.mntui(path, "launch", "--no-ui", watch=True)
     assert res.returncode == 1, res.stdout + res.stderr
     assert "watchdog running" not in res.stdout, res.stdout
@@ -122,7 +122,7 @@ def test_ctrl_c_as_the_watchdog_starts_says_it_runs_on_guarded(fake: FakeCluster
     error: LibTmuxException: new-session: duplicate session`, exit 1, 2 tries in 8): exit
     130, one sentence, no traceback, one watchdog, and the job runs on, guarded."""
     job = "wsint"
-    path = cfg.write(listener_job(job, free_port()))
+    path = cfg.write(listener_job(job, free_port(), extra=HERE_WATCH))
     session = watch_session_name(job)
     proc = subprocess.Popen(
         [sys.executable, "-m", "mntui.tui.cli", "-c", str(path), "launch", "--no-ui"],

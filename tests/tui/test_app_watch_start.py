@@ -9,7 +9,7 @@ import asyncio
 import subprocess
 
 from fakecluster import FakeCluster, tagged
-from helpers import Cfg, free_port, listener_job, until
+from helpers import HERE_WATCH, Cfg, free_port, listener_job, until
 
 from mntui.sessions.config import load_config
 from mntui.tui.app.main import MntuiApp
@@ -26,7 +26,7 @@ def test_a_headless_watchdog_that_dies_at_start_leaves_the_app_watching(
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
     job = "wsapp"
-    path = cfg.write(listener_job(job, free_port()))
+    path = cfg.write(listener_job(job, free_port(), extra=HERE_WATCH))
     config = load_config(path)
 
     async def go() -> None:
@@ -61,7 +61,7 @@ def test_quitting_the_watching_app_hands_the_job_to_a_watchdog_confirmed_after_i
     from mntui.sessions.watch import CONFIRM, confirm
 
     job = "wsquit"
-    path = cfg.write(listener_job(job, free_port()))
+    path = cfg.write(listener_job(job, free_port(), extra=HERE_WATCH))
     assert cfg.mntui(path, "launch", "--no-ui", "--no-watch").returncode == 0
     config = load_config(path)
     app = MntuiApp(config, watchdog=True)

@@ -44,7 +44,7 @@ def test_each_line_once_when_the_agent_takes_over(fake: FakeCluster, cfg: Cfg) -
     nodes: [node0, node1]
     command: 'for i in $(seq 1 3000); do echo "step $i on {node}"; sleep 0.05; done'
     launch: {ready: log, ready_pattern: step}
-    watch: {interval: 0.5}
+    watch: {where: here, interval: 0.5}
     """)
     config = load_config(path)
 

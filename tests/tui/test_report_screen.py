@@ -162,6 +162,7 @@ def test_a_crash_keeps_its_report_and_the_header_names_its_cause(
       faulty_train.py --fail-rank 1 --fail-step 3 --how exit3
     launch: {{ready_timeout: 90}}
     kill: {{grace: 3}}
+    watch: {{where: here}}
     """)
     assert cfg.mntui(path, "launch", "--no-ui", watch=True).returncode == 0
     held = latest("rcrash")  # as the app holds it: launched, running
@@ -203,7 +204,7 @@ def test_the_header_names_the_node_the_report_blames(fake: FakeCluster, cfg: Cfg
       echo "up {node}"; if [ {node_rank} = 1 ]; then sleep 1;
       echo "RuntimeError: injected crash at step 30 (train.py:23)"; exit 3; fi; sleep 3; exit 1
     launch: {ready: log, ready_pattern: up, ready_timeout: 20}
-    watch: {on_failure: notify}
+    watch: {where: here, on_failure: notify}
     """)
     assert cfg.mntui(path, "launch", "--no-ui", watch=True).returncode == 0
     rec = latest("rblame")

@@ -483,6 +483,22 @@ def test_a_process_between_fork_and_exec_is_judged_after_its_exec(tmp_path: Path
     f = Follower(e, proc=str(tmp_path), scan_every=1000)
     f.add(100)
     assert [p.pid for p in f.sample()] == [101]  # the old one, through the first scan
-    assert f.environ_reads == 1
+    assert f.environ_reads == 2  # each once: the young one is read again after its exec
+    assert [p.pid for p in f.sample()] == [101] and f.environ_reads == 2  # not exec'd yet
     _fake(tmp_path, 100, 1, env=e, start=now)  # exec'd with the tag
     assert [p.pid for p in f.sample()] == [100, 101]
+
+
+def test_a_young_forked_process_that_shows_the_tag_is_a_member_at_once(tmp_path: Path) -> None:
+    """A shell's subshell (launch.sh's `{ ...; } | tee`) forks and never execs, and starts the command
+    at once: left out while young, the command under it looked orphaned to the judge
+    (a `command: sleep 300` job torn down 0.3 s after its start, as `launcher gone`)."""
+    e = "MNTUI_RUN=j/r/n"
+    now = int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
+    _fake(tmp_path, 100, 1, env=e, start=now - 50)  # the launcher
+    _fake(tmp_path, 101, 100, env=e, start=now, flags=PF_FORKNOEXEC)  # its subshell
+    _fake(tmp_path, 102, 101, env=e, start=now)  # the command the subshell started
+    f = Follower(e, proc=str(tmp_path), scan_every=1)
+    f.add(100)
+    seen = {p.pid: p.ppid for p in f.sample()}
+    assert seen == {100: 1, 101: 100, 102: 101}

@@ -10,7 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mntui.sessions.config.jobconfig import parse_config
+import pytest
+
+from mntui.sessions.config import ConfigError
+from mntui.sessions.config.jobconfig import auto_unfit, cluster_unfit, parse_config
 from mntui.sessions.launch import clusterwatch as cw
 from mntui.sessions.launch.plan import build_plan, run_record
 from mntui.sessions.launch.sentinelship import parse_python
@@ -87,3 +90,72 @@ def test_status_says_which_way_a_run_is_watched() -> None:
     here.status = RunStatus.FINISHED
     assert here_line(here) == "" and watched_from(here) == "this machine"
     assert "watched from" not in status_header(here, "")
+
+
+def test_auto_is_the_default_and_the_cluster_watches_what_it_can() -> None:
+    plain = parse_config("job: j\nnodes: [n0, n1]\ncommand: python train.py\n")
+    assert plain.watch.where == "auto" and plain.watch_port == plain.master_port + 1
+    assert cluster_unfit(plain) is None
+    assert parse_config(CFG % "here").watch_port is None
+
+
+UNFIT = [
+    (
+        "restart: {max: 2}\nlaunch: {ready: delay, ready_delay: 5}\n",
+        "launch.ready",
+        "once the main's port listens",
+        "launch.ready: port",
+    ),
+    (
+        "restart: {max: 11}\nlaunch: {ready: port}\n",
+        "restart.max",
+        "restarts at most 10 times",
+        "lower it",
+    ),
+    (
+        "restart: {max: 2}\nlaunch: {ready: port}\nspares: [n2]\n",
+        "spares",
+        "need this machine's supervisor",
+        "remove it",
+    ),
+    (
+        "restart: {max: 2, quarantine_after: {count: 2, within: 1h, for: 1h}}\n"
+        "launch: {ready: port}\n",
+        "restart.quarantine_after",
+        "need this machine's supervisor",
+        "remove it",
+    ),
+]
+
+
+@pytest.mark.parametrize(("extra", "key", "why", "fix"), UNFIT)
+def test_one_rule_says_what_only_this_machine_can_watch(
+    extra: str, key: str, why: str, fix: str
+) -> None:
+    """`auto` watches such a config from here (the launch says the rule's line);
+    `cluster` refuses it at load, naming the key and both fixes."""
+    auto = parse_config(CFG % "auto" + extra)
+    unfit = cluster_unfit(auto)
+    assert unfit is not None and unfit.line.startswith(f"{key}: ") and why in unfit.line
+    assert auto.watch_port is None and auto.all_ports == (auto.master_port,)
+    with pytest.raises(ConfigError) as err:
+        parse_config(CFG % "cluster" + extra)
+    said = str(err.value)
+    assert (
+        key.rsplit(".", maxsplit=1)[-1] in said and fix in said and "watch.where: here" in said
+    ), said
+    assert "\n" not in said
+    assert parse_config(CFG % "here" + extra).watch_port is None
+
+
+def test_auto_leaves_notifications_to_this_machine_and_cluster_defers_them() -> None:
+    """A notification is for a person now: the cluster's watch would send it when this
+    machine next looks. `auto` watches from here; `cluster`, asked for, is kept."""
+    told = "notify: {command: 'echo told'}\n"
+    auto = parse_config(CFG % "auto" + told)
+    unfit = auto_unfit(auto)
+    assert unfit is not None and unfit.line.startswith("notify: notifications are sent from")
+    assert auto.watch_port is None and cluster_unfit(auto) is None
+    assert parse_config(CFG % "cluster" + told).watch_port is not None
+    quiet = parse_config(CFG % "auto" + "notify: {command: 'echo told', on: []}\n")
+    assert auto_unfit(quiet) is None and quiet.watch_port is not None

@@ -193,7 +193,8 @@ def _launch_verbs(verb: Verb) -> None:
     p.add_argument(
         "--no-watch",
         action="store_true",
-        help="do not start the watchdog that tears the job down when a node fails",
+        help="no watch: neither the cluster's sentinels nor this machine's watchdog tears "
+        "the job down when a node fails",
     )
     p.add_argument("--no-sync", action="store_true", help="skip the config's code sync")
 

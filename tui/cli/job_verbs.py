@@ -140,6 +140,10 @@ def _launch(cfg: JobConfig, args: argparse.Namespace, spawned: list[Spawned]) ->
         from dataclasses import replace
 
         cfg = replace(cfg, sync=None)
+    if args.no_watch:  # no watch at all: the cluster's sentinels are a watchdog too
+        from mntui.sessions.launch.clusterwatch import watched_here
+
+        cfg = watched_here(cfg)
     if not args.no_ui and not args.dry_run:
         from mntui.tui.app import run_app
 
