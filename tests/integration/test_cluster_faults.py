@@ -291,7 +291,10 @@ def test_the_coordinator_hung_every_sentinel_takes_its_stacks_and_tears_its_node
         report: dict[str, Any] = json.loads(res.stdout)
         stacks = {x["node"]: x["stacks"] for x in report["nodes"]}
         print(f"report: {report['headline']}")
-        assert stacks["node1"] and stacks["node1"][0]["frames"], report
+        # each node took its ranks' stacks; both tear down at once, so a rank may already
+        # be exiting on its peer's reset when py-spy reads it ("empty stack"): one has frames
+        assert all(stacks[n] and stacks[n][0]["pid"] for n in NODES), report
+        assert any(s[0]["frames"] for s in stacks.values()), report
         res = cfg.mntui(path, "kill")
         assert res.returncode == 0, res.stdout + res.stderr
         nothing_left(fake, job, (port, wport))

@@ -31,6 +31,7 @@ def test_a_mistyped_script_is_the_cause_and_no_nodes_fault(fake: FakeCluster, cf
       trian.py
     launch: {{ready_timeout: 90}}
     kill: {{grace: 3}}
+    watch: {{where: here}}
     """)
     res = cfg.mntui(path, "launch", "--no-ui", watch=True)
     assert res.returncode == 0, res.stdout + res.stderr
