@@ -31,7 +31,6 @@ noise: the bench's one false suspect in 8 clean runs was 2 waits in 6 samples ag
 from __future__ import annotations
 
 import math
-import statistics
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -137,6 +136,8 @@ def _idle(ranks: Sequence[RankWait]) -> list[RankWait]:
     """The ranks that barely wait while the others wait a good part of the time."""
     low = [r for r in ranks if r.share <= SUSPECT_MAX]
     others = [r for r in ranks if r.share > SUSPECT_MAX]
+    import statistics  # not on a cold `status`'s way: it reads a finding, judges none
+
     if not low or not others or statistics.median(r.share for r in others) < OTHERS_MIN:
         return []
     return low if min(r.share for r in others) >= max(r.share for r in low) + GAP else []
