@@ -129,7 +129,7 @@ def run_config(cfg: JobConfig, view: ChainView | None) -> JobConfig:
     main = next((n.node for n in rec.nodes if n.rank == 0), nodes[0].name)
     master = cfg.master_addr if main == cfg.main else None
     ports = tuple(p for p in cfg.ports if p != rec.master_port)
-    port = next((r.watch_port for r in reversed(view.runs) if r.watch_port is not None), None)
+    port = rec.watch_port  # a cluster chain's attempts each carry their coordinator's
     where = WatchWhere.HERE if port is None else WatchWhere.CLUSTER
     return replace(
         cfg,

@@ -185,23 +185,17 @@ class _Asking:
         self.thread: threading.Thread | None = None
         self.everyone = len(self.runs) == len(runs) and bool(runs)
         if self.runs:
-            args = (self.runs, cluster, grace, on_event)
-            self.thread = threading.Thread(target=self._ask, args=args, daemon=True)
-            self.thread.start()
 
-    def _ask(
-        self,
-        runs: list[RunRecord],
-        cluster: Cluster,
-        grace: float,
-        on_event: Callable[[Event], None],
-    ) -> None:
-        for r in runs:
-            got = kill_via_coordinator(r, cluster, grace, on_event)
-            if got is not None:
-                self.done.update(got)
-            else:
-                self.everyone = False
+            def ask() -> None:
+                for r in self.runs:
+                    got = kill_via_coordinator(r, cluster, grace, on_event)
+                    if got is not None:
+                        self.done.update(got)
+                    else:
+                        self.everyone = False
+
+            self.thread = threading.Thread(target=ask, daemon=True)
+            self.thread.start()
 
     def result(self) -> GroupResult[KillReport]:
         if self.thread is not None:

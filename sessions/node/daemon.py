@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import os
 import select
+import selectors
+import subprocess
 import sys
 import time
 import types
@@ -183,3 +185,27 @@ def _report_crash(ready: Ready) -> None:
         previous(kind, value, tb)
 
     sys.excepthook = hook
+
+
+def read_output(
+    proc: subprocess.Popen[bytes], deadline: float, limit: int
+) -> tuple[bytes, str | None]:
+    """A child's stdout until it closes it, `deadline` (monotonic) or more than `limit`
+    bytes: what came (the caller cuts it), and None, "time" or "size". What a program
+    on a node prints is data and may never end; the caller kills what overran."""
+    assert proc.stdout is not None
+    chunks: list[bytes] = []
+    size = 0
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not sel.select(left):
+                return b"".join(chunks), "time"
+            chunk = os.read(proc.stdout.fileno(), 1 << 16)
+            if not chunk:
+                return b"".join(chunks), None
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                return b"".join(chunks), "size"

@@ -16,7 +16,6 @@ checked by type and size by whoever receives it (gpuwire.check).
 from __future__ import annotations
 
 import os
-import selectors
 import shutil
 import signal
 import subprocess
@@ -26,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .daemon import clean_env
+from .daemon import clean_env, read_output
 from .gpuwire import APP_ARGS, GPU_ARGS, LIMIT, MAX_PIDS
 from .termsafe import clean
 
@@ -70,37 +69,25 @@ def run(argv: list[str], budget: float = BUDGET) -> tuple[str, subprocess.Popen[
         env=clean_env(os.environ),  # no tag of ours: a kill never takes it for the job
     )
     assert proc.stdout is not None
-    chunks: list[bytes] = []
-    size, why = 0, None
     deadline = time.monotonic() + budget
-    with selectors.DefaultSelector() as sel:
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not sel.select(left):
-                why = f"nvidia-smi did not answer within {budget:g} s: killed"
-                break
-            chunk = os.read(proc.stdout.fileno(), 1 << 16)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > LIMIT:
-                why = f"nvidia-smi printed more than {LIMIT} bytes: cut"
-                break
+    out, cut = read_output(proc, deadline, LIMIT)
+    why = {
+        "time": f"nvidia-smi did not answer within {budget:g} s: killed",
+        "size": f"nvidia-smi printed more than {LIMIT} bytes: cut",
+    }.get(cut or "")
     proc.stdout.close()
     if why is not None and not _killed(proc):
-        return _text(b"".join(chunks), why), proc
+        return _text(out, why), proc
     try:
         rc = proc.wait(max(0.1, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:  # it closed its output and goes on
         why = f"nvidia-smi did not exit within {budget:g} s: killed"
         if not _killed(proc):
-            return _text(b"".join(chunks), why), proc
+            return _text(out, why), proc
         rc = 0
     if why is None and rc != 0:
         why = f"nvidia-smi exited {rc}"
-    return _text(b"".join(chunks), why), None
+    return _text(out, why), None
 
 
 def _killed(proc: subprocess.Popen[bytes]) -> bool:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .listens import listening_ports  # the one reader of LISTEN rows
-from .proctree import STAT_LIMIT, parse_stat
+from .proctree import STAT_LIMIT, parse_stat, read_bounded
 
 __all__ = ["KillResult", "kill_tagged", "listening_ports"]
 
@@ -77,18 +77,10 @@ class _Proc:
     fd: int | None  # a pidfd, so a signal can only reach this very process
 
 
-def _read(path: str, limit: int) -> bytes | None:
-    try:
-        with open(path, "rb") as f:
-            return f.read(limit)
-    except OSError:
-        return None
-
-
 def _stat(proc: str, pid: int) -> _Stat | None:
     """None once the process is gone. A line of no known shape is "alive, unreadable",
     as the shell reads it: never taken for gone."""
-    raw = _read(f"{proc}/{pid}/stat", STAT_LIMIT)
+    raw = read_bounded(f"{proc}/{pid}/stat", STAT_LIMIT)
     if raw is None:
         return None
     got = parse_stat(pid, raw)
@@ -149,7 +141,7 @@ def _top_level_bar(pattern: str) -> bool:
 
 
 def _tagged(proc: str, pid: int, pattern: re.Pattern[str], head: bytes = b"") -> bool:
-    raw = _read(f"{proc}/{pid}/environ", ENVIRON_MAX + 1)
+    raw = read_bounded(f"{proc}/{pid}/environ", ENVIRON_MAX + 1)
     if not raw:
         return False
     if head and not raw.startswith(head) and b"\0" + head not in raw:
@@ -297,7 +289,7 @@ class _Killer:
             st = _stat(self.proc, p.pid)
             if st is None:
                 continue
-            raw = _read(f"{self.proc}/{p.pid}/cmdline", CMDLINE_MAX) or b""
+            raw = read_bounded(f"{self.proc}/{p.pid}/cmdline", CMDLINE_MAX) or b""
             text = raw.replace(b"\0", b" ").decode(errors="replace").strip()
             self.found[p.pid] = (p.pid, st.state[:1] or "?", text)
 

@@ -22,6 +22,8 @@ import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from .proctree import read_bounded
+
 NET_LIMIT = 64 * 1024 * 1024  # bytes of /proc/net/tcp read (a host with many sockets)
 MAX_FDS = 1 << 16  # fds looked at per process
 MAX_LISTEN = 1 << 16  # listening sockets taken from one netlink dump
@@ -37,14 +39,6 @@ class Listen:
     port: int
     inode: int | None  # None: a row without its inode column (read as a port only)
     uid: int | None
-
-
-def _read(path: str, limit: int) -> bytes | None:
-    try:
-        with open(path, "rb") as f:
-            return f.read(limit)
-    except OSError:
-        return None
 
 
 def rows(text: str) -> Iterator[Listen]:
@@ -97,7 +91,7 @@ def listening(proc: str = "/proc") -> list[Listen]:
             pass
     out: list[Listen] = []
     for name in ("tcp", "tcp6"):
-        raw = _read(f"{proc}/net/{name}", NET_LIMIT)
+        raw = read_bounded(f"{proc}/net/{name}", NET_LIMIT)
         if raw:
             out.extend(rows(raw.decode(errors="replace")))
     return out

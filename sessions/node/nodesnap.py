@@ -30,7 +30,7 @@ from typing import Any
 from . import listens
 from .facts import Facts
 from .nodewire import CMD_MAX, ENTRY_MAX, MAX_PORTS, MAX_PROCS, fit
-from .proctree import STAT_LIMIT, parse_stat
+from .proctree import STAT_LIMIT, parse_stat, read_bounded
 from .termsafe import one_line
 
 EVERY = 2.0  # seconds between two snapshots (each costs the coordinator a check)
@@ -38,14 +38,6 @@ PORTS_EVERY = 2.0  # seconds between two reads of the ranks' listening ports
 RESEND = 10.0  # seconds: an unchanged snapshot is sent again this often
 _TICKS = os.sysconf("SC_CLK_TCK")
 _PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
-
-
-def _read(path: str, limit: int) -> bytes | None:
-    try:
-        with open(path, "rb") as f:
-            return f.read(limit)
-    except OSError:
-        return None
 
 
 class Builder:
@@ -97,7 +89,7 @@ class Builder:
     def _procs(self, pids: list[int], now: float) -> list[dict[str, Any]]:
         out, ticks, cmds = [], {}, {}
         for pid in pids:
-            raw = _read(f"{self.proc}/{pid}/stat", STAT_LIMIT)
+            raw = read_bounded(f"{self.proc}/{pid}/stat", STAT_LIMIT)
             line = parse_stat(pid, raw) if raw is not None else None
             if line is None:
                 self.malformed += raw is not None
@@ -120,11 +112,11 @@ class Builder:
         return out
 
     def _cmdline(self, pid: int) -> str:
-        raw = _read(f"{self.proc}/{pid}/cmdline", CMD_MAX) or b""
+        raw = read_bounded(f"{self.proc}/{pid}/cmdline", CMD_MAX) or b""
         return one_line(raw.replace(b"\0", b" ").decode(errors="replace")).strip()
 
     def _load(self) -> list[float] | None:
-        words = (_read(f"{self.proc}/loadavg", 256) or b"").split()
+        words = (read_bounded(f"{self.proc}/loadavg", 256) or b"").split()
         try:
             return [float(w) for w in words[:3]] if len(words) >= 3 else None
         except ValueError:
@@ -134,7 +126,7 @@ class Builder:
     def _meminfo(self) -> dict[bytes, float]:
         """MemTotal and MemAvailable in MiB (the file says kB)."""
         out = {}
-        for row in (_read(f"{self.proc}/meminfo", 16384) or b"").split(b"\n"):
+        for row in (read_bounded(f"{self.proc}/meminfo", 16384) or b"").split(b"\n"):
             words = row.split()
             if len(words) == 3 and words[0] in (b"MemTotal:", b"MemAvailable:"):
                 if words[1].isdigit() and len(words[1]) < 16:

@@ -50,6 +50,17 @@ _PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def read_bounded(path: str, limit: int) -> bytes | None:
+    """At most `limit` bytes of a file, read to its end (a /proc seq file gives a page a
+    read), or None when it cannot be read: a process gone mid-read is a race, not an
+    error, and what is read is data for a strict parser, however long it was."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(limit)
+    except OSError:
+        return None
+
+
 @dataclass(frozen=True)
 class Proc:
     pid: int

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .proctree import parse_stat
+from .proctree import parse_stat, read_bounded
 from .watchcfg import write_json
 
 MAX = 5  # respawns of one watcher ...
@@ -58,17 +58,9 @@ class Ident:
     start: int
 
 
-def _read(path: str, limit: int) -> bytes | None:
-    try:
-        with open(path, "rb") as f:
-            return f.read(limit)
-    except OSError:
-        return None
-
-
 def live(pid: int) -> Ident | None:
     """`pid` as a live process (a zombie is dead), or None."""
-    data = _read(f"/proc/{pid}/stat", 4096)
+    data = read_bounded(f"/proc/{pid}/stat", 4096)
     line = parse_stat(pid, data) if data is not None else None
     if line is None or line.proc.state in ("Z", "X", "x"):
         return None
@@ -76,7 +68,7 @@ def live(pid: int) -> Ident | None:
 
 
 def read_pid(path: str) -> int | None:
-    raw = _read(path, 32)
+    raw = read_bounded(path, 32)
     text = raw.decode("ascii", "replace").strip() if raw is not None else ""
     return int(text) if text.isdigit() and 0 < int(text) < 1 << 31 else None
 
@@ -95,7 +87,7 @@ def exited_path(run_dir: str, role: str) -> str:
 
 
 def said_goodbye(run_dir: str, role: str, pid: int) -> bool:
-    raw = _read(exited_path(run_dir, role), 4096)
+    raw = read_bounded(exited_path(run_dir, role), 4096)
     try:
         data = json.loads(raw) if raw is not None else None
     except ValueError:
@@ -158,7 +150,7 @@ class Keeper:
         threading.Thread(target=self._respawn, args=(pid,), daemon=True).start()
 
     def _tagged(self, pid: int) -> bool:
-        raw = _read(f"/proc/{pid}/environ", 1 << 20)
+        raw = read_bounded(f"/proc/{pid}/environ", 1 << 20)
         return raw is not None and f"MNTUI_RUN={self.tag}".encode() in raw.split(b"\0")
 
     def _respawn(self, dead: int) -> None:
@@ -212,7 +204,7 @@ class Keeper:
         """One respawn from the budget, kept in a file (the keeper itself may be a
         respawned process); None when granted, else why not."""
         path = os.path.join(self.dir, f"respawn-{self.role}.json")
-        raw = _read(path, 1 << 16)
+        raw = read_bounded(path, 1 << 16)
         try:
             data = json.loads(raw) if raw is not None else {}
         except ValueError:
@@ -234,7 +226,7 @@ class Keeper:
         print(f"respawn: {line}", flush=True)
         journal(self.dir, "respawn-gave-up", self.node, who=self.name, pid_was=dead, why=why)
         path = os.path.join(self.dir, f"respawn-{self.role}.json")
-        raw = _read(path, 1 << 16)
+        raw = read_bounded(path, 1 << 16)
         try:
             data = json.loads(raw) if raw is not None else {}
             data = data if isinstance(data, dict) else {}

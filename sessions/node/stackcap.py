@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import re
-import selectors
 import signal
 import subprocess
 import time
@@ -146,25 +145,14 @@ def run_bounded(argv: list[str], budget: float, limit: int) -> tuple[bytes, str 
         env=daemon.clean_env(os.environ),  # no tag of ours: a kill never takes it for the job
     )
     assert proc.stdout is not None
-    chunks: list[bytes] = []
-    size, error, reaped = 0, None, False
+    out, error, reaped = b"", None, False
     deadline = time.monotonic() + budget
     try:
-        with selectors.DefaultSelector() as sel:
-            sel.register(proc.stdout, selectors.EVENT_READ)
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0 or not sel.select(left):
-                    error = f"the capture ran out of its {budget:g} s budget"
-                    break
-                chunk = os.read(proc.stdout.fileno(), 1 << 16)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-                if size > limit:
-                    error = f"the capture printed more than {limit} bytes: cut"
-                    break
+        out, cut = daemon.read_output(proc, deadline, limit)
+        error = {
+            "time": f"the capture ran out of its {budget:g} s budget",
+            "size": f"the capture printed more than {limit} bytes: cut",
+        }.get(cut or "")
         if error is None:
             rc = proc.wait(max(0.1, deadline - time.monotonic()))
             reaped = True  # it waited for its own children: nothing of it is left
@@ -179,4 +167,4 @@ def run_bounded(argv: list[str], budget: float, limit: int) -> tuple[bytes, str 
                 pass
         proc.stdout.close()
         proc.wait()
-    return b"".join(chunks)[:limit], error
+    return out[:limit], error

@@ -14,6 +14,7 @@ import pytest
 
 from mntui.sessions.config import ConfigError
 from mntui.sessions.config.jobconfig import auto_unfit, cluster_unfit, parse_config
+from mntui.sessions.launch import ChainView, run_config
 from mntui.sessions.launch import clusterwatch as cw
 from mntui.sessions.launch.plan import build_plan, run_record
 from mntui.sessions.launch.sentinelship import parse_python
@@ -159,3 +160,18 @@ def test_auto_leaves_notifications_to_this_machine_and_cluster_defers_them() -> 
     assert parse_config(CFG % "cluster" + told).watch_port is not None
     quiet = parse_config(CFG % "auto" + "notify: {command: 'echo told', on: []}\n")
     assert auto_unfit(quiet) is None and quiet.watch_port is not None
+
+
+def test_a_runs_record_not_the_config_says_how_it_is_watched() -> None:
+    """`auto` in the config decides nothing about a run already launched: a `--no-watch`
+    or fallen-back run has no coordinator (its kill checks no coordinator's port), a
+    cluster run's coordinator is on the port its record says."""
+    cfg = parse_config(CFG % "auto" + "master_port: 29500\n")
+    assert cfg.watch_port == 29501
+    here = run_record(build_plan(cw.watched_here(cfg), "r1", "10.0.0.1"), "job.yaml")
+    got = run_config(cfg, ChainView((here,)))
+    assert got.watch_port is None and got.all_ports == (29500,)
+    there = run_record(build_plan(cfg, "r2", "10.0.0.1"), "job.yaml")
+    there.watch_port = 31000
+    got = run_config(parse_config(CFG % "here" + "master_port: 29500\n"), ChainView((there,)))
+    assert got.watch_port == 31000 and got.all_ports == (29500, 31000)
