@@ -25,6 +25,7 @@ import sys
 import time
 import types
 from collections.abc import Callable, Mapping
+from enum import Enum
 from typing import NoReturn
 
 from .termsafe import one_line
@@ -187,11 +188,21 @@ def _report_crash(ready: Ready) -> None:
     sys.excepthook = hook
 
 
+class Overran(str, Enum):
+    """How a child's output was cut short (read_output)."""
+
+    TIME = "time"  # nothing for the rest of its deadline
+    SIZE = "size"  # more than its limit
+
+    def __str__(self) -> str:
+        return self.value
+
+
 def read_output(
     proc: subprocess.Popen[bytes], deadline: float, limit: int
-) -> tuple[bytes, str | None]:
+) -> tuple[bytes, Overran | None]:
     """A child's stdout until it closes it, `deadline` (monotonic) or more than `limit`
-    bytes: what came (the caller cuts it), and None, "time" or "size". What a program
+    bytes: what came (the caller cuts it), and how it overran, if it did. What a program
     on a node prints is data and may never end; the caller kills what overran."""
     assert proc.stdout is not None
     chunks: list[bytes] = []
@@ -201,11 +212,11 @@ def read_output(
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not sel.select(left):
-                return b"".join(chunks), "time"
+                return b"".join(chunks), Overran.TIME
             chunk = os.read(proc.stdout.fileno(), 1 << 16)
             if not chunk:
                 return b"".join(chunks), None
             chunks.append(chunk)
             size += len(chunk)
             if size > limit:
-                return b"".join(chunks), "size"
+                return b"".join(chunks), Overran.SIZE

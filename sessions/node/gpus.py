@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .daemon import clean_env, read_output
+from .daemon import Overran, clean_env, read_output
 from .gpuwire import APP_ARGS, GPU_ARGS, LIMIT, MAX_PIDS
 from .termsafe import clean
 
@@ -71,10 +71,14 @@ def run(argv: list[str], budget: float = BUDGET) -> tuple[str, subprocess.Popen[
     assert proc.stdout is not None
     deadline = time.monotonic() + budget
     out, cut = read_output(proc, deadline, LIMIT)
-    why = {
-        "time": f"nvidia-smi did not answer within {budget:g} s: killed",
-        "size": f"nvidia-smi printed more than {LIMIT} bytes: cut",
-    }.get(cut or "")
+    why = (
+        None
+        if cut is None
+        else {
+            Overran.TIME: f"nvidia-smi did not answer within {budget:g} s: killed",
+            Overran.SIZE: f"nvidia-smi printed more than {LIMIT} bytes: cut",
+        }[cut]
+    )
     proc.stdout.close()
     if why is not None and not _killed(proc):
         return _text(out, why), proc

@@ -23,18 +23,34 @@ import json
 import os
 import time
 from dataclasses import dataclass, replace
+from enum import Enum
 from typing import Any
 
 from .coordstate import Board
 from .restarts import AttemptEnd, ends_from
 
 TERMINAL = frozenset({"killed", "ended", "gave-up", "failed-restart"})
-WATCH, DECIDE, BACKOFF, START, OVER = "watch", "decide", "backoff", "start", "over"
+
+
+class Phase(str, Enum):
+    """Where a chain stands: the step a coordinator (started again or not) takes next."""
+
+    WATCH = "watch"  # an attempt runs: judge it
+    DECIDE = "decide"  # its decision is taken: finish its kill, then the restart policy
+    BACKOFF = "backoff"  # waiting out the delay before the next attempt
+    START = "start"  # the next attempt is to be started
+    OVER = "over"  # the chain ended
+
+    def __str__(self) -> str:
+        return self.value
+
+
+WATCH, DECIDE, BACKOFF, START, OVER = Phase  # the steps by name, as chain.py takes them
 
 
 @dataclass(frozen=True)
 class Point:
-    phase: str  # WATCH | DECIDE | BACKOFF | START | OVER
+    phase: Phase
     k: int  # the chain's latest attempt
     run: str  # its run id
     history: tuple[AttemptEnd, ...]  # how the attempts before ended

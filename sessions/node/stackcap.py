@@ -149,10 +149,14 @@ def run_bounded(argv: list[str], budget: float, limit: int) -> tuple[bytes, str 
     deadline = time.monotonic() + budget
     try:
         out, cut = daemon.read_output(proc, deadline, limit)
-        error = {
-            "time": f"the capture ran out of its {budget:g} s budget",
-            "size": f"the capture printed more than {limit} bytes: cut",
-        }.get(cut or "")
+        error = (
+            None
+            if cut is None
+            else {
+                daemon.Overran.TIME: f"the capture ran out of its {budget:g} s budget",
+                daemon.Overran.SIZE: f"the capture printed more than {limit} bytes: cut",
+            }[cut]
+        )
         if error is None:
             rc = proc.wait(max(0.1, deadline - time.monotonic()))
             reaped = True  # it waited for its own children: nothing of it is left
