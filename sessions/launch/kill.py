@@ -148,7 +148,7 @@ def parse_kill(node: str, stdout: str, ports: Iterable[int] = ()) -> KillReport:
     ms, bad = 0, 0
     for line in node_lines(stdout):
         if (proc := parse_proc(line)) is not None:
-            found[proc.pid] = proc  # a sweep may list a PID twice
+            found.setdefault(proc.pid, proc)  # a sweep lists it again as it dies: keep the first
         elif (holder := parse_listener(line)) is not None:
             holders.append(holder)
         elif m := _SIGKILL.fullmatch(line):

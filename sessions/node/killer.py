@@ -284,8 +284,12 @@ class _Killer:
                 continue
 
     def note(self, procs: Sequence[_Proc]) -> None:
-        """mntui_procinfo: what each was when found (a sweep may find one again)."""
+        """mntui_procinfo: what each was when first found. A sweep finds it again while
+        its SIGKILL lands, when its command line already reads empty: that reading is
+        not what it was."""
         for p in procs:
+            if p.pid in self.found:
+                continue
             st = _stat(self.proc, p.pid)
             if st is None:
                 continue

@@ -76,6 +76,14 @@ def test_parse_kill_report() -> None:
     assert "1 needed SIGKILL" in r.summary()
 
 
+def test_parse_kill_keeps_what_a_process_was_when_first_found() -> None:
+    """A sweep lists a process again while its SIGKILL lands: zombie-bound, its command
+    line already empty. The report says what it was, not how it died."""
+    stubborn = b64("python3\0train.py\0")
+    r = parse_kill("g1", f"PROC 11 S {stubborn}\nSIGKILL 11\nPROC 11 R {b64('')}\nLEFT\n")
+    assert [(p.pid, p.state, p.cmdline) for p in r.found] == [(11, "S", "python3 train.py")]
+
+
 def test_parse_listeners_dedupes_v4_v6_and_foreign() -> None:
     hs = parse_listeners([f"LISTEN 1 5 {b64('me')} {b64('a')}"] * 2 + ["LISTEN 2 - - -", "junk"])
     assert [(h.port, h.pid, h.user) for h in hs] == [(1, 5, "me"), (2, None, None)]
