@@ -18,8 +18,6 @@ import json
 import os
 import re
 import signal
-import socket
-import subprocess
 import threading
 import time
 import traceback
@@ -29,20 +27,15 @@ from . import attempt, daemon, frames, gpus, killer, nodesnap, respawn, spysampl
 from .attempt import Attempt
 from .facts import Facts
 from .logtail import LogTail
-from .watchcfg import WatchConfig, grace_of, load_for, write_json
+from .sentinellink import FOLLOWING, Link
+from .watchcfg import WatchConfig, load_for, write_json
 
-COMMANDS = frozenset({"hb", "sample", "kill", "start", "stop"})
-RECV_WAIT = 0.1  # how soon a new sample goes out after it was taken
 # The stacks before a lost node's kill wait no longer than a freeze's (teardown.py's
 # FROZEN_BUDGET, for the same reasons): the ranks are likely blocked with the main's.
 LOST_STACKS = 1.5
-# Retries a second at most: a coordinator started again is back within about one
-# (respawn.py), and each node must hear it again well within unreachable_after.
-RECONNECT_MAX = 0.5
-FOLLOWING = "following.json"  # the attempt this node's sentinel follows (a respawn reads it)
 
 
-class Sentinel:
+class Sentinel(Link):
     def __init__(self, cfg: WatchConfig, secret: bytes, run_dir: str) -> None:
         self.cfg, self.secret, self.dir = cfg, secret, run_dir
         self.att = Attempt(0, cfg.run, cfg.tag, run_dir, cfg.node, cfg.progress_pattern)
@@ -162,122 +155,6 @@ class Sentinel:
             return {"error": f"the kill failed on the node: {type(exc).__name__}: {exc}"[:300]}
         return res.as_dict()
 
-    # -- the link to the coordinator ------------------------------------------
-    def link(self) -> None:
-        """Keeps a channel to the coordinator and serves it, reconnecting after a loss."""
-        backoff = 0.2
-        while not self.stopping.is_set():
-            try:
-                self.serve(self.connect())
-                backoff = 0.2
-            except (OSError, frames.Refused) as exc:
-                print(f"sentinel: coordinator link: {exc}", flush=True)
-            except Exception:  # a bug in the link must not cut us off for good
-                traceback.print_exc()
-            self.channel = None
-            if self.keeper is not None:
-                self.poke.set()  # a dropped link: is the coordinator's process gone?
-            self.stopping.wait(backoff)
-            backoff = min(RECONNECT_MAX, backoff * 2)
-
-    def connect(self) -> frames.Channel:
-        cfg = self.cfg
-        sock = socket.create_connection((cfg.coord_host, cfg.coord_port), timeout=2.0)
-        hello = {"node": cfg.node, "chain": cfg.run, "pid": os.getpid()}
-        try:
-            ch = frames.client_handshake(sock, self.secret, hello, kinds=COMMANDS)
-        except BaseException:
-            sock.close()
-            raise
-        self.channel = ch
-        self.heard = time.monotonic()
-        return ch
-
-    def serve(self, ch: frames.Channel) -> None:
-        sent_facts: Facts | None = None
-        sent_at = 0.0
-        hb = self.cfg.heartbeat
-        outbox = gpus.Outbox(self.gpus)  # a GPU reading goes with a snap when it changed
-        nodes = nodesnap.Outbox(self.snapshot)  # and the node's snapshot, as often
-        while not self.stopping.is_set():
-            with self.lock:
-                facts, at, run = self.facts, self.sampled_at, self.att.run
-            now = time.monotonic()
-            wanted = self.wanted is not None and at > self.wanted
-            node = nodes.fields(facts, now)  # a snapshot when one was built and is news
-            news = facts != sent_facts or now - sent_at >= hb or wanted or bool(node)
-            if facts is not None and news:
-                wire = facts.to_wire()
-                age = round(now - at, 4)
-                gpu = outbox.fields(tuple(p.pid for p in facts.live_procs), now)
-                ch.send("snap", run=run, age=age, facts=wire, steps=self.steps, **gpu, **node)
-                sent_facts, sent_at = facts, now
-                if wanted:
-                    self.wanted = None
-            try:
-                msg = ch.recv(timeout=RECV_WAIT)
-            except socket.timeout:
-                continue
-            self.heard = time.monotonic()
-            self.obey(ch, msg)
-
-    def obey(self, ch: frames.Channel, msg: dict[str, Any]) -> None:
-        kind = msg["k"]
-        if kind == "sample":  # a deadline: the answer must be sampled after this ask
-            self.wanted = time.monotonic()
-            self.poke.set()
-        elif kind == "kill":
-            why = str(msg.get("why", ""))[:200]
-            g = grace_of(msg.get("grace"))
-            grace = self.cfg.grace if g is None else g
-            stacks = stackcap.ask_of(msg.get("stacks"), self.cfg.nodes, self.cfg.capture_budget)
-            args = (ch, msg.get("id"), why, grace, stacks)
-            threading.Thread(target=self._kill_and_report, args=args).start()
-        elif kind == "start":
-            k = msg.get("attempt")
-            if type(k) is int and 1 <= k <= self.cfg.attempts:
-                threading.Thread(target=self._start, args=(ch, msg.get("id"), k)).start()
-        elif kind == "stop":
-            self.stopping.set()
-            self.poke.set()
-
-    def _start(self, ch: frames.Channel, seq: object, k: int) -> None:
-        """Attempt `k`, as the coordinator asks (its restart): started from the script the
-        launch left, then followed instead of the attempt before."""
-        with self.ops:
-            if self._started_before(ch, seq, k):
-                return
-            try:
-                att = attempt.start(self.dir, k, self.cfg)
-            except (OSError, ValueError, RuntimeError, subprocess.SubprocessError) as exc:
-                print(f"sentinel: attempt {k}: {exc}", flush=True)
-                self._send(ch, "done", re=seq, ok=False, error=str(exc)[:300])
-                return
-            with self.lock:
-                self.att, self.facts = att, None
-            try:
-                write_json(os.path.join(self.dir, FOLLOWING), {"attempt": k, "run": att.run})
-            except OSError as exc:  # a respawn of this sentinel would follow the one before
-                print(f"sentinel: {FOLLOWING}: {exc}", flush=True)
-        self.poke.set()
-        print(f"sentinel: attempt {k} started, run {att.run}", flush=True)
-        self._send(ch, "done", re=seq, ok=True, run=att.run)
-
-    def _started_before(self, ch: frames.Channel, seq: object, k: int) -> bool:
-        """An attempt is started once: a coordinator started again mid-restart asks for
-        the attempt its predecessor asked for, and gets the one already running."""
-        with self.lock:
-            now = self.att
-        if now.number < k:
-            return False
-        if now.number == k:
-            print(f"sentinel: attempt {k} asked again: already started, run {now.run}", flush=True)
-            self._send(ch, "done", re=seq, ok=True, run=now.run)
-        else:
-            why = f"attempt {k} asked while attempt {now.number} runs"
-            self._send(ch, "done", re=seq, ok=False, error=why)
-        return True
-
     def resume(self) -> str:
         """A sentinel started again (respawn.py) follows the attempt its predecessor
         followed, and reads the log from near its end (its steps are the last ones; a
@@ -300,21 +177,6 @@ class Sentinel:
     def coordinator_started(self) -> None:
         """The coordinator was just started again here: it is not silent."""
         self.heard = time.monotonic()
-
-    def _send(self, ch: frames.Channel, kind: str, **fields: Any) -> None:
-        try:
-            ch.send(kind, **fields)
-        except OSError:
-            pass
-
-    def _kill_and_report(
-        self, ch: frames.Channel, seq: object, why: str, grace: float, stacks: stackcap.Ask | None
-    ) -> None:
-        result = self.kill(why, grace, stacks)
-        try:
-            ch.send("done", re=seq, ok=True, result=result)
-        except OSError:
-            pass
 
 
 def main(argv: list[str]) -> int:

@@ -1,0 +1,110 @@
+"""The coordinator's peer table: which sentinel is connected, and telling them.
+
+Why a part of its own: the board (coordstate.py) is what the sentinels said and what
+the coordinator writes; this is the other direction, the live channels and the answers
+awaited on them. A command whose answer matters (a kill, an attempt's start) carries an
+id that its answer echoes, so a late answer is never taken for another's.
+"""
+
+from __future__ import annotations
+
+import queue
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from . import frames
+
+
+@dataclass(eq=False)
+class Peer:
+    node: str
+    ch: frames.Channel
+
+
+class PeerTable:
+    """Mixed into the Board, whose lock and journal it shares."""
+
+    lock: threading.Lock
+    peers: dict[str, Peer]
+    refusals: dict[str, int]
+    last_refused: str | None
+    poked: dict[str, float]
+    _replies: dict[str, queue.Queue[dict[str, Any]]]
+
+    if TYPE_CHECKING:  # the board's (coordfiles.py): no definition here to shadow it
+
+        def journal(self, kind: str, node: str | None, **data: Any) -> None: ...
+
+    def connected(self, node: str, ch: frames.Channel) -> Peer:
+        peer = Peer(node, ch)
+        with self.lock:
+            old = self.peers.get(node)
+            self.peers[node] = peer
+        if old is not None:
+            old.ch.close()
+        self.journal("connected", node)
+        return peer
+
+    def gone(self, peer: Peer, why: str) -> None:
+        with self.lock:
+            if self.peers.get(peer.node) is not peer:
+                return
+            del self.peers[peer.node]
+        self.journal("disconnected", peer.node, why=why[:200])
+
+    def refused(self, reason: str, where: str) -> None:
+        with self.lock:
+            self.refusals[reason] = self.refusals.get(reason, 0) + 1
+            self.last_refused = where
+            first = self.refusals[reason] == 1
+        if first:
+            self.journal("refused", None, reason=reason, peer=where)
+
+    def live_peers(self) -> dict[str, Peer]:
+        with self.lock:
+            return dict(self.peers)
+
+    def send(self, node: str, kind: str, **fields: Any) -> bool:
+        peer = self.live_peers().get(node)
+        if peer is None:
+            return False
+        try:
+            peer.ch.send(kind, **fields)
+        except OSError:
+            return False
+        return True
+
+    def ask(self, node: str, kind: str, **fields: Any) -> str | None:
+        """Send a command whose answer is awaited (`wait_reply`); its id, or None when it
+        could not be sent. The id, not the order, pairs an answer with its question: a
+        late kill report is never taken for an attempt's start."""
+        rid = secrets.token_hex(8)
+        return rid if self.send(node, kind, id=rid, **fields) else None
+
+    def replies(self, node: str) -> queue.Queue[dict[str, Any]]:
+        with self.lock:
+            return self._replies.setdefault(node, queue.Queue())
+
+    def wait_reply(self, node: str, rid: str, deadline: float) -> dict[str, Any] | None:
+        """`node`'s answer to `rid` by `deadline` (monotonic), or None; others dropped."""
+        q = self.replies(node)
+        while True:
+            try:
+                msg = q.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                return None
+            if msg.get("re") == rid:
+                return msg
+
+    def send_all(self, kind: str, **fields: Any) -> None:
+        for node in self.live_peers():
+            self.send(node, kind, **fields)
+
+    def poke(self, node: str, now: float) -> None:
+        """Ask `node` for a sample now (a deadline came), at most every 0.3 s."""
+        if now - self.poked.get(node, -1.0) >= 0.3:
+            self.poked[node] = now
+            self.send(node, "sample")
