@@ -14,10 +14,13 @@ off, and kill or freeze the watch's own parts:
 - `manager-sleep`: `mntui status --watch` SIGSTOPped for 2 x unreachable_after, then a rank
   SIGKILLed: the cluster tears down; SIGCONT; a fresh `mntui status` says torn-down
   naming the node.
-- `sentinel-death`: the worker's sentinel SIGKILLed: the coordinator decides that node
-  unreachable, no sooner than unreachable_after; then `mntui kill` leaves nothing.
-- `coordinator-death` / `main-sentinel-death`: the coordinator / the main's sentinel
-  SIGKILLed (by its pid file): the other starts it again within RESPAWN s (node/respawn.py),
+- `node-watch-death`: the worker's sentinel and its guard SIGKILLed (stopped first, so
+  neither starts the other again): the coordinator decides that node unreachable, no
+  sooner than unreachable_after; then `mntui kill` leaves nothing.
+- `sentinel-death` / `coordinator-death` / `main-sentinel-death`: the worker's sentinel /
+  the coordinator / the main's sentinel SIGKILLed (by its pid file): the other of the
+  node's two watchers (the guard, the main's sentinel, the coordinator) starts it again
+  within RESPAWN s (node/respawn.py, node/guard.py),
   the journal says so, and past 2 x unreachable_after nothing was decided, no sentinel
   called its coordinator lost, every node trained on; then the user's kill leaves nothing.
 - `main-lost`: the main's coordinator, sentinel and ranks SIGSTOPped (not its sshd): the
@@ -70,8 +73,8 @@ NOT_BEFORE = UNREACHABLE - 1.3
 PARTITION = 2 * UNREACHABLE + 2  # seconds the manager is cut off (manager-partition)
 DOWN = 45.0  # seconds for the cluster to take the job down after a fault
 STEPS = 10  # steps each node trains at least during a partition (0.3 s a step: ~40)
-RESPAWN = 5.0  # seconds for the main's other watcher to start a dead one again (~0.2 s)
-PROFILES = dict.fromkeys(("manager-partition", "partition-rank-exit", "partition-freeze", "manager-sleep", "sentinel-death", "coordinator-death", "main-sentinel-death", "main-lost"), (Profile.CLUSTER,))  # fmt: skip
+RESPAWN = 5.0  # seconds for a node's other watcher to start a dead one again (~0.2 s)
+PROFILES = dict.fromkeys(("manager-partition", "partition-rank-exit", "partition-freeze", "manager-sleep", "sentinel-death", "node-watch-death", "coordinator-death", "main-sentinel-death", "main-lost"), (Profile.CLUSTER,))  # fmt: skip
 
 
 # -- what the watch wrote, and what of the job lives ---------------------------------------
@@ -326,15 +329,16 @@ def manager_sleep(f: Fault) -> None:
     _ended_alone(f, rec, node)
 
 
-def sentinel_death(f: Fault) -> None:
+def node_watch_death(f: Fault) -> None:
     rec, _ = f.target()
     main, node = rec.nodes[0].node, rec.nodes[-1].node
-    pids = [p for p in watchers(f.job.job, node) if cmdline(p) and _role(p) == "sentinel"]
-    if not pids:
-        raise HarnessError(f"no sentinel on {node}")
+    pids = [p for p in watchers(f.job.job, node) if cmdline(p) and _role(p) in WATCH_ROLES]
+    if sorted(map(_role, pids)) != sorted(WATCH_ROLES):
+        raise HarnessError(f"not one sentinel and one guard on {node}: {pids}")
+    signal_each(pids, signal.SIGSTOP)  # neither starts the other again meanwhile
     t0 = time.time()
-    signal_each(pids[:1], signal.SIGKILL)
-    f.say(f"SIGKILL {node}'s sentinel {pids[0]}")
+    signal_each(pids, signal.SIGKILL)
+    f.say(f"SIGKILL {node}'s sentinel and guard {pids}")
     d = until(lambda: finished(f, rec), DOWN, f.dl, 0.2)
     down = _down(f, t0, lambda: not node_side(f.job.job, main), 30)
     _times(f, t0, d, down)
@@ -349,6 +353,9 @@ def sentinel_death(f: Fault) -> None:
     the_end(f)
 
 
+WATCH_ROLES = ("guard", "sentinel")  # a worker's two watchers
+
+
 def _role(pid: int) -> str:
     env = Path(f"/proc/{pid}/environ")
     try:
@@ -358,15 +365,14 @@ def _role(pid: int) -> str:
     return tag.decode(errors="replace").rsplit("/", 1)[-1]
 
 
-def _pid_of(f: Fault, rec: RunRecord, role: str) -> int | None:
-    """The main's coordinator or sentinel named by its pid file, if that pid is alive
-    with the role's own tag (a reused pid is not it)."""
-    main = rec.nodes[0].node
+def _pid_of(f: Fault, rec: RunRecord, role: str, node: str) -> int | None:
+    """A node's coordinator, sentinel or guard named by its pid file, if that pid is
+    alive with the role's own tag (a reused pid is not it)."""
     try:
-        pid = int((run_dir(f, rec, main) / f"{role}.pid").read_text().strip())
+        pid = int((run_dir(f, rec, node) / f"{role}.pid").read_text().strip())
     except (OSError, ValueError):
         return None
-    return pid if pid in watchers(f.job.job, main) and _role(pid) == role else None
+    return pid if pid in watchers(f.job.job, node) and _role(pid) == role else None
 
 
 def _journal(f: Fault, rec: RunRecord) -> list[dict[str, Any]]:
@@ -386,16 +392,19 @@ def _journal(f: Fault, rec: RunRecord) -> list[dict[str, Any]]:
     return out
 
 
-def _death(f: Fault, role: str, name: str) -> None:
-    """The main's `role` SIGKILLed: started again by the other, and the job trains on."""
+def _death(f: Fault, role: str, name: str, worker: bool = False) -> None:
+    """The main's (or the worker's) `role` SIGKILLed: started again by the other of the
+    node's two watchers, and the job trains on."""
     rec, _ = f.target()
-    old = _pid_of(f, rec, role)
+    node = rec.nodes[-1 if worker else 0].node
+    old = _pid_of(f, rec, role, node)
     if old is None:
-        raise HarnessError(f"no {name} on {rec.nodes[0].node} named by its pid file")
+        raise HarnessError(f"no {name} on {node} named by its pid file")
     before = steps(f, rec)
     t0 = time.time()
     signal_each([old], signal.SIGKILL)
-    new = until(lambda: (p := _pid_of(f, rec, role)) not in (None, old) and p, RESPAWN, f.dl, 0.05)
+    new = until(lambda: (p := _pid_of(f, rec, role, node)) not in (None, old) and p, RESPAWN,
+                f.dl, 0.05)  # fmt: skip
     took = round(time.time() - t0, 2) if new else None
     if took is not None:
         f.out.times["respawn"] = took
@@ -411,6 +420,10 @@ def _death(f: Fault, role: str, name: str) -> None:
     found += check_steps_advanced(before, after, STEPS)
     f.bad(found, "after the respawn")
     the_end(f)
+
+
+def sentinel_death(f: Fault) -> None:
+    _death(f, "sentinel", "sentinel", worker=True)
 
 
 def coordinator_death(f: Fault) -> None:
@@ -447,6 +460,7 @@ KINDS: dict[str, Callable[[Fault], None]] = {
     "partition-freeze": partition_freeze,
     "manager-sleep": manager_sleep,
     "sentinel-death": sentinel_death,
+    "node-watch-death": node_watch_death,
     "coordinator-death": coordinator_death,
     "main-sentinel-death": main_sentinel_death,
     "main-lost": main_lost,

@@ -41,15 +41,18 @@ _LISTEN = re.compile(
 )
 
 
+RUNS_DIR = ".mntui/runs"  # a node's run dirs, relative to the node user's $HOME
+
+
 def run_tag(job: str, run_id: str, node: str) -> str:
     return f"{job}/{run_id}/{node}"
 
 
 def job_node_pattern(job: str, node: str) -> str:
     """Any run of this job on this node: a leftover from last night's run is ours too,
-    and so are the run's sentinel and coordinator (`<tag>/sentinel`, `<tag>/coord`),
+    and so are the run's watchers (`<tag>/sentinel`, `<tag>/coord`, `<tag>/guard`),
     which the poll's exact `run_pattern` never counts as the job's processes."""
-    return f"{TAG_VAR}={re.escape(job)}/[^/]+/{re.escape(node)}(/sentinel|/coord)?"
+    return f"{TAG_VAR}={re.escape(job)}/[^/]+/{re.escape(node)}(/sentinel|/coord|/guard)?"
 
 
 def run_pattern(tag: str) -> str:

@@ -48,6 +48,7 @@ __all__ = [
 ]
 
 RUN_ID_RE = RUN_ID  # the node package's rule: a sentinel checks the same ids
+SPARES_NOTE = "cluster-spares"  # the first record's note of the spares' hosts (plan.py)
 
 
 class RunStatus(StrEnum):

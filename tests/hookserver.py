@@ -30,8 +30,8 @@ class _Hook(http.server.BaseHTTPRequestHandler):
 class _HookServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Hook)
+    def __init__(self, port: int = 0) -> None:
+        super().__init__(("127.0.0.1", port), _Hook)
         self.lock = threading.Lock()
         self.posts: list[tuple[str, dict[str, str], bytes]] = []
         self.status = 200
@@ -46,8 +46,9 @@ class _HookServer(http.server.ThreadingHTTPServer):
 
 
 @contextmanager
-def serving() -> Iterator[_HookServer]:
-    server = _HookServer()
+def serving(port: int = 0) -> Iterator[_HookServer]:
+    """`port`: a given one (a webhook whose host was down comes back), else any."""
+    server = _HookServer(port)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -198,10 +198,12 @@ class Unfit:
 
 
 def cluster_unfit(cfg: JobConfig) -> Unfit | None:
-    """The one rule of what the cluster's coordinator cannot do (it restarts on the nodes
-    the run has, up to MAX_CLUSTER_RESTARTS attempts rendered at launch; a spare or a
-    quarantine needs this machine's history): `where: cluster` refuses such a config at
-    load, `where: auto` watches it from this machine and the launch says why."""
+    """The one rule of what the cluster's coordinator cannot do (it restarts up to
+    MAX_CLUSTER_RESTARTS attempts rendered at launch, the workers once the main's port
+    listens; onto spares and around nodes quarantined within the chain too, but never
+    in the main's place, which it runs on: node/placing.py says so at the time):
+    `where: cluster` refuses such a config at load, `where: auto` watches it from this
+    machine and the launch says why."""
     r = cfg.restart
     if r.max and cfg.launch.ready != "port":
         why = "restarts start the workers once the main's port listens"
@@ -209,22 +211,19 @@ def cluster_unfit(cfg: JobConfig) -> Unfit | None:
     if r.max > MAX_CLUSTER_RESTARTS:
         why = f"the cluster's coordinator restarts at most {MAX_CLUSTER_RESTARTS} times"
         return Unfit(("restart", "max"), why, "lower it")
-    if r.max and (cfg.spares or r.quarantine_after is not None):
-        key = ("spares",) if cfg.spares else ("restart", "quarantine_after")
-        why = "restarts onto spares or around quarantined nodes need this machine's supervisor"
-        return Unfit(key, why, "remove it")
     return None
 
 
 def auto_unfit(cfg: JobConfig) -> Unfit | None:
     """Why `where: auto` watches a config from this machine: what the cluster cannot do,
-    or notifications, which this machine sends (the cluster's watch would send them at
-    this machine's next contact, hours late for a laptop asleep: an explicit
-    `where: cluster` accepts that)."""
+    or a notify command, the user's line for this machine (the coordinator posts the
+    webhook when it decides, node/notifysend.py; a command would run at this machine's
+    next contact, hours late for a laptop asleep: an explicit `where: cluster` accepts
+    that)."""
     unfit = cluster_unfit(cfg)
-    if unfit is None and cfg.notify.active:
-        why = "notifications are sent from this machine, when it sees the failure"
-        return Unfit(("notify",), why, "remove it")
+    if unfit is None and cfg.notify.command and cfg.notify.on:
+        why = "runs on this machine, when it sees the failure"
+        return Unfit(("notify", "command"), why, "use notify.webhook (the cluster posts it)")
     return unfit
 
 

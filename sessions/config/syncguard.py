@@ -22,7 +22,7 @@ import re
 from collections.abc import Sequence
 from enum import StrEnum
 
-NODE_DIR = ".mntui"  # in the node user's home: plan.RUNS_DIR lives under it
+NODE_DIR = ".mntui"  # in the node user's home: procs.RUNS_DIR lives under it
 
 FIX = (
     "sync.delete: true deletes everything there that the source lacks: set workdir to "

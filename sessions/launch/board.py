@@ -39,6 +39,7 @@ class BoardView:
     gpus: Mapping[str, GpuText] = field(default_factory=dict)  # coord/gpus.json, if asked
     gpus_malformed: int = 0  # its entries (or itself) not a reading of ours
     straggler: dict[str, Any] | None = None  # coord/straggler.json (node/slowness.py)
+    notify: dict[str, Any] | None = None  # coord/notify.json: its notices (node/notifysend.py)
     nodes: Mapping[str, dict[str, Any]] = field(default_factory=dict)  # coord/nodes.json
     nodes_malformed: int = 0  # its entries (or itself) not a snapshot of ours
     rtt: float | None = None  # seconds the read took, connecting included
@@ -57,12 +58,23 @@ class BoardView:
         return sum(1 for v in nodes.values() if isinstance(v, dict) and v.get("connected"))
 
 
+SWAP_NOTE = "main-swap"  # a record this machine launched onto a new main (recover/mainswap.py)
+
+
 def board_dir(record: RunRecord) -> str:
     """The coordinator's run dir on the main: the chain's first attempt's, which every
-    restart on the cluster keeps (the main does not move)."""
+    restart on the cluster keeps (the main does not move); a new main this machine put in
+    (SWAP_NOTE) has a new coordinator, in its own attempt's dir."""
     parts = record.nodes[0].run_dir.split("/")  # .mntui/runs/<job>/<run>/<node>
-    parts[-2] = record.chain or record.run_id
+    parts[-2] = coord_run(record)
     return "/".join(parts)
+
+
+def coord_run(record: RunRecord) -> str:
+    """The run whose dir the record's coordinator and sentinels write in."""
+    note = next((h for h in record.history if h.get("what") == SWAP_NOTE), None)
+    run = note.get("run") if note is not None else None
+    return run if isinstance(run, str) and "/" not in run else (record.chain or record.run_id)
 
 
 def coord_alive(run_dir: str) -> str:
@@ -97,8 +109,10 @@ def board_script(run_dir: str, gpus: bool = False) -> str:
     )
     return f"""d={d}
 {coord_alive(run_dir)}
-for f in status decision chain straggler; do
-  printf 'FILE %s ' "$f"; head -c 262144 "$d/coord/$f.json" 2>/dev/null | base64 -w0; echo
+for f in status decision chain straggler notify; do  # no programs for a file not there
+  printf 'FILE %s ' "$f"
+  [ ! -s "$d/coord/$f.json" ] || head -c 262144 "$d/coord/$f.json" 2>/dev/null | base64 -w0
+  echo
 done
 printf 'FILE journal '; tail -c 262144 "$d/coord/journal.jsonl" 2>/dev/null | base64 -w0; echo
 {read_gpus if gpus else ""}
@@ -111,7 +125,7 @@ def parse_board(text: str) -> BoardView:
     import base64
 
     files: dict[str, dict[str, Any] | None] = dict.fromkeys(
-        ("status", "decision", "chain", "straggler")
+        ("status", "decision", "chain", "straggler", "notify")
     )
     alive = False
     now: float | None = None
@@ -140,7 +154,7 @@ def parse_board(text: str) -> BoardView:
             now = float(words[1])
     return BoardView(
         files["status"], files["decision"], alive, journal, files["chain"], now,
-        gpus=gpus[0], gpus_malformed=gpus[1], straggler=files["straggler"],
+        gpus=gpus[0], gpus_malformed=gpus[1], straggler=files["straggler"], notify=files["notify"],
         nodes=nodes[0], nodes_malformed=nodes[1],
     )  # fmt: skip
 

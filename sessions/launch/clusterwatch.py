@@ -3,10 +3,11 @@
 With `watch.where: cluster` each node's start script also writes the node's watch file
 and the run's secret (0600, from the script's heredoc on SSH's stdin: never a command
 line), ships the sentinel bundle if the node lacks this version, and starts the node's
-sentinel (and, on the main, the coordinator first) detached, each tagged
-`MNTUI_RUN=<tag>/sentinel|coord` so `mntui kill` finds them and a poll never counts
-them. The launch then waits until every sentinel has connected to the coordinator, or
-stops everything it started.
+sentinel detached, with the one that keeps it up (on the main the coordinator, started
+first; on a worker its guard, after it), each tagged `MNTUI_RUN=<tag>/<role>`
+(sentinel, coord, guard) so `mntui kill` finds them and a poll never counts them. The
+launch then waits until every sentinel has connected to the coordinator, or stops
+everything it started.
 
 One way to watch per run, chosen before anything of it starts: a node whose bare
 `python3` cannot run a sentinel (the preflight asks it, with the doctor's probe) makes
@@ -28,6 +29,7 @@ from mntui.sessions.errors import LaunchError
 from mntui.sessions.node.judging import Rules
 from mntui.sessions.node.restarts import RestartRules
 from mntui.sessions.node.watchcfg import WatchConfig, to_json
+from mntui.sessions.notify import for_coordinator
 from mntui.sessions.procs import TAG_VAR
 from mntui.sessions.ssh import Node
 
@@ -135,6 +137,7 @@ def watch_config(
         slow_fraction=w.slow_fraction,
         slow_after=w.slow_after,
         nprocs=tuple({s.name: cfg.nproc(s) for s in cfg.nodes}.get(n, 1) for n in nodes),
+        notify=for_coordinator(cfg.notify) if node == nodes[0] else None,  # the webhook: a secret
     )
 
 
@@ -154,8 +157,10 @@ def watch_block(wc: WatchConfig, secret: str, later: Sequence[LaterAttempt] = ()
     b = bundle()
     eof = "__MNTUI_WATCH_" + secrets.token_hex(8) + "__"
     pyz = f'"$HOME"/{shlex.quote(remote_path(b.sha))}'
-    starts = [("coord", "coord")] if wc.is_main else []
-    starts.append(("sentinel", "run"))
+    # each node's two watchers keep each other up (node/respawn.py): the main's sentinel
+    # and coordinator, a worker's sentinel and guard (started after the one it keeps)
+    starts = [("coord", "coord"), ("sentinel", "run")]
+    starts = starts if wc.is_main else [("sentinel", "run"), ("guard", "guard")]
     lines = [
         "umask 077",
         f"cat >\"$d/watch.json\" <<'{eof}'",

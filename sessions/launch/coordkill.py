@@ -79,11 +79,13 @@ def _asked(node: Node, cluster: Cluster, script: str, timeout: float) -> str:
     policy = cluster.policy
     if node.is_local or getattr(node, "is_open", True) or policy.password is not None:
         return node.run(script, timeout=timeout).stdout
+    from mntui.sessions.ssh import early
     from mntui.sessions.ssh.oneshot import OneShotNode
     from mntui.sessions.ssh.openssh import oneshot_argv
 
-    try:
-        once = OneShotNode(node.name, node.host, oneshot_argv(policy))
+    argv = oneshot_argv(policy)
+    try:  # the one this command started before its config loaded, if it is this one
+        once = early.take(node.host, argv) or OneShotNode(node.name, node.host, argv)
     except OSError:
         return node.run(script, timeout=timeout).stdout
     try:

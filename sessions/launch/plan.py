@@ -19,15 +19,15 @@ from textwrap import indent
 
 from mntui.sessions.config import JobConfig, NodeSpec
 from mntui.sessions.config.jobconfig import MAX_CLUSTER_RESTARTS
-from mntui.sessions.procs import TAG_VAR, run_dir_word, run_tag
-from mntui.sessions.runs import NodeRecord, RunRecord
+from mntui.sessions.node.placing import QuarantineRule
+from mntui.sessions.node.watchcfg import WatchConfig
+from mntui.sessions.procs import RUNS_DIR, TAG_VAR, run_dir_word, run_tag
+from mntui.sessions.runs import SPARES_NOTE, NodeRecord, RunRecord
 
 from . import tmux
 from .clusterwatch import LaterAttempt, new_secret, watch_block, watch_config
 from .flightenv import flight_recorder_block
 from .stackscript import stack_files
-
-RUNS_DIR = ".mntui/runs"  # relative to the node user's $HOME
 
 
 def new_run_id(now: float | None = None) -> str:
@@ -70,6 +70,8 @@ class Plan:
     world_size: int
     nodes: tuple[NodePlan, ...]
     cluster_attempts: tuple[str, ...] = ()  # run ids the coordinator may restart into
+    # the spares' starts: their sentinels, and each attempt's script for any worker rank
+    spares: tuple[NodePlan, ...] = ()
 
     @property
     def main(self) -> NodePlan:
@@ -84,8 +86,10 @@ class Plan:
 
 
 def run_record(plan: Plan, config: str) -> RunRecord:
-    """The run's first record: here, not in runs.py, so the records need no plan."""
-    return RunRecord(
+    """The run's first record: here, not in runs.py, so the records need no plan. The
+    spares the coordinator may swap in are noted (how to reach each): the record of an
+    attempt that ran on one is written from it (watch/clusterchain.py)."""
+    record = RunRecord(
         plan.job,
         plan.run_id,
         os.path.abspath(config),
@@ -96,6 +100,11 @@ def run_record(plan: Plan, config: str) -> RunRecord:
             for n in plan.nodes
         ],
     )
+    if plan.spares:
+        spares = [{"node": s.node, "host": s.host, "session": s.session, "nproc": s.nproc}
+                  for s in plan.spares]  # fmt: skip
+        record.note(SPARES_NOTE, nodes=spares)
+    return record
 
 
 def render_command(template: str, values: Mapping[str, str | int]) -> str:
@@ -120,25 +129,67 @@ def build_plan(
     run dir its arguments; the nonce, one per launch, in the watch file)."""
     nodes = _node_plans(cfg, run_id, master_addr, extra_env, restart_count)
     later = cluster_attempts(cfg)
+    spares: list[NodePlan] = []
     if cfg.watch_port is not None:
         secret = new_secret()  # only ever on the nodes
         budget = cfg.watch.capture_budget
         nonce = secrets.token_hex(8) if budget > 0 else None
-        plans = [_node_plans(cfg, r, master_addr, extra_env, k + 1) for k, r in enumerate(later)]
+        plans = [_node_plans(cfg, r, master_addr, extra_env, restart_count + k + 1)
+                 for k, r in enumerate(later)]  # fmt: skip
         names = tuple(n.node for n in nodes)
-        watched = []
-        for i, n in enumerate(nodes):
+        stacks = stack_files(budget, nonce) if nonce is not None else ""
+        free = cluster_spares(cfg) if later else ()
+
+        def watched(n: NodePlan, mine: list[LaterAttempt], token: str | None = None) -> str:
             wc = watch_config(cfg, run_id, n.node, n.tag, n.session, names, master_addr, len(later))
-            wc = replace(wc, capture_budget=budget, stacks_nonce=nonce)
+            wc = replace(wc, capture_budget=budget, stacks_nonce=nonce, rank_token=token)
+            return stacks + watch_block(spare_fields(wc, cfg, free), secret, mine)
+
+        for i, n in enumerate(nodes):
             mine = [LaterAttempt(p[i].tag, p[i].run_dir, p[i].start_script) for p in plans]
-            stacks = stack_files(budget, nonce) if nonce is not None else ""
-            block = stacks + watch_block(wc, secret, mine)
-            watched.append(replace(n, start_script=n.start_script + block))
-        nodes = watched
+            nodes[i] = replace(n, start_script=n.start_script + watched(n, mine))
+        for spec in free:
+            token = f"@@MNTUI_RANK_{secrets.token_hex(8)}@@"  # spareattempt.py puts the rank
+            idle = _node_plan(cfg, spec, run_id, master_addr, extra_env, 0, -1)
+            mine = [_spare_attempt(cfg, spec, r, master_addr, extra_env, restart_count + k + 1,
+                                   token) for k, r in enumerate(later)]  # fmt: skip
+            start = f'set -e\nd={run_dir_word(idle.run_dir)}\nmkdir -p -m 700 "$d"\n'
+            spares.append(replace(idle, start_script=start + watched(idle, mine, token)))
     world = cfg.world_size  # the sum over the nodes: their nproc can differ
     return Plan(
-        cfg.job, run_id, master_addr, cfg.master_port, len(nodes), world, tuple(nodes), later
-    )
+        cfg.job, run_id, master_addr, cfg.master_port, len(nodes), world, tuple(nodes), later,
+        tuple(spares),
+    )  # fmt: skip
+
+
+def cluster_spares(cfg: JobConfig) -> tuple[NodeSpec, ...]:
+    """The spares the coordinator may swap in: the config's, but for those a launch
+    already routed into the nodes (a quarantined node's place)."""
+    used = {n.name for n in cfg.nodes}
+    return tuple(s for s in cfg.spares if s.name not in used)
+
+
+def spare_fields(wc: WatchConfig, cfg: JobConfig, spares: tuple[NodeSpec, ...]) -> WatchConfig:
+    """`wc` with what every watch file of the run says of its spares and quarantines."""
+    q = cfg.restart.quarantine_after
+    rule = None if q is None else QuarantineRule(q.count, q.within, q.hold)
+    names, nprocs = tuple(s.name for s in spares), tuple(cfg.nproc(s) for s in spares)
+    return replace(wc, spares=names, spare_nprocs=nprocs, quarantine=rule)
+
+
+def _spare_attempt(
+    cfg: JobConfig,
+    spec: NodeSpec,
+    run_id: str,
+    master_addr: str,
+    extra_env: Mapping[str, Mapping[str, str]] | None,
+    k: int,
+    token: str,
+) -> LaterAttempt:
+    """Attempt `k` on a spare, for whichever worker rank it takes: `token` stands where
+    the rank goes (its characters need no quoting: the rank replaces it as it is)."""
+    p = _node_plan(cfg, spec, run_id, master_addr, extra_env, k, token)
+    return LaterAttempt(p.tag, p.run_dir, p.start_script)
 
 
 def cluster_attempts(cfg: JobConfig) -> tuple[str, ...]:
@@ -161,53 +212,65 @@ def _node_plans(
     extra_env: Mapping[str, Mapping[str, str]] | None,
     restart_count: int,
 ) -> list[NodePlan]:
+    # the config keeps the main first, at rank 0
+    return [
+        _node_plan(cfg, spec, run_id, master_addr, extra_env, restart_count, spec.rank)
+        for spec in cfg.nodes
+    ]
+
+
+def _node_plan(
+    cfg: JobConfig,
+    spec: NodeSpec,
+    run_id: str,
+    master_addr: str,
+    extra_env: Mapping[str, Mapping[str, str]] | None,
+    restart_count: int,
+    rank: int | str,
+) -> NodePlan:
+    """`rank`: the node's, or a spare's token for the rank it will take."""
     nnodes = len(cfg.nodes)
-    plans = []
-    for spec in cfg.nodes:  # the config keeps the main first, at rank 0
-        values: dict[str, str | int] = {
-            "node_rank": spec.rank,
-            "nnodes": nnodes,
-            "master_addr": master_addr,
-            "master_port": cfg.master_port,
-            "nproc_per_node": cfg.nproc(spec),  # this node's: torchrun's rank math needs it
-            "node": spec.name,
-            "restart_count": restart_count,
+    values: dict[str, str | int] = {
+        "node_rank": rank,
+        "nnodes": nnodes,
+        "master_addr": master_addr,
+        "master_port": cfg.master_port,
+        "nproc_per_node": cfg.nproc(spec),  # this node's: torchrun's rank math needs it
+        "node": spec.name,
+        "restart_count": restart_count,
+    }
+    env = {**(extra_env or {}).get(spec.name, {}), **spec.env}
+    env.update(
+        {
+            "NODE_RANK": str(rank),
+            "NNODES": str(nnodes),
+            "MASTER_ADDR": master_addr,
+            "MASTER_PORT": str(cfg.master_port),
+            "WORLD_SIZE": str(cfg.world_size),
+            "MNTUI_RESTART_COUNT": str(restart_count),
         }
-        env = {**(extra_env or {}).get(spec.name, {}), **spec.env}
-        env.update(
-            {
-                "NODE_RANK": str(spec.rank),
-                "NNODES": str(nnodes),
-                "MASTER_ADDR": master_addr,
-                "MASTER_PORT": str(cfg.master_port),
-                "WORLD_SIZE": str(cfg.world_size),
-                "MNTUI_RESTART_COUNT": str(restart_count),
-            }
-        )
-        env.setdefault("PYTHONUNBUFFERED", "1")  # output goes through a pipe to the log
-        env.setdefault("PYTHONFAULTHANDLER", "1")  # a segfault prints the Python stack
-        command = render_command(spec.command, values)
-        session = tmux.session_name(cfg.job, spec.name)
-        tag = run_tag(cfg.job, run_id, spec.name)
-        run_dir = f"{RUNS_DIR}/{cfg.job}/{run_id}/{spec.name}"
-        script = launch_script(spec, run_id, cfg.job, env, command)
-        plans.append(
-            NodePlan(
-                node=spec.name,
-                host=spec.host,
-                rank=spec.rank,
-                is_main=spec.name == cfg.main,
-                nproc=cfg.nproc(spec),
-                session=session,
-                tag=tag,
-                run_dir=run_dir,
-                env=env,
-                command=command,
-                launch_script=script,
-                start_script=start_script(session, tag, run_dir, script),
-            )
-        )
-    return plans
+    )
+    env.setdefault("PYTHONUNBUFFERED", "1")  # output goes through a pipe to the log
+    env.setdefault("PYTHONFAULTHANDLER", "1")  # a segfault prints the Python stack
+    command = render_command(spec.command, values)
+    session = tmux.session_name(cfg.job, spec.name)
+    tag = run_tag(cfg.job, run_id, spec.name)
+    run_dir = f"{RUNS_DIR}/{cfg.job}/{run_id}/{spec.name}"
+    script = launch_script(spec, run_id, cfg.job, env, command, rank)
+    return NodePlan(
+        node=spec.name,
+        host=spec.host,
+        rank=rank if isinstance(rank, int) else -1,
+        is_main=spec.name == cfg.main,
+        nproc=cfg.nproc(spec),
+        session=session,
+        tag=tag,
+        run_dir=run_dir,
+        env=env,
+        command=command,
+        launch_script=script,
+        start_script=start_script(session, tag, run_dir, script),
+    )
 
 
 def job_environment(spec: NodeSpec, on_missing: str, setup_stderr: str | None = None) -> str:
@@ -225,19 +288,26 @@ def job_environment(spec: NodeSpec, on_missing: str, setup_stderr: str | None = 
 
 
 def launch_script(
-    spec: NodeSpec, run_id: str, job: str, env: Mapping[str, str], command: str
+    spec: NodeSpec,
+    run_id: str,
+    job: str,
+    env: Mapping[str, str],
+    command: str,
+    rank: int | str | None = None,
 ) -> str:
+    """`rank`: the node's (default), or a spare's token for the rank it will take."""
+    rank = spec.rank if rank is None else rank
     exports = "\n".join(f"export {k}={shlex.quote(v)}" for k, v in env.items())
     name = shlex.quote(spec.name)
     enter = job_environment(spec, "exit 97")  # not indented: a setup heredoc stays as written
     return f"""#!/usr/bin/env bash
-# Written by mntui: job {job}, run {run_id}, node {spec.name}, rank {spec.rank}.
+# Written by mntui: job {job}, run {run_id}, node {spec.name}, rank {rank}.
 # It runs inside tmux; output goes to the pane and, unchanged, to output.log.
 set -o pipefail
 run_dir=$PWD
 {exports}
 export MNTUI_RUN_DIR="$run_dir"
-printf '[mntui] %s rank %s starting at %s\\n' {name} {spec.rank} "$(date '+%F %T')"
+printf '[mntui] %s rank %s starting at %s\\n' {name} {rank} "$(date '+%F %T')"
 {{
 {enter}
 {indent(flight_recorder_block(), "  ")}
@@ -283,4 +353,9 @@ def describe(plan: Plan) -> str:
         ]
         lines += [f"   | {line}" for line in n.launch_script.rstrip("\n").splitlines()]
         lines.append("")
+    for s in plan.spares:
+        lines.append(
+            f"== {s.node} (host {s.host}, spare) an idle sentinel: the cluster's restarts may "
+            f"give it a worker's rank ({len(plan.cluster_attempts)} attempt script(s))"
+        )
     return "\n".join(lines)

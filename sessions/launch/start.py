@@ -25,7 +25,8 @@ from mntui.sessions.results import GroupResult, NodeError
 from mntui.sessions.runs import RunRecord, RunStatus
 from mntui.sessions.ssh import Cluster, Node, resolve
 
-from . import clusterwatch
+from . import clusterwatch, sparestart
+from .board import SWAP_NOTE
 from .kill import kill_job
 from .plan import NodePlan, Plan, build_plan, new_run_id, run_record
 from .startchecks import Preflight, preflight, wait_ready
@@ -73,6 +74,7 @@ class Attempt:
     number: int
     chain: str
     earlier: tuple[dict[str, object], ...] = ()
+    cluster: bool = False  # watched by the cluster again: a new main (recover/mainswap.py)
 
 
 def _start(node: Node, np: NodePlan) -> float:
@@ -104,7 +106,7 @@ def launch(
     for said in routed:
         on_event(Event(None, None, Phase.NOTICE, said))
     cluster = None if routed else cluster  # the caller's reaches the config's nodes
-    if attempt is not None:  # this machine's supervisor relaunches: it watches the chain
+    if attempt is not None and not attempt.cluster:  # this machine's supervisor watches it
         cfg = clusterwatch.watched_here(cfg)
     own = cluster is None
     cluster = cluster or Cluster(cfg.nodes, cfg.ssh)
@@ -138,6 +140,8 @@ def _launch(
     record.attempts = [dict(e) for e in attempt.earlier] if attempt is not None else []
     record.watch_port = cfg.watch_port
     record.cluster_attempts = list(plan.cluster_attempts)
+    if attempt is not None and attempt.cluster and cfg.watch_port is not None:
+        record.note(SWAP_NOTE, main=plan.main.node, run=plan.run_id)  # board_dir
     if why_here is not None:
         record.note(clusterwatch.HERE_NOTE, why=why_here)
     record.create()
@@ -154,6 +158,7 @@ def _launch(
         _start_workers(cfg, cluster, plan, started, attempted, on_event)
         if cfg.watch_port is not None:
             _confirm_watch(cfg, cluster, plan, on_event)
+            sparestart.start_spares(cfg, plan, on_event)  # the cluster's restarts may use them
     except (LaunchError, NodeError, KeyboardInterrupt) as exc:
         _abort(cfg, cluster, record, attempted, exc, on_event)
 

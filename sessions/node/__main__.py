@@ -16,8 +16,8 @@ import pkgutil
 import sys
 
 _PACKAGE = __package__ or "mntui.sessions.node"
-_VERBS = {"run": "sentinel", "coord": "coordinator"}
-USAGE = "usage: python3 -I -S bundle.pyz selftest | version | run ARGS... | coord ARGS..."
+_VERBS = {"run": "sentinel", "coord": "coordinator", "guard": "guard", "feed": "follower"}
+USAGE = "usage: python3 -I -S bundle.pyz selftest | version | run|coord|guard|feed ARGS..."
 
 
 def selftest() -> int:

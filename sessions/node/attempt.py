@@ -16,7 +16,7 @@ import re
 import subprocess
 import time
 
-from . import daemon, proctree
+from . import daemon, proctree, spareattempt
 from .facts import Facts, ProcFact
 from .logtail import LogTail
 from .runid import RUN_ID
@@ -99,15 +99,15 @@ class Attempt:
         )
 
 
-def start(first_dir: str, k: int, cfg: WatchConfig) -> Attempt:
+def start(first_dir: str, k: int, cfg: WatchConfig, rank: object = None) -> Attempt:
     """Runs attempt `k`'s start script (the launch wrote it beside the first attempt's
     run dir) and returns the attempt to follow; RuntimeError with the script's last
     words when it did not start."""
-    base = os.path.join(first_dir, "attempts", str(k))
     later = follow(first_dir, k, cfg)  # checked before anything runs
+    script = spareattempt.script_for(first_dir, k, cfg, rank)  # a spare's: with its rank
     env = {n: v for n, v in os.environ.items() if n not in ("MNTUI_RUN", "TMUX", "TMUX_PANE")}
     proc = subprocess.run(
-        ["sh", base + ".sh"],
+        ["sh", script],
         capture_output=True,
         text=True,
         errors="replace",

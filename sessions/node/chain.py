@@ -4,10 +4,12 @@ and starts the next attempt through the sentinels, main first, the workers once 
 main's port listens, all while the manager may be asleep.
 
 Each attempt's script was rendered at launch (its run id, tag, `MNTUI_RESTART_COUNT`),
-so nothing here builds a command: the coordinator only says "start attempt k". What it
-did is in `coord/chain.json` (atomic, every step), which the manager reads on its next
-contact and turns into run records of its own, and from which a coordinator started
-again (respawn.py) goes on where its predecessor was (resume.py).
+so nothing here builds a command: the coordinator only says "start attempt k" (and to
+a spare swapped in, which rank it takes: placing.py decides where each attempt runs,
+swaps.py keeps it in the chain). What it did is in `coord/chain.json` (chainlog.py,
+every step), which the manager reads on its next contact and turns into run records of its
+own, and from which a coordinator started again (respawn.py) goes on where its
+predecessor was (resume.py).
 """
 
 from __future__ import annotations
@@ -19,11 +21,14 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from . import resume
+from . import resume, swaps
+from .chainlog import ChainLog
+from .chainstates import ChainStatus, OutcomeKind
 from .coordstate import Board
 from .facts import Facts
 from .judging import NodeTrigger
 from .killer import listening_ports
+from .notifysend import Outbox
 from .restarts import AttemptEnd, Decision, decide
 from .resume import BACKOFF, DECIDE, OVER, START, WATCH, Point
 from .rules import NodeState, Verdict
@@ -35,7 +40,7 @@ START_ANSWER = 90.0  # seconds for a sentinel to say its attempt started
 
 @dataclass(frozen=True)
 class Outcome:
-    kind: str  # "teardown" | "ended" | "killed"
+    kind: OutcomeKind
     why: str
     trigger: NodeTrigger | None = None
     facts: dict[str, Facts] = field(default_factory=dict)
@@ -49,6 +54,7 @@ class Coordinator(Protocol):
     board: Board
     cfg: WatchConfig
     done: threading.Event
+    notices: Outbox  # what the chain's decisions say (notifysend.py)
 
     def watch_attempt(self) -> Outcome: ...
     def kill_requested(self) -> tuple[float, str | None] | None: ...
@@ -78,23 +84,25 @@ def run_chain(c: Coordinator) -> str:
     at = None
     if saved is not None and saved.get("chain") == c.cfg.run:
         at = resume.point(saved, resume.load(c.board.out, "decision.json"), time.time())
-    log = ChainLog(c, saved if at is not None else None)
+    log = ChainLog(c.board, c.cfg, saved if at is not None else None)
     if at is None:
         at = Point(WATCH, 0, c.cfg.run, (), time.time())
     else:
         c.board.journal("resumed", None, phase=at.phase, attempt=at.k, run=at.run)
+        if at.k > 0:  # the attempt a kill takes (its tag, its nodes), and a watch goes on
+            _use(c, swaps.layout_of(log.data["attempts"][-1], c.cfg) or c.cfg.nodes)
+            c.board.new_attempt(at.k, at.run)
         asked = c.kill_requested()  # the user's kill, maybe half carried out: carried out
         if asked is not None:
+            _await_peers(c, c.board.silence)
             why = user_kill(c.board, c.cfg, *asked)
             if at.phase != OVER or at.end is not None:
-                log.end("killed", why)
+                log.end(ChainStatus.KILLED, why)
             return why
     if at.phase == OVER:
         if at.end is not None:
             log.end(at.end, at.why)
         return at.why
-    if at.phase in (WATCH, DECIDE, BACKOFF) and at.k > 0:  # the attempt a kill would take
-        c.board.new_attempt(at.k, at.run)
     if at.phase in (WATCH, DECIDE) and log.resumed:
         resume.seed(c.board, at.run)
     return _chain(c, log, at)
@@ -109,28 +117,36 @@ def _chain(c: Coordinator, log: ChainLog, at: Point) -> str:
             out, phase = c.watch_attempt(), DECIDE
         if phase == DECIDE:
             assert out is not None
-            if out.kind == "killed":
-                log.end("killed", out.why)
+            if out.kind is OutcomeKind.KILLED:
+                log.end(ChainStatus.KILLED, out.why)
                 return out.why
             end = attempt_end(k, c.board.run, out, c.board.progressed_since(started))
             history.append(end)
+            held = log.ending(end, out.kind)  # quarantines counted before the placement
             d = _decision(c, history, k)
+            p = swaps.placement(log.data, c.cfg, history, c.board.live_peers())
+            stop = p.stop if d is not None and d.restart else None
+            if d is not None and stop is not None:  # the main is this machine's to replace
+                d = replace(d, restart=False, why=stop)
+            c.notices.decided(out, end, d, k, held, stop)
             if d is None or not d.restart:
                 why = d.why if d is not None else "restart is off"
-                log.attempt_ended(end, why, None, out.kind)
-                log.end("gave-up" if d is not None and d.gave_up else "ended", why)
+                log.attempt_ended(why, None)
+                gave_up = d is not None and d.gave_up
+                log.end(ChainStatus.GAVE_UP if gave_up else ChainStatus.ENDED, why)
                 return f"{out.why}; {why}"
-            log.attempt_ended(end, d.why, d.delay, out.kind)
+            log.attempt_ended(d.why, d.delay, p)
             phase, delay = BACKOFF, d.delay
         if phase == BACKOFF:
             if not _backoff(c, delay):
-                log.end("killed", "the user's kill in the backoff")
+                log.end(ChainStatus.KILLED, "the user's kill in the backoff")
                 return "killed by the user"
             k, phase = k + 1, START
         if phase == START:
             failed = relaunch(c, k, log)
             if failed is not None:
-                log.end("failed-restart", failed)
+                log.end(ChainStatus.FAILED_RESTART, failed)
+                c.notices.not_started(failed, k)
                 return failed
             started, phase = time.monotonic(), WATCH
 
@@ -152,21 +168,34 @@ def _carried_out(c: Coordinator, record: dict[str, Any]) -> Outcome:
         verdicts = {
             n: Verdict(known[s], "")
             for n, s in (states.items() if isinstance(states, dict) else ())
-            if n in c.cfg.nodes and s in known
+            if n in c.cfg.members and s in known
         }
-        return Outcome("ended", "the job ended", None, {}, verdicts)
+        return Outcome(OutcomeKind.ENDED, "the job ended", None, {}, verdicts)
     node, state, why = record.get("node"), record.get("state"), str(record.get("why"))[:300]
-    if record.get("decided_by") != "coordinator" or node not in c.cfg.nodes:
-        return Outcome("killed", why)  # the user's stop
+    if record.get("decided_by") != "coordinator" or node not in c.cfg.members:
+        return Outcome(OutcomeKind.KILLED, why)  # the user's stop
     try:
         trigger = NodeTrigger(str(node), NodeState(state), why, "kill_all")
     except ValueError:
-        return Outcome("killed", why)
+        return Outcome(OutcomeKind.KILLED, why)
     if "ended_at" not in record:
         finish(c.board, c.cfg, record)
     codes = record.get("exit_codes")
     codes = tuple(x for x in codes if type(x) is int) if isinstance(codes, list) else ()
-    return Outcome("teardown", f"torn down: {node} {state}: {why}", trigger, codes=codes)
+    return Outcome(OutcomeKind.TEARDOWN, f"torn down: {node} {state}: {why}", trigger, codes=codes)
+
+
+def _await_peers(c: Coordinator, within: float) -> None:
+    """The attempt's sentinels, back within `within` s at most: a coordinator started
+    again is alone at first (they reconnect within RECONNECT_MAX), and a kill asked of
+    no sentinel would say each node's ranks "may still run" while they would have been
+    killed; the main's ranks the kill takes itself if its sentinel does not come."""
+    end = time.monotonic() + within
+    while not set(c.board.layout) <= set(c.board.live_peers()):
+        left = end - time.monotonic()
+        if left <= 0:
+            return
+        c.done.wait(min(0.05, left))
 
 
 def _backoff(c: Coordinator, delay: float) -> bool:
@@ -185,14 +214,15 @@ def relaunch(c: Coordinator, k: int, log: ChainLog) -> str | None:
     """Attempt `k`: the main first, the workers once its port listens. None when every
     node started; else why not (what did start is killed by the caller's stop)."""
     run = _run_of(c, k)
+    layout = log.starting(k, run)
+    _use(c, layout)
     c.board.new_attempt(k, run)
-    log.starting(k, run)
-    main, workers = c.cfg.nodes[0], c.cfg.nodes[1:]
-    why = _start_on(c, [main], k)
+    main, workers = layout[0], layout[1:]
+    why = _start_on(c, [main], k, layout)
     if why is None:
         why = _ready(c)
     if why is None:
-        why = _start_on(c, list(workers), k)
+        why = _start_on(c, list(workers), k, layout)
     if why is not None:
         why = f"attempt {k} did not start: {why}"
         stop(c.board, c.cfg, {"decided_by": "coordinator", "why": why}, c.cfg.grace)
@@ -211,13 +241,23 @@ def _run_of(c: Coordinator, k: int) -> str:
     return run if isinstance(run, str) else f"attempt-{k}"
 
 
-def _start_on(c: Coordinator, nodes: list[str], k: int) -> str | None:
-    """Attempt `k` on `nodes`, all at once; every answer is awaited before saying why
-    one failed, so the cleanup after it finds every attempt that did start."""
+def _use(c: Coordinator, layout: tuple[str, ...]) -> None:
+    """The attempt's nodes, for the judge and the kills (the board's)."""
+    c.board.layout = layout
+
+
+def _start_on(c: Coordinator, nodes: list[str], k: int, layout: tuple[str, ...]) -> str | None:
+    """Attempt `k` on `nodes`, all at once (a spare is told the rank it takes); every
+    answer is awaited before saying why one failed, so the cleanup after it finds every
+    attempt that did start."""
     missing = [n for n in nodes if n not in c.board.live_peers()]
     if missing:
         return f"no sentinel connected on {', '.join(missing)}"
-    asked = {n: c.board.ask(n, "start", attempt=k) for n in nodes}
+    spares = c.cfg.spares
+    asked = {
+        n: c.board.ask(n, "start", attempt=k, **({"rank": layout.index(n)} if n in spares else {}))
+        for n in nodes
+    }
     deadline = time.monotonic() + START_ANSWER
     why = None
     for n, rid in asked.items():
@@ -239,49 +279,3 @@ def _ready(c: Coordinator) -> str | None:
             return "the user's kill came first"
         c.done.wait(0.2)
     return f"the main's port {c.cfg.master_port} did not listen in {c.cfg.ready_timeout:.0f} s"
-
-
-class ChainLog:
-    """`coord/chain.json`: every attempt, how it ended, what the policy said."""
-
-    def __init__(self, c: Coordinator, saved: dict[str, Any] | None = None) -> None:
-        """`saved`: the chain.json a predecessor wrote (resume.py), carried on."""
-        self.c = c
-        self.resumed = saved is not None
-        self.data: dict[str, Any] = saved or {
-            "chain": c.cfg.run,
-            "status": "running",
-            "attempts": [{"attempt": 0, "run": c.cfg.run, "started_at": time.time()}],
-        }
-        if saved is None:
-            self._write()
-
-    def _write(self) -> None:
-        self.c.board.write("chain.json", self.data)
-
-    def attempt_ended(self, end: AttemptEnd, why: str, delay: float | None, kind: str) -> None:
-        """`kind`: "teardown" (the coordinator decided it) or "ended" (by itself)."""
-        last = self.data["attempts"][-1]
-        last.update(end=end.plain(), ended_at=time.time(), restart=why, delay=delay, kind=kind)
-        last["steps"] = dict(self.c.board.clock)  # the ledger's training time
-        self.data["status"] = "backoff" if delay is not None else "ended"
-        self.c.board.journal("restart" if delay is not None else "chain", None, why=why)
-        self._write()
-
-    def starting(self, k: int, run: str) -> None:
-        attempts = self.data["attempts"]
-        if attempts[-1].get("attempt") == k:  # started again after a respawn: one entry
-            attempts.pop()
-        attempts.append({"attempt": k, "run": run, "started_at": time.time()})
-        self.data["status"] = "starting"
-        self.c.board.journal("attempt", None, attempt=k, run=run)
-        self._write()
-
-    def running(self, k: int) -> None:
-        self.data["status"] = "running"
-        self._write()
-
-    def end(self, status: str, why: str) -> None:
-        self.data.update(status=status, why=why, ended_at=time.time())
-        self.data["attempts"][-1].setdefault("steps", dict(self.c.board.clock))
-        self._write()

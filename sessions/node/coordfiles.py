@@ -49,6 +49,7 @@ class BoardFiles:
     gpus_changed: bool
     nodes: dict[str, str]
     nodes_changed: bool
+    layout: tuple[str, ...]
 
     if TYPE_CHECKING:  # the peer table's (coordpeers.py): no definition here to shadow it
 
@@ -62,7 +63,7 @@ class BoardFiles:
         with self.lock:
             words, refusals, malformed = dict(self.words), dict(self.refusals), self.malformed
         nodes = {}
-        for n in self.cfg.nodes:
+        for n in self.layout:
             v, w = verdicts.get(n), words.get(n)
             nodes[n] = {
                 "state": str(v.state) if v is not None else None,

@@ -25,17 +25,21 @@ import time
 import traceback
 from typing import Any
 
-from . import daemon, frames, respawn
+from . import daemon, feedserve, frames, respawn
 from .chain import Outcome, exit_codes, run_chain
+from .chainstates import OutcomeKind
 from .coordstate import Board
 from .judging import Judge
+from .notifysend import Outbox
 from .slowness import SlowWatch
 from .teardown import kill_everywhere, teardown, user_kill
 from .watchcfg import WatchConfig, grace_of, load_for
 
-FROM_SENTINEL = frozenset({"snap", "done", "bye", "waits"})  # waits: slowness.py's
+# waits: slowness.py's; log: a node's log bytes for the app's stream (feedserve.py)
+FROM_SENTINEL = frozenset({"snap", "done", "bye", "waits", "log"})
 TICK = 0.25
 COALESCE = 0.1  # seconds: the least time between two judgements of the whole job
+KILL_POLL = 0.02  # seconds: how often the coalescing looks for the user's kill request
 
 
 class Coordinator:
@@ -43,11 +47,15 @@ class Coordinator:
         self.cfg, self.secret, self.sock, self.dir = cfg, secret, sock, run_dir
         self.board = Board(cfg, os.path.join(run_dir, "coord"))
         self.slow = SlowWatch(cfg, self.board)  # stragglers and slow nodes
+        self.feed = feedserve.Feed(self.board)  # the nodes' logs, to the app's stream
         self.wake = threading.Event()
         self.done = threading.Event()
         self.shaking = threading.BoundedSemaphore(2 * len(cfg.nodes) + 8)
         self.leaving = threading.Event()  # the chain is over: the main's sentinel may go
         self.keeper: respawn.Keeper | None = None  # keeps the main's sentinel up
+        most = cfg.restart.max if cfg.restart is not None else 0
+        self.notices = Outbox(cfg.notify, cfg.job, most, self.board)  # sent from here
+        self.slow.notices = self.notices
 
     def accept(self) -> None:
         """Connections, each handshaken on a thread of its own; at most HANDSHAKES at
@@ -72,7 +80,8 @@ class Coordinator:
                 conn.close()
 
     def secret_for(self, hello: dict[str, Any]) -> bytes | None:
-        ok = hello.get("chain") == self.cfg.run and hello.get("node") in self.cfg.nodes
+        who = hello.get("node") in self.cfg.members or feedserve.is_follower(hello)
+        ok = hello.get("chain") == self.cfg.run and who
         return self.secret if ok else None
 
     def peer(self, conn: socket.socket, addr: Any) -> None:
@@ -85,11 +94,17 @@ class Coordinator:
             return
         finally:
             self.shaking.release()
+        if feedserve.is_follower(ch.peer):  # the app's stream (node/follower.py)
+            self.feed.serve(ch)
+            return
         node = str(ch.peer.get("node"))
         peer = self.board.connected(node, ch)
+        self.feed.joined(ch)
         try:
             while True:
                 msg = ch.recv(timeout=None)
+                if self.feed.heard(node, msg):  # log bytes: nothing for the judge
+                    continue
                 if not self.slow.heard(node, msg):  # a rank's straggler sample: its own
                     self.board.heard(peer, msg)
                 self.wake.set()
@@ -115,6 +130,17 @@ class Coordinator:
         g, rid = grace_of(data.get("grace")), data.get("id")
         return (self.cfg.grace if g is None else g), (rid if isinstance(rid, str) else None)
 
+    def _coalesce(self, judged: float) -> tuple[float, str | None] | None:
+        """Waits out COALESCE since the last judgement, looking for the user's kill every
+        KILL_POLL meanwhile (a file's open a look): a `mntui kill` is taken at once, not
+        up to COALESCE later (the kill's target: 1.5 s at 64 nodes)."""
+        while True:
+            request = self.kill_requested()
+            left = judged + COALESCE - time.monotonic()
+            if request is not None or left <= 0:
+                return request
+            time.sleep(min(KILL_POLL, left))
+
     def beat(self) -> None:
         """Heartbeats to every sentinel, whatever the chain is doing (a backoff, a
         relaunch): a sentinel that hears nothing for `unreachable_after` tears down."""
@@ -129,15 +155,14 @@ class Coordinator:
             self.wake.wait(TICK)
             # frames wake the judge, at most every COALESCE: each of N sentinels sends
             # ~2 a second while training, and judging all N on each was N² work
-            time.sleep(max(0.0, judged + COALESCE - time.monotonic()))
+            request = self._coalesce(judged)
             self.wake.clear()
             now = time.monotonic()
             if judged and now - judged > max(2 * self.cfg.heartbeat, TICK + 1.0):
                 self.board.resumed(now)  # we slept, not the sentinels
             judged = now
-            request = self.kill_requested()
             if request is not None:
-                return Outcome("killed", user_kill(self.board, self.cfg, *request))
+                return Outcome(OutcomeKind.KILLED, user_kill(self.board, self.cfg, *request))
             if judge.learn(self.board.pace()):  # `stall_after: auto`, as the manager learns it
                 self.board.journal("stall-threshold", None, seconds=round(judge.stall_after, 1))
             facts, asked = self.board.facts(now)
@@ -153,12 +178,12 @@ class Coordinator:
                     self.board.journal("notify", t.node, state=str(t.state), why=t.why)
             if kills:
                 why = teardown(self.board, kills[0], self.cfg, exit_codes(facts))
-                return Outcome("teardown", why, kills[0], facts)
+                return Outcome(OutcomeKind.TEARDOWN, why, kills[0], facts)
             if self.board.complete(facts) and not may_run(verdicts):
                 # what is left is the dead panes (remain-on-exit) and any straggler
                 kill_everywhere(self.board, self.cfg, "the job ended: closing its sessions", 0.0)
                 self.board.ended(verdicts)
-                return Outcome("ended", "the job ended", None, facts, verdicts)
+                return Outcome(OutcomeKind.ENDED, "the job ended", None, facts, verdicts)
             self.board.journal_steps(now)
             self.board.publish(verdicts, now)
 
@@ -184,8 +209,20 @@ class Coordinator:
         self.leaving.set()
         respawn.goodbye(self.dir, "coord", why)  # before the stop: nobody starts us again
         self.board.send_all("stop", why="the chain ended")
-        self.done.set()
+        self.done.set()  # the accepting ends: the port is let go before the webhook's wait
+        _unlisten(self.sock)
+        self.notices.close()  # what it could not send by then: the manager's
         return why
+
+
+def _unlisten(sock: socket.socket) -> None:
+    """Stops accepting now: a shutdown wakes the accept blocked in another thread (a close
+    alone leaves the port held until that accept returns)."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
 
 
 def may_run(verdicts: dict[str, Any]) -> bool:

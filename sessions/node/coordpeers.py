@@ -32,6 +32,8 @@ class PeerTable:
     refusals: dict[str, int]
     last_refused: str | None
     poked: dict[str, float]
+    sentinel_pids: dict[str, int]  # each node's sentinel, as its last hello said
+    main: str
     _replies: dict[str, queue.Queue[dict[str, Any]]]
 
     if TYPE_CHECKING:  # the board's (coordfiles.py): no definition here to shadow it
@@ -39,13 +41,23 @@ class PeerTable:
         def journal(self, kind: str, node: str | None, **data: Any) -> None: ...
 
     def connected(self, node: str, ch: frames.Channel) -> Peer:
+        """A sentinel's hello. One with another pid than the node's last is a sentinel
+        started again: the main's keeper journals its own respawns (respawn.py); a
+        worker's guard has no journal to write, so its respawn is journaled here."""
         peer = Peer(node, ch)
+        pid = ch.peer.get("pid")
+        pid = pid if type(pid) is int and 0 < pid < 1 << 31 else None
         with self.lock:
             old = self.peers.get(node)
             self.peers[node] = peer
+            was = self.sentinel_pids.get(node)
+            if pid is not None:
+                self.sentinel_pids[node] = pid
         if old is not None:
             old.ch.close()
         self.journal("connected", node)
+        if was is not None and pid is not None and pid != was and node != self.main:
+            self.journal("respawn", node, who="sentinel", pid_was=was, pid=pid, by="guard")
         return peer
 
     def gone(self, peer: Peer, why: str) -> None:

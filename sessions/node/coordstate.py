@@ -40,6 +40,8 @@ class Board(PeerTable, BoardFiles):
         self.malformed = 0
         self.states: dict[str, tuple[str, str]] = {}
         self.poked: dict[str, float] = {}
+        self.sentinel_pids: dict[str, int] = {}
+        self.main = cfg.nodes[0]
         self.published = 0.0
         self.silence = max(2 * cfg.heartbeat, 1.0)
         self.resumed_at = 0.0  # monotonic: when this process last woke from a stop of its own
@@ -55,6 +57,7 @@ class Board(PeerTable, BoardFiles):
         self.gpus_changed = False  # since coord/gpus.json was last written
         self.nodes: dict[str, str] = {}  # each node's last snapshot, as JSON (nodewire.py)
         self.nodes_changed = False  # since coord/nodes.json was last written
+        self.layout = cfg.nodes  # the attempt's node of each rank (chain.py swaps a spare in)
 
     # -- what the sentinels say -----------------------------------------------
     def heard(self, peer: Peer, msg: dict[str, Any]) -> None:
@@ -70,8 +73,8 @@ class Board(PeerTable, BoardFiles):
             return
         now = time.monotonic()
         with self.lock:
-            if snap.run != self.run:  # of an attempt before this one
-                return
+            if snap.run != self.run or peer.node not in self.layout:
+                return  # of an attempt before this one, or of no node of it (an idle spare)
             self.words[peer.node] = Word(snap.facts, now, now - snap.age)
             self.malformed += snap.malformed_parts  # the facts stand: those parts are dropped
             if isinstance(snap.gpu, gpuwire.GpuText):
@@ -96,7 +99,7 @@ class Board(PeerTable, BoardFiles):
         asked: dict[str, float] = {}
         with self.lock:
             words = dict(self.words)
-        for node in self.cfg.nodes:
+        for node in self.layout:
             w = words.get(node)
             if w is not None and w.arrival < self.resumed_at:  # our own stop, not theirs
                 w = Word(w.facts, self.resumed_at, w.asked + (self.resumed_at - w.arrival))
@@ -118,7 +121,7 @@ class Board(PeerTable, BoardFiles):
         self.journal("resumed", None)
 
     def complete(self, facts: dict[str, Facts]) -> bool:
-        return all(n in facts for n in self.cfg.nodes)
+        return all(n in facts for n in self.layout)
 
     # -- what the judge's verdicts leave in the journal ---------------------
     def saw(self, verdicts: dict[str, Any]) -> None:
@@ -155,7 +158,7 @@ class Board(PeerTable, BoardFiles):
         map by node lives in the clock, so a respawned coordinator (resume.py) goes on
         from it rather than from nothing."""
         held = gpucount.held_of(self.clock.get("gpus_by_node"))
-        if node not in self.cfg.nodes or not gpucount.see(held, node, self.cfg.nproc(node), count):
+        if node not in self.layout or not gpucount.see(held, node, self.cfg.nproc(node), count):
             return
         self.clock.update(gpus=sum(held.values()), gpu_nodes=len(held), gpus_by_node=held)
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 ENVIRON_LIMIT = 256 * 1024
 STAT_LIMIT = 4096
 CHILDREN_LIMIT = 64 * 1024
+READ_CHUNK = 64 * 1024  # one os.read: most /proc files and environments fit in one
 MAX_PROCS = 4096  # members followed at once; more are counted in `over_limit`
 MAX_TASKS = 4096  # threads whose `children` are read per process
 NO_CHILDREN_EVERY = 4  # scan period without `children` files (2 s at 0.5 s a sample)
@@ -53,12 +54,27 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 def read_bounded(path: str, limit: int) -> bytes | None:
     """At most `limit` bytes of a file, read to its end (a /proc seq file gives a page a
     read), or None when it cannot be read: a process gone mid-read is a race, not an
-    error, and what is read is data for a strict parser, however long it was."""
+    error, and what is read is data for a strict parser, however long it was. Plain
+    os.read calls of at most READ_CHUNK: a buffered `read(limit)` allocates `limit`
+    bytes a call, and a kill's scan reads every environment on the host (256 KiB
+    each: 4x the cost of the read itself, 64 sentinels at once on the fake nodes)."""
     try:
-        with open(path, "rb") as f:
-            return f.read(limit)
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
+    try:
+        parts, got = [], 0
+        while got < limit:
+            part = os.read(fd, min(READ_CHUNK, limit - got))
+            if not part:
+                break
+            parts.append(part)
+            got += len(part)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 @dataclass(frozen=True)

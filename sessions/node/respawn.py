@@ -1,5 +1,6 @@
-"""The main node's two watchers keep each other up: its sentinel starts the coordinator
-again when that dies, the coordinator its sentinel.
+"""Each node's two watchers keep each other up: on the main, its sentinel starts the
+coordinator again when that dies, the coordinator its sentinel; on a worker, the
+sentinel and its guard (guard.py) do the same for each other.
 
 Why: both run beside the job on the main, and either may die alone (a SIGKILL, the OOM
 killer, a bug). A dead coordinator leaves every sentinel without a word; after
@@ -7,7 +8,7 @@ killer, a bug). A dead coordinator leaves every sentinel without a word; after
 sentinel leaves the main's ranks unwatched. Each is on the same node as the other, so
 it can tell a death from a dropped connection by the process itself (its pid file, then
 the pid's start time and tag in /proc: a reused pid is no watcher of ours), and start
-the other exactly as the launch did (`python3 -I -S <bundle> coord|run RUN_DIR`, with
+the other exactly as the launch did (`python3 -I -S <bundle> coord|run|guard RUN_DIR`, with
 its tag, double-forked by daemon.py); the coordinator resumes the chain from its files.
 
 A watcher that leaves of its own will (the chain ended, the user's kill, a SIGTERM of a
@@ -36,9 +37,9 @@ from .watchcfg import write_json
 MAX = 5  # respawns of one watcher ...
 WINDOW = 60.0  # ... in this many seconds, then the keeper gives up
 SPAWN_TIMEOUT = 40.0  # seconds: past daemon.daemonize's own wait for the ready word
-VERBS = {"coord": "coord", "sentinel": "run"}
-PID_FILES = {"coord": "coord.pid", "sentinel": "sentinel.pid"}
-NAMES = {"coord": "coordinator", "sentinel": "sentinel"}
+VERBS = {"coord": "coord", "sentinel": "run", "guard": "guard"}
+PID_FILES = {"coord": "coord.pid", "sentinel": "sentinel.pid", "guard": "guard.pid"}
+NAMES = {"coord": "coordinator", "sentinel": "sentinel", "guard": "guard"}
 
 
 def bundle_argv() -> list[str] | None:

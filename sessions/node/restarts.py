@@ -103,6 +103,15 @@ def counted_failures(policy: Policy, history: Sequence[AttemptEnd]) -> int:
     return count
 
 
+def repeat_culprit(history: Sequence[AttemptEnd]) -> str | None:
+    """The node that caused the last two teardowns, if one did both: it is swapped for
+    a spare (here by the supervisor, on the cluster by the coordinator, node/placing.py)."""
+    if len(history) < 2:
+        return None
+    a, b = history[-2].culprit, history[-1].culprit
+    return a if a is not None and a == b else None
+
+
 def decide(policy: Policy, history: Sequence[AttemptEnd]) -> Decision:
     if not history:
         return Decision(False, "nothing has ended")

@@ -26,10 +26,9 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
+from .chainstates import TERMINAL, ChainStatus, status_of
 from .coordstate import Board
 from .restarts import AttemptEnd, ends_from
-
-TERMINAL = frozenset({"killed", "ended", "gave-up", "failed-restart"})
 
 
 class Phase(str, Enum):
@@ -58,7 +57,7 @@ class Point:
     record: dict[str, Any] | None = None  # DECIDE: attempt k's decision
     left: float = 0.0  # BACKOFF: seconds of it still to wait
     why: str = ""  # OVER: how the chain ended
-    end: str | None = None  # OVER: the chain's status still to write (None: written)
+    end: ChainStatus | None = None  # OVER: the chain's status still to write (None: written)
 
 
 def load(out_dir: str, name: str) -> dict[str, Any] | None:
@@ -94,21 +93,21 @@ def point(chain: dict[str, Any], decision: dict[str, Any] | None, now: float) ->
         return None  # an end this version cannot read: restarts used would be miscounted
     started = _number(last.get("started_at")) or now
     at = Point(WATCH, k, run, history, started)
-    status = chain.get("status")
+    status = status_of(chain.get("status"))
     mine = decision if decision is not None and decision.get("run") == run else None
     if status in TERMINAL:
         why = chain.get("why") or last.get("restart") or status
         return replace(at, phase=OVER, why=str(why)[:300])
-    if status == "backoff":
+    if status is ChainStatus.BACKOFF:
         end_at, delay = _number(last.get("ended_at")), _number(last.get("delay"))
         left = max(0.0, (end_at or now) + (delay or 0.0) - now)
         return replace(at, phase=BACKOFF, left=left)
-    if status == "starting":
+    if status is ChainStatus.STARTING:
         if mine is not None:  # its start failed, and what did start was stopped
             why = str(mine.get("why") or f"attempt {k} did not start")[:300]
-            return replace(at, phase=OVER, why=why, end="failed-restart")
+            return replace(at, phase=OVER, why=why, end=ChainStatus.FAILED_RESTART)
         return replace(at, phase=START)
-    if status == "running":
+    if status is ChainStatus.RUNNING:
         return replace(at, phase=DECIDE, record=mine) if mine is not None else at
     return None
 

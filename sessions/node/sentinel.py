@@ -35,6 +35,11 @@ from .watchcfg import WatchConfig, load_for, write_json
 LOST_STACKS = 1.5
 
 
+# An idle spare's facts: no /proc walk, no tmux call a sample for a node that runs
+# nothing of the job (the coordinator ignores them: the spare is in no attempt's layout).
+IDLE = Facts(True, None, (), None, None, False, False, None, None)
+
+
 class Sentinel(Link):
     def __init__(self, cfg: WatchConfig, secret: bytes, run_dir: str) -> None:
         self.cfg, self.secret, self.dir = cfg, secret, run_dir
@@ -49,8 +54,9 @@ class Sentinel(Link):
         self.heard = time.monotonic()  # the coordinator's last word (or our start)
         self.channel: frames.Channel | None = None
         self.killed = False
+        self.killing = threading.Event()  # a kill under way: no samples meanwhile
         self.wanted: float | None = None  # the coordinator asked for a sample taken after this
-        self.keeper: respawn.Keeper | None = None  # the main's: keeps the coordinator up
+        self.keeper: respawn.Keeper | None = None  # keeps the coordinator (main) or guard up
         self.gpus = gpus.Reader()  # the node's GPUs, on a thread of their own (gpus.py)
         self.snapshot = nodesnap.Builder()  # the node as a poll sees it, for `status`
 
@@ -58,6 +64,8 @@ class Sentinel(Link):
     def sample(self) -> tuple[Attempt, Facts]:
         with self.lock:  # a restart may swap the attempt under us
             att = self.att
+        if att.number == 0 and self.cfg.node in self.cfg.spares:
+            return att, IDLE  # nothing of the job here until the coordinator swaps it in
         facts = att.sample(self.cfg.session)
         self.steps = att.log.steps()
         return att, facts
@@ -73,6 +81,12 @@ class Sentinel(Link):
                 # ours, not the coordinator's; give it a heartbeat's time to speak
                 self.heard = max(self.heard, now - cfg.heartbeat)
             woke = now
+            if self.killing.is_set():  # no sample: its /proc reads and the kill's would
+                if self.keeper is not None:  # compete for a CPU (64 sentinels on one host)
+                    self.keeper.check()
+                self.poke.wait(cfg.interval)
+                self.poke.clear()
+                continue
             att, facts = self.sample()
             with self.lock:
                 if att is not self.att:  # a sample of the attempt before a restart
@@ -139,6 +153,7 @@ class Sentinel(Link):
     def _kill(self, why: str, grace: float | None) -> dict[str, Any]:
         print(f"sentinel: killing this node's ranks: {why}", flush=True)
         self.killed = True
+        self.killing.set()
         try:
             with self.lock:
                 entry, known = self.att.entry, self.att.follower.members
@@ -153,6 +168,8 @@ class Sentinel(Link):
         except Exception as exc:  # said to the coordinator, never a silent sentinel
             traceback.print_exc()
             return {"error": f"the kill failed on the node: {type(exc).__name__}: {exc}"[:300]}
+        finally:
+            self.killing.clear()
         return res.as_dict()
 
     def resume(self) -> str:
@@ -195,6 +212,8 @@ def main(argv: list[str]) -> int:
     if cfg.is_main:
         keeper = respawn.Keeper(run_dir, cfg.node, cfg.tag, "coord", bundle, s.coordinator_started)
         s.keeper = keeper
+    else:
+        s.keeper = respawn.Keeper(run_dir, cfg.node, cfg.tag, "guard", bundle)  # guard.py
     signal.signal(signal.SIGTERM, lambda *_: _leave(run_dir, "SIGTERM (a kill by tag)"))
     threading.Thread(target=s.link, daemon=True).start()
     spysample.start(s)  # the straggler's samples, every sample_every, on their own thread
@@ -204,7 +223,7 @@ def main(argv: list[str]) -> int:
     s.stopping.set()
     respawn.goodbye(run_dir, "sentinel", why)  # not started again by the coordinator
     print(f"sentinel: exits: {why}", flush=True)
-    return 0
+    return daemon.leave()  # a kill under way ends first; no interpreter teardown
 
 
 def _leave(run_dir: str, why: str) -> None:

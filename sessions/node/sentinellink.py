@@ -18,12 +18,12 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any
 
-from . import attempt, frames, gpus, nodesnap, respawn, stackcap
+from . import attempt, frames, gpus, logship, nodesnap, respawn, stackcap
 from .attempt import Attempt
 from .facts import Facts
 from .watchcfg import WatchConfig, grace_of, write_json
 
-COMMANDS = frozenset({"hb", "sample", "kill", "start", "stop"})
+COMMANDS = frozenset({"hb", "sample", "kill", "start", "stop", "follow"})  # follow: logship.py
 RECV_WAIT = 0.1  # how soon a new sample goes out after it was taken
 # Retries a second at most: a coordinator started again is back within about one
 # (respawn.py), and each node must hear it again well within unreachable_after.
@@ -70,7 +70,7 @@ class Link:
             except Exception:  # a bug in the link must not cut us off for good
                 traceback.print_exc()
             self.channel = None
-            if self.keeper is not None:
+            if self.cfg.is_main:
                 self.poke.set()  # a dropped link: is the coordinator's process gone?
             self.stopping.wait(backoff)
             backoff = min(RECONNECT_MAX, backoff * 2)
@@ -94,6 +94,7 @@ class Link:
         hb = self.cfg.heartbeat
         outbox = gpus.Outbox(self.gpus)  # a GPU reading goes with a snap when it changed
         nodes = nodesnap.Outbox(self.snapshot)  # and the node's snapshot, as often
+        ship = logship.Shipper()  # the log's new bytes, while someone follows the run
         while not self.stopping.is_set():
             with self.lock:
                 facts, at, run = self.facts, self.sampled_at, self.att.run
@@ -109,11 +110,15 @@ class Link:
                 sent_facts, sent_at = facts, now
                 if wanted:
                     self.wanted = None
+            ship.ship(ch, self.att.log.path, run)
             try:
                 msg = ch.recv(timeout=RECV_WAIT)
             except socket.timeout:
                 continue
             self.heard = time.monotonic()
+            if msg["k"] == "follow":
+                ship.follow(ch, msg)
+                continue
             self.obey(ch, msg)
 
     def obey(self, ch: frames.Channel, msg: dict[str, Any]) -> None:
@@ -125,25 +130,26 @@ class Link:
             why = str(msg.get("why", ""))[:200]
             g = grace_of(msg.get("grace"))
             grace = self.cfg.grace if g is None else g
-            stacks = stackcap.ask_of(msg.get("stacks"), self.cfg.nodes, self.cfg.capture_budget)
+            stacks = stackcap.ask_of(msg.get("stacks"), self.cfg.members, self.cfg.capture_budget)
             args = (ch, msg.get("id"), why, grace, stacks)
             threading.Thread(target=self._kill_and_report, args=args).start()
         elif kind == "start":
             k = msg.get("attempt")
             if type(k) is int and 1 <= k <= self.cfg.attempts:
-                threading.Thread(target=self._start, args=(ch, msg.get("id"), k)).start()
+                rank = msg.get("rank")  # a spare's: the rank it takes (spareattempt.py)
+                threading.Thread(target=self._start, args=(ch, msg.get("id"), k, rank)).start()
         elif kind == "stop":
             self.stopping.set()
             self.poke.set()
 
-    def _start(self, ch: frames.Channel, seq: object, k: int) -> None:
+    def _start(self, ch: frames.Channel, seq: object, k: int, rank: object = None) -> None:
         """Attempt `k`, as the coordinator asks (its restart): started from the script the
         launch left, then followed instead of the attempt before."""
         with self.ops:
             if self._started_before(ch, seq, k):
                 return
             try:
-                att = attempt.start(self.dir, k, self.cfg)
+                att = attempt.start(self.dir, k, self.cfg, rank)
             except (OSError, ValueError, RuntimeError, subprocess.SubprocessError) as exc:
                 print(f"sentinel: attempt {k}: {exc}", flush=True)
                 self._send(ch, "done", re=seq, ok=False, error=str(exc)[:300])

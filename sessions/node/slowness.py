@@ -32,6 +32,7 @@ from .straggle import Sample, Suspect, Tally, finding_json, name_suspect
 
 if TYPE_CHECKING:
     from .coordstate import Board
+    from .notifysend import Outbox
     from .watchcfg import WatchConfig
 
 FILE = "straggler.json"  # in the coordinator's dir (coord/), read by the manager's board
@@ -39,6 +40,8 @@ KILL_ALL = "kill_all"
 
 
 class SlowWatch:
+    notices: Outbox | None = None  # the coordinator's: a slow node is notified (notifysend.py)
+
     def __init__(self, cfg: WatchConfig, board: Board) -> None:
         self.cfg, self.board = cfg, board
         self.lock = threading.Lock()  # `heard` on the peers' threads, `judge` on the loop's
@@ -122,6 +125,8 @@ class SlowWatch:
         self.told.add(found.rank)
         self.board.journal("straggler", found.node, rank=found.rank, line=found.line,
                            action=self.cfg.on_slow)  # fmt: skip
+        if self.notices is not None:
+            self.notices.slow(f"straggler: {found.line}")
         return found
 
     def _rates(self, now: float) -> None:
@@ -138,3 +143,5 @@ class SlowWatch:
                 f"{cfg.slow_after:g}s ({rate or 0.0:.2f} steps/s, the median {median:.2f})"
             )
             self.board.journal("slow", node, line=line)
+            if self.notices is not None:
+                self.notices.slow(line)

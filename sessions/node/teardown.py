@@ -93,9 +93,9 @@ def stop(board: Board, cfg: WatchConfig, head: dict[str, Any], grace: float) -> 
     record["kill"] = kill_everywhere(board, cfg, str(head.get("why")), grace)
     record["ended_at"] = time.time()
     board.write("decision.json", record)
-    board.keep_decision(record)
-    if isinstance(head.get("request"), str):
+    if isinstance(head.get("request"), str):  # the user's `mntui kill` waits on this
         board.answered(head["request"])
+    board.keep_decision(record)  # the attempt's copy: nobody waits on it
 
 
 def stacks_first(t: NodeTrigger, cfg: WatchConfig, decided_at: float) -> dict[str, Any] | None:
@@ -145,7 +145,7 @@ def kill_everywhere(
         results[node] = res if isinstance(res, dict) else {"error": "a malformed kill report"}
     if local is not None:
         local.join(grace + slack)
-    for node in cfg.nodes:
+    for node in board.layout:
         results.setdefault(node, {"error": "no sentinel connected: its ranks may still run"})
     return results
 

@@ -14,10 +14,12 @@ import os
 import re
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from .judging import Rules
+from .notifytext import NotifyRules, rules_json, rules_of
+from .placing import QuarantineRule
 from .restarts import RestartRules
 from .runid import RUN_ID
 
@@ -26,6 +28,7 @@ SECRET = "secret"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _TAG = re.compile(r"[A-Za-z0-9._-]{1,128}/[A-Za-z0-9._-]{1,64}/[A-Za-z0-9._-]{1,128}")
 NONCE = re.compile(r"[0-9a-f]{8,64}\Z")
+RANK_TOKEN = re.compile(r"@@MNTUI_RANK_[0-9a-f]{16}@@\Z")
 
 
 class BadWatchFile(ValueError):
@@ -60,14 +63,29 @@ class WatchConfig:
     slow_fraction: float = 0.5  # a node below this x the median step rate ...
     slow_after: float = 120.0  # ... for this long is slow (told, never a kill)
     nprocs: tuple[int, ...] = ()  # each node's processes, as `nodes` (the GPU count's bound)
+    # the spares the coordinator may swap in for a worker (placing.py), and theirs
+    spares: tuple[str, ...] = ()
+    spare_nprocs: tuple[int, ...] = ()
+    # on a spare's own file: what its attempts' scripts carry in place of the rank they
+    # take (spareattempt.py puts the rank the coordinator gave there); None on a node
+    rank_token: str | None = None
+    quarantine: QuarantineRule | None = None  # restart.quarantine_after (None: off)
+    notify: NotifyRules | None = None  # the main's: the coordinator's notices (notifysend.py)
 
     @property
     def is_main(self) -> bool:
         return self.node == self.nodes[0]
 
+    @property
+    def members(self) -> tuple[str, ...]:
+        """Every node that may run a part of the chain: its nodes, then its spares."""
+        return self.nodes + self.spares
+
     def nproc(self, node: str) -> int | None:
         """`node`'s processes (None: a watch file without them): at most one GPU each."""
-        by = dict(zip(self.nodes, self.nprocs))
+        # two maps: one zip over both would pair the spares' counts with the run's nodes
+        # when the file has `spare_nprocs` and not `nprocs`
+        by = {**dict(zip(self.nodes, self.nprocs)), **dict(zip(self.spares, self.spare_nprocs))}
         return by.get(node)
 
     @property
@@ -181,6 +199,26 @@ def _nprocs(v: object, n: int) -> tuple[int, ...]:
     return tuple(v)
 
 
+def _spares(d: dict[str, Any]) -> dict[str, Any]:
+    """The chain's spares and quarantine rule (placing.py): absent from a file without."""
+    names, token, q = d.get("spares") or [], d.get("rank_token"), d.get("quarantine")
+    if not isinstance(names, list) or not all(
+        isinstance(n, str) and _NAME.fullmatch(n) for n in names
+    ):
+        raise BadWatchFile(f"{FILE}: spares must be a list of node names")
+    if token is not None and not (isinstance(token, str) and RANK_TOKEN.match(token)):
+        raise BadWatchFile(f"{FILE}: rank_token is not one of ours")
+    rule = None
+    if q is not None:
+        if not isinstance(q, dict):
+            raise BadWatchFile(f"{FILE}: quarantine must be an object")
+        rule = QuarantineRule(
+            _get(q, "count", int), _get(q, "within", float), _get(q, "hold", float)
+        )
+    return {"spares": tuple(names), "spare_nprocs": _nprocs(d.get("spare_nprocs"), len(names)),
+            "rank_token": token, "quarantine": rule}  # fmt: skip
+
+
 def parse(d: object) -> WatchConfig:
     if not isinstance(d, dict) or d.get("v") != 1:
         raise BadWatchFile(f"{FILE}: not a version 1 watch file")
@@ -217,10 +255,14 @@ def parse(d: object) -> WatchConfig:
         **_stacks(d),
         **_slow(d),
         nprocs=_nprocs(d.get("nprocs"), len(nodes)),
+        **_spares(d),
+        notify=rules_of(d.get("notify"), BadWatchFile),
     )
     tag_ok = _TAG.fullmatch(cfg.tag) and cfg.tag == f"{cfg.job}/{cfg.run}/{cfg.node}"
-    if cfg.node not in cfg.nodes or not tag_ok or not RUN_ID.fullmatch(cfg.run):
+    if cfg.node not in cfg.members or not tag_ok or not RUN_ID.fullmatch(cfg.run):
         raise BadWatchFile(f"{FILE}: node, run or tag not of this run")
+    if set(cfg.spares) & set(cfg.nodes) or (cfg.node in cfg.spares) != bool(cfg.rank_token):
+        raise BadWatchFile(f"{FILE}: a spare is a node of the run, or has no rank to take")
     if not 0 < cfg.coord_port < 65536 or not 0.05 <= cfg.interval <= 60:
         raise BadWatchFile(f"{FILE}: coord_port or interval out of range")
     return cfg
@@ -266,7 +308,7 @@ def load(run_dir: str) -> tuple[WatchConfig, bytes]:
 
 def to_json(cfg: WatchConfig) -> str:
     """The watch file's text (the manager writes it; `parse` reads it back)."""
-    r = cfg.rules
+    r, q = cfg.rules, cfg.quarantine
     return json.dumps(
         {
             "v": 1,
@@ -302,6 +344,11 @@ def to_json(cfg: WatchConfig) -> str:
             "slow_fraction": cfg.slow_fraction,
             "slow_after": cfg.slow_after,
             "nprocs": list(cfg.nprocs) or None,
+            "spares": list(cfg.spares),
+            "spare_nprocs": list(cfg.spare_nprocs) or None,
+            "rank_token": cfg.rank_token,
+            "quarantine": None if q is None else asdict(q),
+            "notify": rules_json(cfg.notify),
         },
         sort_keys=True,
     )

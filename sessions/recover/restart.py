@@ -16,7 +16,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from mntui.sessions.config import JobConfig, NodeSpec
-from mntui.sessions.node.restarts import AttemptEnd, Decision, counted_failures, decide, ends_from
+from mntui.sessions.node.restarts import (
+    AttemptEnd,
+    Decision,
+    counted_failures,
+    decide,
+    ends_from,
+    repeat_culprit,
+)
 
 __all__ = [
     "AttemptEnd",
@@ -27,14 +34,6 @@ __all__ = [
     "repeat_culprit",
     "swap_in_spare",
 ]
-
-
-def repeat_culprit(history: Sequence[AttemptEnd]) -> str | None:
-    """The node that caused the last two teardowns, if one did both."""
-    if len(history) < 2:
-        return None
-    a, b = history[-2].culprit, history[-1].culprit
-    return a if a is not None and a == b else None
 
 
 def swap_in_spare(

@@ -32,7 +32,7 @@ from mntui.sessions.launch import (
     run_config,
     stop_job,
 )
-from mntui.sessions.notify import Notice, NotifyEvent
+from mntui.sessions.notify import Notice, NotifyEvent, gave_up_summary, restart_summary
 from mntui.sessions.poll import NodeState
 from mntui.sessions.results import NodeError
 from mntui.sessions.runs import RunRecord, RunStatus
@@ -171,7 +171,9 @@ class Supervisor:
             text = f"attempt {n}/{cfg.restart.max} in {decision.delay:g}s ({decision.why})"
             text += f"; {swapped}" if swapped else ""
             self._say(text)
-            self._tell(NotifyEvent.RESTART, f"{text}; last: {history[-1].cause}")
+            last = history[-1].cause
+            told = restart_summary(n, cfg.restart.max, decision.delay, decision.why, last, swapped)
+            self._tell(NotifyEvent.RESTART, told)
             if not wait_backoff(record, decision.delay):
                 self._say("restart cancelled: the run was killed during the backoff")
                 return None
@@ -228,9 +230,8 @@ class Supervisor:
             self._say(f"gave up: {decision.why}; last: {history[-1].cause}")
             line = chain_line(record.job, record.chain)
             self._say(line[2:])
-            self._tell(
-                NotifyEvent.GAVE_UP, f"gave up: {decision.why}; last: {history[-1].cause}{line}"
-            )
+            told = gave_up_summary(decision.why, history[-1].cause, line)
+            self._tell(NotifyEvent.GAVE_UP, told)
         elif self.chain.cfg.restart.max > 0:
             self._say(f"no restart: {decision.why}{chain_line(record.job, record.chain)}")
 

@@ -9,6 +9,7 @@ host and the way out (a changed key, the auth methods the server offers).
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shlex
@@ -21,6 +22,8 @@ from mntui.sessions.results import NodeError
 from . import hostkeys
 from .sshresolve import SshSettings, resolve
 
+_QUIET = logging.NullHandler()  # added once: a logger keeps one of each handler object
+
 
 def _where(s: SshSettings) -> str:
     return f"{s.user}@{s.hostname}:{s.port}" + (f" via {s.proxy_jump}" if s.proxy_jump else "")
@@ -32,6 +35,10 @@ def _connection(s: SshSettings, policy: SshPolicy, gateway: object | None, passw
     import fabric
     import paramiko
 
+    # paramiko's transport thread logs a failed handshake with its traceback; with no
+    # handler, Python prints that on stderr. The failure reaches us as an exception too,
+    # and is said in one line naming the host: the log is noise on a user's terminal.
+    logging.getLogger("paramiko").addHandler(_QUIET)
     sock = {"sock": gateway} if isinstance(gateway, paramiko.ProxyCommand) else {}
     keys = [f for f in s.identity_files if os.path.exists(f)]
     timeout = policy.connect_timeout

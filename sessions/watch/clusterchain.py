@@ -7,7 +7,10 @@ manager reads `coord/chain.json`. Each attempt the coordinator started gets the 
 the supervisor would have written (its run id chosen at launch, its chain, its number,
 the earlier attempts' ends), and each attempt's end moves its record as the supervisor
 moves it (`restarting`, then `torn-down`, `failed`, `finished` or `gave-up`). A record
-already ended here (a user's kill) keeps its ending.
+already ended here (a user's kill) keeps its ending. An attempt's record has the nodes
+the chain says it ran on (a spare swapped in takes its rank, reached at the host the
+first record noted for it), and a node the chain quarantined is quarantined here too
+(sparesync.py).
 """
 
 from __future__ import annotations
@@ -17,13 +20,16 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from mntui.sessions.launch.board import BoardView
+from mntui.sessions.launch.board import SWAP_NOTE, BoardView
+from mntui.sessions.node.chainstates import ChainStatus, OutcomeKind, status_of
 from mntui.sessions.runs import RunRecord, RunStatus, load_run
 from mntui.sessions.termsafe import one_line
 
-FINAL = {"finished": RunStatus.FINISHED, "gave-up": RunStatus.GAVE_UP, "killed": RunStatus.KILLED}
+from .sparesync import attempt_nodes, sync_quarantines
+
+FINAL = {ChainStatus.GAVE_UP: RunStatus.GAVE_UP, ChainStatus.KILLED: RunStatus.KILLED}
 # the chain's end for its last attempt when that one has no end of its own
-NO_END = {"killed": RunStatus.KILLED, "failed-restart": RunStatus.ABORTED}
+NO_END = {ChainStatus.KILLED: RunStatus.KILLED, ChainStatus.FAILED_RESTART: RunStatus.ABORTED}
 
 
 def _entries(chain: dict[str, Any]) -> list[dict[str, Any]]:
@@ -42,18 +48,19 @@ def sync_chain(record: RunRecord, view: BoardView | None) -> RunRecord:
     first = load_run(record.job, str(chain.get("chain"))) if chain else None
     if chain is None or first is None or first.watch_port is None:
         return record
-    status = str(chain.get("status"))
+    status = status_of(chain.get("status"))
+    sync_quarantines(first, chain)
     entries = _entries(chain)
     ends: list[dict[str, Any]] = []
     latest = first
     for i, e in enumerate(entries):
-        if _stopped(latest) and e["attempt"] > latest.attempt:
+        if _stopped(latest) and first.attempt + e["attempt"] > latest.attempt:
             break  # the user's kill ended the chain here: no attempt of it is live after
         rec = _record_of(first, e, ends)
         if rec is None:
             continue
         last = i == len(entries) - 1
-        _move(rec, e, status if last else "restarted")
+        _move(rec, e, status if last else None, restarted=not last)
         now = (view.status or {}).get("steps") if last and view is not None else None
         steps = e.get("steps") or now
         if isinstance(steps, dict) and steps:
@@ -78,12 +85,13 @@ def _record_of(first: RunRecord, e: dict[str, Any], ends: list[dict[str, Any]]) 
         replace(n, tag=n.tag.replace(f"/{first.run_id}/", f"/{run}/"),
                 run_dir=n.run_dir.replace(f"/{first.run_id}/", f"/{run}/"),
                 started_at=started if isinstance(started, (int, float)) else None)
-        for n in first.nodes
+        for n in attempt_nodes(first, e.get("nodes"))
     ]  # fmt: skip
+    swap = [h for h in first.history if h.get("what") == SWAP_NOTE]  # a main put in from here
     rec = RunRecord(
         first.job, run, first.config, first.master_addr, first.master_port, nodes,
-        status=RunStatus.RUNNING, chain=first.run_id, attempt=k, attempts=list(ends),
-        watch_port=first.watch_port,
+        status=RunStatus.RUNNING, chain=first.chain or first.run_id, attempt=first.attempt + k,
+        attempts=[*first.attempts, *ends], watch_port=first.watch_port, history=list(swap),
     )  # fmt: skip
     if isinstance(started, (int, float)):
         rec.created_at = rec.finished_launch_at = float(started)
@@ -97,17 +105,23 @@ def _stopped(r: RunRecord) -> bool:
     return r.stopped_by_user or r.status in (RunStatus.KILLED, RunStatus.KILLING)
 
 
-def _move(rec: RunRecord, e: dict[str, Any], chain_status: str) -> None:
-    """An attempt's end, as the chain says it; a record already ended keeps its end."""
+def _move(
+    rec: RunRecord, e: dict[str, Any], chain_status: ChainStatus | None, restarted: bool = False
+) -> None:
+    """An attempt's end, as the chain says it (`chain_status`: the chain's, for its last
+    attempt; `restarted`: an attempt a later one followed); a record already ended keeps
+    its end."""
     end = e.get("end")
     if not isinstance(end, dict):
-        if chain_status in NO_END:  # the chain ended on this attempt before it ran or ended
+        if (
+            chain_status is not None and chain_status in NO_END
+        ):  # the chain ended on this attempt before it ran or ended
             _mark(rec, NO_END[chain_status], None, one_line(str(e.get("why") or ""))[:200])
         return
     cause = one_line(str(end.get("cause") or ""))[:300] or None
-    if chain_status == "restarted" or e.get("delay") is not None:
+    if restarted or e.get("delay") is not None:
         status = RunStatus.RESTARTING
-    elif chain_status in FINAL:
+    elif chain_status is not None and chain_status in FINAL:
         status = FINAL[chain_status]
     elif end.get("state") == "finished":
         status = RunStatus.FINISHED
@@ -119,7 +133,7 @@ def _move(rec: RunRecord, e: dict[str, Any], chain_status: str) -> None:
             return
         r.status = status
         r.cause = cause if status is not RunStatus.FINISHED else r.cause
-        if e.get("kind") == "teardown" and isinstance(end.get("culprit"), str):
+        if e.get("kind") == OutcomeKind.TEARDOWN and isinstance(end.get("culprit"), str):
             at = e.get("ended_at") if isinstance(e.get("ended_at"), (int, float)) else None
             state = str(end.get("state"))
             r.note("watchdog-teardown", by="coordinator", node=end["culprit"], state=state,

@@ -23,6 +23,8 @@ from mntui.sessions.runs import RunRecord, RunStatus
 from mntui.sessions.termsafe import one_line
 
 from .clusterchain import sync_chain
+from .clusternotify import send_missed
+from .standbyhint import standby_hint
 
 
 def _hms(t: object) -> str:
@@ -40,7 +42,8 @@ def watch_line(record: RunRecord, view: BoardView | None) -> str:
     main = record.nodes[0].node if record.nodes else "?"
     where = f"{main}:{record.watch_port}"
     if view is None:
-        return f"watch: the cluster (coordinator on {where}); the main did not answer"
+        hint = standby_hint(record)  # standbyhint.py: what to do, the coordinator gone
+        return f"watch: the cluster (coordinator on {where}); the main did not answer{hint}"
     nodes = (view.status or {}).get("nodes")
     total = len(nodes) if isinstance(nodes, dict) else len(record.nodes)
     if view.alive and not view.fresh and not coordinator_done(view):
@@ -80,12 +83,15 @@ def chain_lines(view: BoardView | None) -> list[str]:
         end = e.get("end") if isinstance(e, dict) else None
         if not isinstance(end, dict):
             continue
-        then = f", then {_text(e.get('restart'), 80)}" if e.get("restart") else ""
+        then = f", then {_text(e.get('restart'), 240)}" if e.get("restart") else ""
         delay = e.get("delay")
         after = f" after {delay:g} s" if isinstance(delay, (int, float)) and then else ""
+        swapped = e.get("swapped")  # a spare swapped in for the next attempt (node/swaps.py)
+        swapped = swapped[:4] if isinstance(swapped, list) else []
+        moved = "".join(f"; {_text(x, 120)}" for x in swapped)
         out.append(
             f"attempt {_text(e.get('attempt'), 8)} ({_text(e.get('run'), 40)}) ended at "
-            f"{_hms(e.get('ended_at'))}: {_text(end.get('cause'))}{then}{after}"
+            f"{_hms(e.get('ended_at'))}: {_text(end.get('cause'))}{then}{after}{moved}"
         )
     return out
 
@@ -130,7 +136,7 @@ def _kill_text(res: Any) -> str:
 
 CONTACT = "contact.json"  # in the run's local dir: when this machine last looked, and the step
 EVENTS = {"decision", "kill", "ended", "refused", "disconnected", "straggler", "slow", "respawn",
-          "respawn-gave-up"}  # fmt: skip
+          "respawn-gave-up", "notified"}  # fmt: skip
 
 
 def _step_now(view: BoardView) -> int | None:
@@ -204,10 +210,13 @@ def _event(e: dict[str, Any]) -> str:
         return f"straggler: {_text(data.get('line'))} (on_slow: {action})"
     if kind == "slow":
         return _text(data.get("line"))
-    if kind == "respawn":  # node/respawn.py: the main's watchers keep each other up
+    if kind == "respawn":  # node/respawn.py: each node's two watchers keep each other up
         return f"{node}'s {_text(data.get('who'), 20)} died and was started again"
     if kind == "respawn-gave-up":
         return f"{node}'s {_text(data.get('who'), 20)} stays down: {_text(data.get('why'))}"
+    if kind == "notified":  # node/notifysend.py: the webhook's fate, posted from the main
+        state, why = _text(data.get("webhook"), 20), data.get("why")
+        return f"the webhook notification: {state}" + (f" ({_text(why, 120)})" if why else "")
     if kind == "refused":
         reason, peer = _text(data.get("reason"), 40), _text(data.get("peer"), 64)
         return f"refused a connection ({reason}, from {peer})"
@@ -217,12 +226,13 @@ def _event(e: dict[str, Any]) -> str:
 def adopt(record: RunRecord, view: BoardView | None) -> RunRecord:
     """Writes what the coordinator did into this machine's records: its attempts and
     their ends (chain.json), or, from a board without one, its ending; returns the
-    chain's latest record."""
+    chain's latest record; then sends, once, the notices the coordinator could not."""
     if view is not None and view.chain:
         record = sync_chain(record, view)
     else:
         _adopt_decision(record, view)
     _adopt_finding(record, view)
+    send_missed(record, view)
     return record
 
 

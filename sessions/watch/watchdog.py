@@ -27,7 +27,14 @@ from mntui.sessions.events import Event, Phase
 from mntui.sessions.history import chain_line, note_steps
 from mntui.sessions.launch import kill_job
 from mntui.sessions.node.gpucount import listed
-from mntui.sessions.notify import Notice, Notifier, NotifyEvent
+from mntui.sessions.notify import (
+    Notice,
+    Notifier,
+    NotifyEvent,
+    failed_summary,
+    finished_summary,
+    teardown_summary,
+)
 from mntui.sessions.poll import NodeSnapshot, NodeState, Poller, Verdict, may_still_run
 from mntui.sessions.report import (
     Ending,
@@ -268,11 +275,11 @@ class Watchdog:
         self.close_sessions()
         self.on_event(Event(None, None, Phase.KILLED, text + "; watchdog exits"))
         if failed and not killed:
-            summary = (built.headline if built else text) + self.last_word()
+            summary = failed_summary(built.headline if built else text, self.last_word())
             self.tell(NotifyEvent.FAILED, summary, built is not None)
         elif status is RunStatus.FINISHED:
             line = chain_line(self.record.job, self.record.chain)
-            self.tell(NotifyEvent.FINISHED, f"{self.record.job} finished{line}")
+            self.tell(NotifyEvent.FINISHED, finished_summary(self.record.job, line))
         return WatchEnd(WatchOutcome.FAILED if failed else WatchOutcome.FINISHED, report=built)
 
     def close_sessions(self) -> None:
@@ -312,8 +319,9 @@ class Watchdog:
             verdicts, fatal = self.step()
             if fatal is not None:
                 done = self.teardown(fatal)
-                summary = done.report.headline if done.report else f"{fatal.node} {fatal.why}"
-                self.tell(NotifyEvent.TEARDOWN, summary + self.last_word(), done.report is not None)
+                headline = done.report.headline if done.report else None
+                summary = teardown_summary(fatal.node, fatal.why, headline, self.last_word())
+                self.tell(NotifyEvent.TEARDOWN, summary, done.report is not None)
                 return WatchEnd(WatchOutcome.TORN_DOWN, fatal, done, done.report)
             idle = 0 if may_still_run(v.state for v in verdicts.values()) else idle + 1
             if idle >= 2:

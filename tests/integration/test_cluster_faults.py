@@ -213,20 +213,25 @@ def test_a_workers_tmux_server_killed_under_a_main_that_does_not_notice(
             nothing_left(fake, job, (port, wport))
 
 
-def test_a_workers_sentinel_killed_the_coordinator_tears_down_on_its_silence(
+def test_a_workers_watch_killed_the_coordinator_tears_down_on_its_silence(
     fake: FakeCluster, cfg: Cfg
 ) -> None:
-    """A sentinel gone is a node the coordinator cannot see: unreachable after
-    `unreachable_after`, the job is torn down, and the decision says node1's ranks
-    could not be killed from the cluster; `mntui kill` leaves nothing."""
+    """A node's watch gone (its sentinel and the guard that would start it again) is a
+    node the coordinator cannot see: unreachable after `unreachable_after`, the job is
+    torn down, and the decision says node1's ranks could not be killed from the
+    cluster; `mntui kill` leaves nothing. (The sentinel alone killed is started again:
+    test_cluster_respawn.py.)"""
     job = "cf-sentkill"
     path, port, wport = cluster_job(cfg, job)
     with told_on_failure(fake, job):
         launched(cfg, path, job, fake)
-        sentinel = watchers(job, "sentinel", "node1")
-        assert len(sentinel) == 1, sentinel
+        both = watchers(job, "sentinel", "node1") + watchers(job, "guard", "node1")
+        assert len(both) == 2, both
+        for pid in both:  # stopped first: neither can start the other again meanwhile
+            os.kill(pid, signal.SIGSTOP)
         t0 = time.monotonic()
-        os.kill(sentinel[0], signal.SIGKILL)
+        for pid in both:
+            os.kill(pid, signal.SIGKILL)
         d = wait_for(lambda: decision(fake, job), 40, what="the coordinator's decision.json")
         decided = time.monotonic() - t0
         wait_for(lambda: ranks_down(job, "node0"), 30, what="the main's ranks torn down")

@@ -42,15 +42,14 @@ def first_dir(fake: FakeCluster, job: str, node: str = "node0") -> Path:
     return fake.node(node).run_dirs(job)[0]
 
 
-def pid_of(fake: FakeCluster, job: str, role: str) -> int | None:
-    """The main's coordinator or sentinel by its pid file, if that pid is the live
+def pid_of(fake: FakeCluster, job: str, role: str, node: str = "node0") -> int | None:
+    """A node's coordinator, sentinel or guard by its pid file, if that pid is the live
     process with the role's own tag (a reused pid is not it)."""
     try:
-        pid = int((first_dir(fake, job) / f"{role}.pid").read_text().strip())
+        pid = int((first_dir(fake, job, node) / f"{role}.pid").read_text().strip())
     except (OSError, ValueError):
         return None
-    tag = "coord" if role == "coord" else "sentinel"
-    mine = alive(pids_with_env(f"MNTUI_RUN={re.escape(job)}/[^/]+/node0/{tag}"))
+    mine = alive(pids_with_env(f"MNTUI_RUN={re.escape(job)}/[^/]+/{node}/{role}"))
     return pid if pid in mine else None
 
 
@@ -75,15 +74,17 @@ def steps(fake: FakeCluster, job: str) -> dict[str, int]:
     return {n: step_count(fake.node(n).log(job)) for n in NODES}
 
 
-def killed_and_back(fake: FakeCluster, job: str, role: str) -> tuple[int, float]:
-    """SIGKILL the main's `role` by its pid file; its successor's pid and the seconds
+def killed_and_back(
+    fake: FakeCluster, job: str, role: str, node: str = "node0"
+) -> tuple[int, float]:
+    """SIGKILL a node's `role` by its pid file; its successor's pid and the seconds
     from the kill to its pid file naming it."""
-    old = pid_of(fake, job, role)
+    old = pid_of(fake, job, role, node)
     assert old is not None, f"no live {role} of {job} named by its pid file"
     t0 = time.monotonic()
     os.kill(old, signal.SIGKILL)
     new = wait_for(
-        lambda: (p := pid_of(fake, job, role)) is not None and p != old and p,
+        lambda: (p := pid_of(fake, job, role, node)) is not None and p != old and p,
         15,
         what=f"the {role} started again",
     )
@@ -161,6 +162,36 @@ def test_the_mains_sentinel_killed_is_started_again_and_still_tears_down(
         wait_for(lambda: not watchers(job, "sentinel") and not watchers(job, "coord"), 20,
                  what="the watch exiting after the chain ended")  # fmt: skip
         assert cfg.mntui(path, "kill").returncode == 0
+        nothing_left(fake, job, (port, wport))
+
+
+def test_a_workers_sentinel_and_its_guard_keep_each_other_up(fake: FakeCluster, cfg: Cfg) -> None:
+    """A worker's sentinel killed alone is started again by its guard (node/guard.py)
+    before the coordinator calls the node unreachable: the job trains on, the journal
+    says so once, and `status` shows it; its guard killed is started again by the
+    sentinel; the user's kill then takes both with the job."""
+    job = "cr-guard"
+    path, port, wport = job_config(cfg, job)
+    with told_on_failure(fake, job):
+        launched(cfg, path, job, fake)
+        assert len(watchers(job, "guard", "node1")) == 1 and not watchers(job, "guard", "node0")
+        assert cfg.mntui(path, "status").returncode == 0  # this machine looks once
+        before = steps(fake, job)
+        t0 = time.monotonic()
+        new, took = killed_and_back(fake, job, "sentinel", "node1")
+        print(f"worker sentinel SIGKILL -> a new one (pid {new}) in {took:.2f}s")
+        trains_on(fake, job, t0, before)
+        said = journal(fake, job, "respawn")
+        assert [(e["node"], e["data"]["who"], e["data"]["pid"]) for e in said] == [
+            ("node1", "sentinel", new)
+        ], said
+        res = cfg.mntui(path, "status")
+        assert "node1's sentinel died and was started again" in res.stdout, res
+        guard, took = killed_and_back(fake, job, "guard", "node1")
+        print(f"worker guard SIGKILL -> a new one (pid {guard}) in {took:.2f}s")
+        assert len(watchers(job, "guard", "node1")) == 1
+        res = cfg.mntui(path, "kill")
+        assert res.returncode == 0, res.stdout + res.stderr
         nothing_left(fake, job, (port, wport))
 
 

@@ -12,9 +12,21 @@ import os
 import re
 import signal
 
-from fakecluster import FakeCluster, alive, cmdline, environ_of, pids_with_env, wait_for
+from clusterwatch import watchers
+from fakecluster import (
+    FakeCluster,
+    alive,
+    cmdline,
+    environ_of,
+    free_port,
+    pids_with_env,
+    port_listening,
+    wait_for,
+)
 from helpers import Cfg, step_count, tagged_anywhere
 from test_cluster_watch import cluster_job, cut_off, launched, nothing_left
+
+from mntui.sessions.launch.tmux import session_name
 
 RESTART = "restart: {max: 2, backoff: 1}"
 
@@ -79,3 +91,148 @@ def test_a_rank_dies_while_this_machine_sleeps_and_the_coordinator_restarts_the_
     hist = cfg.mntui(path, "history").stdout
     assert "gave-up after 3 attempt(s)" in hist, hist
     assert "training 0.0s" not in hist, hist  # the coordinator clocked the steps
+
+
+SPARE_JOB = """
+job: {job}
+nodes: [node0, node1]
+spares: [node2]
+master_port: {port}
+command: >-
+  echo "rank {{node_rank}} NODE_RANK=$NODE_RANK on {{node}}";
+  exec python3 -c "import itertools, socket, sys, time; r = int(sys.argv[1]);
+  s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1);
+  r == 0 and (s.bind(('127.0.0.1', {port})), s.listen());
+  [(print('step', i, flush=True), time.sleep(0.1)) for i in itertools.count(1)]" {{node_rank}}
+launch: {{ready_timeout: 20}}
+kill: {{grace: 2}}
+watch: {{where: cluster, port: {wport}, unreachable_after: 5, frozen_after: 2}}
+restart: {{max: 2, backoff: 1}}
+"""
+ALL = ("node0", "node1", "node2")
+
+
+def runs_on(job: str, node: str) -> dict[str, list[int]]:
+    """The run id of each attempt with a live rank on `node` (the light job's python3)."""
+    out: dict[str, list[int]] = {}
+    for pid in alive(pids_with_env(f"MNTUI_RUN={re.escape(job)}/[^/]+/{re.escape(node)}")):
+        if "itertools" in cmdline(pid):
+            tag = next(e for e in environ_of(pid) if e.startswith(b"MNTUI_RUN=")).decode()
+            out.setdefault(tag.split("/")[1], []).append(pid)
+    return out
+
+
+def _kill_rank(job: str, node: str, run: str) -> None:
+    with contextlib.suppress(ProcessLookupError, IndexError, KeyError):
+        os.kill(runs_on(job, node)[run][0], signal.SIGKILL)
+
+
+def test_a_worker_that_dies_twice_is_replaced_by_the_spare_before_this_machine_wakes(
+    fake: FakeCluster, cfg: Cfg
+) -> None:
+    """2 nodes + 1 spare, `restart: {max: 2}`: node1's rank dies in attempt 0 (attempt 1
+    on the same nodes), then in attempt 1 (node1 the repeat culprit): the coordinator
+    starts attempt 2 on node0 + node2, node2 taking rank 1, while this machine is cut
+    off. Then `status` shows the spare, and `mntui kill` leaves nothing on any node."""
+    job = "cw-spare"
+    port, wport = free_port(), free_port()
+    path = cfg.write(SPARE_JOB.format(job=job, port=port, wport=wport))
+    res = cfg.mntui(path, "launch", "--no-ui", watch=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "spare node2: its sentinel is up" in res.stdout, res.stdout
+    wait_for(lambda: len(watchers(job, "sentinel")) == 3, 20, what="3 sentinels, the spare's too")
+    assert watchers(job, "sentinel", "node2") and not runs_on(job, "node2")
+    wait_for(lambda: runs_on(job, "node1"), 30, what="node1's rank")
+    first = next(iter(runs_on(job, "node1")))
+    with cut_off(fake, ALL):
+        _kill_rank(job, "node1", first)
+        wait_for(lambda: set(runs_on(job, "node1")) - {first}, 60, what="attempt 1 on node1")
+        second = next(iter(set(runs_on(job, "node1")) - {first}))
+        wait_for(lambda: second in runs_on(job, "node0"), 30, what="attempt 1 on node0")
+        assert not runs_on(job, "node2"), "one failure is no reason to swap"
+        _kill_rank(job, "node1", second)
+        wait_for(lambda: runs_on(job, "node2"), 60, what="attempt 2 on the spare node2")
+        third = next(iter(runs_on(job, "node2")))
+        wait_for(lambda: third in runs_on(job, "node0"), 30, what="attempt 2 on node0")
+        assert not runs_on(job, "node1"), "node1 broke twice in a row: it is out"
+        wait_for(lambda: step_count(fake.node("node2").log(job)) >= 3, 30, what="node2 steps")
+        assert "rank 1 NODE_RANK=1 on node2" in fake.node("node2").log(job)
+    data = json.loads(cfg.mntui(path, "status", "--json").stdout)
+    assert data["run_id"] == third and data["attempt"] == 2 and data["chain"] == first, data
+    assert [(n["node"], n["rank"]) for n in data["nodes"]] == [("node0", 0), ("node2", 1)]
+    text = cfg.mntui(path, "status").stdout
+    assert "node1 broke twice in a row: replaced by spare node2 (rank 1)" in text, text
+    chain = load_chain(fake, job)["attempts"]
+    nodes = [e["nodes"] for e in chain]  # type: ignore[index]
+    assert nodes == [["node0", "node1"]] * 2 + [["node0", "node2"]], nodes
+    hist = cfg.mntui(path, "history").stdout
+    assert "running after 3 attempt(s)" in hist and "attempt 1 (" in hist, hist
+    res = cfg.mntui(path, "kill")
+    assert res.returncode == 0, res.stdout + res.stderr
+    wait_for(lambda: not tagged_anywhere(job), 20, what="every process of the job gone")
+    left = [s for n in ALL if (s := session_name(job, n)) in fake.node(n).sessions()]
+    assert not left, f"tmux sessions of the job left: {left}"
+    for p in (port, wport):
+        wait_for(lambda p=p: not port_listening(p), 10, what=f"port {p} free")
+
+
+def test_a_node_past_quarantine_after_is_used_no_more_and_quarantined_here_too(
+    fake: FakeCluster, cfg: Cfg
+) -> None:
+    """`quarantine_after: {count: 1}`: node1's first failure quarantines it within the
+    chain, so attempt 1 runs on the spare at once; this machine's next look writes the
+    quarantine into its own list (by the coordinator's policy), where the next launch
+    routes around it."""
+    job = "cw-quar"
+    port, wport = free_port(), free_port()
+    text = SPARE_JOB.format(job=job, port=port, wport=wport).replace(
+        "backoff: 1}", "backoff: 1, quarantine_after: {count: 1, within: 1h, for: 1h}}"
+    )
+    path = cfg.write(text)
+    res = cfg.mntui(path, "launch", "--no-ui", watch=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    wait_for(lambda: runs_on(job, "node1"), 30, what="node1's rank")
+    first = next(iter(runs_on(job, "node1")))
+    with cut_off(fake, ALL):
+        _kill_rank(job, "node1", first)
+        wait_for(lambda: runs_on(job, "node2"), 60, what="attempt 1 on the spare node2")
+        assert not runs_on(job, "node1")
+    text = cfg.mntui(path, "status").stdout
+    assert "node1 is quarantined: replaced by spare node2 (rank 1)" in text, text
+    listed = cfg.mntui(path, "quarantine", "--list").stdout
+    assert "node1" in listed and "coordinator on node0" in listed, listed
+    assert "caused 1 failures within 1h" in listed, listed
+    assert cfg.mntui(path, "kill").returncode == 0
+    wait_for(lambda: not tagged_anywhere(job), 20, what="every process of the job gone")
+
+
+def test_a_main_that_breaks_twice_ends_the_chain_for_this_machine_to_replace(
+    fake: FakeCluster, cfg: Cfg
+) -> None:
+    """The coordinator runs on the main: a main that broke twice in a row is not replaced
+    on the cluster; the chain ends saying so, and its end leaves nothing anywhere, the
+    idle spare's sentinel included."""
+    job = "cw-main"
+    port, wport = free_port(), free_port()
+    path = cfg.write(SPARE_JOB.format(job=job, port=port, wport=wport))
+    assert cfg.mntui(path, "launch", "--no-ui", watch=True).returncode == 0
+    wait_for(lambda: len(watchers(job, "sentinel")) == 3, 20, what="3 sentinels")
+    wait_for(lambda: runs_on(job, "node0"), 30, what="node0's rank")
+    first = next(iter(runs_on(job, "node0")))
+    with cut_off(fake, ALL):
+        _kill_rank(job, "node0", first)
+        wait_for(lambda: set(runs_on(job, "node0")) - {first}, 60, what="attempt 1 on node0")
+        second = next(iter(set(runs_on(job, "node0")) - {first}))
+        wait_for(lambda: second in runs_on(job, "node1"), 30, what="attempt 1 on node1 too")
+        _kill_rank(job, "node0", second)
+        wait_for(lambda: not tagged_anywhere(job), 30, what="the chain's end, every node clean")
+    assert not runs_on(job, "node2")
+    text = cfg.mntui(path, "status").stdout
+    assert "the main node0 broke twice in a row: only this machine can replace it" in text, text
+    assert "(torn-down)" in text, text
+
+
+def load_chain(fake: FakeCluster, job: str) -> dict[str, object]:
+    """coord/chain.json on the main, as the coordinator wrote it."""
+    first = fake.node("node0").run_dirs(job)[0]
+    return dict(json.loads((first / "coord" / "chain.json").read_text()))

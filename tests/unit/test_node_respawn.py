@@ -23,6 +23,7 @@ from mntui.sessions.node import respawn, resume
 from mntui.sessions.node.chain import run_chain
 from mntui.sessions.node.coordstate import Board
 from mntui.sessions.node.judging import Rules
+from mntui.sessions.node.notifysend import Outbox
 from mntui.sessions.node.restarts import AttemptEnd, RestartRules
 from mntui.sessions.node.rules import NodeState
 from mntui.sessions.node.watchcfg import WatchConfig, write_json
@@ -238,6 +239,7 @@ class Successor:
         )  # fmt: skip
         self.board = Board(self.cfg, str(out))
         self.done = threading.Event()
+        self.notices = Outbox(None, "job", 2, self.board)  # no notify: nothing sent
 
     def watch_attempt(self) -> Any:
         raise AssertionError("the decided attempt was watched again")

@@ -296,3 +296,18 @@ def test_what_the_coordinator_journaled_reads_as_what_happened_while_away() -> N
     assert {"straggler", "slow"} <= EVENTS
     assert _event(named) == f"straggler: {line} (on_slow: kill_all)"
     assert _event(slow) == "n1 is slow: below 0.5x"  # node text, made safe
+
+
+def test_a_webhook_notifications_fate_and_a_workers_respawn_read_as_what_happened() -> None:
+    """The coordinator's `notified` line (node/notifysend.py) and a worker's sentinel
+    started again by its guard (node/guard.py, journaled by the coordinator)."""
+    from mntui.sessions.watch.fromcluster import EVENTS, _event
+
+    sent = {"kind": "notified", "node": None, "data": {"id": "a1", "webhook": "sent", "why": None}}
+    failed = {"kind": "notified", "node": None,
+              "data": {"id": "a2", "webhook": "failed", "why": "connection\nrefused\x1b[31m"}}  # fmt: skip
+    again = {"kind": "respawn", "node": "n1", "data": {"who": "sentinel", "by": "guard"}}
+    assert {"notified", "respawn"} <= EVENTS
+    assert _event(sent) == "the webhook notification: sent"
+    assert _event(failed) == "the webhook notification: failed (connection refused)"
+    assert _event(again) == "n1's sentinel died and was started again"

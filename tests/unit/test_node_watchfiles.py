@@ -63,8 +63,29 @@ def test_facts_of_another_shape_are_malformed(bad: Any) -> None:
 
 
 class _Channel:
+    def __init__(self, pid: object = None) -> None:
+        self.peer = {"node": "n1", "pid": pid}
+
     def close(self) -> None:
         pass
+
+
+def _journal(board: Board) -> list[tuple[str, Any, dict[str, Any]]]:
+    lines = Path(board.out, "journal.jsonl").read_text().splitlines()
+    return [(e["kind"], e["node"], e["data"]) for e in map(json.loads, lines)]
+
+
+def test_a_workers_sentinel_that_says_hello_with_a_new_pid_was_started_again(
+    tmp_path: Path,
+) -> None:
+    """Its guard (node/guard.py) cannot write the main's journal: the coordinator says
+    it, once, when the new sentinel says hello. A reconnect of the same sentinel is no
+    respawn, the main's respawns are its keeper's to journal, a pid of no shape none."""
+    board = Board(_cfg(), str(tmp_path / "coord"))
+    for node, pid in (("n1", 41), ("n1", 41), ("n1", 57), ("n1", True), ("n0", 7), ("n0", 8)):
+        board.connected(node, _Channel(pid))  # type: ignore[arg-type]
+    respawns = [(n, d) for k, n, d in _journal(board) if k == "respawn"]
+    assert respawns == [("n1", {"who": "sentinel", "pid_was": 41, "pid": 57, "by": "guard"})]
 
 
 def test_the_board_counts_a_malformed_snapshot_and_keeps_the_last_good_one(

@@ -84,6 +84,18 @@ def test_parse_kill_keeps_what_a_process_was_when_first_found() -> None:
     assert [(p.pid, p.state, p.cmdline) for p in r.found] == [(11, "S", "python3 train.py")]
 
 
+def test_a_kill_by_tag_takes_every_watcher_of_the_job_on_the_node_and_nothing_else() -> None:
+    """The ranks, the sentinel, the coordinator and a worker's guard (node/guard.py):
+    a watcher left behind would start the others again after the user's kill."""
+    import re
+
+    rx = re.compile(job_node_pattern("j", "n1"))
+    for role in ("", "/sentinel", "/coord", "/guard"):
+        assert rx.fullmatch(f"MNTUI_RUN=j/r1/n1{role}"), role
+    for other in ("j/r1/n10", "jx/r1/n1", "j/r1/n1/other", "j/r1/n1/guard/x"):
+        assert not rx.fullmatch(f"MNTUI_RUN={other}"), other
+
+
 def test_parse_listeners_dedupes_v4_v6_and_foreign() -> None:
     hs = parse_listeners([f"LISTEN 1 5 {b64('me')} {b64('a')}"] * 2 + ["LISTEN 2 - - -", "junk"])
     assert [(h.port, h.pid, h.user) for h in hs] == [(1, 5, "me"), (2, None, None)]

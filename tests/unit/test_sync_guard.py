@@ -25,7 +25,7 @@ from mntui.sessions.config.syncguard import (
     target,
 )
 from mntui.sessions.errors import ExitCode
-from mntui.sessions.launch import plan
+from mntui.sessions.procs import RUNS_DIR
 from mntui.sessions.sync.rsync import rsync_argv
 
 HOME = "/home/alice"
@@ -175,7 +175,7 @@ def test_a_local_link_to_the_home_is_the_home(
 
 
 def test_the_node_directory_holds_the_runs() -> None:
-    assert plan.RUNS_DIR.startswith(f"{NODE_DIR}/")
+    assert RUNS_DIR.startswith(f"{NODE_DIR}/")
 
 
 # ---- the node's check: sh, physical paths -------------------------------------------

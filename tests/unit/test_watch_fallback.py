@@ -113,19 +113,6 @@ UNFIT = [
         "restarts at most 10 times",
         "lower it",
     ),
-    (
-        "restart: {max: 2}\nlaunch: {ready: port}\nspares: [n2]\n",
-        "spares",
-        "need this machine's supervisor",
-        "remove it",
-    ),
-    (
-        "restart: {max: 2, quarantine_after: {count: 2, within: 1h, for: 1h}}\n"
-        "launch: {ready: port}\n",
-        "restart.quarantine_after",
-        "need this machine's supervisor",
-        "remove it",
-    ),
 ]
 
 
@@ -149,17 +136,37 @@ def test_one_rule_says_what_only_this_machine_can_watch(
     assert parse_config(CFG % "here" + extra).watch_port is None
 
 
-def test_auto_leaves_notifications_to_this_machine_and_cluster_defers_them() -> None:
-    """A notification is for a person now: the cluster's watch would send it when this
-    machine next looks. `auto` watches from here; `cluster`, asked for, is kept."""
+SPARES = [
+    "restart: {max: 2}\nspares: [n2]\n",
+    "restart: {max: 2, quarantine_after: {count: 2, within: 1h, for: 1h}}\n",
+    "spares: [n2, n3]\nrestart: {max: 2, quarantine_after: {count: 1}}\n",
+]
+
+
+@pytest.mark.parametrize("extra", SPARES)
+def test_the_cluster_restarts_onto_spares_and_around_quarantines(extra: str) -> None:
+    """Spares and `restart.quarantine_after` are the coordinator's too (node/placing.py):
+    `auto` keeps the cluster's watch, `cluster` is no longer refused."""
+    for where in ("auto", "cluster"):
+        cfg = parse_config(CFG % where + "launch: {ready: port}\n" + extra)
+        assert cluster_unfit(cfg) is None and auto_unfit(cfg) is None
+        assert cfg.watch_port == cfg.master_port + 1
+
+
+def test_auto_leaves_a_notify_command_to_this_machine_and_the_webhook_to_the_cluster() -> None:
+    """A notification is for a person now: the coordinator posts a webhook when it
+    decides, so `auto` keeps the cluster's watch; a command is this machine's line, run
+    when it next looks: `auto` watches from here; `cluster`, asked for, is kept."""
     told = "notify: {command: 'echo told'}\n"
     auto = parse_config(CFG % "auto" + told)
     unfit = auto_unfit(auto)
-    assert unfit is not None and unfit.line.startswith("notify: notifications are sent from")
+    assert unfit is not None and unfit.line.startswith("notify.command: runs on this machine")
     assert auto.watch_port is None and cluster_unfit(auto) is None
     assert parse_config(CFG % "cluster" + told).watch_port is not None
     quiet = parse_config(CFG % "auto" + "notify: {command: 'echo told', on: []}\n")
     assert auto_unfit(quiet) is None and quiet.watch_port is not None
+    hook = parse_config(CFG % "auto" + "notify: {webhook: 'https://hooks.example/x'}\n")
+    assert auto_unfit(hook) is None and hook.watch_port is not None
 
 
 def test_a_runs_record_not_the_config_says_how_it_is_watched() -> None:

@@ -113,10 +113,15 @@ class Following(Operations):
         return "the stream ended"
 
     def stop_following(self) -> None:
-        """End the stream's worker now (it waits in recv): closing the app, another run."""
+        """End the stream's worker now (it waits in recv): closing the app, another run;
+        and the cluster's stream (streaming.py), if one runs."""
         client, self.agent_client = self.agent_client, None
         if client is not None:
             client.shutdown()
+        self.stop_stream()
+
+    def stop_stream(self) -> None:
+        raise NotImplementedError
 
     def on_agent_following(self, message: AgentFollowing) -> None:
         if message.generation == self.generation:

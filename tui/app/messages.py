@@ -12,6 +12,7 @@ from mntui.sessions.events import Event
 from mntui.sessions.poll import NodeProgress, NodeSnapshot
 from mntui.sessions.procs import PortHolder
 from mntui.sessions.runs import RunRecord
+from mntui.sessions.watch.feedparse import News
 
 
 class NodeSnap(Message):
@@ -110,3 +111,19 @@ class AgentGone(Message):
     def __init__(self, generation: int, why: str) -> None:
         super().__init__()
         self.generation, self.why = generation, why
+
+
+class FeedNews(Message):
+    """One line of the cluster's stream, parsed (sessions/watch/feedparse.py)."""
+
+    def __init__(self, generation: int, news: News) -> None:
+        super().__init__()
+        self.generation, self.news = generation, news
+
+
+class FeedBroken(Message):
+    """The stream ended; `final`: no try again helps (no way to reach the main)."""
+
+    def __init__(self, generation: int, why: str, final: bool = False) -> None:
+        super().__init__()
+        self.generation, self.why, self.final = generation, why, final

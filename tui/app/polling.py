@@ -24,12 +24,13 @@ from mntui.sessions.watch import Judge, Sampler, next_poll
 from .following import START_BACK
 from .messages import NodeSnap, Notice, PollDone
 from .pace import Pace
+from .streaming import Streaming
 from .watching import Watching
 
 LOG_KEEP = 5000  # lines of log kept per node in the app
 
 
-class Polling(Watching):
+class Polling(Watching, Streaming):
     """The polling side of MntuiApp; the app keeps the state named here."""
 
     splitters: dict[str, LineSplitter]
@@ -69,14 +70,32 @@ class Polling(Watching):
         if self.lock is not None:
             self.sampler = Sampler(self.cfg, record, self.cluster, self.sampled)
             self.sampler.start()
+        self.stand_by(record)  # the cluster's run: a lost main is replaced from here
         self.generation += 1
         self.subscribed = False
         self.fresh = set(self.views)
         self.stop_following()
-        if self.lock is None and self.polling_enabled:
+        if self.polling_enabled and self.streams(record):
+            self.follow_cluster()  # one stream from the main, no poll of any node
+        elif self.lock is None and self.polling_enabled:
             self.try_agent()
         else:
             self.schedule_poll(0)
+
+    def after_board(self) -> None:
+        """A board from the cluster's stream shown: the table and header, as after a poll."""
+        if self.table_mode:
+            self.draw("table", self.refresh_table)
+        self.draw("header", self.refresh_header)
+
+    def final_poll(self) -> None:
+        """One direct read of the nodes after the coordinator ended; the stream's
+        `subscribed` stays on, so nothing re-arms it."""
+        if self.poller is not None and not self.poll_inflight:
+            self.fresh = set(self.views)  # its reads start the panes over
+            self.poller.start_near_end(START_BACK)
+            self.poll_inflight = True
+            self.poll(self.poller, self.generation)
 
     def next_poll_delay(self) -> float:
         """The regular interval, or sooner when a deadline of the judge runs out first."""

@@ -45,6 +45,9 @@ class Watching(Drawing):
     sampler: Sampler | None = None  # while the app is the run's watchdog
     left_unwatched: str | None = None  # the job runs on, and no watchdog took it over
     handed: tuple[RunRecord, Spawned] | None = None  # the watchdog quitting started
+    standby: str | None = None  # the chain handed to a stand-by here (recover/standby.py)
+    standby_pid: int | None = None
+    watchdog_enabled: bool
 
     @work(thread=True, group="watchdog", exit_on_error=False)
     def hand_over(self, record: RunRecord, generation: int) -> None:
@@ -76,6 +79,35 @@ class Watching(Drawing):
             self.sampler = Sampler(self.cfg, record, self.cluster, self.sampled)
             self.sampler.start()
         self.refresh_header()
+
+    def stand_by(self, record: RunRecord) -> None:
+        """A live run the cluster watches, with restarts: its coordinator cannot replace
+        its own main, a process here can; the app hands that to `mntui watch` at once
+        (it goes on after the app quits), once a chain."""
+        chain = record.chain or record.run_id
+        if record.watch_port is None or not record.status.is_live or self.standby == chain:
+            return
+        if self.cfg.restart.max <= 0 or not self.watchdog_enabled:
+            return
+        self.standby = chain
+        self.start_standby(record)
+
+    @work(thread=True, group="standby", exit_on_error=False)
+    def start_standby(self, record: RunRecord) -> None:
+        from mntui.sessions.watch import WatcherFailed, start_detached
+
+        try:
+            up = start_detached(self.cfg, record)
+        except WatcherFailed as exc:
+            said = f"stand-by: did not start: {exc}; a lost main is replaced by `mntui watch`"
+            self.call_from_thread(self.log_event, said)
+        else:
+            self.call_from_thread(self.stood_by, up.pid)
+
+    def stood_by(self, pid: int) -> None:
+        """Said in the event log; the header's watcher stays the cluster's."""
+        self.standby_pid = pid
+        self.log_event(f"stand-by here (pid {pid}): if the main is lost, a spare takes its place")
 
     def take_watch(self, record: RunRecord) -> None:
         if record.watch_port is not None:  # its coordinator decides; the app only shows

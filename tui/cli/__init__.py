@@ -14,6 +14,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The `mntui` command. Importing the CLI takes a moment in which a Ctrl+C would
     otherwise end in a traceback: it is the same clean line as at any later moment."""
     try:
+        if argv is None:  # the process's own command line: its one ssh may start now
+            from .prestart import prestart
+
+            prestart(sys.argv[1:])
         from .entry import main as run
     except KeyboardInterrupt:
         sys.stderr.write("mntui: interrupted\n")

@@ -45,6 +45,7 @@ def _ignore_interrupts() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    own = argv is None  # the process's own command line, not a caller's
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     autocomplete(parser)  # a shell's TAB: answered here, and the process exits
@@ -67,10 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return (cmd_history if args.cmd == "history" else cmd_quarantine)(args)
         if args.cmd == "status":
-            from .quickstatus import quick_status
+            from .quickstatus import leave, quick_status
 
             if (code := quick_status(args, say)) is not None:
-                return code
+                return leave(code) if own else code
         return run_verb(args)
     except UsageError as exc:
         say(f"mntui: {exc}", err=True)

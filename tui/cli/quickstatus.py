@@ -6,10 +6,11 @@ most 1.5x). Loading the config (YAML, its checks, its node lists) and paramiko t
 longer than the connection itself, and the coordinator's board needs neither. What
 status takes from the config (the job's name, how `ssh` reaches a node, the restart
 limit) is remembered here by every command that loaded it, keyed by the file's identity
-(device, inode, size, mtime, ctime: any edit is a miss). The run's record says where
-the run is (its main node). The board is read by launch/board.py's read_board, the
-reader the ordinary path uses, over one `ssh` (ssh/oneshot.py) started as soon as the
-record names the host, and shown by clusterstatus.board_status, the one place a
+(device, inode, size, mtime, ctime: any edit is a miss; prestart.py holds the memo's
+rule). The run's record says where the run is (its main node). The board is read by
+launch/board.py's read_board, the reader the ordinary path uses, over one `ssh`
+(ssh/oneshot.py) that prestart.py started before the CLI loaded (else started as soon
+as the record names the host), and shown by clusterstatus.board_status, the one place a
 cluster status is made: this module only finds the run and the way to it. Anything it
 does not expect (no memo, --run or --watch, a main on this machine, an `ssh` that fails
 or would ask someone, a board that is stale or ended) answers None, and the ordinary
@@ -20,20 +21,22 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from mntui.sessions.errors import UsageError, state_dir
+
+from .prestart import FORMAT, MEMO, identity, load_memo, memo_entry
 
 if TYPE_CHECKING:
     import argparse
 
     from mntui.sessions.config import JobConfig
+    from mntui.sessions.runs import RunRecord
 
-MEMO = "quickstatus.json"  # in the state dir: configs -> what a quick status needs
-FORMAT = 1  # bumped when an entry's fields change: an older entry is a miss
 KEEP = 64  # configs remembered; the least recently written go first
 READ_TIMEOUT = 10.0  # seconds for the board's script once connected (read_board's)
 
@@ -51,34 +54,13 @@ class Memo:
     timeout: float  # seconds for connecting and reading, together
 
 
-def _identity(path: Path) -> list[int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
-
-
-def _key(path: Path) -> str:
-    return os.path.abspath(path)
-
-
-def _load() -> dict[str, Any]:
-    """The memo file, or nothing: it is a cache, and whatever it holds is checked."""
-    try:
-        data = json.loads((state_dir() / MEMO).read_text())
-    except (OSError, ValueError, RecursionError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _entry(cfg: JobConfig, identity: list[int]) -> dict[str, Any]:
+def _entry(cfg: JobConfig, now: list[int]) -> dict[str, Any]:
     from mntui.sessions.config.settings import LOCAL_HOSTS
     from mntui.sessions.ssh.openssh import oneshot_argv
 
     return {
         "format": FORMAT,
-        "identity": identity,
+        "identity": now,
         "job": cfg.job,
         # a password is asked by the ordinary path's transport, once: no quick status then
         "ssh": oneshot_argv(cfg.ssh) if cfg.ssh.password is None else [],
@@ -93,11 +75,11 @@ def remember(path: Path, cfg: JobConfig) -> None:
     only when it changed. Never fails the command that calls it."""
     from mntui.sessions.runs import write_atomic
 
-    identity = _identity(path)
-    if identity is None:
+    now = identity(path)
+    if now is None:
         return
-    memo, key = _load(), _key(path)
-    entry = _entry(cfg, identity)
+    memo, key = load_memo(), os.path.abspath(path)
+    entry = _entry(cfg, now)
     if memo.get(key) == entry:
         return
     memo.pop(key, None)  # another process writing at once may win: a miss, no more
@@ -111,41 +93,21 @@ def remember(path: Path, cfg: JobConfig) -> None:
 
 def recall(path: Path) -> Memo | None:
     """The memo of `path` when the file is still the one it was made from."""
-    e = _load().get(_key(path))
-    if not isinstance(e, dict) or e.get("format") != FORMAT:
+    e = memo_entry(path)
+    if e is None:
         return None
-    identity = _identity(path)
-    if identity is None or e.get("identity") != identity:
-        return None
-    job, ssh, local = e.get("job"), e.get("ssh"), e.get("local")
-    restarts, timeout = e.get("restarts"), e.get("timeout")
-    if not (
-        isinstance(job, str)  # a name under the state dir, never a path
-        and job[:1].isalnum()
-        and "/" not in job
-        and isinstance(ssh, list)
-        and ssh
-        and all(isinstance(w, str) for w in ssh)
-        and isinstance(local, list)
-        and all(isinstance(h, str) for h in local)
-        and type(restarts) is int
-        and isinstance(timeout, (int, float))
-        and 0 < timeout < 3600
-    ):
-        return None
-    return Memo(job, tuple(ssh), frozenset(local), restarts, float(timeout))
+    return Memo(
+        e["job"], tuple(e["ssh"]), frozenset(e["local"]), e["restarts"], float(e["timeout"])
+    )
 
 
-def quick_status(args: argparse.Namespace, say: Say) -> int | None:
-    """The status of the job's latest run from its coordinator's board, or None: the
-    ordinary path then answers (and reads the board again if it must)."""
+def _cluster_run(args: argparse.Namespace) -> tuple[Memo, RunRecord] | None:
+    """The memo of the command's config and the job's latest run, when the cluster
+    watches that run and its main is reached over `ssh` from here."""
     from mntui.sessions.runs import latest
-    from mntui.sessions.ssh.oneshot import OneShotNode
 
     from .args import find_config
 
-    if args.cmd != "status" or args.run is not None or args.watch:
-        return None
     try:
         memo = recall(find_config(args.config))
     except UsageError:  # no config here: the ordinary path says so
@@ -153,11 +115,27 @@ def quick_status(args: argparse.Namespace, say: Say) -> int | None:
     record = latest(memo.job) if memo is not None else None
     if memo is None or record is None or record.watch_port is None or not record.nodes:
         return None
-    main = record.nodes[0]  # the record, not the config, says where the run is
-    if main.host in memo.local:
+    if record.nodes[0].host in memo.local:  # the record, not the config, says where
         return None
+    return memo, record
+
+
+def quick_status(args: argparse.Namespace, say: Say) -> int | None:
+    """The status of the job's latest run from its coordinator's board, or None: the
+    ordinary path then answers (and reads the board again if it must)."""
+    from mntui.sessions.ssh import early
+    from mntui.sessions.ssh.oneshot import OneShotNode
+
+    if args.cmd != "status" or args.run is not None or args.watch:
+        return None
+    found = _cluster_run(args)
+    if found is None:
+        return None
+    memo, record = found
+    main = record.nodes[0]
     try:
-        node = OneShotNode(main.node, main.host, memo.ssh)  # connecting from here on
+        # connecting from here on, or since the process began (prestart.py)
+        node = early.take(main.host, memo.ssh) or OneShotNode(main.node, main.host, memo.ssh)
     except OSError:  # no `ssh` on this machine
         return None
     try:  # what reads and shows the board loads while ssh connects
@@ -173,3 +151,20 @@ def quick_status(args: argparse.Namespace, say: Say) -> int | None:
     finally:
         node.close()
     return board_status(record, view, args.json, say, 2, memo.restarts)
+
+
+def leave(code: int) -> NoReturn:
+    """The end of a process whose own command line was a status the board answered
+    (entry.main; never a caller's in-process call): its lines are out, so it exits
+    without the interpreter's teardown, ~10 ms of CPU (~20 ms of a loaded machine's
+    wall time) after the answer, where the yardstick is a bare `ssh main true`. What
+    was registered to run at exit still runs."""
+    import atexit
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: output.py already let it go
+            pass
+    os._exit(code)

@@ -254,6 +254,14 @@ def _stall_words(stall_after: float | str) -> str:
     return f"{stall_after:g}s"
 
 
+def _stand_by(cfg: JobConfig, record: RunRecord, say: Say) -> ExitCode:
+    from mntui.sessions.recover.standby import Standby
+
+    t0 = time.time()
+    end = Standby(cfg, record, on_event=lambda e: say(e.format(t0))).run()
+    return ExitCode.FAILED if end.outcome.value == "failed" else ExitCode.OK
+
+
 def cmd_watch(cfg: JobConfig, record: RunRecord, say: Say) -> ExitCode:
     """The supervisor in the foreground; on a chain whose supervisor died, it resumes
     the chain where it stood (watching, in its backoff, or mid-relaunch)."""
@@ -261,6 +269,9 @@ def cmd_watch(cfg: JobConfig, record: RunRecord, say: Say) -> ExitCode:
     from mntui.sessions.recover import Supervisor
     from mntui.sessions.watch import LockHeld, WatchOutcome, acquire_lock
 
+    ongoing = record.status.is_live or record.status.may_restart  # a main given up: ended
+    if record.watch_port is not None and ongoing and record.nodes and cfg.restart.max > 0:
+        return _stand_by(cfg, record, say)  # a lost main is replaced from here (recover/standby)
     if record.watch_port is not None and record.status.is_live and record.nodes:
         main = record.nodes[0].node
         say(f"mntui: the cluster watches {record.job} run {record.run_id} (its coordinator on "

@@ -1,0 +1,94 @@
+"""`coord/chain.json`, as the coordinator's chain (chain.py) writes it at every step.
+
+Why a file, rewritten whole (atomic) at each step: the manager reads it on its next
+contact and writes a run record for each attempt (watch/clusterchain.py), and a
+coordinator started again reads it to go on where its predecessor was (resume.py).
+Each attempt's entry has its run, its nodes (by rank, the main first: swaps.py), its
+end and what the restart policy said, the next attempt's nodes when a spare is swapped
+in; the chain has its status and the nodes it quarantined.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from . import swaps
+from .chainstates import ChainStatus, OutcomeKind
+from .coordstate import Board
+from .placing import Placement
+from .restarts import AttemptEnd
+from .watchcfg import WatchConfig
+
+
+class ChainLog:
+    """`coord/chain.json`: every attempt, how it ended, what the policy said."""
+
+    def __init__(self, board: Board, cfg: WatchConfig, saved: dict[str, Any] | None = None) -> None:
+        """`saved`: the chain.json a predecessor wrote (resume.py), carried on."""
+        self.board, self.cfg = board, cfg
+        self.resumed = saved is not None
+        first = {"attempt": 0, "run": cfg.run, "started_at": time.time(), "nodes": list(cfg.nodes)}
+        self.data: dict[str, Any] = saved or {
+            "chain": cfg.run,
+            "status": ChainStatus.RUNNING.value,
+            "attempts": [first],
+        }
+        if saved is None:
+            self._write()
+        elif swaps.mend(self.data):  # a predecessor's file is node data: once, and on
+            with board.lock:
+                board.malformed += 1
+            board.journal("malformed", None, file="chain.json", key=swaps.QUARANTINED)
+
+    def _write(self) -> None:
+        self.board.write("chain.json", self.data)
+
+    def ending(self, end: AttemptEnd, kind: OutcomeKind) -> list[tuple[str, str]]:
+        """How the current attempt ended (written with the decision, attempt_ended), and
+        the quarantines it brought: each (node, line), for the caller to notify. `kind`:
+        teardown (the coordinator decided it) or ended (by itself)."""
+        last, now = self.data["attempts"][-1], time.time()
+        last.update(end=end.plain(), ended_at=now, kind=kind.value)
+        last["steps"] = dict(self.board.clock)  # the ledger's training time
+        held = swaps.quarantine(self.data, self.cfg, now)
+        for _, said in held:
+            self.board.journal("quarantine", None, why=said)
+        return held
+
+    def attempt_ended(self, why: str, delay: float | None, at: Placement | None = None) -> None:
+        """What the policy said of the attempt `ending` recorded; `at`: where the next
+        attempt runs, when there is one."""
+        last = self.data["attempts"][-1]
+        last.update(restart=why, delay=delay)
+        if at is not None:
+            last.update(next_nodes=list(at.layout), swapped=list(at.said))
+            for said in at.said:
+                self.board.journal("swap", None, why=said)
+        self.data["status"] = (
+            ChainStatus.BACKOFF if delay is not None else ChainStatus.ENDED
+        ).value
+        self.board.journal("restart" if delay is not None else "chain", None, why=why)
+        self._write()
+
+    def starting(self, k: int, run: str) -> tuple[str, ...]:
+        """Attempt `k` in the chain; its nodes, as the attempt before placed it."""
+        attempts = self.data["attempts"]
+        if attempts[-1].get("attempt") == k:  # started again after a respawn: one entry
+            attempts.pop()
+        nodes = swaps.next_layout(attempts, self.cfg)
+        entry = {"attempt": k, "run": run, "started_at": time.time(), "nodes": list(nodes)}
+        attempts.append(entry)
+        self.data["status"] = ChainStatus.STARTING.value
+        self.board.journal("attempt", None, attempt=k, run=run, nodes=list(nodes))
+        self._write()
+        return nodes
+
+    def running(self, k: int) -> None:
+        self.data["status"] = ChainStatus.RUNNING.value
+        self._write()
+
+    def end(self, status: ChainStatus, why: str) -> None:
+        self.data.update(status=status.value, why=why, ended_at=time.time())
+        self.data["attempts"][-1].setdefault("steps", dict(self.board.clock))
+        self._write()

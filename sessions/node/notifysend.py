@@ -1,0 +1,331 @@
+"""The coordinator's notifications: sent from the main node when it decides.
+
+Why here: the coordinator decides while the machine that launched the run may sleep
+for hours; its notice must not wait for that machine. A notice is a courtesy and a
+teardown is not, so nothing here may delay the judge or the kill: `send` only queues
+(a bounded queue: a flood is cut, never queued for hours), one daemon thread posts, each
+POST within the rules' deadline whatever the server does (webhookpost.py). What became
+of each notice is kept in `coord/notify.json` (the latest KEEP, atomic) and journaled:
+the manager reads it at its next contact and sends, once, what could not be sent from
+here (a main that cannot reach the webhook's host; a coordinator that died first), and
+runs its own command for each (watch/clusternotify.py). A notice keeps one id from
+here to there: the manager's claim on it is what makes it sent exactly once. The id is
+the decision's (its run, attempt and event), not a random one: a coordinator started
+again that takes the same decision again finds its id kept and sends nothing, and the
+manager's claim on that id holds for both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from .chainstates import OutcomeKind
+from .judging import NodeTrigger
+from .notifytext import (
+    ABANDONED,
+    DROPPED,
+    ENTRY_TEXT,
+    FAILED,
+    JOB_TEXT,
+    OFF,
+    PENDING,
+    RUN_TEXT,
+    SENT,
+    Notice,
+    NotifyEvent,
+    NotifyRules,
+    WebhookState,
+    clean,
+    entry_of,
+    failed_summary,
+    finished_summary,
+    gave_up_summary,
+    notice_of,
+    one_line,
+    redact,
+    restart_summary,
+    teardown_summary,
+    webhook_body,
+)
+from .restarts import AttemptEnd, Decision
+from .rules import NodeState, Verdict
+from .webhookpost import post_once
+
+FILE = "notify.json"  # in coord/: every notice and what became of it
+BOARD_READ = 256 << 10  # bytes of the file the manager's board read takes (launch/board.py)
+WHY_TEXT = 300  # what became of a notice: one line (an HTTP reason phrase may be 64 KiB)
+# The most one entry takes in the file: write_json escapes non-ASCII, and a character
+# beyond the BMP is two \uXXXX escapes, 12 bytes; its ids, times and keys fit in 512.
+ENTRY_MOST = 12 * (ENTRY_TEXT + JOB_TEXT + RUN_TEXT + WHY_TEXT) + 512
+KEEP = (BOARD_READ - 512) // ENTRY_MOST  # the latest notices kept: the file always fits
+QUEUE = 8  # notices waiting at most, fewer than KEEP; one more is dropped (the manager sends it)
+RETRY_DELAY = 1.0
+
+
+class Ended(Protocol):
+    """How an attempt ended, as the chain has it (chain.Outcome)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def trigger(self) -> NodeTrigger | None: ...
+    @property
+    def verdicts(self) -> dict[str, Verdict]: ...
+
+
+class Writer(Protocol):
+    """What the outbox needs of the coordinator's board (coordstate.Board)."""
+
+    out: str
+    run: str  # the current attempt's run id
+    attempt: int  # and its number in the chain
+
+    def write(self, name: str, data: dict[str, Any]) -> None: ...
+    def journal(self, kind: str, node: str | None, **data: Any) -> None: ...
+
+
+class Outbox:
+    def __init__(self, rules: NotifyRules | None, job: str, most: int, board: Writer) -> None:
+        """`most`: restart.max (a restart's "attempt k/most")."""
+        self.rules, self.job, self.most_restarts, self.board = rules, job, most, board
+        self.lock = threading.Lock()
+        self.entries: list[dict[str, Any]] = _earlier(os.path.join(board.out, FILE))
+        self.queue: queue.Queue[tuple[str, Notice]] = queue.Queue(QUEUE)
+        self.idle = threading.Event()  # nothing queued or being posted
+        self.idle.set()
+        self.saving = threading.Lock()  # one write of the file at a time, the latest last
+        self.worker: threading.Thread | None = None
+        if self.entries:
+            self._save()  # a predecessor's pending notices: abandoned, the manager's now
+
+    def send(self, event: NotifyEvent, run: str, summary: str, k: int, key: str = "") -> str | None:
+        """Keeps the notice and queues its POST; returns its id (None: not for the
+        rules' events). `k`: the attempt of `run` it is about; `key`: what tells apart
+        two notices of one event in one attempt. A notice whose id is kept already (a
+        coordinator started again, deciding again) is not sent again. Returns at once
+        and never raises."""
+        r = self.rules
+        if r is None or str(event) not in r.on:
+            return None
+        nid = notice_id(run, k, event, key)
+        notice = Notice(event, self.job, run, clean(summary)[:ENTRY_TEXT])  # as kept
+        state = PENDING if r.webhook else OFF
+        if not self._record(entry_of(notice, nid, time.time()), state):
+            return nid
+        if state == PENDING:
+            try:
+                self.queue.put_nowait((nid, notice))
+            except queue.Full:
+                self._outcome(nid, DROPPED, f"more than {QUEUE} notices waiting")
+                return nid
+            self._ensure_worker()
+        return nid
+
+    def _ensure_worker(self) -> None:
+        with self.lock:
+            self.idle.clear()
+            if self.worker is not None:
+                return  # it takes this one before it leaves (`_work`, under the lock)
+            self.worker = threading.Thread(target=self._work, name="notify", daemon=True)
+            try:
+                self.worker.start()
+            except RuntimeError:  # no thread: the manager sends them
+                self.worker = None
+                self.idle.set()
+                started = False
+            else:
+                started = True
+        if not started:
+            self._drain_unsent("no thread to send with")
+            self._abandon_pending("no thread to send with")
+
+    def _work(self) -> None:
+        while True:
+            try:
+                nid, notice = self.queue.get(timeout=0.2)
+            except queue.Empty:
+                with self.lock:
+                    if self.queue.empty():
+                        self.worker = None
+                        self.idle.set()
+                        return
+                continue
+            try:
+                why = self._post(notice)
+            except Exception as exc:  # a bug here must not end the later notices
+                why = f"{type(exc).__name__}: {exc}"
+            self._outcome(nid, SENT if why is None else FAILED, why)
+
+    def _post(self, notice: Notice) -> str | None:
+        """One POST, and one retry when no connection could be made and time is left,
+        both within the rules' timeout; None when it was answered 2xx."""
+        r = self.rules
+        assert r is not None and r.webhook is not None
+        deadline = time.monotonic() + r.timeout
+        body = webhook_body(notice)
+        failed = post_once(r.webhook, body, r.timeout)
+        if failed is not None and failed[1] and deadline - time.monotonic() > RETRY_DELAY:
+            time.sleep(RETRY_DELAY)
+            failed = post_once(r.webhook, body, deadline - time.monotonic())
+            if failed is not None:
+                failed = (f"{failed[0]} (retried once)", False)
+        return None if failed is None else f"webhook {redact(r.webhook)}: {failed[0]}"
+
+    def close(self, timeout: float | None = None) -> None:
+        """Before the coordinator exits (its daemon thread with it): waits at most
+        `timeout` s (default: two deliveries, a teardown's and its chain's end); what
+        never started is then abandoned, the manager's to send, and the POST under way
+        is waited for (its own deadline bounds it): a POST cut off by the exit might
+        have arrived, and the manager's would be a second."""
+        r = self.rules
+        if timeout is None:
+            timeout = 2 * r.timeout + 1.0 if r is not None else 0.0
+        self.idle.wait(timeout)
+        self._drain_unsent(f"still waiting when the coordinator exited ({timeout:g} s)")
+        if r is not None and not self.idle.wait(r.timeout + 1.0):
+            self._abandon_pending("still being posted when the coordinator exited")
+
+    def _drain_unsent(self, why: str) -> None:
+        """The notices queued and not started: abandoned."""
+        while True:
+            try:
+                nid, _ = self.queue.get_nowait()
+            except queue.Empty:
+                return
+            self._outcome(nid, ABANDONED, why)
+
+    def _abandon_pending(self, why: str) -> None:
+        with self.lock:
+            pending = [e["id"] for e in self.entries if e.get("webhook") == PENDING]
+        for nid in pending:
+            self._outcome(nid, ABANDONED, why)
+
+    def _record(self, entry: dict[str, Any], state: WebhookState) -> bool:
+        """A new notice kept; False (nothing kept) when its id is kept already."""
+        with self.lock:
+            if any(e["id"] == entry["id"] for e in self.entries):
+                return False
+            self.entries = [*self.entries, {**entry, "webhook": state.value, "why": None}][-KEEP:]
+        self.board.journal("notice", None, id=entry["id"], event=entry["event"], webhook=state)
+        self._save()
+        return True
+
+    def _outcome(self, nid: str, state: WebhookState, why: str | None) -> None:
+        why = one_line(why, WHY_TEXT) if why is not None else None
+        with self.lock:
+            for e in self.entries:
+                if e["id"] == nid and e.get("webhook") in (PENDING, None):
+                    e.update(webhook=state.value, why=why, done_at=time.time())
+                    break
+            else:
+                return
+        self.board.journal("notified", None, id=nid, webhook=state, why=why)
+        self._save()
+
+    def _save(self) -> None:
+        with self.saving:
+            with self.lock:
+                here = self.rules is not None and self.rules.here  # this machine's command
+                data = {"v": 1, "here": here, "notices": [dict(e) for e in self.entries]}
+            self.board.write(FILE, data)
+
+    # -- what each of the chain's decisions says: the manager's events and words --------
+    def decided(
+        self,
+        out: Ended,
+        end: AttemptEnd,
+        d: Decision | None,
+        k: int,
+        held: Sequence[tuple[str, str]] = (),
+        stop: str | None = None,
+    ) -> None:
+        """Attempt `k` ended as `out` says (chain.Outcome: torn down, or ended by
+        itself), brought the quarantines `held` (node, line) and the restart policy said
+        `d` (None: restarts are off): the notices this machine's watchdog and supervisor
+        send for the same (a user's kill: none). `stop`: the placement ended the chain
+        the policy would have restarted (the main must be replaced from this machine):
+        a gave-up in its words, the user's to act on."""
+        run = self.board.run
+        if out.kind is OutcomeKind.TEARDOWN and out.trigger is not None:
+            said = teardown_summary(out.trigger.node, out.trigger.why)
+            self.send(NotifyEvent.TEARDOWN, run, said, k)
+        elif out.kind is OutcomeKind.ENDED:
+            bad = [(n, v.why) for n, v in out.verdicts.items() if v.state is NodeState.FAILED]
+            if bad:
+                self.send(NotifyEvent.FAILED, run, failed_summary(f"{bad[0][0]} {bad[0][1]}"), k)
+            elif any(v.state is NodeState.FINISHED for v in out.verdicts.values()):
+                self.send(NotifyEvent.FINISHED, run, finished_summary(self.job), k)
+        for node, line in held:
+            self.send(NotifyEvent.QUARANTINED, run, line, k, key=node)
+        if stop is not None:
+            self.send(NotifyEvent.GAVE_UP, run, gave_up_summary(stop, end.cause), k)
+        elif d is not None and d.restart:
+            most = self.most_restarts
+            self.send(NotifyEvent.RESTART, run,
+                      restart_summary(k + 1, most, d.delay, d.why, end.cause), k)  # fmt: skip
+        elif d is not None and d.gave_up:
+            self.send(NotifyEvent.GAVE_UP, run, gave_up_summary(d.why, end.cause), k)
+
+    def slow(self, text: str) -> None:
+        """A straggler named, or a node slow for `slow_after`: told once, never a kill
+        (the same words again in the attempt, from a coordinator started again: once)."""
+        self.send(NotifyEvent.SLOW, self.board.run, text, self.board.attempt, key=text)
+
+    def not_started(self, why: str, k: int) -> None:
+        """A restart that did not start ends the chain on the cluster: a failure."""
+        self.send(NotifyEvent.FAILED, self.board.run, failed_summary(why), k)
+
+
+def notice_id(run: str, k: int, event: NotifyEvent, key: str = "") -> str:
+    """A notice's id, from what it is about: one decision, one id, whoever takes it."""
+    what = "\0".join((run, str(k), event.value, key)).encode("utf-8", "surrogateescape")
+    return hashlib.sha256(what).hexdigest()[:16]
+
+
+def _earlier(path: str) -> list[dict[str, Any]]:
+    """A predecessor's notices (a coordinator started again, resume.py): the ones it
+    left pending will never be posted by it, so they are the manager's now. Each is
+    kept as this version keeps its own (its texts cut as `entry_of` cuts them), so the
+    file stays within the manager's read whatever the predecessor wrote."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.loads(f.read(4 << 20))
+    except (OSError, ValueError, RecursionError):
+        return []
+    items = data.get("notices") if isinstance(data, dict) else None
+    out = []
+    for e in items[-KEEP:] if isinstance(items, list) else []:
+        got = notice_of(e)
+        if got is None:
+            continue
+        nid, n = got
+        kept = entry_of(Notice(n.event, n.job, n.run_id, n.summary), nid, _time(e.get("at")))
+        state, why = _state(e.get("webhook")), e.get("why")
+        if state is PENDING:
+            state, why = ABANDONED, "the coordinator was started again before it sent"
+        kept.update(
+            webhook=state.value, why=one_line(why, WHY_TEXT) if isinstance(why, str) else None
+        )
+        if isinstance(e.get("done_at"), (int, float)):
+            kept["done_at"] = _time(e["done_at"])
+        out.append(kept)
+    return out
+
+
+def _state(v: object) -> WebhookState:
+    try:
+        return WebhookState(v)
+    except ValueError:
+        return ABANDONED  # unknown to this version: the manager's to send
+
+
+def _time(v: object) -> float:
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1e12
+    return float(v) if ok and isinstance(v, (int, float)) else 0.0

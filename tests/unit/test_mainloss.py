@@ -1,0 +1,132 @@
+"""The rule that says a run the cluster watches lost its main (recover/mainloss.py), on
+inputs recorded from real runs (tests/data/mainloss: the coordinator's chain.json of
+the integration test's run before its main was lost, node1's lost.json after, and the
+chain.json of a main that broke twice in a row), and the next attempt's placement
+from this machine (recover/mainswap.plan_next: the coordinator's rule, main included)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from mntui.sessions.config import RestartPolicy
+from mntui.sessions.launch.board import SWAP_NOTE, board_dir
+from mntui.sessions.launch.chains import guard_chain
+from mntui.sessions.node.restarts import AttemptEnd
+from mntui.sessions.poll import NodeState
+from mntui.sessions.recover.mainloss import Call, Look, judge_main
+from mntui.sessions.recover.mainswap import plan_next
+from mntui.sessions.runs import NodeRecord, RunRecord, RunStatus
+from mntui.sessions.watch.standbyhint import LOST_NOTE, standby_hint
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "mainloss"
+
+
+def _json(name: str) -> dict[str, Any]:
+    data = json.loads((DATA / name).read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+RUNNING = _json("chain-running.json")
+LOST = _json("lost-node1.json")
+GAVE_UP = _json("chain-main-gave-up.json")
+STARTED = RUNNING["attempts"][0]["started_at"]
+BASE = Look("node0", ("node1",), STARTED, 5.0, None, RUNNING, {})
+
+
+def test_a_main_that_answers_is_watched_by_the_cluster() -> None:
+    assert judge_main(BASE).call is Call.WATCH
+
+
+def test_a_silent_main_alone_proves_nothing() -> None:
+    """This machine cut off (a laptop): no worker answers either, so nothing is done."""
+    v = judge_main(replace(BASE, silent=60.0))
+    assert v.call is Call.WATCH and "no worker answers" in v.why, v
+
+
+def test_a_silent_main_is_lost_once_every_reached_worker_lost_it() -> None:
+    waiting = judge_main(replace(BASE, silent=6.0, lost={"node1": None}))
+    assert waiting.call is Call.WATCH and "waiting for node1" in waiting.why, waiting
+    lost = judge_main(replace(BASE, silent=6.0, lost={"node1": LOST}))
+    assert lost.call is Call.LOST and "node1 lost it too" in lost.why, lost
+    early = judge_main(replace(BASE, silent=4.0, lost={"node1": LOST}))
+    assert early.call is Call.WATCH, "not before unreachable_after"
+
+
+def test_a_lost_json_of_an_earlier_attempt_is_not_this_ones() -> None:
+    later = replace(BASE, silent=9.0, started_at=LOST["lost_at"] + 1, lost={"node1": LOST})
+    assert judge_main(later).call is Call.WATCH
+
+
+def test_an_unreached_worker_does_not_hold_back_the_ones_that_lost_it() -> None:
+    look = replace(BASE, workers=("node1", "node3"), silent=6.0, lost={"node1": LOST})
+    assert judge_main(look).call is Call.LOST
+
+
+def test_the_coordinator_giving_the_main_up_is_this_machines_to_act_on() -> None:
+    v = judge_main(replace(BASE, chain=GAVE_UP))
+    assert v.call is Call.GIVEN_UP and "broke twice in a row" in v.why, v
+    over = judge_main(replace(BASE, chain={**RUNNING, "status": "gave-up", "why": "max"}))
+    assert over.call is Call.OVER
+
+
+POLICY = RestartPolicy(max=2, backoff=1)
+NPROCS = {"node0": 1, "node1": 1, "node2": 1}
+
+
+def _lost(k: int = 0) -> AttemptEnd:
+    return AttemptEnd(k, "r", NodeState.UNREACHABLE, "node0", (), 0.0, "node0 lost")
+
+
+def test_a_lost_main_is_replaced_by_the_first_spare_that_fits() -> None:
+    args = (["node0", "node1"], {"node0"}, set(), ["node2"], {"node2"}, NPROCS)
+    nxt = plan_next(POLICY, [_lost()], *args)
+    assert nxt.layout == ("node2", "node1") and nxt.left == 1, nxt
+    assert nxt.said == ("node0 is lost: replaced by spare node2 (rank 0)",)
+
+
+def test_no_spare_or_no_restart_left_ends_the_chain_in_one_line() -> None:
+    none = plan_next(
+        POLICY, [_lost()], ["node0", "node1"], {"node0"}, set(), ["node2"], set(), NPROCS
+    )
+    assert none.layout is None and "no spare can take rank 0" in none.why, none
+    assert "node2: its sentinel is not connected" in none.why, none
+    spent = plan_next(POLICY, [_lost(0), _lost(1), _lost(2)], ["node0", "node1"], {"node0"}, set(),
+                      ["node2"], {"node2"}, NPROCS)  # fmt: skip
+    assert spent.layout is None and spent.why.startswith("no restart:"), spent
+
+
+def _record(run: str, **kw: Any) -> RunRecord:
+    nodes = [
+        NodeRecord(n, n, i, "s", "t", f".mntui/runs/j/{run}/{n}")
+        for i, n in enumerate(("node2", "node1"))
+    ]
+    rec = RunRecord("j", run, "c.yaml", "127.0.0.1", 29500, nodes, status=RunStatus.RUNNING, **kw)
+    rec.create()
+    return rec
+
+
+def test_status_says_what_to_do_when_the_main_is_silent() -> None:
+    """Nothing attached: the command that would stand by; attached: that it does; the
+    stand-by found no way on: why, and what is left to do."""
+    rec = _record("20260101-000000-aaaa", chain="20260101-000000-aaaa", watch_port=1)
+    assert "`mntui watch` restarts the job on a spare" in standby_hint(rec)
+    with guard_chain(rec) as guard:
+        assert guard is not None
+        assert "this machine stands by" in standby_hint(rec)
+    rec.note(LOST_NOTE, why="no restart: the main node0 is lost and no spare can take rank 0")
+    rec.status = RunStatus.TORN_DOWN
+    said = standby_hint(rec)
+    assert "could not replace it: no restart: the main node0 is lost" in said, said
+
+
+def test_a_main_put_in_from_here_has_its_own_coordinators_board() -> None:
+    """The new main's coordinator writes in its own attempt's dir, not the chain's first;
+    its later attempts (records the cluster's restarts make) keep that dir too."""
+    rec = _record("20260101-000100-bbbb", chain="20260101-000000-aaaa", attempt=1)
+    assert board_dir(rec) == ".mntui/runs/j/20260101-000000-aaaa/node2"
+    rec.note(SWAP_NOTE, main="node2", run=rec.run_id)
+    assert board_dir(rec) == ".mntui/runs/j/20260101-000100-bbbb/node2"
