@@ -34,6 +34,8 @@ from mntui.sessions.runs import (
     lock_held,
 )
 
+from .sparenote import spares_of
+
 if TYPE_CHECKING:  # a status reads chains without loading the config's checks
     from mntui.sessions.config import JobConfig, NodeSpec
 
@@ -140,6 +142,15 @@ def run_config(cfg: JobConfig, view: ChainView | None) -> JobConfig:
         ports=ports,
         watch=replace(cfg.watch, where=where, port=port),
     )
+
+
+def idle_spares(cfg: JobConfig, view: ChainView | None) -> tuple[NodeSpec, ...]:
+    """The spares the chain's launch started an idle sentinel on (sparestart.py) and no
+    attempt of it ran on: a kill without a coordinator to stop them reaches them too."""
+    if view is None:
+        return ()
+    used = {n.node for n in view.nodes()}
+    return tuple(_spec(cfg, n) for name, n in spares_of(view.first).items() if name not in used)
 
 
 def check_nodes(cfg: JobConfig, names: list[str] | tuple[str, ...]) -> list[str]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import UsageError
@@ -29,7 +30,7 @@ from mntui.sessions.results import GroupResult
 from mntui.sessions.runs import RunRecord, RunStatus, live_runs
 from mntui.sessions.ssh import Cluster
 
-from .chains import ChainView, chain_of, check_nodes, run_config
+from .chains import ChainView, chain_of, check_nodes, idle_spares, run_config
 from .coordkill import kill_via_coordinator
 from .kill import KillReport, kill_job
 
@@ -144,11 +145,23 @@ def stop_job(
             results.update(done)
             names = [n for n in names if n not in done]
             if asking.all_answered(names):
-                break
+                break  # its coordinator stopped the idle spares' sentinels too
+            full, names = _with_idle_spares(cfg, full, names)
         results.update(_kill_on(full, cluster, names, grace, on_event))
     for record in marked.values():
         record.update(_killed)
     return results
+
+
+def _with_idle_spares(
+    cfg: JobConfig, full: JobConfig, names: list[str]
+) -> tuple[JobConfig, list[str]]:
+    """A direct kill of a chain the cluster watched also reaches its idle spares, whose
+    sentinels only a coordinator would have stopped."""
+    idle = [s for s in idle_spares(cfg, chain_of(cfg.job)) if s.name not in names]
+    if not idle:
+        return full, names
+    return replace(full, nodes=(*full.nodes, *idle)), [*names, *(s.name for s in idle)]
 
 
 def _refuse_partial_on_cluster(view: ChainView | None, nodes: list[str]) -> None:

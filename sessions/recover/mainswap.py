@@ -24,12 +24,12 @@ from mntui.sessions.events import Event, Phase
 from mntui.sessions.history import active_quarantines
 from mntui.sessions.launch import Attempt, ChainView, kill_job, launch, run_config
 from mntui.sessions.launch.board import coord_run
+from mntui.sessions.launch.sparenote import spares_of
 from mntui.sessions.node.placing import place
 from mntui.sessions.poll import NodeState
 from mntui.sessions.results import NodeError
 from mntui.sessions.runs import NodeRecord, RunRecord, RunStatus, load_run
 from mntui.sessions.ssh import Cluster
-from mntui.sessions.watch.sparesync import spares_of
 from mntui.sessions.watch.standbyhint import LOST_NOTE
 
 from .chainstate import mark, stopped, wait_backoff

@@ -17,28 +17,12 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from mntui.sessions.jsonshape import count, number, text
-from mntui.sessions.procs import RUNS_DIR, run_tag
-from mntui.sessions.runs import SPARES_NOTE, NodeRecord, RunRecord
+from mntui.sessions.jsonshape import number
+from mntui.sessions.launch.sparenote import spares_of
+from mntui.sessions.runs import NodeRecord, RunRecord
 from mntui.sessions.termsafe import one_line
 
 SYNCED = "cluster-quarantine"  # the first record's note of a quarantine written here
-
-
-def spares_of(first: RunRecord) -> dict[str, NodeRecord]:
-    """The spares the launch noted, as nodes of the first attempt (its run id in their
-    tag and run dir, as the caller moves them to the attempt's own)."""
-    note = next((h for h in first.history if h.get("what") == SPARES_NOTE), None)
-    out: dict[str, NodeRecord] = {}
-    for s in note.get("nodes") or [] if note is not None else []:
-        name = text(s.get("node")) if isinstance(s, dict) else None
-        host, session = (text(s.get(k)) for k in ("host", "session")) if name else (None, None)
-        if name is None or host is None or session is None:
-            continue
-        run_dir = f"{RUNS_DIR}/{first.job}/{first.run_id}/{name}"
-        tag = run_tag(first.job, first.run_id, name)
-        out[name] = NodeRecord(name, host, -1, session, tag, run_dir, nproc=count(s.get("nproc")))
-    return out
 
 
 def attempt_nodes(first: RunRecord, names: object) -> list[NodeRecord]:

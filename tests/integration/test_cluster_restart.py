@@ -236,3 +236,31 @@ def load_chain(fake: FakeCluster, job: str) -> dict[str, object]:
     """coord/chain.json on the main, as the coordinator wrote it."""
     first = fake.node("node0").run_dirs(job)[0]
     return dict(json.loads((first / "coord" / "chain.json").read_text()))
+
+
+def test_a_kill_with_no_coordinator_to_ask_reaches_the_idle_spare_too(
+    fake: FakeCluster, cfg: Cfg
+) -> None:
+    """The main's coordinator and sentinel gone together (neither starts the other
+    again): `mntui kill` kills by tag directly, and the idle spare's sentinel and guard,
+    which only a coordinator would have stopped, go with the rest, well within the
+    `unreachable_after` after which they would have left by themselves."""
+    job = "cw-idlekill"
+    port, wport = free_port(), free_port()
+    text = SPARE_JOB.format(job=job, port=port, wport=wport).replace(
+        "unreachable_after: 5", "unreachable_after: 60"
+    )
+    path = cfg.write(text)
+    assert cfg.mntui(path, "launch", "--no-ui", watch=True).returncode == 0
+    wait_for(lambda: len(watchers(job, "sentinel")) == 3, 20, what="3 sentinels")
+    assert len(watchers(job, "guard", "node2")) == 1, "the idle spare has no guard"
+    main = watchers(job, "coord") + watchers(job, "sentinel", "node0")
+    assert len(main) == 2, main
+    for sig in (signal.SIGSTOP, signal.SIGKILL):  # stopped first: no respawn between
+        for pid in main:
+            os.kill(pid, sig)
+    wait_for(lambda: not alive(main), 10, what="the main's watchers gone")
+    res = cfg.mntui(path, "kill")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "node2" in res.stdout, res.stdout  # the spare was killed directly, and said so
+    assert not tagged_anywhere(job), [cmdline(p) for p in tagged_anywhere(job)]
