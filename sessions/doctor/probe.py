@@ -9,7 +9,7 @@ One probe script per node answers everything in one round trip. Its output is no
 data: the user's `setup` runs in the middle of it and may print anything, so only
 lines carrying this run's random marker count, each in its exact shape (the last one
 wins), and a marked line of the wrong shape is skipped and counted, never raised.
-The job's environment is entered as the launch enters it (launch.plan.job_environment:
+The job's environment is entered as the launch enters it (launch.nodeplan.job_environment:
 the workdir, then `setup`); what `setup` printed on stderr comes back base64-encoded
 and bounded, and is shown with its control bytes stripped.
 """

@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from mntui.sessions.config import QuarantineAfter, format_span
+from mntui.sessions.config import QuarantineAfter
+from mntui.sessions.node.placing import quarantine_why
 
 from .blame import fold
 from .quarantines import Quarantine, active_quarantines, quarantine_node, who_am_i
@@ -40,6 +41,7 @@ def apply_policy(
     caused = history.caused_within(rule.within, now) if history is not None else 0
     if caused < rule.count:
         return None
-    why = f"caused {caused} failures within {format_span(rule.within)} (restart.quarantine_after)"
-    q = quarantine_node(node, rule.hold, why, who=f"policy, {who_am_i()}", now=now)
+    q = quarantine_node(
+        node, rule.hold, quarantine_why(caused, rule), who=f"policy, {who_am_i()}", now=now
+    )
     return PolicyQuarantine(q, caused)

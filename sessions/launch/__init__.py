@@ -31,10 +31,10 @@ if TYPE_CHECKING:
     from .logs import parse_read as parse_read
     from .logs import read_new as read_new
     from .logs import read_script as read_script
+    from .nodeplan import home_path as home_path
+    from .nodeplan import job_environment as job_environment
     from .plan import Plan as Plan
     from .plan import describe as describe
-    from .plan import home_path as home_path
-    from .plan import job_environment as job_environment
     from .ports import free_ports as free_ports
     from .ports import port_holders as port_holders
     from .ports import still_held as still_held

@@ -23,7 +23,8 @@ from mntui.sessions.results import NodeError
 from mntui.sessions.ssh import Cluster, Node
 
 from . import clusterwatch
-from .plan import NodePlan, Plan
+from .nodeplan import NodePlan
+from .plan import Plan
 
 EventSink = Callable[[Event], None]
 

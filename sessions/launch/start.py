@@ -28,7 +28,8 @@ from mntui.sessions.ssh import Cluster, Node, resolve
 from . import clusterwatch, sparestart
 from .board import SWAP_NOTE
 from .kill import kill_job
-from .plan import NodePlan, Plan, build_plan, new_run_id, run_record
+from .nodeplan import NodePlan, new_run_id
+from .plan import Plan, build_plan, run_record
 from .startchecks import Preflight, preflight, wait_ready
 
 EventSink = Callable[[Event], None]

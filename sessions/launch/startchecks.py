@@ -30,7 +30,7 @@ from mntui.sessions.results import GroupResult
 from mntui.sessions.ssh import Cluster, Node
 
 from . import logs, tmux
-from .plan import NodePlan
+from .nodeplan import NodePlan
 from .sentinelship import parse_python, python_check_script
 
 READY_POLL = 0.1  # seconds between readiness checks on the main (one round trip each)

@@ -1,7 +1,7 @@
 """The restart chain on the cluster: after an attempt ends, the coordinator decides
 with the restart policy (restarts.decide, the manager's rule), waits out the backoff
-and starts the next attempt through the sentinels, main first, the workers once the
-main's port listens, all while the manager may be asleep.
+and starts the next attempt through the sentinels (relaunch.py: main first, the
+workers once the main's port listens), all while the manager may be asleep.
 
 Each attempt's script was rendered at launch (its run id, tag, `MNTUI_RESTART_COUNT`),
 so nothing here builds a command: the coordinator only says "start attempt k" (and to
@@ -14,9 +14,6 @@ predecessor was (resume.py).
 
 from __future__ import annotations
 
-import json
-import os
-import threading
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -24,18 +21,14 @@ from typing import Any, Protocol
 from . import resume, swaps
 from .chainlog import ChainLog
 from .chainstates import ChainStatus, OutcomeKind
-from .coordstate import Board
 from .facts import Facts
 from .judging import NodeTrigger
-from .killer import listening_ports
 from .notifysend import Outbox
+from .relaunch import Starter, relaunch, use
 from .restarts import AttemptEnd, Decision, decide
 from .resume import BACKOFF, DECIDE, OVER, START, WATCH, Point
 from .rules import NodeState, Verdict
-from .teardown import finish, stop, user_kill
-from .watchcfg import WatchConfig
-
-START_ANSWER = 90.0  # seconds for a sentinel to say its attempt started
+from .teardown import finish, user_kill
 
 
 @dataclass(frozen=True)
@@ -48,16 +41,12 @@ class Outcome:
     codes: tuple[int, ...] = ()  # the nodes' exit codes, when no facts are left to read
 
 
-class Coordinator(Protocol):
+class Coordinator(Starter, Protocol):
     """What the chain needs of the coordinator (coordinator.py)."""
 
-    board: Board
-    cfg: WatchConfig
-    done: threading.Event
     notices: Outbox  # what the chain's decisions say (notifysend.py)
 
     def watch_attempt(self) -> Outcome: ...
-    def kill_requested(self) -> tuple[float, str | None] | None: ...
 
 
 def exit_codes(facts: dict[str, Facts]) -> tuple[int, ...]:
@@ -90,7 +79,7 @@ def run_chain(c: Coordinator) -> str:
     else:
         c.board.journal("resumed", None, phase=at.phase, attempt=at.k, run=at.run)
         if at.k > 0:  # the attempt a kill takes (its tag, its nodes), and a watch goes on
-            _use(c, swaps.layout_of(log.data["attempts"][-1], c.cfg) or c.cfg.nodes)
+            use(c, swaps.layout_of(log.data["attempts"][-1], c.cfg) or c.cfg.nodes)
             c.board.new_attempt(at.k, at.run)
         asked = c.kill_requested()  # the user's kill, maybe half carried out: carried out
         if asked is not None:
@@ -208,74 +197,3 @@ def _backoff(c: Coordinator, delay: float) -> bool:
             return False
         c.done.wait(min(0.25, max(0.0, end - time.monotonic())))
     return True
-
-
-def relaunch(c: Coordinator, k: int, log: ChainLog) -> str | None:
-    """Attempt `k`: the main first, the workers once its port listens. None when every
-    node started; else why not (what did start is killed by the caller's stop)."""
-    run = _run_of(c, k)
-    layout = log.starting(k, run)
-    _use(c, layout)
-    c.board.new_attempt(k, run)
-    main, workers = layout[0], layout[1:]
-    why = _start_on(c, [main], k, layout)
-    if why is None:
-        why = _ready(c)
-    if why is None:
-        why = _start_on(c, list(workers), k, layout)
-    if why is not None:
-        why = f"attempt {k} did not start: {why}"
-        stop(c.board, c.cfg, {"decided_by": "coordinator", "why": why}, c.cfg.grace)
-        return why
-    log.running(k)
-    return None
-
-
-def _run_of(c: Coordinator, k: int) -> str:
-    path = os.path.join(os.path.dirname(c.board.out), "attempts", f"{k}.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            run = json.loads(f.read(4096)).get("run")
-    except (OSError, ValueError, AttributeError):
-        run = None
-    return run if isinstance(run, str) else f"attempt-{k}"
-
-
-def _use(c: Coordinator, layout: tuple[str, ...]) -> None:
-    """The attempt's nodes, for the judge and the kills (the board's)."""
-    c.board.layout = layout
-
-
-def _start_on(c: Coordinator, nodes: list[str], k: int, layout: tuple[str, ...]) -> str | None:
-    """Attempt `k` on `nodes`, all at once (a spare is told the rank it takes); every
-    answer is awaited before saying why one failed, so the cleanup after it finds every
-    attempt that did start."""
-    missing = [n for n in nodes if n not in c.board.live_peers()]
-    if missing:
-        return f"no sentinel connected on {', '.join(missing)}"
-    spares = c.cfg.spares
-    asked = {
-        n: c.board.ask(n, "start", attempt=k, **({"rank": layout.index(n)} if n in spares else {}))
-        for n in nodes
-    }
-    deadline = time.monotonic() + START_ANSWER
-    why = None
-    for n, rid in asked.items():
-        msg = c.board.wait_reply(n, rid, deadline) if rid is not None else None
-        if msg is None:
-            why = why or f"{n}'s sentinel did not say attempt {k} started"
-        elif msg.get("ok") is not True:
-            why = why or f"{n}: {str(msg.get('error'))[:200]}"
-    return why
-
-
-def _ready(c: Coordinator) -> str | None:
-    """The main's master port listening, as the launch waits for it (`ready: port`)."""
-    end = time.monotonic() + c.cfg.ready_timeout
-    while time.monotonic() < end:
-        if c.cfg.master_port in listening_ports():
-            return None
-        if c.kill_requested() is not None:
-            return "the user's kill came first"
-        c.done.wait(0.2)
-    return f"the main's port {c.cfg.master_port} did not listen in {c.cfg.ready_timeout:.0f} s"

@@ -1,4 +1,5 @@
-"""The coordinator: the job's watchdog, on the main node, fed by the sentinels.
+"""The coordinator: the job's watchdog, on the main node, fed by the sentinels (its port:
+coordport.py).
 
 Why here: the main node is where the job lives or dies (its master port, rank 0); a
 watch there cannot lose contact with the job while the job goes on, unlike one on the
@@ -25,7 +26,7 @@ import time
 import traceback
 from typing import Any
 
-from . import daemon, feedserve, frames, respawn
+from . import coordport, daemon, feedserve, respawn
 from .chain import Outcome, exit_codes, run_chain
 from .chainstates import OutcomeKind
 from .coordstate import Board
@@ -35,8 +36,6 @@ from .slowness import SlowWatch
 from .teardown import kill_everywhere, teardown, user_kill
 from .watchcfg import WatchConfig, grace_of, load_for
 
-# waits: slowness.py's; log: a node's log bytes for the app's stream (feedserve.py)
-FROM_SENTINEL = frozenset({"snap", "done", "bye", "waits", "log"})
 TICK = 0.25
 COALESCE = 0.1  # seconds: the least time between two judgements of the whole job
 KILL_POLL = 0.02  # seconds: how often the coalescing looks for the user's kill request
@@ -58,60 +57,8 @@ class Coordinator:
         self.slow.notices = self.notices
 
     def accept(self) -> None:
-        """Connections, each handshaken on a thread of its own; at most HANDSHAKES at
-        once, so a flood from anyone who reaches the port cannot exhaust the threads
-        (the sentinels reconnect, with backoff, once it is over)."""
-        while not self.done.is_set():
-            try:
-                conn, addr = self.sock.accept()
-            except OSError:
-                if self.done.is_set():
-                    return
-                time.sleep(0.1)  # EMFILE and the like: the port stays served
-                continue
-            if not self.shaking.acquire(blocking=False):
-                self.board.refused("busy", str(addr[0]) if isinstance(addr, tuple) else "?")
-                conn.close()
-                continue
-            try:
-                threading.Thread(target=self.peer, args=(conn, addr), daemon=True).start()
-            except RuntimeError:
-                self.shaking.release()
-                conn.close()
-
-    def secret_for(self, hello: dict[str, Any]) -> bytes | None:
-        who = hello.get("node") in self.cfg.members or feedserve.is_follower(hello)
-        ok = hello.get("chain") == self.cfg.run and who
-        return self.secret if ok else None
-
-    def peer(self, conn: socket.socket, addr: Any) -> None:
-        where = str(addr[0]) if isinstance(addr, tuple) and addr else "?"
-        try:
-            ch = frames.server_handshake(conn, self.secret_for, kinds=FROM_SENTINEL)
-        except (OSError, frames.Refused) as exc:
-            self.board.refused(getattr(exc, "reason", "closed"), where)
-            conn.close()
-            return
-        finally:
-            self.shaking.release()
-        if feedserve.is_follower(ch.peer):  # the app's stream (node/follower.py)
-            self.feed.serve(ch)
-            return
-        node = str(ch.peer.get("node"))
-        peer = self.board.connected(node, ch)
-        self.feed.joined(ch)
-        try:
-            while True:
-                msg = ch.recv(timeout=None)
-                if self.feed.heard(node, msg):  # log bytes: nothing for the judge
-                    continue
-                if not self.slow.heard(node, msg):  # a rank's straggler sample: its own
-                    self.board.heard(peer, msg)
-                self.wake.set()
-        except (OSError, frames.Refused) as exc:
-            self.board.gone(peer, str(exc) or type(exc).__name__)
-        finally:
-            ch.close()
+        """The port's connections, until the chain is over (coordport.py)."""
+        coordport.accept(self)
 
     def kill_requested(self) -> tuple[float, str | None] | None:
         """The user's kill, as the manager asked it: the file `coord/kill` (written over
@@ -210,33 +157,15 @@ class Coordinator:
         respawn.goodbye(self.dir, "coord", why)  # before the stop: nobody starts us again
         self.board.send_all("stop", why="the chain ended")
         self.done.set()  # the accepting ends: the port is let go before the webhook's wait
-        _unlisten(self.sock)
+        coordport.unlisten(self.sock)
         self.notices.close()  # what it could not send by then: the manager's
         return why
-
-
-def _unlisten(sock: socket.socket) -> None:
-    """Stops accepting now: a shutdown wakes the accept blocked in another thread (a close
-    alone leaves the port held until that accept returns)."""
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-    sock.close()
 
 
 def may_run(verdicts: dict[str, Any]) -> bool:
     from .rules import may_still_run
 
     return may_still_run(v.state for v in verdicts.values())
-
-
-def listen(port: int) -> socket.socket:
-    """The coordinator's port, on every address: the workers reach the main by the
-    address the ranks use for `master_addr`, whichever interface that is."""
-    if socket.has_dualstack_ipv6():
-        return socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True)
-    return socket.create_server(("", port))
 
 
 def main(argv: list[str]) -> int:
@@ -246,7 +175,7 @@ def main(argv: list[str]) -> int:
         return loaded
     run_dir, cfg, secret = loaded
     try:
-        sock = listen(cfg.coord_port)
+        sock = coordport.listen(cfg.coord_port)
     except OSError as exc:
         print(f"coordinator: port {cfg.coord_port}: {exc.strerror or exc}", file=sys.stderr)
         return 1

@@ -18,7 +18,6 @@ manager's claim on that id holds for both.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import queue
 import threading
@@ -26,58 +25,30 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from .chainstates import OutcomeKind
-from .judging import NodeTrigger
+from .chainnotices import Ended, said
+from .notifyhook import NotifyRules, redact, webhook_body
+from .notifykept import FILE, KEEP, WHY_TEXT, earlier
 from .notifytext import (
     ABANDONED,
     DROPPED,
     ENTRY_TEXT,
     FAILED,
-    JOB_TEXT,
     OFF,
     PENDING,
-    RUN_TEXT,
     SENT,
     Notice,
     NotifyEvent,
-    NotifyRules,
     WebhookState,
     clean,
     entry_of,
     failed_summary,
-    finished_summary,
-    gave_up_summary,
-    notice_of,
     one_line,
-    redact,
-    restart_summary,
-    teardown_summary,
-    webhook_body,
 )
 from .restarts import AttemptEnd, Decision
-from .rules import NodeState, Verdict
 from .webhookpost import post_once
 
-FILE = "notify.json"  # in coord/: every notice and what became of it
-BOARD_READ = 256 << 10  # bytes of the file the manager's board read takes (launch/board.py)
-WHY_TEXT = 300  # what became of a notice: one line (an HTTP reason phrase may be 64 KiB)
-# The most one entry takes in the file: write_json escapes non-ASCII, and a character
-# beyond the BMP is two \uXXXX escapes, 12 bytes; its ids, times and keys fit in 512.
-ENTRY_MOST = 12 * (ENTRY_TEXT + JOB_TEXT + RUN_TEXT + WHY_TEXT) + 512
-KEEP = (BOARD_READ - 512) // ENTRY_MOST  # the latest notices kept: the file always fits
 QUEUE = 8  # notices waiting at most, fewer than KEEP; one more is dropped (the manager sends it)
 RETRY_DELAY = 1.0
-
-
-class Ended(Protocol):
-    """How an attempt ended, as the chain has it (chain.Outcome)."""
-
-    @property
-    def kind(self) -> str: ...
-    @property
-    def trigger(self) -> NodeTrigger | None: ...
-    @property
-    def verdicts(self) -> dict[str, Verdict]: ...
 
 
 class Writer(Protocol):
@@ -96,7 +67,7 @@ class Outbox:
         """`most`: restart.max (a restart's "attempt k/most")."""
         self.rules, self.job, self.most_restarts, self.board = rules, job, most, board
         self.lock = threading.Lock()
-        self.entries: list[dict[str, Any]] = _earlier(os.path.join(board.out, FILE))
+        self.entries: list[dict[str, Any]] = earlier(os.path.join(board.out, FILE))
         self.queue: queue.Queue[tuple[str, Notice]] = queue.Queue(QUEUE)
         self.idle = threading.Event()  # nothing queued or being posted
         self.idle.set()
@@ -236,7 +207,6 @@ class Outbox:
                 data = {"v": 1, "here": here, "notices": [dict(e) for e in self.entries]}
             self.board.write(FILE, data)
 
-    # -- what each of the chain's decisions says: the manager's events and words --------
     def decided(
         self,
         out: Ended,
@@ -246,32 +216,9 @@ class Outbox:
         held: Sequence[tuple[str, str]] = (),
         stop: str | None = None,
     ) -> None:
-        """Attempt `k` ended as `out` says (chain.Outcome: torn down, or ended by
-        itself), brought the quarantines `held` (node, line) and the restart policy said
-        `d` (None: restarts are off): the notices this machine's watchdog and supervisor
-        send for the same (a user's kill: none). `stop`: the placement ended the chain
-        the policy would have restarted (the main must be replaced from this machine):
-        a gave-up in its words, the user's to act on."""
-        run = self.board.run
-        if out.kind is OutcomeKind.TEARDOWN and out.trigger is not None:
-            said = teardown_summary(out.trigger.node, out.trigger.why)
-            self.send(NotifyEvent.TEARDOWN, run, said, k)
-        elif out.kind is OutcomeKind.ENDED:
-            bad = [(n, v.why) for n, v in out.verdicts.items() if v.state is NodeState.FAILED]
-            if bad:
-                self.send(NotifyEvent.FAILED, run, failed_summary(f"{bad[0][0]} {bad[0][1]}"), k)
-            elif any(v.state is NodeState.FINISHED for v in out.verdicts.values()):
-                self.send(NotifyEvent.FINISHED, run, finished_summary(self.job), k)
-        for node, line in held:
-            self.send(NotifyEvent.QUARANTINED, run, line, k, key=node)
-        if stop is not None:
-            self.send(NotifyEvent.GAVE_UP, run, gave_up_summary(stop, end.cause), k)
-        elif d is not None and d.restart:
-            most = self.most_restarts
-            self.send(NotifyEvent.RESTART, run,
-                      restart_summary(k + 1, most, d.delay, d.why, end.cause), k)  # fmt: skip
-        elif d is not None and d.gave_up:
-            self.send(NotifyEvent.GAVE_UP, run, gave_up_summary(d.why, end.cause), k)
+        """Attempt `k`'s end, told as chainnotices.said words it (for the attempt's run)."""
+        for event, text, key in said(self.job, self.most_restarts, out, end, d, k, held, stop):
+            self.send(event, self.board.run, text, k, key)
 
     def slow(self, text: str) -> None:
         """A straggler named, or a node slow for `slow_after`: told once, never a kill
@@ -287,45 +234,3 @@ def notice_id(run: str, k: int, event: NotifyEvent, key: str = "") -> str:
     """A notice's id, from what it is about: one decision, one id, whoever takes it."""
     what = "\0".join((run, str(k), event.value, key)).encode("utf-8", "surrogateescape")
     return hashlib.sha256(what).hexdigest()[:16]
-
-
-def _earlier(path: str) -> list[dict[str, Any]]:
-    """A predecessor's notices (a coordinator started again, resume.py): the ones it
-    left pending will never be posted by it, so they are the manager's now. Each is
-    kept as this version keeps its own (its texts cut as `entry_of` cuts them), so the
-    file stays within the manager's read whatever the predecessor wrote."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.loads(f.read(4 << 20))
-    except (OSError, ValueError, RecursionError):
-        return []
-    items = data.get("notices") if isinstance(data, dict) else None
-    out = []
-    for e in items[-KEEP:] if isinstance(items, list) else []:
-        got = notice_of(e)
-        if got is None:
-            continue
-        nid, n = got
-        kept = entry_of(Notice(n.event, n.job, n.run_id, n.summary), nid, _time(e.get("at")))
-        state, why = _state(e.get("webhook")), e.get("why")
-        if state is PENDING:
-            state, why = ABANDONED, "the coordinator was started again before it sent"
-        kept.update(
-            webhook=state.value, why=one_line(why, WHY_TEXT) if isinstance(why, str) else None
-        )
-        if isinstance(e.get("done_at"), (int, float)):
-            kept["done_at"] = _time(e["done_at"])
-        out.append(kept)
-    return out
-
-
-def _state(v: object) -> WebhookState:
-    try:
-        return WebhookState(v)
-    except ValueError:
-        return ABANDONED  # unknown to this version: the manager's to send
-
-
-def _time(v: object) -> float:
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1e12
-    return float(v) if ok and isinstance(v, (int, float)) else 0.0

@@ -1,23 +1,21 @@
-"""What a notification says and how a webhook gets it: the one rule, for both senders.
+"""What a notification says: the events, a notice, its words, and the entry the
+coordinator keeps of it: the one rule, for both senders.
 
 Why in the node package: the coordinator on the main node sends a run's notifications
 when it decides (a laptop asleep would send them hours late), and this machine sends
-what it could not, at its next contact; both must say the same words in the same body,
-so the words and the body are built here, with the standard library alone, and
-`mntui.sessions.notify` re-exports them. The summary carries node data (a log's error
-text): chat webhooks get it with @-mentions defused, so a line printed by a job cannot
-ping a whole channel. A webhook URL is a password: no message here ever repeats it.
+what it could not, at its next contact; both must say the same words, so the words are
+built here, with the standard library alone, and `mntui.sessions.notify` re-exports
+them (the webhook's URL check, body and rules: notifyhook.py). The summary carries node
+data (a log's error text): it is cleaned to text here, bounded wherever it is kept.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
-from urllib.parse import urlsplit
 
 from .termsafe import one_line as _one_line
 
@@ -26,8 +24,6 @@ __all__ = [
     "ENTRY_TEXT",
     "Notice",
     "NotifyEvent",
-    "NotifyRules",
-    "check_webhook_url",
     "clean",
     "entry_of",
     "finished_summary",
@@ -35,12 +31,8 @@ __all__ = [
     "notice_of",
     "one_line",
     "raw",
-    "redact",
     "restart_summary",
-    "rules_json",
-    "rules_of",
     "teardown_summary",
-    "webhook_body",
 ]
 
 
@@ -81,7 +73,6 @@ class WebhookState(str, Enum):
 
 
 PENDING, SENT, FAILED, DROPPED, ABANDONED, OFF = tuple(WebhookState)
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 _ID = re.compile(r"[0-9A-Za-z._-]{1,64}")
 
 
@@ -93,69 +84,6 @@ class Notice:
     summary: str  # one line; may hold node data
     report_path: str | None = None
     details: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class NotifyRules:
-    """What the coordinator on the main does with a run's notices (watch.json's
-    `notify`): posts them to `webhook` (None: no webhook, this machine's command alone),
-    for the events in `on`; `here`: this machine has a command to run for each."""
-
-    webhook: str | None
-    on: frozenset[str]
-    timeout: float  # the whole delivery, its one retry included
-    here: bool = False
-
-
-def rules_of(v: object, error: type[Exception] = ValueError) -> NotifyRules | None:
-    """watch.json's `notify`, strictly (None: absent); `error` says what is wrong."""
-    if v is None:
-        return None
-    if not isinstance(v, dict):
-        raise error("watch.json: notify must be an object")
-    hook, on, timeout, here = v.get("webhook"), v.get("on"), v.get("timeout"), v.get("here")
-    if hook is not None and (not isinstance(hook, str) or check_webhook_url(hook) is not None):
-        raise error("watch.json: notify.webhook is not a usable URL")
-    events = {str(e) for e in NotifyEvent}
-    if not isinstance(on, list) or not all(isinstance(e, str) and e in events for e in on):
-        raise error("watch.json: notify.on must be a list of events")
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise error("watch.json: notify.timeout must be a number")
-    if not 0 < timeout <= 600 or type(here) is not bool:
-        raise error("watch.json: notify.timeout or notify.here out of range")
-    return NotifyRules(hook, frozenset(on), float(timeout), here)
-
-
-def rules_json(r: NotifyRules | None) -> dict[str, Any] | None:
-    if r is None:
-        return None
-    return {"webhook": r.webhook, "on": sorted(r.on), "timeout": r.timeout, "here": r.here}
-
-
-def check_webhook_url(url: str) -> str | None:
-    """None if `url` can be posted to, else why not. The reason never repeats the URL:
-    a chat webhook's URL is its password."""
-    if _CONTROL.search(url) or any(c.isspace() for c in url):
-        return "the URL contains spaces or control characters"
-    try:
-        parts = urlsplit(url)
-        _port = parts.port  # raises on a bad port
-    except ValueError as exc:
-        return f"not a usable URL ({exc})"
-    if parts.scheme not in ("http", "https"):
-        return "only http:// and https:// URLs are supported"
-    if not parts.hostname:
-        return "the URL has no host"
-    return None
-
-
-def redact(url: str) -> str:
-    try:
-        parts = urlsplit(url)
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        return "(unusable URL)"
-    return f"{parts.scheme}://{parts.hostname}{port}/…"
 
 
 def raw(text: str) -> bytes:
@@ -174,29 +102,6 @@ def clean(text: str) -> str:
 
 def one_line(text: str, limit: int = 300) -> str:
     return _one_line(clean(text), limit)
-
-
-def _defuse(text: str) -> str:
-    """`@everyone`, `@channel`, `<!here>`, `<@U123>` stay readable but ping nobody."""
-    return text.replace("@", "@\u200b").replace("<!", "<\u200b!")
-
-
-def webhook_body(notice: Notice) -> bytes:
-    """Slack and Mattermost read `text`, Discord `content`; the rest is for scripts."""
-    summary = clean(notice.summary)
-    chat = summary if len(summary) <= CHAT_TEXT else summary[: CHAT_TEXT - 1] + "…"
-    body: dict[str, object] = {
-        "text": _defuse(chat),
-        "content": _defuse(chat),
-        "allowed_mentions": {"parse": []},
-        "event": str(notice.event),
-        "job": clean(notice.job),
-        "run_id": clean(notice.run_id),
-        "summary": summary,
-        "report": clean(notice.report_path) if notice.report_path is not None else None,
-        "details": {clean(k): clean(v) for k, v in notice.details.items()},
-    }
-    return json.dumps(body, ensure_ascii=False).encode("utf-8")
 
 
 # -- the summaries: what each decision says, whoever makes it ---------------------------

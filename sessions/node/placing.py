@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from .restarts import AttemptEnd, repeat_culprit
 
@@ -67,8 +68,18 @@ def past_quarantine(
     return {n: c for n, c in caused.items() if c >= rule.count}
 
 
-def quarantine_why(caused: int, rule: QuarantineRule) -> str:
-    """The reason the manager's quarantine carries, as its own policy words it."""
+class Window(Protocol):
+    """A quarantine rule's window: the coordinator's QuarantineRule and the manager's
+    config (QuarantineAfter) alike."""
+
+    @property
+    def within(self) -> float: ...
+
+
+def quarantine_why(caused: int, rule: Window) -> str:
+    """The reason a quarantine carries, whoever counted it (the coordinator here, the
+    supervisor through history/policy.py): one event reads the same in `mntui
+    quarantine` either way, its window in the words the config takes."""
     return f"caused {caused} failures within {span(rule.within)} (restart.quarantine_after)"
 
 

@@ -18,21 +18,29 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .judging import Rules
-from .notifytext import NotifyRules, rules_json, rules_of
+from .notifyhook import NotifyRules, rules_json, rules_of
 from .placing import QuarantineRule
 from .restarts import RestartRules
 from .runid import RUN_ID
+from .watchfields import (
+    FILE,
+    NAME,
+    BadWatchFile,
+    get,
+    judge_rules,
+    nprocs,
+    progress_pattern,
+    restart_json,
+    restart_rules,
+    slowness,
+    spares,
+    stacks,
+)
 
-FILE = "watch.json"
+__all__ = ["FILE", "SECRET", "BadWatchFile", "WatchConfig", "grace_of", "load", "load_for",
+           "parse", "to_json", "write_json"]  # fmt: skip
 SECRET = "secret"
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _TAG = re.compile(r"[A-Za-z0-9._-]{1,128}/[A-Za-z0-9._-]{1,64}/[A-Za-z0-9._-]{1,128}")
-NONCE = re.compile(r"[0-9a-f]{8,64}\Z")
-RANK_TOKEN = re.compile(r"@@MNTUI_RANK_[0-9a-f]{16}@@\Z")
-
-
-class BadWatchFile(ValueError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -101,124 +109,6 @@ def grace_of(v: object) -> float | None:
     return float(v)
 
 
-def _get(d: dict[str, Any], key: str, kind: type) -> Any:
-    v = d.get(key)
-    if kind is float and type(v) is int:
-        v = float(v)
-    if type(v) is not kind:
-        raise BadWatchFile(f"{FILE}: {key} must be a {kind.__name__}")
-    return v
-
-
-def _rules(d: object) -> Rules:
-    if not isinstance(d, dict):
-        raise BadWatchFile(f"{FILE}: rules must be an object")
-    stall = d.get("stall_after")
-    if stall != "auto":
-        stall = _get(d, "stall_after", float)
-    return Rules(
-        frozen_after=_get(d, "frozen_after", float),
-        unreachable_after=_get(d, "unreachable_after", float),
-        on_failure=_get(d, "on_failure", str),
-        on_stall=_get(d, "on_stall", str),
-        stall_after=stall,
-    )
-
-
-def _pattern(v: object) -> str | None:
-    if v is None:
-        return None
-    if not isinstance(v, str) or len(v) > 2000:
-        raise BadWatchFile(f"{FILE}: progress_pattern must be a regex")
-    try:
-        if "step" not in re.compile(v).groupindex:
-            raise BadWatchFile(f"{FILE}: progress_pattern has no group `step`")
-    except re.error:
-        raise BadWatchFile(f"{FILE}: progress_pattern is no regex") from None
-    return v
-
-
-def _codes(v: object, what: str) -> frozenset[int]:
-    if not isinstance(v, list) or not all(type(c) is int and -256 < c < 256 for c in v):
-        raise BadWatchFile(f"{FILE}: restart.{what} must be a list of exit codes")
-    return frozenset(v)
-
-
-def _restart(d: object) -> RestartRules | None:
-    if d is None:
-        return None
-    if not isinstance(d, dict):
-        raise BadWatchFile(f"{FILE}: restart must be an object")
-    on = d.get("on")
-    if not isinstance(on, list) or not all(isinstance(x, str) for x in on):
-        raise BadWatchFile(f"{FILE}: restart.on must be a list of states")
-    codes = d.get("exit_codes")
-    return RestartRules(
-        max=_get(d, "max", int),
-        backoff=_get(d, "backoff", float),
-        backoff_max=_get(d, "backoff_max", float),
-        on=frozenset(on),
-        exit_codes=None if codes is None else _codes(codes, "exit_codes"),
-        not_on=_codes(d.get("not_on"), "not_on"),
-        reset_after=_get(d, "reset_after", float),
-    )
-
-
-def _stacks(d: dict[str, Any]) -> dict[str, Any]:
-    """The stacks before a hang's kill: absent from a file that takes none."""
-    if d.get("stacks_nonce") is None:
-        return {}
-    nonce, budget = d.get("stacks_nonce"), _get(d, "capture_budget", float)
-    if not isinstance(nonce, str) or not NONCE.match(nonce) or not 0 <= budget <= 600:
-        raise BadWatchFile(f"{FILE}: stacks_nonce or capture_budget out of range")
-    return {"capture_budget": budget, "stacks_nonce": nonce}
-
-
-def _slow(d: dict[str, Any]) -> dict[str, Any]:
-    """The straggler's settings (slowness.py): absent from a file that has none."""
-    if "sample_every" not in d:
-        return {}
-    every, action = _get(d, "sample_every", float), d.get("on_slow")
-    fraction, after = _get(d, "slow_fraction", float), _get(d, "slow_after", float)
-    ok = 0 <= every <= 3600 and 0 <= fraction <= 1 and 0 < after <= 86400
-    if not ok or action not in ("notify", "kill_all"):
-        raise BadWatchFile(f"{FILE}: sample_every, on_slow or slow_* out of range")
-    return {"sample_every": every, "on_slow": action, "slow_fraction": fraction,
-            "slow_after": after}  # fmt: skip
-
-
-def _nprocs(v: object, n: int) -> tuple[int, ...]:
-    if v is None:
-        return ()
-    if (
-        not isinstance(v, list)
-        or len(v) != n
-        or not all(type(x) is int and 0 < x <= 1 << 16 for x in v)
-    ):
-        raise BadWatchFile(f"{FILE}: nprocs must be a count for each node")
-    return tuple(v)
-
-
-def _spares(d: dict[str, Any]) -> dict[str, Any]:
-    """The chain's spares and quarantine rule (placing.py): absent from a file without."""
-    names, token, q = d.get("spares") or [], d.get("rank_token"), d.get("quarantine")
-    if not isinstance(names, list) or not all(
-        isinstance(n, str) and _NAME.fullmatch(n) for n in names
-    ):
-        raise BadWatchFile(f"{FILE}: spares must be a list of node names")
-    if token is not None and not (isinstance(token, str) and RANK_TOKEN.match(token)):
-        raise BadWatchFile(f"{FILE}: rank_token is not one of ours")
-    rule = None
-    if q is not None:
-        if not isinstance(q, dict):
-            raise BadWatchFile(f"{FILE}: quarantine must be an object")
-        rule = QuarantineRule(
-            _get(q, "count", int), _get(q, "within", float), _get(q, "hold", float)
-        )
-    return {"spares": tuple(names), "spare_nprocs": _nprocs(d.get("spare_nprocs"), len(names)),
-            "rank_token": token, "quarantine": rule}  # fmt: skip
-
-
 def parse(d: object) -> WatchConfig:
     if not isinstance(d, dict) or d.get("v") != 1:
         raise BadWatchFile(f"{FILE}: not a version 1 watch file")
@@ -226,36 +116,36 @@ def parse(d: object) -> WatchConfig:
     if (
         not isinstance(nodes, list)
         or not nodes
-        or not all(isinstance(n, str) and _NAME.fullmatch(n) for n in nodes)
+        or not all(isinstance(n, str) and NAME.fullmatch(n) for n in nodes)
     ):
         raise BadWatchFile(f"{FILE}: nodes must be a list of node names")
     ports = d.get("ports")
     if not isinstance(ports, list) or not all(type(p) is int and 0 < p < 65536 for p in ports):
         raise BadWatchFile(f"{FILE}: ports must be a list of ports")
     cfg = WatchConfig(
-        job=_get(d, "job", str),
-        run=_get(d, "run", str),
-        node=_get(d, "node", str),
-        tag=_get(d, "tag", str),
-        session=_get(d, "session", str),
-        coord_host=_get(d, "coord_host", str),
-        coord_port=_get(d, "coord_port", int),
-        rules=_rules(d.get("rules")),
+        job=get(d, "job", str),
+        run=get(d, "run", str),
+        node=get(d, "node", str),
+        tag=get(d, "tag", str),
+        session=get(d, "session", str),
+        coord_host=get(d, "coord_host", str),
+        coord_port=get(d, "coord_port", int),
+        rules=judge_rules(d.get("rules")),
         nodes=tuple(nodes),
-        interval=_get(d, "interval", float),
-        heartbeat=_get(d, "heartbeat", float),
-        grace=_get(d, "grace", float),
+        interval=get(d, "interval", float),
+        heartbeat=get(d, "heartbeat", float),
+        grace=get(d, "grace", float),
         ports=tuple(ports),
-        start_grace=_get(d, "start_grace", float),
-        progress_pattern=_pattern(d.get("progress_pattern")),
-        restart=_restart(d.get("restart")),
-        attempts=_get(d, "attempts", int),
-        master_port=_get(d, "master_port", int),
-        ready_timeout=_get(d, "ready_timeout", float),
-        **_stacks(d),
-        **_slow(d),
-        nprocs=_nprocs(d.get("nprocs"), len(nodes)),
-        **_spares(d),
+        start_grace=get(d, "start_grace", float),
+        progress_pattern=progress_pattern(d.get("progress_pattern")),
+        restart=restart_rules(d.get("restart")),
+        attempts=get(d, "attempts", int),
+        master_port=get(d, "master_port", int),
+        ready_timeout=get(d, "ready_timeout", float),
+        **stacks(d),
+        **slowness(d),
+        nprocs=nprocs(d.get("nprocs"), len(nodes)),
+        **spares(d),
         notify=rules_of(d.get("notify"), BadWatchFile),
     )
     tag_ok = _TAG.fullmatch(cfg.tag) and cfg.tag == f"{cfg.job}/{cfg.run}/{cfg.node}"
@@ -333,7 +223,7 @@ def to_json(cfg: WatchConfig) -> str:
             "ports": list(cfg.ports),
             "start_grace": cfg.start_grace,
             "progress_pattern": cfg.progress_pattern,
-            "restart": _restart_json(cfg.restart),
+            "restart": restart_json(cfg.restart),
             "attempts": cfg.attempts,
             "master_port": cfg.master_port,
             "ready_timeout": cfg.ready_timeout,
@@ -352,17 +242,3 @@ def to_json(cfg: WatchConfig) -> str:
         },
         sort_keys=True,
     )
-
-
-def _restart_json(r: RestartRules | None) -> dict[str, Any] | None:
-    if r is None:
-        return None
-    return {
-        "max": r.max,
-        "backoff": r.backoff,
-        "backoff_max": r.backoff_max,
-        "on": sorted(r.on),
-        "exit_codes": None if r.exit_codes is None else sorted(r.exit_codes),
-        "not_on": sorted(r.not_on),
-        "reset_after": r.reset_after,
-    }

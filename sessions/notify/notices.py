@@ -1,7 +1,7 @@
 """What a notification says, and how it is put for a webhook and for a command.
 
-The words and the webhook's body are one rule in the node package
-(node/notifytext.py): the cluster's coordinator sends a run's notifications with it
+The words and the webhook's body are one rule in the node package (node/notifytext.py,
+node/notifyhook.py): the cluster's coordinator sends a run's notifications with it
 from the main node, and this machine sends what it could not; this module re-exports
 that rule and adds what only this machine does: a command's environment (the summary
 through its environment only, never through its shell line) and the coordinator's part
@@ -13,24 +13,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from mntui.sessions.node.notifyhook import NotifyRules, check_webhook_url, redact, webhook_body
 from mntui.sessions.node.notifytext import (
     ALL_EVENTS,
     CHAT_TEXT,
     MAX_TEXT,
     Notice,
     NotifyEvent,
-    NotifyRules,
-    check_webhook_url,
     clean,
     failed_summary,
     finished_summary,
     gave_up_summary,
     one_line,
     raw,
-    redact,
     restart_summary,
     teardown_summary,
-    webhook_body,
 )
 from mntui.sessions.procs import TAG_VAR
 

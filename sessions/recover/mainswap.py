@@ -34,7 +34,7 @@ from mntui.sessions.watch.standbyhint import LOST_NOTE
 
 from .chainstate import mark, stopped, wait_backoff
 from .mainlook import answering
-from .restart import AttemptEnd, decide, ends_from
+from .restart import AttemptEnd, decide, ends_from, laid_out
 
 EventSink = Callable[[Event], None]
 
@@ -153,12 +153,7 @@ def _new_config(cfg: JobConfig, rcfg: JobConfig, nxt: Next) -> JobConfig:
     """The next attempt's config: its nodes by rank (hosts as recorded), the main first,
     the master following a moved main, and the restarts that are left."""
     assert nxt.layout is not None
-    known = {s.name: s for s in (*cfg.spares, *rcfg.nodes)}
-    nodes = tuple(replace(known[name], rank=r) for r, name in enumerate(nxt.layout))
-    main = nxt.layout[0]
-    master = rcfg.master_addr if main == rcfg.main else None
-    return replace(rcfg, nodes=nodes, main=main, master_addr=master,
-                   restart=replace(cfg.restart, max=nxt.left))  # fmt: skip
+    return replace(laid_out(rcfg, nxt.layout), restart=replace(cfg.restart, max=nxt.left))
 
 
 def _stop_old(

@@ -6,16 +6,18 @@ but a job that can never work must not be relaunched forever: the policy restart
 only for the causes and exit codes it is given (never a clean exit, never by default
 the codes that mean the command or config is wrong), backs off exponentially, gives
 up after `max` attempts in a row, and forgets old failures once an attempt has made
-progress for `reset_after` seconds. A node that caused two teardowns in a row is
-swapped for a spare, keeping ranks contiguous.
+progress for `reset_after` seconds. Where the next attempt runs (a repeat culprit or a
+quarantined node swapped for a spare that fits) is node/placing.py's rule, the one the
+coordinator runs on the cluster: here it is only given this machine's inputs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 
-from mntui.sessions.config import JobConfig, NodeSpec
+from mntui.sessions.config import JobConfig
+from mntui.sessions.node.placing import Placement, place
 from mntui.sessions.node.restarts import (
     AttemptEnd,
     Decision,
@@ -31,22 +33,31 @@ __all__ = [
     "counted_failures",
     "decide",
     "ends_from",
+    "laid_out",
+    "place_here",
     "repeat_culprit",
-    "swap_in_spare",
 ]
 
 
-def swap_in_spare(
-    cfg: JobConfig, spares: Sequence[NodeSpec], out: str
-) -> tuple[JobConfig, NodeSpec] | None:
-    """`cfg` with node `out` replaced by the first spare not already in use; ranks stay
-    contiguous (the spare takes the culprit's rank), and if the culprit was the main
-    the spare becomes the main, so master_addr follows it."""
-    used = {n.name for n in cfg.nodes}
-    spare = next((s for s in spares if s.name not in used), None)
-    if spare is None or out not in used:
-        return None
-    nodes = tuple(replace(spare, rank=n.rank) if n.name == out else n for n in cfg.nodes)
-    main = spare.name if cfg.main == out else cfg.main
-    master = None if cfg.main == out else cfg.master_addr
-    return replace(cfg, nodes=nodes, main=main, master_addr=master), spare
+def place_here(
+    cfg: JobConfig, history: Sequence[AttemptEnd], held: Collection[str]
+) -> tuple[JobConfig, Placement]:
+    """placing.place for a chain this machine watches: `cfg`'s nodes by rank, its spares
+    in the config's order, `held` (this machine's quarantines) used no more. Every spare
+    counts as ready (no sentinel waits on one here: a spare that does not answer fails
+    its launch, an attempt ended like any other), and the main may move, as only this
+    machine can move it. The next attempt's config, with what was swapped."""
+    layout = [n.name for n in sorted(cfg.nodes, key=lambda n: n.rank)]
+    spares = [s.name for s in cfg.spares]
+    nprocs = {n.name: cfg.nproc(n) for n in (*cfg.nodes, *cfg.spares)}
+    p = place(layout, history, held, spares, spares, nprocs, here=True)
+    return laid_out(cfg, p.layout), p
+
+
+def laid_out(cfg: JobConfig, layout: Sequence[str]) -> JobConfig:
+    """`cfg` on `layout` (node names by rank, the main first, from its nodes and spares):
+    a spare takes the rank it is given, and a main that moved takes the master with it."""
+    known = {n.name: n for n in (*cfg.spares, *cfg.nodes)}
+    nodes = tuple(replace(known[name], rank=r) for r, name in enumerate(layout))
+    master = cfg.master_addr if layout[0] == cfg.main else None
+    return replace(cfg, nodes=nodes, main=layout[0], master_addr=master)

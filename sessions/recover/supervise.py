@@ -7,14 +7,16 @@ backoff, and relaunches through the normal launch path as the next attempt of th
 chain (new run id, `MNTUI_RESTART_COUNT` in the job's env). A user's `mntui kill`
 marks the run killed, which ends the chain, in the backoff as anywhere else (a run that
 had already ended keeps its ending and carries the kill as a note). Each attempt is
-watched on the nodes its record says it runs on: a launch may have put a spare in a
-quarantined node's place. When the policy gives up, the run is marked `gave-up`. What
-the records say of the chain, and the marks on them, are chainstate.py's.
+watched on the nodes its record says it runs on: a spare may have taken a node's
+place, by the coordinator's own rule (restart.place_here: node/placing.py). When the
+policy gives up, the run is marked `gave-up`. What the records say of the chain, and
+the marks on them, are chainstate.py's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import IO
 
 from mntui.sessions.agent import Agent, start_agent
@@ -58,7 +60,7 @@ from .chainstate import (
     stopped,
     wait_backoff,
 )
-from .restart import AttemptEnd, Decision, decide, repeat_culprit, swap_in_spare
+from .restart import AttemptEnd, Decision, decide, place_here
 
 __all__ = ["DRAIN", "WAIT_STEP", "Chain", "EventSink", "Supervisor", "attempt_end", "wait_backoff"]
 
@@ -161,7 +163,11 @@ class Supervisor:
             if not decision.restart:
                 self._stop(record, decision, history)
                 return None
-            cfg, swapped = self._swap(cfg, history)
+            cfg, placed = place_here(cfg, history, active_quarantines())
+            if placed.stop is not None:  # a node used no more and no spare fits
+                self._stop(record, replace(decision, restart=False, why=placed.stop), history)
+                return None
+            swapped = "; ".join(placed.said)
             n = history[-1].attempt + 1
             ends = [e.plain() for e in history]
             if not mark(record, RunStatus.RESTARTING, "restart", attempt=n, why=decision.why,
@@ -202,20 +208,9 @@ class Supervisor:
         with Cluster(cfg.nodes, cfg.ssh) as cluster:
             stop_job(cfg, cluster, on_event=self.on_event)
 
-    def _swap(self, cfg: JobConfig, history: tuple[AttemptEnd, ...]) -> tuple[JobConfig, str]:
-        culprit = repeat_culprit(history)
-        if culprit is None or not cfg.spares:
-            return cfg, ""
-        held = active_quarantines()  # a quarantined spare is never swapped in
-        swapped = swap_in_spare(cfg, [s for s in cfg.spares if s.name not in held], culprit)
-        if swapped is None:
-            return cfg, f"{culprit} broke twice in a row, but no spare is left"
-        new, spare = swapped
-        return new, f"{culprit} broke twice in a row: replaced by spare {spare.name}"
-
     def _quarantine(self, end: AttemptEnd) -> None:
         """`restart.quarantine_after`: this failure's culprit may have earned a quarantine;
-        the next launch then takes a spare or refuses it (launch.route_around)."""
+        the next placement (place_here) then puts a spare in its place or ends the chain."""
         rule = self.chain.cfg.restart.quarantine_after
         if rule is None or end.culprit is None:
             return

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mntui.sessions.node.teardown import HUNG
-from mntui.sessions.node.watchcfg import NONCE
+from mntui.sessions.node.watchfields import NONCE
 from mntui.sessions.poll import NodeState
 from mntui.sessions.runs import RunRecord
 from mntui.sessions.termsafe import one_line

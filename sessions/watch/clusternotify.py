@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import time
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,14 +25,20 @@ if TYPE_CHECKING:
     from mntui.sessions.notify import NotifyPolicy
     from mntui.sessions.runs import RunRecord
 
-__all__ = ["CLAIMS", "due", "send_missed"]
+__all__ = ["CLAIMS", "Channel", "due", "send_missed"]
 
 CLAIMS = "notified"  # in the chain's local dir: one file per notice and channel sent
 DRAIN = 10.0  # seconds a contact waits for what it sends, at most (as a supervisor's end)
-WEBHOOK, COMMAND = "webhook", "command"
 
 
-def due(view: BoardView | None) -> list[tuple[str, Notice, tuple[str, ...]]]:
+class Channel(StrEnum):
+    """How this machine sends a notice; its value names the claim file (`<id>.webhook`)."""
+
+    WEBHOOK = "webhook"
+    COMMAND = "command"
+
+
+def due(view: BoardView | None) -> list[tuple[str, Notice, tuple[Channel, ...]]]:
     """The board's notices this machine may have to send, each with its channels: the
     webhook when the coordinator will not post it, the command when there is one."""
     data = view.notify if view is not None else None
@@ -42,13 +49,13 @@ def due(view: BoardView | None) -> list[tuple[str, Notice, tuple[str, ...]]]:
     unsent = {FAILED, DROPPED, ABANDONED} | (set() if view.alive else {PENDING})
     here = data.get("here") is True
     items = data.get("notices")
-    out: list[tuple[str, Notice, tuple[str, ...]]] = []
+    out: list[tuple[str, Notice, tuple[Channel, ...]]] = []
     for item in items if isinstance(items, list) else []:
         got = notice_of(item)
         if got is None:
             continue
-        channels: tuple[str, ...] = (WEBHOOK,) if item.get("webhook") in unsent else ()
-        channels += (COMMAND,) if here else ()
+        channels: tuple[Channel, ...] = (Channel.WEBHOOK,) if item.get("webhook") in unsent else ()
+        channels += (Channel.COMMAND,) if here else ()
         if channels:
             out.append((got[0], got[1], channels))
     return out
@@ -59,7 +66,7 @@ def _claims(record: RunRecord) -> Path:
     return record.dir.parent / (record.chain or record.run_id) / CLAIMS
 
 
-def _claim(where: Path, nid: str, channel: str) -> bool:
+def _claim(where: Path, nid: str, channel: Channel) -> bool:
     """True for the one caller that creates the claim: it sends; any other does not."""
     try:
         where.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -112,7 +119,7 @@ def _deliver(record: RunRecord, policy: NotifyPolicy, where: Path, todo: list[An
     run = Notifier(replace(policy, webhook=None), log) if policy.command else None
     started = 0
     for nid, notice, channels in todo:
-        for channel, sender in ((WEBHOOK, hook), (COMMAND, run)):
+        for channel, sender in ((Channel.WEBHOOK, hook), (Channel.COMMAND, run)):
             if channel not in channels or not _claim(where, nid, channel):
                 continue
             if sender is not None and policy.active and notice.event in policy.on:

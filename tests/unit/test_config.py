@@ -22,7 +22,7 @@ from mntui.sessions.config.settings import (
     SshPolicy,
     WatchPolicy,
 )
-from mntui.sessions.launch.plan import render_command
+from mntui.sessions.launch.nodeplan import render_command
 
 REPO = Path(__file__).resolve().parents[2]
 

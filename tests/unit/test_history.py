@@ -370,14 +370,13 @@ def test_the_step_clock_keeps_first_last_and_checkpoint() -> None:
 
 def test_the_supervisor_never_swaps_a_quarantined_spare_in() -> None:
     from mntui.sessions.poll import NodeState
-    from mntui.sessions.recover.restart import AttemptEnd
-    from mntui.sessions.recover.supervise import Supervisor
+    from mntui.sessions.recover.restart import AttemptEnd, place_here
 
     cfg = parse_config(JOB.format(extra="spares: [s1, s2]"))
     quarantines.quarantine_node("s1", 3600, "bad PSU", who="a@b")
     ends = tuple(AttemptEnd(i, None, NodeState.FAILED, "g2") for i in range(2))
-    new, said = Supervisor._swap(object.__new__(Supervisor), cfg, ends)
-    assert [n.name for n in new.nodes] == ["g1", "s2"] and "spare s2" in said
+    new, placed = place_here(cfg, ends, quarantines.active_quarantines())  # as supervise.py
+    assert [n.name for n in new.nodes] == ["g1", "s2"] and "spare s2" in placed.said[0]
 
 
 def test_the_history_bench_runs(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from mntui.sessions.config import load_config
 from mntui.sessions.errors import UsageError
-from mntui.sessions.launch.plan import render_command
+from mntui.sessions.launch.nodeplan import render_command
 from mntui.tui.cli.init_config import _write_checked, command_template
 
 FLAGS = (

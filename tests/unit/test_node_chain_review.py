@@ -23,15 +23,17 @@ from typing import Any
 
 import pytest
 
-from mntui.sessions.node import frames, notifysend, spareattempt, swaps
+from mntui.sessions.node import frames, notifykept, notifysend, spareattempt, swaps
 from mntui.sessions.node.chain import run_chain
 from mntui.sessions.node.chainlog import ChainLog
 from mntui.sessions.node.chainstates import ChainStatus, OutcomeKind
-from mntui.sessions.node.coordinator import FROM_SENTINEL, Coordinator
+from mntui.sessions.node.coordinator import Coordinator
+from mntui.sessions.node.coordport import FROM_SENTINEL
 from mntui.sessions.node.coordstate import Board
 from mntui.sessions.node.judging import Rules
+from mntui.sessions.node.notifyhook import NotifyRules
 from mntui.sessions.node.notifysend import Outbox
-from mntui.sessions.node.notifytext import Notice, NotifyEvent, NotifyRules, entry_of
+from mntui.sessions.node.notifytext import Notice, NotifyEvent, entry_of
 from mntui.sessions.node.placing import QuarantineRule
 from mntui.sessions.node.restarts import AttemptEnd, RestartRules
 from mntui.sessions.node.rules import NodeState
@@ -171,7 +173,7 @@ def _decided_twice(out: Path, culprit: str, cfg: WatchConfig) -> list[dict[str, 
         write_json(str(out / "chain.json"), chain)
         write_json(str(out / "decision.json"), cut)
         run_chain(Successor(out, cfg))  # type: ignore[arg-type]
-    notices: list[dict[str, Any]] = json.loads((out / notifysend.FILE).read_text())["notices"]
+    notices: list[dict[str, Any]] = json.loads((out / notifykept.FILE).read_text())["notices"]
     return notices
 
 
@@ -218,7 +220,7 @@ def test_a_notices_id_is_its_decisions(tmp_path: Path) -> None:
     assert b.send(NotifyEvent.QUARANTINED, NEXT, "g1 q", 1, key="g1") != b.send(
         NotifyEvent.QUARANTINED, NEXT, "g2 q", 1, key="g2"
     )
-    kept = json.loads((tmp_path / notifysend.FILE).read_text())["notices"]
+    kept = json.loads((tmp_path / notifykept.FILE).read_text())["notices"]
     assert [e["summary"] for e in kept] == ["attempt 2/3", "attempt 3/3", "g1 q", "g2 q"]
 
 
@@ -298,21 +300,21 @@ def test_notify_json_always_fits_the_managers_read(tmp_path: Path, reasons: str)
     old = [
         {**entry_of(n, f"old{i}", 1.0), "webhook": "failed", "why": wide * 5000} for i in range(20)
     ]  # fmt: skip (3.3 MB: the predecessor's read takes 4 MiB)
-    write_json(str(tmp_path / notifysend.FILE), {"v": 1, "here": True, "notices": old})
+    write_json(str(tmp_path / notifykept.FILE), {"v": 1, "here": True, "notices": old})
     box = Outbox(NotifyRules(reasons, frozenset({"failed"}), 5.0), wide * 300, 3, board)
-    assert (tmp_path / notifysend.FILE).stat().st_size <= notifysend.BOARD_READ
-    kept = json.loads((tmp_path / notifysend.FILE).read_text())["notices"]
-    assert len(kept) == notifysend.KEEP and all(len(e["why"]) <= notifysend.WHY_TEXT for e in kept)
+    assert (tmp_path / notifykept.FILE).stat().st_size <= notifykept.BOARD_READ
+    kept = json.loads((tmp_path / notifykept.FILE).read_text())["notices"]
+    assert len(kept) == notifykept.KEEP and all(len(e["why"]) <= notifykept.WHY_TEXT for e in kept)
     assert all(e["details"] == {} and e["report"] is None for e in kept)
     for k in range(3):
         box.send(NotifyEvent.FAILED, wide * 200, wide * 3000, k)
     box.close()
-    text = (tmp_path / notifysend.FILE).read_text()
-    assert len(text.encode()) <= notifysend.BOARD_READ
+    text = (tmp_path / notifykept.FILE).read_text()
+    assert len(text.encode()) <= notifykept.BOARD_READ
     last = json.loads(text)["notices"][-1]
     assert last["webhook"] == "failed" and last["why"].startswith("webhook http://127.0.0.1:")
-    assert len(last["why"]) <= notifysend.WHY_TEXT and "\n" not in last["why"]
-    assert notifysend.KEEP * notifysend.ENTRY_MOST + 512 <= notifysend.BOARD_READ
+    assert len(last["why"]) <= notifykept.WHY_TEXT and "\n" not in last["why"]
+    assert notifykept.KEEP * notifykept.ENTRY_MOST + 512 <= notifykept.BOARD_READ
 
 
 # -- 7-9. node files that are not what they should be ------------------------------------

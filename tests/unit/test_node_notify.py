@@ -15,19 +15,11 @@ from hookserver import SECRET, serving
 
 from mntui.sessions import notify
 from mntui.sessions.launch.board import BoardView
-from mntui.sessions.node import notifysend, notifytext, watchcfg
+from mntui.sessions.node import notifyhook, notifykept, notifysend, notifytext, watchcfg
 from mntui.sessions.node.chainstates import OutcomeKind
 from mntui.sessions.node.judging import NodeTrigger
-from mntui.sessions.node.notifytext import (
-    Notice,
-    NotifyEvent,
-    NotifyRules,
-    entry_of,
-    notice_of,
-    rules_json,
-    rules_of,
-    webhook_body,
-)
+from mntui.sessions.node.notifyhook import NotifyRules, rules_json, rules_of, webhook_body
+from mntui.sessions.node.notifytext import Notice, NotifyEvent, entry_of, notice_of
 from mntui.sessions.node.restarts import AttemptEnd, Decision
 from mntui.sessions.node.rules import NodeState, Verdict
 from mntui.sessions.notify import NotifyPolicy, for_coordinator
@@ -43,7 +35,7 @@ def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_both_sides_build_the_same_body_with_one_rule() -> None:
     assert notify.notices.webhook_body is webhook_body
     assert notify.NotifyEvent is NotifyEvent and notify.Notice is Notice
-    assert notify.notices.check_webhook_url is notifytext.check_webhook_url
+    assert notify.notices.check_webhook_url is notifyhook.check_webhook_url
     n = Notice(NotifyEvent.TEARDOWN, "j", "r1", "node1 @everyone <!here> \udcff x" + "y" * 3000)
     body = json.loads(webhook_body(n))
     assert body["event"] == "teardown" and body["job"] == "j" and body["run_id"] == "r1"
@@ -133,7 +125,7 @@ class Board:
             self.lines.append({"kind": kind, "data": data})
 
     def file(self) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads((Path(self.out) / notifysend.FILE).read_text())
+        data: dict[str, Any] = json.loads((Path(self.out) / notifykept.FILE).read_text())
         return data
 
 
@@ -195,7 +187,7 @@ def test_a_predecessors_pending_notice_is_the_managers(tmp_path: Path) -> None:
     board = Board(tmp_path)
     n = Notice(NotifyEvent.TEARDOWN, "j", "r1", "s")
     pending = {**entry_of(n, "id1", 1.0), "webhook": "pending", "why": None}
-    board.write(notifysend.FILE, {"v": 1, "here": False, "notices": [pending]})
+    board.write(notifykept.FILE, {"v": 1, "here": False, "notices": [pending]})
     notifysend.Outbox(None, "j", 0, board)
     (e,) = board.file()["notices"]
     assert e["webhook"] == "abandoned" and "started again" in e["why"]

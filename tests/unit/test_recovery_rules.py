@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mntui.sessions.config import RestartPolicy, compile_pattern
-from mntui.sessions.launch.plan import start_script
+from mntui.sessions.launch.nodeplan import start_script
 from mntui.sessions.poll import NodeSnapshot, progress
 from mntui.sessions.recover.restart import decide
 from mntui.sessions.recover.supervise import Chain, attempt_end

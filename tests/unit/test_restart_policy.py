@@ -9,7 +9,7 @@ import pytest
 from mntui.sessions.config import RestartPolicy
 from mntui.sessions.config.jobconfig import parse_config
 from mntui.sessions.poll import NodeState
-from mntui.sessions.recover.restart import AttemptEnd, decide, repeat_culprit, swap_in_spare
+from mntui.sessions.recover.restart import AttemptEnd, decide, place_here, repeat_culprit
 
 F, FROZEN, STALLED = NodeState.FAILED, NodeState.FROZEN, NodeState.STALLED
 POLICY = RestartPolicy(max=2, backoff=5, backoff_max=12)
@@ -73,18 +73,43 @@ CFG = textwrap.dedent("""
 
 
 def test_a_node_that_broke_twice_is_swapped_for_a_spare_keeping_ranks() -> None:
-    cfg = parse_config(CFG)
-    spares = parse_config(CFG.replace("[g1, g2, g3]", "[s1, s2]")).nodes
+    """The supervisor places by the coordinator's rule (placing.place): the spare takes
+    the culprit's rank, and here the main may move too, the master following it."""
+    cfg = parse_config(CFG + "spares: [s1, s2]\n")
     assert repeat_culprit([ended(0, culprit="g2"), ended(1, culprit="g2")]) == "g2"
     assert repeat_culprit([ended(0, culprit="g2"), ended(1, culprit="g3")]) is None
     assert repeat_culprit([ended(0, culprit="g2")]) is None
-    swapped = swap_in_spare(cfg, spares, "g2")
-    assert swapped is not None
-    new, spare = swapped
+    new, p = place_here(cfg, [ended(0, culprit="g2"), ended(1, culprit="g2")], ())
     assert [(n.name, n.rank) for n in new.nodes] == [("g1", 0), ("s1", 1), ("g3", 2)]
-    assert spare.name == "s1" and new.main == "g1" and new.master_addr == "10.0.0.1"
-    again = swap_in_spare(new, spares, "g1")  # the main: the spare becomes rank 0 and main
-    assert again is not None
-    assert [(n.name, n.rank) for n in again[0].nodes] == [("s2", 0), ("s1", 1), ("g3", 2)]
-    assert again[0].main == "s2" and again[0].master_addr is None  # follows the new main
-    assert swap_in_spare(again[0], spares, "g3") is None  # no spare left
+    assert p.said == ("g2 broke twice in a row: replaced by spare s1 (rank 1)",)
+    assert new.main == "g1" and new.master_addr == "10.0.0.1" and p.stop is None
+    again, p = place_here(new, [ended(2, culprit="g1"), ended(3, culprit="g1")], ())
+    assert [(n.name, n.rank) for n in again.nodes] == [("s2", 0), ("s1", 1), ("g3", 2)]
+    assert again.main == "s2" and again.master_addr is None  # follows the new main
+    last, p = place_here(again, [ended(4, culprit="g3"), ended(5, culprit="g3")], ())
+    assert last == again and p.stop is None  # no spare left: it keeps its rank, said so
+    assert p.said == ("g3 broke twice in a row, but no spare can take rank 2 "
+                      "(s1: in use; s2: in use): it keeps rank 2",)  # fmt: skip
+    once, p = place_here(cfg, [ended(0, culprit="g2")], ())
+    assert once == cfg and p.said == ()
+
+
+def test_here_a_spare_must_fit_and_not_be_quarantined_as_on_the_cluster() -> None:
+    """The rule the cluster applies, here too: a spare of another process count is
+    refused (the world size stays), a quarantined one is never swapped in, and a
+    quarantined node with no spare left ends the chain with the cluster's line."""
+    twice = [ended(0, culprit="g2"), ended(1, culprit="g2")]
+    cfg = parse_config(CFG + "nproc_per_node: 2\nspares: [{name: s1, nproc_per_node: 4}]\n")
+    new, p = place_here(cfg, twice, ())
+    assert new == cfg and p.said == ("g2 broke twice in a row, but no spare can take rank 1 "
+                                     "(s1: runs 4 process(es), not 2): it keeps rank 1",)  # fmt: skip
+    cfg = parse_config(CFG + "spares: [s1, s2]\n")
+    new, p = place_here(cfg, twice, {"s1"})
+    assert [n.name for n in new.nodes] == ["g1", "s2", "g3"]
+    new, p = place_here(cfg, [ended(0, culprit="g3")], {"g3"})  # quarantined: used no more
+    assert [n.name for n in new.nodes] == ["g1", "g2", "s1"] and "g3 is quarantined" in p.said[0]
+    _, p = place_here(cfg, [ended(0, culprit="g3")], {"g3", "s1", "s2"})
+    assert (
+        p.stop
+        == "g3 is quarantined and no spare can take rank 2 (s1: quarantined; s2: quarantined)"
+    )
