@@ -5,8 +5,9 @@ the user alone, so two shells quarantining at once never leave half a file, and 
 this version cannot read is skipped (and counted), never a traceback and never a node
 wrongly let in or kept out forever. A quarantine ends by itself at `until`: an expired
 one is no quarantine, and the next write or listing removes its file (mntui made it).
-A launch asks `route_around`: a quarantined node is refused in one line, or replaced by
-a spare that is not quarantined itself.
+A launch asks `route_around`: a quarantined node is replaced by a spare by the rule the
+supervisor and the coordinator place with (node/placing.py, through `place_here`), or
+refused in one line.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -26,6 +27,8 @@ from urllib.parse import quote, unquote
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import LaunchError, private_dir, state_dir
 from mntui.sessions.jsonshape import load, number, text
+from mntui.sessions.node.placing import Placement, place
+from mntui.sessions.node.restarts import AttemptEnd
 from mntui.sessions.runs import write_atomic
 
 
@@ -155,33 +158,53 @@ def prune_quarantines(now: float | None = None) -> tuple[Quarantine, ...]:
     return gone
 
 
-def refusal(q: Quarantine, more: int = 0) -> str:
+def refusal(stop: str, q: Quarantine, more: int = 0) -> str:
+    """placing's line (`g2 is quarantined and no spare can take rank 1 (...)`), with the
+    quarantine's own facts and the way out: still one line."""
     also = f" (and {more} more quarantined node(s))" if more else ""
     return (
-        f"{q.node} is quarantined {q.describe()}{also}; nothing was started: "
-        f"`mntui quarantine --release {q.node}` to use it, or list a spare"
+        f"{stop}; nothing was started: its quarantine runs {q.describe()}{also}; "
+        f"`mntui quarantine --release {q.node}` to use it, or list a spare that fits"
     )
 
 
 def route_around(cfg: JobConfig, now: float | None = None) -> tuple[JobConfig, list[str]]:
-    """`cfg` with each quarantined node replaced by a spare that is not quarantined (the
-    spare takes its rank; a replaced main hands the master over), and what was done;
-    LaunchError, one line, when no spare is left for one."""
+    """`cfg` with each quarantined node replaced by a spare, by placing.place as the
+    supervisor and the coordinator place (a spare not quarantined, not in use, that runs
+    as many processes: another count would change the world size), and its lines;
+    LaunchError, one line, when none fits one."""
     held = active_quarantines(now)
-    out = [n for n in cfg.nodes if n.name in held]
-    if not out:
+    if not any(n.name in held for n in cfg.nodes):
         return cfg, []
-    used = {n.name for n in cfg.nodes}
-    free = [s for s in cfg.spares if s.name not in held and s.name not in used]
-    said = []
-    for i, node in enumerate(out):
-        if not free:
-            raise LaunchError(refusal(held[node.name], len(out) - i - 1))
-        spare = free.pop(0)
-        nodes = tuple(replace(spare, rank=n.rank) if n.name == node.name else n for n in cfg.nodes)
-        main = spare.name if cfg.main == node.name else cfg.main
-        master = None if cfg.main == node.name else cfg.master_addr
-        cfg = replace(cfg, nodes=nodes, main=main, master_addr=master)
-        said.append(f"{node.name} is quarantined ({held[node.name].why}): spare {spare.name} "
-                    f"takes its place")  # fmt: skip
-    return cfg, said
+    new, p = place_here(cfg, (), held)
+    if p.stop is None:
+        return new, list(p.said)
+    # place visits the ranks in order and, with no history, swaps only quarantined
+    # nodes, one line each, until the first it cannot: that one is refused.
+    ranked = [n.name for n in sorted(cfg.nodes, key=lambda n: n.rank) if n.name in held]
+    stuck = ranked[len(p.said)]
+    raise LaunchError(refusal(p.stop, held[stuck], len(ranked) - len(p.said) - 1))
+
+
+def place_here(
+    cfg: JobConfig, history: Sequence[AttemptEnd], held: Collection[str]
+) -> tuple[JobConfig, Placement]:
+    """placing.place for a job this machine launches or watches: `cfg`'s nodes by rank,
+    its spares in the config's order, `held` (this machine's quarantines) used no more.
+    Every spare counts as ready (no sentinel waits on one here: a spare that does not
+    answer fails its launch, an attempt ended like any other), and the main may move, as
+    only this machine can move it. The next attempt's config, with what was swapped."""
+    layout = [n.name for n in sorted(cfg.nodes, key=lambda n: n.rank)]
+    spares = [s.name for s in cfg.spares]
+    nprocs = {n.name: cfg.nproc(n) for n in (*cfg.nodes, *cfg.spares)}
+    p = place(layout, history, held, spares, spares, nprocs, here=True)
+    return laid_out(cfg, p.layout), p
+
+
+def laid_out(cfg: JobConfig, layout: Sequence[str]) -> JobConfig:
+    """`cfg` on `layout` (node names by rank, the main first, from its nodes and spares):
+    a spare takes the rank it is given, and a main that moved takes the master with it."""
+    known = {n.name: n for n in (*cfg.spares, *cfg.nodes)}
+    nodes = tuple(replace(known[name], rank=r) for r, name in enumerate(layout))
+    master = cfg.master_addr if layout[0] == cfg.main else None
+    return replace(cfg, nodes=nodes, main=layout[0], master_addr=master)

@@ -116,9 +116,12 @@ class Sentinel(Link):
         budget = min(LOST_STACKS, self.cfg.capture_budget)
         ask = stackcap.Ask(main, "unreachable", why, lost_at, budget)
         result = self.kill(f"lost the coordinator ({silent:.0f} s)", stacks=ask)
+        # the kill's report grows with the processes (~300 B each): apart, so lost.json,
+        # the word a stand-by reads over SSH within a bound, stays small whatever the job
+        write_json(os.path.join(self.dir, "lost-kill.json"), {"lost_at": lost_at, "kill": result})
         write_json(
             os.path.join(self.dir, "lost.json"),
-            {"lost_at": lost_at, "torn_down_at": time.time(), "why": why, "kill": result},
+            {"lost_at": lost_at, "torn_down_at": time.time(), "why": why[:500]},
         )
         return why
 

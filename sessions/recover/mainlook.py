@@ -22,7 +22,8 @@ from mntui.sessions.results import NodeError
 from mntui.sessions.runs import NodeRecord, RunRecord
 from mntui.sessions.ssh.oneshot import OneShotNode
 
-LOST_MAX = 65536  # bytes of a lost.json read (the kill's report is in it)
+LOST_MAX = 65536  # bytes of a lost.json read (a few hundred: the kill's report is apart)
+MALFORMED = "malformed"  # parse_lost's word for a lost.json there that did not parse
 T = TypeVar("T")
 
 
@@ -63,9 +64,10 @@ def lost_script(d: str) -> str:
     )
 
 
-def parse_lost(out: str) -> tuple[bool, dict[str, Any] | None]:
+def parse_lost(out: str) -> tuple[bool, dict[str, Any] | str | None]:
     """(answered, lost.json): strictly one line, `NONE` or `LOST <base64 of a JSON map>`;
-    a node's answer is data: anything else is no answer."""
+    a node's answer is data: anything else is no answer. A lost.json there that is not
+    a JSON map (cut, garbled) is MALFORMED, never "none there": the worker wrote one."""
     lines = node_lines(out)
     if lines == ["NONE"]:
         return True, None
@@ -74,22 +76,24 @@ def parse_lost(out: str) -> tuple[bool, dict[str, Any] | None]:
     try:
         data = json.loads(base64.b64decode(lines[0][5:], validate=True))
     except (ValueError, TypeError, RecursionError):
-        return True, None
-    return True, data if isinstance(data, dict) else None
+        return True, MALFORMED
+    return True, data if isinstance(data, dict) else MALFORMED
 
 
 def read_lost(
     record: RunRecord, workers: Sequence[NodeRecord], ssh: Sequence[str], timeout: float
-) -> dict[str, dict[str, Any] | None]:
-    """Each worker that answered -> its lost.json (None: none there); one that did not
-    answer is absent."""
+) -> tuple[dict[str, dict[str, Any] | None], list[str]]:
+    """Each worker that answered -> its lost.json (None: none there), and the workers
+    whose lost.json is malformed (answered, so present in the map as None); one that
+    did not answer is absent."""
 
-    def one(n: NodeRecord) -> tuple[bool, dict[str, Any] | None]:
+    def one(n: NodeRecord) -> tuple[bool, dict[str, Any] | str | None]:
         out = ask(ssh, n, lost_script(node_dir(record, n)), timeout)
         return parse_lost(out) if out is not None else (False, None)
 
-    got = fan_out(one, workers)
-    return {n.node: data for n, (answered, data) in zip(workers, got, strict=True) if answered}
+    got = dict(zip((n.node for n in workers), fan_out(one, workers), strict=True))
+    lost = {w: (d if isinstance(d, dict) else None) for w, (ok, d) in got.items() if ok}
+    return lost, [w for w, (ok, d) in got.items() if ok and d == MALFORMED]
 
 
 def answering(nodes: Sequence[NodeRecord], ssh: Sequence[str], timeout: float) -> set[str]:

@@ -7,9 +7,11 @@ coordinator will not replace (it broke twice in a row, or is quarantined: placin
 ends the chain saying only this machine can. Only this machine can tell the two cases
 from "this machine is cut off" (a laptop on a train): the main silent alone proves
 nothing, so a lost main needs the workers' word too, their sentinels' `lost.json`
-(sentinel.py `lose`), read over SSH from workers this machine does reach. A worker that
-is reachable and has not said it yet is waited for: its sentinel counts the same
-`unreachable_after`, from its own clock.
+(sentinel.py `lose`), read over SSH: every worker of the attempt, each lost it after the
+attempt started. A worker that has not said it yet is waited for (its sentinel counts
+the same `unreachable_after`, from its own clock), and so is one this machine does not
+reach: it may still hear the main, and a stand-by that acted on the others' word would
+start a second chain beside the cluster's live one.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class Look:
     silent: float | None  # seconds since the main last answered with its coordinator alive
     chain: Mapping[str, Any] | None  # coord/chain.json as last read (the main may be gone)
     lost: Mapping[str, Mapping[str, Any] | None]  # a worker reached -> its lost.json, or None
+    malformed: tuple[str, ...] = ()  # workers reached whose lost.json did not parse
 
 
 @dataclass(frozen=True)
@@ -64,11 +67,19 @@ def judge_main(look: Look) -> Verdict:
     reached = [w for w in look.workers if w in look.lost]
     said = [w for w in reached if _lost_now(look.lost[w], look)]
     waiting = [w for w in reached if w not in said]
+    unreached = [w for w in look.workers if w not in look.lost]
     if not reached:
         unseen = "no worker answers either (this machine may be the one cut off)"
         return Verdict(Call.WATCH, f"{silent}; {unseen}")
+    bad = [w for w in waiting if w in look.malformed]
+    if bad:  # it wrote one: waiting on it quietly would wait forever
+        return Verdict(Call.WATCH, f"{silent}; the lost.json of {', '.join(bad[:3])} is "
+                       "malformed: not taken as its word")  # fmt: skip
     if waiting:
         return Verdict(Call.WATCH, f"{silent}; waiting for {', '.join(waiting[:3])} to lose it")
+    if unreached:  # it may still hear the main: its word is the one that can say no
+        return Verdict(Call.WATCH, f"{silent}; {', '.join(unreached[:3])} cannot be reached "
+                       "from here: waiting for every worker's word")  # fmt: skip
     return Verdict(Call.LOST, f"{silent}, and {', '.join(said[:3])} lost it too")
 
 

@@ -30,6 +30,7 @@ from mntui.sessions.poll import NodeState
 from mntui.sessions.results import NodeError
 from mntui.sessions.runs import NodeRecord, RunRecord, RunStatus, load_run
 from mntui.sessions.ssh import Cluster
+from mntui.sessions.watch.sparesync import sync_quarantines
 from mntui.sessions.watch.standbyhint import LOST_NOTE
 
 from .chainstate import mark, stopped, wait_backoff
@@ -100,19 +101,30 @@ def take_over(
     rcfg = run_config(cfg, ChainView((latest,)))
     spares = _spare_nodes(cfg, first)
     layout = tuple(n.node for n in _by_rank(latest.nodes))
-    out = set(active_quarantines()) | set((chain or {}).get("quarantined") or {})
+    out = quarantined(first, chain)
     free = [s for s in spares if s.node not in layout and s.node not in out]
     ready = answering(free, _ssh(cfg), 10.0) if free else set()
     nprocs = {s.name: cfg.nproc(s) for s in (*rcfg.nodes, *cfg.spares)}
     names = [s.name for s in cfg.spares]
     nxt = plan_next(cfg.restart, history, layout, {lost} if lost else (), out, names, ready, nprocs)
     gone = lost if lost is not None and lost not in reached else None  # its sshd may answer
-    _stop_old(cfg, rcfg, [*reached, *sorted(ready)], gone, say)
+    nxt = keep_clean(nxt, _stop_old(cfg, rcfg, [*reached, *sorted(ready)], gone, say))
     if nxt.layout is None:
         _end(latest, nxt.why, history[-1].cause)
         _say(say, f"{history[-1].cause}; {nxt.why}")
         return None
     return _relaunch(cfg, rcfg, latest, history, nxt, say)
+
+
+def keep_clean(nxt: Next, dirty: Collection[str]) -> Next:
+    """Pure: no next attempt on a node where the old one was not stopped clean (two
+    attempts on one node fight over its ports, GPUs and files)."""
+    kept = [n for n in nxt.layout or () if n in dirty]
+    if not kept:
+        return nxt
+    why = (f"no restart: the old attempt was not stopped clean on {', '.join(kept)}, "
+           "which the next attempt would use")  # fmt: skip
+    return replace(nxt, layout=None, why=why)
 
 
 def _relaunch(
@@ -140,7 +152,9 @@ def _relaunch(
     try:
         result = launch(new, on_event=say, restart=True, attempt=attempt)
     except (LaunchError, NodeError) as exc:
-        _say(say, f"attempt {n} did not start: {str(exc).splitlines()[0]}")
+        why = f"attempt {n} did not start: {(str(exc).splitlines() or ['?'])[0][:300]}"
+        _end(latest, why, history[-1].cause)  # else "restarting" stays, with nobody acting
+        _say(say, why)
         return None
     if stopped(latest) or stopped(result.record):  # a kill while it started: the user's word
         with Cluster(new.nodes, new.ssh) as cluster:
@@ -156,17 +170,26 @@ def _new_config(cfg: JobConfig, rcfg: JobConfig, nxt: Next) -> JobConfig:
     return replace(laid_out(rcfg, nxt.layout), restart=replace(cfg.restart, max=nxt.left))
 
 
+def quarantined(first: RunRecord, chain: Mapping[str, Any] | None) -> set[str]:
+    """The nodes kept out: this machine's quarantines, the chain's written into them
+    first (sparesync checks their shape and expiry; node output is data)."""
+    if isinstance(chain, dict):
+        sync_quarantines(first, chain)
+    return set(active_quarantines())
+
+
 def _stop_old(
     cfg: JobConfig, rcfg: JobConfig, names: Sequence[str], gone: str | None, say: EventSink
-) -> None:
+) -> list[str]:
     """The old attempt's processes by tag (sentinels too), on every node this machine
-    reaches; a main that does not answer is said, not tried."""
+    reaches; a main that does not answer is said, not tried. The nodes not stopped
+    clean."""
     specs = {s.name: s for s in (*cfg.spares, *rcfg.nodes)}
     targets = tuple(dict.fromkeys(n for n in names if n in specs and n != gone))
     if gone is not None:
         _say(say, f"{gone} cannot be reached: whatever of the job is left on it stays there")
     if not targets:
-        return
+        return []
     kcfg = replace(rcfg, nodes=tuple(specs[n] for n in targets))
     with Cluster(kcfg.nodes, kcfg.ssh) as cluster:
         done = kill_job(kcfg, cluster, on_event=say)
@@ -174,6 +197,7 @@ def _stop_old(
     dirty += [f"{n}: {r.summary()}" for n, r in done.succeeded.items() if not r.clean]
     _say(say, f"stopped the old attempt on {', '.join(targets)}" if not dirty
          else f"the old attempt may be left: {'; '.join(dirty)[:300]}")  # fmt: skip
+    return [*done.errors, *(n for n, r in done.succeeded.items() if not r.clean)]
 
 
 def _spare_nodes(cfg: JobConfig, first: RunRecord) -> list[NodeRecord]:

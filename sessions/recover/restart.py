@@ -8,16 +8,13 @@ the codes that mean the command or config is wrong), backs off exponentially, gi
 up after `max` attempts in a row, and forgets old failures once an attempt has made
 progress for `reset_after` seconds. Where the next attempt runs (a repeat culprit or a
 quarantined node swapped for a spare that fits) is node/placing.py's rule, the one the
-coordinator runs on the cluster: here it is only given this machine's inputs.
+coordinator runs on the cluster: here it is only given this machine's inputs, by
+history/quarantines.place_here, the one a launch routes around quarantines with.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from dataclasses import replace
-
-from mntui.sessions.config import JobConfig
-from mntui.sessions.node.placing import Placement, place
+from mntui.sessions.history.quarantines import laid_out, place_here
 from mntui.sessions.node.restarts import (
     AttemptEnd,
     Decision,
@@ -37,27 +34,3 @@ __all__ = [
     "place_here",
     "repeat_culprit",
 ]
-
-
-def place_here(
-    cfg: JobConfig, history: Sequence[AttemptEnd], held: Collection[str]
-) -> tuple[JobConfig, Placement]:
-    """placing.place for a chain this machine watches: `cfg`'s nodes by rank, its spares
-    in the config's order, `held` (this machine's quarantines) used no more. Every spare
-    counts as ready (no sentinel waits on one here: a spare that does not answer fails
-    its launch, an attempt ended like any other), and the main may move, as only this
-    machine can move it. The next attempt's config, with what was swapped."""
-    layout = [n.name for n in sorted(cfg.nodes, key=lambda n: n.rank)]
-    spares = [s.name for s in cfg.spares]
-    nprocs = {n.name: cfg.nproc(n) for n in (*cfg.nodes, *cfg.spares)}
-    p = place(layout, history, held, spares, spares, nprocs, here=True)
-    return laid_out(cfg, p.layout), p
-
-
-def laid_out(cfg: JobConfig, layout: Sequence[str]) -> JobConfig:
-    """`cfg` on `layout` (node names by rank, the main first, from its nodes and spares):
-    a spare takes the rank it is given, and a main that moved takes the master with it."""
-    known = {n.name: n for n in (*cfg.spares, *cfg.nodes)}
-    nodes = tuple(replace(known[name], rank=r) for r, name in enumerate(layout))
-    master = cfg.master_addr if layout[0] == cfg.main else None
-    return replace(cfg, nodes=nodes, main=layout[0], master_addr=master)

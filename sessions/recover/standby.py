@@ -42,6 +42,7 @@ class Standby:
         self.chain: dict[str, Any] | None = None  # chain.json as last read
         self.heard = time.monotonic()  # the main last answered with its coordinator alive
         self.noted = False
+        self.waiting: str | None = None  # what a silent main's look waits for, as last said
 
     def run(self) -> WatchEnd:
         with guard_chain(self.record) as guard:
@@ -77,6 +78,7 @@ class Standby:
                 note_watching(rec)
                 self.noted = True
             if verdict.call is Call.WATCH:
+                self._waiting(verdict.why if look.silent is not None else None)
                 time.sleep(max(0.5, self.cfg.watch.interval))
                 continue
             if verdict.call is Call.OVER or (verdict.call is Call.LOST and not rec.status.is_live):
@@ -93,6 +95,14 @@ class Standby:
             self.record, self.chain, self.heard = new, None, time.monotonic()
             main = new.nodes[0].node
 
+    def _waiting(self, why: str | None) -> None:
+        """Said once a reason (a worker not reached, a malformed lost.json): a stand-by
+        that waits on a silent main says on what, not only that it is there."""
+        what = why.split("; ", 1)[-1] if why is not None and "; " in why else None
+        if what is not None and what != self.waiting:
+            self._say(f"the main is silent, not replaced yet: {what}")
+        self.waiting = what
+
     def _heard(self, view: BoardView | None) -> None:
         if view is None:
             return
@@ -104,7 +114,7 @@ class Standby:
     def _look(self, rec: RunRecord, silent: float, ssh: list[str]) -> Look:
         after = self.cfg.watch.unreachable_after
         workers = sorted((n for n in rec.nodes if n.rank != 0), key=lambda n: n.rank)
-        lost = read_lost(rec, workers, ssh, LOOK_TIMEOUT) if silent >= after else {}
+        lost, bad = read_lost(rec, workers, ssh, LOOK_TIMEOUT) if silent >= after else ({}, [])
         return Look(
             main=rec.nodes[0].node,
             workers=tuple(n.node for n in workers),
@@ -113,6 +123,7 @@ class Standby:
             silent=silent if silent >= 1.0 else None,
             chain=self.chain,
             lost=lost,
+            malformed=tuple(bad),
         )
 
     def _say(self, text: str) -> None:

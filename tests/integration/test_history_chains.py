@@ -98,7 +98,7 @@ def test_a_quarantined_node_refuses_a_launch_takes_a_spare_and_expires(
     spare = cfg.write(listener_job(job, free_port(), extra="spares: [node2]"), "spare.yaml")
     res = cfg.mntui(spare, "launch", "--no-ui")
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "spare node2 takes its place" in res.stdout + res.stderr
+    assert "node1 is quarantined: replaced by spare node2 (rank 1)" in res.stdout + res.stderr
     rec = latest(job)
     assert rec is not None and [(n.node, n.rank) for n in rec.nodes] == [("node0", 0), ("node2", 1)]
     assert cfg.mntui(spare, "kill").returncode == 0

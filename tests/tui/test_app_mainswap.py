@@ -51,6 +51,15 @@ def test_the_app_hands_a_cluster_run_with_restarts_to_a_stand_by_here(
     assert pid is not None and alive([pid]), "the stand-by goes on after the app quits"
     view = chain_of(job)
     assert view is not None and guarded(view), "it holds the chain, as a supervisor does"
+    again = MntuiApp(config, watchdog=True)  # a second app: it only shows
+
+    async def show() -> None:
+        async with again.run_test(size=(200, 48)) as pilot:
+            await until(pilot, lambda: again.standby is not None, 60, "the run shown")
+            await pilot.press("q")
+
+    asyncio.run(show())
+    assert again.standby_pid is None and alive([pid]), "the running stand-by is left alone"
     res = cfg.mntui(path, "kill")
     assert res.returncode == 0, res.stdout + res.stderr
     wait_for(lambda: not alive([pid]), 30, what="the stand-by's end with the chain")

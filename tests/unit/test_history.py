@@ -319,10 +319,52 @@ def test_a_launch_refuses_a_quarantined_node_in_one_line_or_takes_a_spare() -> N
         quarantines.route_around(parse_config(JOB.format(extra="")))
     text = str(err.value)
     assert "\n" not in text and "g2" in text and "XID 79" in text and "--release g2" in text
+    assert text.startswith("g2 is quarantined and no spare can take rank 1 (the config lists none)")
     quarantines.quarantine_node("s1", 3600, "bad PSU", who="a@b")
     cfg, said = quarantines.route_around(parse_config(JOB.format(extra="spares: [s1, s2]")))
     assert [(n.name, n.rank) for n in cfg.nodes] == [("g1", 0), ("s2", 1)]
-    assert said == ["g2 is quarantined (XID 79): spare s2 takes its place"]
+    assert said == ["g2 is quarantined: replaced by spare s2 (rank 1)"]  # placing's line
+
+
+def test_a_launch_never_routes_a_spare_of_another_size_in() -> None:
+    """route_around had a rule of its own, with no process-count check: a spare with 4
+    processes took the place of a worker with 2 and changed the world size. Now it is
+    placing.place's, as for the supervisor and the coordinator: refused, with its line."""
+    quarantines.quarantine_node("g2", 3600, "XID 79", who="a@b")
+    spare = "nproc_per_node: 2\nspares: [{name: s1, nproc_per_node: 4}"
+    cfg = parse_config(JOB.format(extra=spare + "]"))
+    with pytest.raises(LaunchError) as err:
+        quarantines.route_around(cfg)
+    text = str(err.value)
+    assert "\n" not in text and text.startswith(
+        "g2 is quarantined and no spare can take rank 1 (s1: runs 4 process(es), not 2); "
+        "nothing was started: its quarantine runs until "
+    ), text
+    assert "XID 79" in text and "`mntui quarantine --release g2`" in text
+    cfg, said = quarantines.route_around(parse_config(JOB.format(extra=spare + ", s2]")))
+    assert [(n.name, n.rank) for n in cfg.nodes] == [("g1", 0), ("s2", 1)]
+    assert cfg.world_size == 4 and said == ["g2 is quarantined: replaced by spare s2 (rank 1)"]
+
+
+def test_a_launch_moves_a_quarantined_main_and_names_the_first_node_it_cannot_place() -> None:
+    quarantines.quarantine_node("g1", 3600, "XID 79", who="a@b")
+    moved = parse_config(JOB.format(extra="master_addr: 10.0.0.1\nspares: [s1]"))
+    cfg, said = quarantines.route_around(moved)
+    assert (cfg.main, cfg.master_addr) == ("s1", None)
+    assert [(n.name, n.rank) for n in cfg.nodes] == [("s1", 0), ("g2", 1)]
+    assert said == ["g1 is quarantined: replaced by spare s1 (rank 0)"]
+    quarantines.quarantine_node("g2", 3600, "ECC", who="a@b")
+    with pytest.raises(LaunchError) as err:
+        quarantines.route_around(parse_config(JOB.format(extra="spares: [s1]")))
+    text = str(err.value)
+    assert text.startswith("g2 is quarantined and no spare can take rank 1 (s1: in use)"), text
+    assert "ECC" in text and "--release g2" in text and "more quarantined" not in text
+    quarantines.quarantine_node("s1", 3600, "PSU", who="a@b")
+    with pytest.raises(LaunchError) as err:
+        quarantines.route_around(parse_config(JOB.format(extra="spares: [s1]")))
+    text = str(err.value)
+    assert text.startswith("g1 is quarantined and no spare can take rank 0 (s1: quarantined)")
+    assert "--release g1" in text and "(and 1 more quarantined node(s))" in text, text
 
 
 def test_spans() -> None:

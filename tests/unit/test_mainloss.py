@@ -6,7 +6,9 @@ from this machine (recover/mainswap.plan_next: the coordinator's rule, main incl
 
 from __future__ import annotations
 
+import base64
 import json
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -16,8 +18,9 @@ from mntui.sessions.launch.board import SWAP_NOTE, board_dir
 from mntui.sessions.launch.chains import guard_chain
 from mntui.sessions.node.restarts import AttemptEnd
 from mntui.sessions.poll import NodeState
+from mntui.sessions.recover.mainlook import MALFORMED, parse_lost
 from mntui.sessions.recover.mainloss import Call, Look, judge_main
-from mntui.sessions.recover.mainswap import plan_next
+from mntui.sessions.recover.mainswap import Next, keep_clean, plan_next, quarantined
 from mntui.sessions.runs import NodeRecord, RunRecord, RunStatus
 from mntui.sessions.watch.standbyhint import LOST_NOTE, standby_hint
 
@@ -61,9 +64,13 @@ def test_a_lost_json_of_an_earlier_attempt_is_not_this_ones() -> None:
     assert judge_main(later).call is Call.WATCH
 
 
-def test_an_unreached_worker_does_not_hold_back_the_ones_that_lost_it() -> None:
+def test_an_unreached_worker_is_waited_for() -> None:
+    """It may still hear the main: one worker's word (maybe cut off itself) is not enough."""
     look = replace(BASE, workers=("node1", "node3"), silent=6.0, lost={"node1": LOST})
-    assert judge_main(look).call is Call.LOST
+    v = judge_main(look)
+    assert v.call is Call.WATCH and "node3 cannot be reached" in v.why, v
+    both = judge_main(replace(look, lost={"node1": LOST, "node3": LOST}))
+    assert both.call is Call.LOST, both
 
 
 def test_the_coordinator_giving_the_main_up_is_this_machines_to_act_on() -> None:
@@ -130,3 +137,34 @@ def test_a_main_put_in_from_here_has_its_own_coordinators_board() -> None:
     assert board_dir(rec) == ".mntui/runs/j/20260101-000000-aaaa/node2"
     rec.note(SWAP_NOTE, main="node2", run=rec.run_id)
     assert board_dir(rec) == ".mntui/runs/j/20260101-000100-bbbb/node2"
+
+
+def test_the_chains_quarantines_are_taken_only_in_shape_and_in_time() -> None:
+    """chain.json is node output: a list, a string or an ended quarantine keeps nothing
+    out (and raises nothing); a quarantine in shape and in time does."""
+    first = _record("20260101-000200-cccc", chain="20260101-000200-cccc", watch_port=1)
+    now = time.time()
+    for bad in ([{"node": "node1"}], "node1", {"node1": {"at": now - 100, "until": now - 10}}):
+        assert quarantined(first, {"quarantined": bad}) == set(), bad
+    held = {"node1": {"at": now, "until": now + 60, "why": "broke twice"}}
+    assert quarantined(first, {"quarantined": held}) == {"node1"}
+
+
+def test_a_lost_json_cut_or_garbled_is_malformed_not_none_there() -> None:
+    """A worker that wrote lost.json said something: a cut one (a bounded read of a big
+    file) is counted malformed and named, never taken as "nothing lost"."""
+    whole = json.dumps(LOST)
+    line = "LOST " + base64.b64encode(whole[: len(whole) // 2].encode()).decode()
+    assert parse_lost(line) == (True, MALFORMED)
+    assert parse_lost("LOST " + base64.b64encode(b"[1]").decode()) == (True, MALFORMED)
+    assert parse_lost("NONE") == (True, None)
+    assert parse_lost("LOST " + base64.b64encode(whole.encode()).decode()) == (True, LOST)
+    v = judge_main(replace(BASE, silent=6.0, lost={"node1": None}, malformed=("node1",)))
+    assert v.call is Call.WATCH and "lost.json of node1 is malformed" in v.why, v
+
+
+def test_no_next_attempt_on_a_node_the_old_one_was_not_stopped_on() -> None:
+    nxt = Next(("node2", "node1"), "restart 1 of 2", said=("node0 is lost",))
+    assert keep_clean(nxt, ["node0"]) == nxt, "a node the next attempt leaves out"
+    refused = keep_clean(nxt, ["node1"])
+    assert refused.layout is None and "not stopped clean on node1" in refused.why, refused

@@ -90,6 +90,9 @@ class Watching(Drawing):
         if self.cfg.restart.max <= 0 or not self.watchdog_enabled:
             return
         self.standby = chain
+        if _guarded(record):  # a stand-by runs (maybe mid-swap): starting one would kill it
+            self.log_event("stand-by: another process here guards this chain; the app only shows")
+            return
         self.start_standby(record)
 
     @work(thread=True, group="standby", exit_on_error=False)
@@ -227,3 +230,12 @@ def unwatched(job: str, why: object) -> str:
         f"mntui: {job} runs UNWATCHED: its headless watchdog did not start: {why}; "
         "`mntui watch` guards it, `mntui kill` stops it"
     )
+
+
+def _guarded(record: RunRecord) -> bool:
+    """The chain's lock is held (a `mntui watch` stands by): start_detached would
+    kill its tmux session first, whatever it was doing."""
+    from mntui.sessions.launch import chain_of, guarded
+
+    view = chain_of(record.job, record)
+    return view is not None and guarded(view)

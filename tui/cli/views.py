@@ -256,10 +256,11 @@ def _stall_words(stall_after: float | str) -> str:
 
 def _stand_by(cfg: JobConfig, record: RunRecord, say: Say) -> ExitCode:
     from mntui.sessions.recover.standby import Standby
+    from mntui.sessions.watch import WatchOutcome
 
     t0 = time.time()
     end = Standby(cfg, record, on_event=lambda e: say(e.format(t0))).run()
-    return ExitCode.FAILED if end.outcome.value == "failed" else ExitCode.OK
+    return ExitCode.FAILED if end.outcome is WatchOutcome.FAILED else ExitCode.OK
 
 
 def cmd_watch(cfg: JobConfig, record: RunRecord, say: Say) -> ExitCode:
