@@ -122,7 +122,8 @@ def _chain(c: Coordinator, log: ChainLog, at: Point) -> str:
                 why = d.why if d is not None else "restart is off"
                 log.attempt_ended(why, None)
                 gave_up = d is not None and d.gave_up
-                log.end(ChainStatus.GAVE_UP if gave_up else ChainStatus.ENDED, why)
+                main_here = stop is not None and p.main_here
+                log.end(ChainStatus.GAVE_UP if gave_up else ChainStatus.ENDED, why, main_here)
                 return f"{out.why}; {why}"
             log.attempt_ended(d.why, d.delay, p)
             phase, delay = BACKOFF, d.delay

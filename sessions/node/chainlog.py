@@ -88,7 +88,11 @@ class ChainLog:
         self.data["status"] = ChainStatus.RUNNING.value
         self._write()
 
-    def end(self, status: ChainStatus, why: str) -> None:
+    def end(self, status: ChainStatus, why: str, main_here: bool = False) -> None:
+        """`main_here`: the chain ends for this machine to replace its main (its
+        stand-by acts on this flag, never on the words of `why`)."""
         self.data.update(status=status.value, why=why, ended_at=time.time())
+        if main_here:
+            self.data["main_here"] = True
         self.data["attempts"][-1].setdefault("steps", dict(self.board.clock))
         self._write()

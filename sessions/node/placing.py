@@ -21,7 +21,7 @@ from typing import Protocol
 from .restarts import AttemptEnd, repeat_culprit
 
 SAID_SPARES = 3  # spares named in a line saying why none could take a rank
-MAIN_HERE = "only this machine can replace it"  # the chain's end this machine acts on
+MAIN_HERE = "only this machine can replace it"  # the words of a stop with `main_here`
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,7 @@ class Placement:
     layout: tuple[str, ...]  # the next attempt's node of each rank, the main first
     said: tuple[str, ...] = ()  # each swap (or a swap that could not be), one line each
     stop: str | None = None  # why the chain cannot go on here (None: it can)
+    main_here: bool = False  # the stop is a main only this machine can replace
 
 
 def span(seconds: float) -> str:
@@ -115,7 +116,7 @@ def place(
                 f"the main {node} {why}: {MAIN_HERE} ({first}"
                 f"`mntui launch --restart` puts a spare in its place; the coordinator runs on it)"
             )
-            return Placement(tuple(layout), tuple(said), stop)
+            return Placement(tuple(layout), tuple(said), stop, main_here=True)
         fits = [
             s for s in spares if _free(s, new, out, ready) and nprocs.get(s) == nprocs.get(node)
         ]

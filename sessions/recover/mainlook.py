@@ -99,7 +99,8 @@ def read_lost(
 def answering(nodes: Sequence[NodeRecord], ssh: Sequence[str], timeout: float) -> set[str]:
     """The nodes that answer now (a spare the next attempt may run on)."""
     got = fan_out(lambda n: ask(ssh, n, "echo up\n", timeout), nodes)
-    return {n.node for n, out in zip(nodes, got, strict=True) if out is not None and "up" in out}
+    answered = zip(nodes, got, strict=True)  # a whole line, not "up" within a login's noise
+    return {n.node for n, out in answered if out is not None and "up" in node_lines(out)}
 
 
 def fan_out(fn: Callable[[NodeRecord], T], nodes: Sequence[NodeRecord]) -> list[T]:

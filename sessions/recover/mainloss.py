@@ -22,7 +22,6 @@ from enum import StrEnum
 from typing import Any
 
 from mntui.sessions.node.chainstates import LIVE  # chain.json's statuses of a chain going on
-from mntui.sessions.node.placing import MAIN_HERE
 
 
 class Call(StrEnum):
@@ -58,7 +57,7 @@ def judge_main(look: Look) -> Verdict:
     status = chain.get("status") if chain is not None else None
     if chain is not None and status not in LIVE:
         why = str(chain.get("why") or status)[:300]
-        return Verdict(Call.GIVEN_UP if MAIN_HERE in why else Call.OVER, why)
+        return Verdict(Call.GIVEN_UP if chain.get("main_here") is True else Call.OVER, why)
     if look.silent is None or look.silent < look.unreachable_after:
         return Verdict(Call.WATCH, "the main answers")
     silent = f"the main {look.main} silent for {look.silent:.0f} s"

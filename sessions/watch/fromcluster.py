@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mntui.sessions.launch.board import BoardView
+from mntui.sessions.node.chainstates import LIVE
 from mntui.sessions.node.runid import RUN_ID
 from mntui.sessions.report import finding_of, load_finding, save_finding
 from mntui.sessions.runs import RunRecord, RunStatus
@@ -71,7 +72,7 @@ def coordinator_done(view: BoardView) -> bool:
     between two attempts of a chain it has not."""
     chain = view.chain
     if chain is not None:
-        return chain.get("status") not in ("running", "backoff", "starting")
+        return chain.get("status") not in LIVE
     return view.decision is not None
 
 

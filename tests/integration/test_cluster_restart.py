@@ -229,6 +229,7 @@ def test_a_main_that_breaks_twice_ends_the_chain_for_this_machine_to_replace(
     assert not runs_on(job, "node2")
     text = cfg.mntui(path, "status").stdout
     assert "the main node0 broke twice in a row: only this machine can replace it" in text, text
+    assert load_chain(fake, job).get("main_here") is True  # what the stand-by acts on
     assert "(torn-down)" in text, text
 
 

@@ -1,7 +1,8 @@
 """The rule that says a run the cluster watches lost its main (recover/mainloss.py), on
 inputs recorded from real runs (tests/data/mainloss: the coordinator's chain.json of
 the integration test's run before its main was lost, node1's lost.json after, and the
-chain.json of a main that broke twice in a row), and the next attempt's placement
+chain.json of a main that broke twice in a row, with the `main_here` flag the coordinator
+writes since that recording), and the next attempt's placement
 from this machine (recover/mainswap.plan_next: the coordinator's rule, main included)."""
 
 from __future__ import annotations
@@ -78,6 +79,12 @@ def test_the_coordinator_giving_the_main_up_is_this_machines_to_act_on() -> None
     assert v.call is Call.GIVEN_UP and "broke twice in a row" in v.why, v
     over = judge_main(replace(BASE, chain={**RUNNING, "status": "gave-up", "why": "max"}))
     assert over.call is Call.OVER
+
+
+def test_the_words_of_a_chains_end_never_decide_a_main_swap() -> None:
+    """Only the coordinator's flag does: a `why` carrying the same words is read."""
+    words = {k: v for k, v in GAVE_UP.items() if k != "main_here"}
+    assert judge_main(replace(BASE, chain=words)).call is Call.OVER
 
 
 POLICY = RestartPolicy(max=2, backoff=1)

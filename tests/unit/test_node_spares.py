@@ -60,6 +60,7 @@ def test_the_main_is_never_replaced_by_the_coordinator_it_runs() -> None:
                       "its place; the coordinator runs on it)")  # fmt: skip
     q = place(NODES, [ended(0, "g0")], {"g0"}, ("s0",), {"s0"}, NPROC)
     assert q.stop is not None and q.stop.startswith("the main g0 is quarantined")
+    assert p.main_here and q.main_here  # the stand-by's flag, not the words
 
 
 def test_a_quarantined_node_is_used_no_more_or_the_chain_stops() -> None:
@@ -71,6 +72,7 @@ def test_a_quarantined_node_is_used_no_more_or_the_chain_stops() -> None:
     p = place(("g0", "s0", "g2"), [ended(1, "s0")], {"s0", "s1"}, ("s0", "s1"), {"s1"}, NPROC)
     assert p.stop == ("s0 is quarantined and no spare can take rank 1 (s0: in use; "
                       "s1: quarantined)")  # fmt: skip
+    assert not p.main_here  # a worker's stop: nothing for this machine's stand-by
 
 
 def test_quarantine_after_counts_the_chains_failures_within_its_window() -> None:
