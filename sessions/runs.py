@@ -140,6 +140,13 @@ class RunRecord:
         return next(n for n in self.nodes if n.node == name)
 
     @property
+    def main(self) -> NodeRecord:
+        """The run's main: its rank-0 node (torchrun's master; the cluster's coordinator
+        and board), wherever the record lists it; the first node only for a record with
+        no rank 0. The one rule every reader of "the main" asks. IndexError: no nodes."""
+        return next((n for n in self.nodes if n.rank == 0), None) or self.nodes[0]
+
+    @property
     def stopped_by_user(self) -> bool:
         """A user's full kill reached this run: its chain ends here. A run that had
         already failed keeps its own ending (history counts it); the kill is the note."""

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mntui.sessions.node import nodewire
 from mntui.sessions.node.gpuwire import BOARD_FILE, BOARD_MAX, GpuText, from_board
-from mntui.sessions.procs import TAG_VAR, run_dir_word
+from mntui.sessions.procs import TAG_VAR, node_lines, run_dir_word
 
 if TYPE_CHECKING:
     from mntui.sessions.runs import RunRecord
@@ -65,7 +65,7 @@ def board_dir(record: RunRecord) -> str:
     """The coordinator's run dir on the main: the chain's first attempt's, which every
     restart on the cluster keeps (the main does not move); a new main this machine put in
     (SWAP_NOTE) has a new coordinator, in its own attempt's dir."""
-    parts = record.nodes[0].run_dir.split("/")  # .mntui/runs/<job>/<run>/<node>
+    parts = record.main.run_dir.split("/")  # .mntui/runs/<job>/<run>/<node>
     parts[-2] = coord_run(record)
     return "/".join(parts)
 
@@ -98,87 +98,113 @@ def coord_alive(run_dir: str) -> str:
 }}"""
 
 
+SMALL = ("status", "decision", "chain", "straggler", "notify")  # coord/<name>.json
+SMALL_MAX = 262144  # bytes read of each of them, and of the journal's end
+JOURNAL = "journal.jsonl"
+# the files in the order the script reads them (files_of checks it)
+ORDER = (*(f"{n}.json" for n in SMALL), BOARD_FILE, nodewire.BOARD_FILE, JOURNAL)
+
+
 def board_script(run_dir: str, gpus: bool = False) -> str:
     """With `gpus` (a `status`), the nodes' GPU readings and snapshots too (the launch's
-    confirmation and a kill wait on the rest only, and these files grow with the nodes)."""
+    confirmation and a kill wait on the rest only, and these files grow with the nodes).
+
+    Why `head -v` over every file at once, raw: the coordinator writes each file as one
+    line of ASCII JSON, so one program reads them all behind `==> name <==` headers, where
+    a file each through `head | base64` was a dozen programs, ~30 ms of a loaded main's
+    time on every status. The reader (files_of) takes a file only as one line under its
+    own header, seen once: anything else is malformed, never another file's content."""
     d = run_dir_word(run_dir)
-    sides = ((BOARD_FILE, BOARD_MAX, "gpus"), (nodewire.BOARD_FILE, nodewire.BOARD_MAX, "nodes"))
-    read_gpus = "\n".join(
-        f"printf 'FILE {word} '; head -c {most} \"$d/coord/{name}\" 2>/dev/null | base64 -w0; echo"
-        for name, most, word in sides
-    )
+    small = " ".join(f"{name}.json" for name in SMALL)
+    big = f"{BOARD_FILE} {nodewire.BOARD_FILE}"
+    read_big = f"\n  head -v -c {max(BOARD_MAX, nodewire.BOARD_MAX)} -- {big} 2>/dev/null; echo"
     return f"""d={d}
 {coord_alive(run_dir)}
-for f in status decision chain straggler notify; do  # no programs for a file not there
-  printf 'FILE %s ' "$f"
-  [ ! -s "$d/coord/$f.json" ] || head -c 262144 "$d/coord/$f.json" 2>/dev/null | base64 -w0
-  echo
-done
-printf 'FILE journal '; tail -c 262144 "$d/coord/journal.jsonl" 2>/dev/null | base64 -w0; echo
-{read_gpus if gpus else ""}
 echo "NOW $(date +%s)"
 if mntui_coord_alive; then echo ALIVE yes; else echo ALIVE no; fi
+if cd "$d/coord" 2>/dev/null; then
+  head -v -c {SMALL_MAX} -- {small} 2>/dev/null; echo{read_big if gpus else ""}
+  tail -v -c {SMALL_MAX} -- {JOURNAL} 2>/dev/null || :
+fi
 """
 
 
-def parse_board(text: str) -> BoardView:
-    import base64
+def files_of(text: str) -> tuple[dict[str, str | None], list[str], list[str]]:
+    """(each file's one line, None when malformed; the journal's lines; the lines before
+    any file) of a board's answer. Headers come once each, in the script's order: one out
+    of order, unknown or seen twice spoils the file it stands in (a line of that file) and
+    the file it names; so does a second line under a header. A file's bytes never count
+    as another file's."""
+    files: dict[str, str | None] = {}
+    bad: set[str] = set()
+    journal: list[str] = []
+    head: list[str] = []
+    name: str | None = None
+    for line in node_lines(text):
+        if name == JOURNAL:
+            journal.append(line)  # its own lines to the end: parse_journal checks each
+        elif line.startswith("==> ") and line.endswith(" <=="):
+            said = line[4:-4]
+            at = ORDER.index(said) if said in ORDER else -1
+            if at <= (ORDER.index(name) if name in ORDER else -1):
+                bad.update(n for n in (name, said) if n is not None)
+            name = said
+        elif not line:
+            continue
+        elif name is None:
+            head.append(line)
+        elif name in files:
+            bad.add(name)  # a second line: not one of the coordinator's files
+        else:
+            files[name] = line
+    for n in bad:
+        files[n] = None
+    return files, journal, head
 
-    files: dict[str, dict[str, Any] | None] = dict.fromkeys(
-        ("status", "decision", "chain", "straggler", "notify")
-    )
-    alive = False
-    now: float | None = None
-    journal: tuple[dict[str, Any], ...] = ()
-    gpus: tuple[dict[str, GpuText], int] = ({}, 0)
-    nodes: tuple[dict[str, dict[str, Any]], int] = ({}, 0)
-    for line in text.splitlines():
-        words = line.split(" ")
-        if len(words) == 3 and words[0:2] == ["FILE", "journal"] and words[2]:
-            journal = parse_journal(words[2])
-        elif len(words) == 3 and words[0:2] == ["FILE", "gpus"] and words[2]:
-            data = _json(words[2])
-            gpus = from_board(data) if data is not None else ({}, 1)  # cut, or not JSON
-        elif len(words) == 3 and words[0:2] == ["FILE", "nodes"] and words[2]:
-            data = _json(words[2])
-            nodes = nodewire.from_board(data) if data is not None else ({}, 1)
-        elif len(words) == 3 and words[0] == "FILE" and words[1] in files and words[2]:
-            try:
-                data = json.loads(base64.b64decode(words[2], validate=True))
-            except (ValueError, TypeError, RecursionError):
-                data = None
-            files[words[1]] = data if isinstance(data, dict) else None
-        elif line == "ALIVE yes":
-            alive = True
-        elif len(words) == 2 and words[0] == "NOW" and words[1].isdigit() and len(words[1]) < 12:
-            now = float(words[1])
+
+def parse_board(text: str) -> BoardView:
+    files, journal, head = files_of(text)
+    data = {name: _json(files.get(f"{name}.json")) for name in SMALL}
+    small = {k: v if isinstance(v, dict) else None for k, v in data.items()}
+    alive = "ALIVE yes" in head
+    now = next((float(w[4:]) for w in head if _is_now(w)), None)
+    gpus = _side(files, BOARD_FILE, from_board)
+    nodes = _side(files, nodewire.BOARD_FILE, nodewire.from_board)
     return BoardView(
-        files["status"], files["decision"], alive, journal, files["chain"], now,
-        gpus=gpus[0], gpus_malformed=gpus[1], straggler=files["straggler"], notify=files["notify"],
-        nodes=nodes[0], nodes_malformed=nodes[1],
+        small["status"], small["decision"], alive, parse_journal(journal), small["chain"], now,
+        gpus=gpus[0], gpus_malformed=gpus[1], straggler=small["straggler"],
+        notify=small["notify"], nodes=nodes[0], nodes_malformed=nodes[1],
     )  # fmt: skip
 
 
-def _json(b64: str) -> object:
-    """The JSON in a line's base64, or None."""
-    import base64
+def _is_now(line: str) -> bool:
+    w = line.split(" ")
+    return len(w) == 2 and w[0] == "NOW" and w[1].isdigit() and len(w[1]) < 12
 
+
+def _side(files: dict[str, str | None], name: str, read: Callable[[Any], tuple[Any, int]]) -> Any:
+    """A file read by its own checker (the nodes' snapshots, their GPU readings): ({}, 0)
+    when absent, ({}, 1) when cut or not JSON."""
+    if name not in files:
+        return {}, 0
+    data = _json(files[name])
+    return read(data) if data is not None else ({}, 1)
+
+
+def _json(line: str | None) -> object:
+    """The JSON of a file's line, or None."""
+    if not line:
+        return None
     try:
-        return json.loads(base64.b64decode(b64, validate=True))
-    except (ValueError, TypeError, RecursionError):
+        return json.loads(line)
+    except (ValueError, RecursionError):
         return None
 
 
-def parse_journal(b64: str) -> tuple[dict[str, Any], ...]:
+def parse_journal(lines: list[str]) -> tuple[dict[str, Any], ...]:
     """The journal's lines that parse as ours; the first, cut by `tail -c`, does not."""
-    import base64
-
-    try:
-        raw = base64.b64decode(b64, validate=True).decode("utf-8", "replace")
-    except ValueError:
-        return ()
     out = []
-    for line in raw.splitlines():
+    for line in lines:
         try:
             item = json.loads(line)
         except (ValueError, RecursionError):

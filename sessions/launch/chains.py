@@ -128,7 +128,7 @@ def run_config(cfg: JobConfig, view: ChainView | None) -> JobConfig:
 
     rec = view.latest
     nodes = tuple(_spec(cfg, n) for n in view.nodes())
-    main = next((n.node for n in rec.nodes if n.rank == 0), nodes[0].name)
+    main = rec.main.node if rec.nodes else nodes[0].name
     master = cfg.master_addr if main == cfg.main else None
     ports = tuple(p for p in cfg.ports if p != rec.master_port)
     port = rec.watch_port  # a cluster chain's attempts each carry their coordinator's

@@ -66,10 +66,9 @@ while [ "$i" -lt {tries} ]; do
   i=$((i + 1)); sleep 0.05
 done
 echo @BOARD
-printf 'FILE decision '; head -c {DECISION_MAX} "$d/coord/decision.json" 2>/dev/null | base64 -w0
-echo
 # answered: whether it still runs is no question (it ends after a user's kill)
 [ -n "$answered" ] || {{ if mntui_coord_alive; then echo ALIVE yes; else echo ALIVE no; fi; }}
+if cd "$d/coord" 2>/dev/null; then head -v -c {DECISION_MAX} -- decision.json 2>/dev/null; fi
 """
 
 
@@ -140,7 +139,7 @@ def kill_via_coordinator(
     to ask (the caller kills everything directly). The request and the wait for its
     answer are one script: one round trip, over a fresh ssh when the main's connection
     is not open yet (a cold `mntui kill` then loads no SSH library at all)."""
-    main = record.nodes[0]
+    main = record.main
     node = cluster.nodes.get(main.node)
     if node is None:
         return None

@@ -20,14 +20,17 @@ from mntui.sessions.config import JobConfig
 from mntui.sessions.events import Event, Phase
 from mntui.sessions.procs import (
     INT,
+    RUNS_DIR,
     SHELL_LIB,
     PortHolder,
     ProcInfo,
+    attempt_pattern,
     ints,
     job_node_pattern,
     node_lines,
     parse_listener,
     parse_proc,
+    run_dir_word,
     unique_holders,
 )
 from mntui.sessions.results import GroupResult
@@ -102,8 +105,15 @@ def ports_free(ports: Iterable[int]) -> str:
     return f"port{'s' if ',' in listed else ''} {listed} free" if listed else ""
 
 
-def kill_script(pattern: str, session: str, ports: Iterable[int], grace: float) -> str:
+def kill_script(
+    pattern: str, session: str, ports: Iterable[int], grace: float, session_cwd: str | None = None
+) -> str:
+    """`session_cwd` (a shell word): the tmux session is closed only if it was started
+    there, in the run dir of the run being stopped (None: whatever run it holds)."""
     grace_ms = int(grace * 1000)
+    ours = (
+        tmux.has_session(session) if session_cwd is None else tmux.session_in(session, session_cwd)
+    )
     ports_s = " ".join(str(p) for p in ports)
     return f"""{SHELL_LIB}
 t0=$(mntui_now_ms)
@@ -124,7 +134,7 @@ for _ in 1 2 3 4 5; do
   mntui_stop 0 $more
   sleep 0.05
 done
-if {tmux.has_session(session)}; then {tmux.kill_session(session)} && echo SESSION_KILLED; fi
+if {ours}; then {tmux.kill_session(session)} && echo SESSION_KILLED; fi
 busy() {{
   # shellcheck disable=SC2046 # PIDs, one a word
   left=$(mntui_alive $(mntui_scan "$pat"))
@@ -204,18 +214,22 @@ def kill_job(
     names: Iterable[str] | None = None,
     grace: float | None = None,
     on_event: Callable[[Event], None] = lambda e: None,
+    only: tuple[str, str] | None = None,
 ) -> GroupResult[KillReport]:
-    """Kill the job on the given nodes (all by default), in parallel; one report per node."""
+    """Kill the job on the given nodes (all by default), in parallel; one report per node.
+    `only` = (run, the run its watchers are tagged with): that attempt alone, its
+    processes and its tmux session (procs.attempt_pattern), never another run's."""
     grace = cfg.grace if grace is None else grace
     ranks = {n.name: n.rank for n in cfg.nodes}
 
     def one(node) -> KillReport:  # type: ignore[no-untyped-def]
         on_event(Event(node.name, ranks[node.name], Phase.KILLING, ""))
+        pattern, cwd = job_node_pattern(cfg.job, node.name), None
+        if only is not None:
+            pattern = attempt_pattern(cfg.job, only[0], only[1], node.name)
+            cwd = run_dir_word(f"{RUNS_DIR}/{cfg.job}/{only[0]}/{node.name}")
         script = kill_script(
-            job_node_pattern(cfg.job, node.name),
-            tmux.session_name(cfg.job, node.name),
-            cfg.all_ports,
-            grace,
+            pattern, tmux.session_name(cfg.job, node.name), cfg.all_ports, grace, cwd
         )
         res = node.run(script, timeout=grace + 30)
         report = parse_kill(node.name, res.stdout, cfg.all_ports)

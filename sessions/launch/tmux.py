@@ -100,6 +100,13 @@ def has_session(session: str) -> str:
     return f"tmux has-session -t {shlex.quote(exact(session))} 2>/dev/null"
 
 
+def session_in(session: str, cwd: str) -> str:
+    """Succeeds when `session` exists and was started in `cwd` (a shell word, as given to
+    `new_session`): the name is the job's on a node, the directory tells whose run it holds."""
+    path = f"tmux display-message -p -t {shlex.quote(pane(session))} '#{{session_path}}'"
+    return f'[ "$({path} 2>/dev/null)" = {cwd} ]'
+
+
 @dataclass(frozen=True)
 class PaneStatus:
     dead: bool

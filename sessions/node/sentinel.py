@@ -8,8 +8,9 @@ told to. If it hears nothing from the coordinator for `unreachable_after` while 
 ranks run, the job has lost its main: it takes their stacks (they are likely blocked
 in a collective with the main's, and exist only until the kill), tears them down and
 says why in `lost.json` (a job without its main cannot go on; its GPUs should not wait
-30 min). The main's sentinel also keeps the coordinator up (respawn.py): a coordinator
-that died is started again before the others call it lost.
+30 min); with no ranks left it says so all the same (lostword.py: the stand-by waits
+for every worker's word). The main's sentinel also keeps the coordinator up
+(respawn.py): a coordinator that died is started again before the others call it lost.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from . import attempt, daemon, frames, gpus, killer, nodesnap, respawn, spysampl
 from .attempt import Attempt
 from .facts import Facts
 from .logtail import LogTail
+from .lostword import lost_why, say_lost
 from .sentinellink import FOLLOWING, Link
-from .watchcfg import WatchConfig, load_for, write_json
+from .watchcfg import WatchConfig, load_for
 
 # The stacks before a lost node's kill wait no longer than a freeze's (teardown.py's
 # FROZEN_BUDGET, for the same reasons): the ranks are likely blocked with the main's.
@@ -98,31 +100,21 @@ class Sentinel(Link):
             if self.keeper is not None:
                 self.keeper.check()
             silent = time.monotonic() - self.heard
-            if silent >= cfg.rules.unreachable_after:
-                if facts.live_procs:
-                    return self.lose(silent)
-                return "ended, no coordinator"
+            if silent >= cfg.rules.unreachable_after:  # ranks or none: its word
+                return self.lose(silent, bool(facts.live_procs))
             self.poke.wait(cfg.interval)
             self.poke.clear()
         return "stopped by the coordinator"
 
-    def lose(self, silent: float) -> str:
-        why = (
-            f"no word from the coordinator {self.cfg.coord_host}:{self.cfg.coord_port} "
-            f"for {silent:.0f} s: this node's ranks were torn down"
-        )
+    def lose(self, silent: float, ranks: bool) -> str:
+        why = lost_why(f"{self.cfg.coord_host}:{self.cfg.coord_port}", silent, ranks)
         lost_at = time.time()
-        main = self.cfg.nodes[0]
-        budget = min(LOST_STACKS, self.cfg.capture_budget)
-        ask = stackcap.Ask(main, "unreachable", why, lost_at, budget)
-        result = self.kill(f"lost the coordinator ({silent:.0f} s)", stacks=ask)
-        # the kill's report grows with the processes (~300 B each): apart, so lost.json,
-        # the word a stand-by reads over SSH within a bound, stays small whatever the job
-        write_json(os.path.join(self.dir, "lost-kill.json"), {"lost_at": lost_at, "kill": result})
-        write_json(
-            os.path.join(self.dir, "lost.json"),
-            {"lost_at": lost_at, "torn_down_at": time.time(), "why": why[:500]},
-        )
+        result = None
+        if ranks:
+            budget = min(LOST_STACKS, self.cfg.capture_budget)
+            ask = stackcap.Ask(self.cfg.nodes[0], "unreachable", why, lost_at, budget)
+            result = self.kill(f"lost the coordinator ({silent:.0f} s)", stacks=ask)
+        say_lost(self.dir, lost_at, time.time(), why, result)
         return why
 
     def kill(

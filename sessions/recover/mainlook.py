@@ -51,7 +51,7 @@ def ask(ssh: Sequence[str], node: NodeRecord, script: str, timeout: float) -> st
 
 def read_main(record: RunRecord, ssh: Sequence[str], timeout: float) -> BoardView | None:
     """The coordinator's board on the main, or None when the main did not answer."""
-    main = record.nodes[0]
+    main = record.main
     out = ask(ssh, main, board_script(node_dir(record, main)), timeout)
     return parse_board(out) if out is not None else None
 

@@ -93,7 +93,7 @@ def take_over(
     when the chain ends here (its record says why)."""
     first = load_run(latest.job, coord_run(latest)) or latest
     history = chain_history(first, chain)
-    main = _by_rank(latest.nodes)[0]
+    main = latest.main
     if lost is not None:
         why = f"the main {lost} was lost (this machine's look: {main.host} silent)"
         history.append(AttemptEnd(latest.attempt, latest.run_id, NodeState.UNREACHABLE, lost,
@@ -108,7 +108,7 @@ def take_over(
     names = [s.name for s in cfg.spares]
     nxt = plan_next(cfg.restart, history, layout, {lost} if lost else (), out, names, ready, nprocs)
     gone = lost if lost is not None and lost not in reached else None  # its sshd may answer
-    nxt = keep_clean(nxt, _stop_old(cfg, rcfg, [*reached, *sorted(ready)], gone, say))
+    nxt = keep_clean(nxt, stop_old(cfg, rcfg, latest, [*reached, *sorted(ready)], gone, say))
     if nxt.layout is None:
         _end(latest, nxt.why, history[-1].cause)
         _say(say, f"{history[-1].cause}; {nxt.why}")
@@ -178,12 +178,18 @@ def quarantined(first: RunRecord, chain: Mapping[str, Any] | None) -> set[str]:
     return set(active_quarantines())
 
 
-def _stop_old(
-    cfg: JobConfig, rcfg: JobConfig, names: Sequence[str], gone: str | None, say: EventSink
+def stop_old(
+    cfg: JobConfig,
+    rcfg: JobConfig,
+    old: RunRecord,
+    names: Sequence[str],
+    gone: str | None,
+    say: EventSink,
 ) -> list[str]:
-    """The old attempt's processes by tag (sentinels too), on every node this machine
-    reaches; a main that does not answer is said, not tried. The nodes not stopped
-    clean."""
+    """The old attempt's processes by its own run's tag (its watchers by their run's), on
+    every node this machine reaches: never a later run's, should this stop be misjudged
+    (kill.kill_job `only`). A main that does not answer is said, not tried. The nodes not
+    stopped clean."""
     specs = {s.name: s for s in (*cfg.spares, *rcfg.nodes)}
     targets = tuple(dict.fromkeys(n for n in names if n in specs and n != gone))
     if gone is not None:
@@ -192,7 +198,7 @@ def _stop_old(
         return []
     kcfg = replace(rcfg, nodes=tuple(specs[n] for n in targets))
     with Cluster(kcfg.nodes, kcfg.ssh) as cluster:
-        done = kill_job(kcfg, cluster, on_event=say)
+        done = kill_job(kcfg, cluster, on_event=say, only=(old.run_id, coord_run(old)))
     dirty = [f"{n}: {e}" for n, e in done.errors.items()]
     dirty += [f"{n}: {r.summary()}" for n, r in done.succeeded.items() if not r.clean]
     _say(say, f"stopped the old attempt on {', '.join(targets)}" if not dirty

@@ -26,6 +26,7 @@ from mntui.sessions.runs import RunRecord
 from mntui.sessions.watch import WatchEnd, WatchOutcome
 from mntui.sessions.watch.detached import note_watching
 from mntui.sessions.watch.fromcluster import adopt, coordinator_done
+from mntui.sessions.watch.standbyhint import say_waiting
 
 from .chainstate import head, stopped
 from .mainlook import read_lost, read_main
@@ -42,7 +43,8 @@ class Standby:
         self.chain: dict[str, Any] | None = None  # chain.json as last read
         self.heard = time.monotonic()  # the main last answered with its coordinator alive
         self.noted = False
-        self.waiting: str | None = None  # what a silent main's look waits for, as last said
+        self.waiting: str | None = ""  # what a silent main's look waits for, as last said
+        # ("": nothing said yet, so the first look clears an earlier stand-by's reason)
 
     def run(self) -> WatchEnd:
         with guard_chain(self.record) as guard:
@@ -59,7 +61,7 @@ class Standby:
         from mntui.sessions.ssh.openssh import oneshot_argv
 
         ssh = oneshot_argv(self.cfg.ssh)
-        main = self.record.nodes[0].node
+        main = self.record.main.node
         self._say(f"standing by: the cluster watches; if its main {main} is lost, "
                   "this machine restarts the job on a spare")  # fmt: skip
         while True:
@@ -78,12 +80,13 @@ class Standby:
                 note_watching(rec)
                 self.noted = True
             if verdict.call is Call.WATCH:
-                self._waiting(verdict.why if look.silent is not None else None)
+                self._waiting(rec, verdict.why if look.silent is not None else None)
                 time.sleep(max(0.5, self.cfg.watch.interval))
                 continue
             if verdict.call is Call.OVER or (verdict.call is Call.LOST and not rec.status.is_live):
                 self._say(f"standing down ({rec.status}): {verdict.why}")
                 return WatchEnd(WatchOutcome.STOOD_DOWN)
+            self._waiting(rec, None)
             self._say(f"the main {main} must be replaced: {verdict.why}")
             lost = main if verdict.call is Call.LOST else None
             # given up: the main answers, and every node of the attempt is cleaned again
@@ -93,14 +96,17 @@ class Standby:
             if new is None:
                 return WatchEnd(WatchOutcome.FAILED)
             self.record, self.chain, self.heard = new, None, time.monotonic()
-            main = new.nodes[0].node
+            main = new.main.node
 
-    def _waiting(self, why: str | None) -> None:
-        """Said once a reason (a worker not reached, a malformed lost.json): a stand-by
+    def _waiting(self, rec: RunRecord, why: str | None) -> None:
+        """Said once a reason (the workers it waits for, one not reached, a malformed
+        lost.json), in its log and where `status` reads it (standbyhint.py): a stand-by
         that waits on a silent main says on what, not only that it is there."""
         what = why.split("; ", 1)[-1] if why is not None and "; " in why else None
-        if what is not None and what != self.waiting:
-            self._say(f"the main is silent, not replaced yet: {what}")
+        if what != self.waiting:
+            if what is not None:
+                self._say(f"the main is silent, not replaced yet: {what}")
+            say_waiting(rec, what)
         self.waiting = what
 
     def _heard(self, view: BoardView | None) -> None:
@@ -113,10 +119,11 @@ class Standby:
 
     def _look(self, rec: RunRecord, silent: float, ssh: list[str]) -> Look:
         after = self.cfg.watch.unreachable_after
-        workers = sorted((n for n in rec.nodes if n.rank != 0), key=lambda n: n.rank)
+        main = rec.main
+        workers = sorted((n for n in rec.nodes if n is not main), key=lambda n: n.rank)
         lost, bad = read_lost(rec, workers, ssh, LOOK_TIMEOUT) if silent >= after else ({}, [])
         return Look(
-            main=rec.nodes[0].node,
+            main=main.node,
             workers=tuple(n.node for n in workers),
             started_at=rec.finished_launch_at or rec.created_at,
             unreachable_after=after,

@@ -337,7 +337,7 @@ def _cluster_teardown(
     trigger = torn.trigger
     if trigger is not None:
         at = torn.decided_at if torn.decided_at is not None else time.time()
-        obs.saw(trigger[0], trigger[1], trigger[2], at - obs.offsets.get(record.nodes[0].node, 0.0))
+        obs.saw(trigger[0], trigger[1], trigger[2], at - obs.offsets.get(record.main.node, 0.0))
     taken = Stacks(torn.by_node, torn.seconds)
     return _build(cfg, record, obs, found, trigger=trigger, taken=taken, ended_at=None,
                   ending=Ending.TORN_DOWN)  # fmt: skip

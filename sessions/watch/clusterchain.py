@@ -62,9 +62,9 @@ def sync_chain(record: RunRecord, view: BoardView | None) -> RunRecord:
         last = i == len(entries) - 1
         _move(rec, e, status if last else None, restarted=not last)
         now = (view.status or {}).get("steps") if last and view is not None else None
-        steps = e.get("steps") or now
-        if isinstance(steps, dict) and steps:
-            rec.update(partial(_note_steps, steps=steps))
+        plain = _steps_of(e.get("steps") or now)
+        if plain is not None and _steps_due(rec, plain, final=isinstance(e.get("end"), dict)):
+            rec.update(partial(_note_steps, plain=plain))
         if isinstance(e.get("end"), dict):
             ends.append(e["end"])
         latest = rec
@@ -127,6 +127,8 @@ def _move(
         status = RunStatus.FINISHED
     else:
         status = RunStatus.TORN_DOWN if end.get("culprit") else RunStatus.FAILED
+    if not rec.status.is_live or rec.status is status:
+        return  # as the chain says already: no rewrite of the record on each look
 
     def change(r: RunRecord) -> None:
         if not r.status.is_live or r.status is status:
@@ -147,16 +149,42 @@ STEPS_KEYS = {"first_step", "first_step_at", "last_step", "last_step_at", "check
               "gpu_nodes"}  # fmt: skip
 
 
-def _note_steps(r: RunRecord, *, steps: object) -> None:
+STEPS_EVERY = 30.0  # seconds of a live attempt's training a `steps` note may lag
+
+
+def _steps_of(steps: object) -> dict[str, Any] | None:
     """The attempt's steps and GPUs as the coordinator clocked them, as the one `steps`
     note the ledger reads (training time, goodput, GPU-hours); numbers only, of the keys
-    it knows. Written once either is known, as the watchdog writes its own: a job killed
+    it knows. None until either is known, as the watchdog writes its own: a job killed
     before its first step was still seen on its GPUs (or on none: a CPU job)."""
     if not isinstance(steps, dict) or not steps:
-        return
+        return None
     plain = {k: v for k, v in steps.items() if k in STEPS_KEYS and _number(v)}
-    if "first_step_at" not in plain and not plain.get("gpu_nodes"):
-        return
+    return plain if "first_step_at" in plain or plain.get("gpu_nodes") else None
+
+
+def _steps_due(rec: RunRecord, plain: dict[str, Any], final: bool) -> bool:
+    """Whether the note must be written now. Why not on every look: it is a locked,
+    fsynced rewrite of the whole record (~10 ms for 128 nodes, on every cold `status`)
+    for a step count the board shows anyway. An ended attempt's, any change but the
+    last step's, and a last step STEPS_EVERY later are written; so the ledger of a live
+    attempt lags by at most that much, and an ended one's is exact."""
+    old = next((h for h in rec.history if h.get("what") == "steps"), None)
+    if old is None:
+        return True
+    kept = {k: v for k, v in old.items() if k in STEPS_KEYS}
+    if kept == plain:
+        return False
+    moving = ("last_step", "last_step_at")
+    if final or any(kept.get(k) != plain.get(k) for k in STEPS_KEYS.difference(moving)):
+        return True
+    then, now = kept.get("last_step_at"), plain.get("last_step_at")
+    if not isinstance(then, (int, float)) or not isinstance(now, (int, float)):
+        return True
+    return now - then >= STEPS_EVERY
+
+
+def _note_steps(r: RunRecord, *, plain: dict[str, Any]) -> None:
     r.history[:] = [h for h in r.history if h.get("what") != "steps"]
     r.note("steps", **plain)
 

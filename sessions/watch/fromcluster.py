@@ -40,7 +40,7 @@ def _text(v: object, limit: int = 200) -> str:
 
 def watch_line(record: RunRecord, view: BoardView | None) -> str:
     """Who watches this run, and whether they are there."""
-    main = record.nodes[0].node if record.nodes else "?"
+    main = record.main.node if record.nodes else "?"
     where = f"{main}:{record.watch_port}"
     if view is None:
         hint = standby_hint(record)  # standbyhint.py: what to do, the coordinator gone

@@ -50,7 +50,7 @@ def sync_quarantines(first: RunRecord, chain: dict[str, Any]) -> list[str]:
     done = {h.get("node") for h in first.history if h.get("what") == SYNCED}
     known = {n.node for n in first.nodes} | set(spares_of(first))
     held, now, wrote = active_quarantines(), time.time(), []
-    main = first.nodes[0].node if first.nodes else "the main"
+    main = first.main.node if first.nodes else "the main"
     for node, e in q.items():
         if node not in known or node in done or not isinstance(e, dict):
             continue

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from boardtext import board_text
 from test_node_nodesnap import GOOD_NODE
 
 from mntui.sessions.launch.board import board_script, parse_board
@@ -45,10 +46,7 @@ def board(entries: object, connected: tuple[str, ...] = NODES) -> str:
     }  # fmt: skip
     status = {"run": RUN, "at": NOW, "nodes": rows}
     nodes = entries if isinstance(entries, bytes) else {"at": NOW, "nodes": entries}
-    return (
-        f"FILE status {b64(status)}\nFILE decision \nFILE chain \nFILE straggler \n"
-        f"FILE journal \nFILE gpus \nFILE nodes {b64(nodes)}\nNOW {NOW}\nALIVE yes\n"
-    )
+    return board_text({"status.json": status, "nodes.json": nodes}, now=NOW)
 
 
 @pytest.fixture

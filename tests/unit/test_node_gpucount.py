@@ -22,7 +22,7 @@ from mntui.sessions.node.gpucount import held_of, listed, listed_in, see, split_
 from mntui.sessions.node.watchcfg import BadWatchFile, WatchConfig, parse, to_json
 from mntui.sessions.poll.gpu import parse_reading
 from mntui.sessions.runs import RunRecord
-from mntui.sessions.watch.clusterchain import _note_steps
+from mntui.sessions.watch.clusterchain import STEPS_EVERY, _note_steps, _steps_due, _steps_of
 
 SMI = Path(__file__).resolve().parents[1] / "data" / "nvidia-smi"
 RUN = "20261125-101010-abcd"
@@ -182,14 +182,36 @@ def test_a_respawned_coordinator_goes_on_from_its_clocks_count(tmp_path: Path) -
 
 
 def test_the_coordinators_clock_becomes_the_steps_note_the_ledger_reads() -> None:
+    def add(rec: RunRecord, steps: object) -> None:
+        plain = _steps_of(steps)
+        if plain is not None:
+            _note_steps(rec, plain=plain)
+
     rec = RunRecord("gc", run_id(931), "/x.yaml", "127.0.0.1", 1, [])
-    _note_steps(rec, steps={"gpus": 0, "gpu_nodes": 2, "gpus_by_node": {"n0": 0}})
+    add(rec, {"gpus": 0, "gpu_nodes": 2, "gpus_by_node": {"n0": 0}})
     assert rec.history[-1] == {**rec.history[-1], "what": "steps", "gpus": 0, "gpu_nodes": 2}
     clock = {"first_step_at": 1e9, "first_step": 1, "checkpoints": False, "gpus": 5,
              "gpu_nodes": 2, "last_step": float("nan"), "last_step_at": float("inf")}  # fmt: skip
-    _note_steps(rec, steps=clock)
+    add(rec, clock)
     (note,) = [h for h in rec.history if h["what"] == "steps"]
     assert note["checkpoints"] is False and note["gpus"] == 5
     assert "last_step" not in note and "last_step_at" not in note and "gpus_by_node" not in note
-    _note_steps(rec, steps={"gpus": 3, "gpu_nodes": 0})  # nothing known: no note
+    add(rec, {"gpus": 3, "gpu_nodes": 0})  # nothing known: no note
     assert [h for h in rec.history if h["what"] == "steps"] == [note]
+
+
+def test_a_live_attempts_steps_are_rewritten_only_when_they_say_something_new() -> None:
+    """Each cold `status` synced the step count into the record: a locked, fsynced
+    rewrite of a 128-node record on every look."""
+    rec = RunRecord("gc", run_id(932), "/x.yaml", "127.0.0.1", 1, [])
+    first = {"first_step_at": 100.0, "first_step": 1, "gpus": 0, "gpu_nodes": 0}
+    clock = {**first, "last_step": 50, "last_step_at": 200.0}
+    assert _steps_due(rec, clock, final=False)  # no note yet
+    _note_steps(rec, plain=clock)
+    assert not _steps_due(rec, dict(clock), final=False)  # the same
+    later = {**clock, "last_step": 60, "last_step_at": 200.0 + STEPS_EVERY / 2}
+    assert not _steps_due(rec, later, final=False)  # a live attempt: soon again
+    assert _steps_due(rec, later, final=True)  # its end is exact
+    assert _steps_due(rec, {**later, "last_step_at": 200.0 + STEPS_EVERY}, final=False)
+    assert _steps_due(rec, {**later, "checkpoints": True}, final=False)
+    assert _steps_due(rec, {**clock, "gpus": 8, "gpu_nodes": 1}, final=False)

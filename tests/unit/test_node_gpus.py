@@ -8,7 +8,6 @@ scripts standing in for an nvidia-smi that hangs, prints garbage or never stops.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from boardtext import board_text
 from fakecluster import alive, wait_for
 from test_node_watchfiles import GOOD, _cfg, _Channel
 
@@ -213,13 +213,7 @@ def test_a_board_over_its_bound_keeps_whole_json_and_says_who_was_left_out() -> 
 
 
 def _board_text(gpu_json: bytes, now: int = 1000) -> str:
-    status = base64.b64encode(json.dumps({"at": now, "nodes": {}}).encode()).decode()
-    return "\n".join([
-        f"FILE status {status}",
-        f"FILE gpus {base64.b64encode(gpu_json).decode()}",
-        f"NOW {now}",
-        "ALIVE yes",
-    ])  # fmt: skip
+    return board_text({"status.json": {"at": now, "nodes": {}}, "gpus.json": gpu_json}, now=now)
 
 
 def test_the_manager_reads_the_boards_readings_strictly() -> None:

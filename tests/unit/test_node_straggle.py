@@ -237,17 +237,11 @@ def test_a_sentinels_round_samples_the_rank_not_its_forked_child(
 
 
 def _board(straggler: object, now: float) -> str:
-    import base64
-
-    def b64(d: object) -> str:
-        return base64.b64encode(json.dumps(d).encode()).decode()
+    from boardtext import board_text
 
     nodes = {n: {"state": "running", "why": "", "connected": True} for n in ("n0", "n1")}
     status = {"run": RUN, "at": now, "nodes": nodes}
-    return (
-        f"FILE status {b64(status)}\nFILE decision \nFILE chain \n"
-        f"FILE straggler {b64(straggler)}\nFILE journal \nNOW {int(now)}\nALIVE yes\n"
-    )
+    return board_text({"status.json": status, "straggler.json": straggler}, now=now)
 
 
 def test_status_of_a_cluster_run_shows_the_coordinators_straggler_as_a_here_watched_runs(

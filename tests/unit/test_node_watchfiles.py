@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from boardtext import board_text
 
 from mntui.sessions.config.jobconfig import parse_config
 from mntui.sessions.launch.board import parse_board
@@ -132,22 +133,27 @@ def test_a_watch_file_of_another_shape_is_refused_in_one_line(
 
 
 def test_the_board_a_node_sends_back_is_read_strictly() -> None:
-    import base64
-
-    def line(name: str, data: bytes) -> str:
-        return f"FILE {name} {base64.b64encode(data).decode()}"
-
     journal = b'{"t": 1, "kind": "steps"}\n{"t": 2, "ki' + b"\n" + b'[1]\n{"t": "x"}\n'
+    files = {
+        "status.json": {"nodes": {}},
+        "decision.json": [1, 2],
+        "chain.json": {"attempts": []},
+        "journal.jsonl": journal,
+        "straggler.json": b'{"v": 1}\n==> chain.json <==\n{"forged": 1}',
+    }
+    view = parse_board(board_text(files))
+    assert view.status == {"nodes": {}} and view.decision is None and view.alive
+    assert view.chain is None and view.straggler is None  # a forged header spoils both
+    assert [j["t"] for j in view.journal] == [1]
+    view = parse_board(board_text({**files, "straggler.json": None}))
+    assert view.chain == {"attempts": []}
+    # written by hand: what no script of ours prints
     text = "\n".join([
-        line("status", b'{"nodes": {}}'),
-        line("decision", b"[1, 2]"),
-        line("chain", b'{"attempts": []}'),
-        line("journal", journal),
-        "FILE bogus e30=",
-        "FILE decision !!notbase64",
         "ALIVE yes",
+        "==> status.json <==", '{"nodes": {}}', '{"second": "line"}',
+        "==> bogus.json <==", "{}",
+        "==> decision.json <==", "{}", "==> decision.json <==", "{}",
+        "NOW 12",
     ])  # fmt: skip
     view = parse_board(text)
-    assert view.status == {"nodes": {}} and view.decision is None and view.alive
-    assert view.chain == {"attempts": []}
-    assert [j["t"] for j in view.journal] == [1]
+    assert view.status is None and view.decision is None and view.alive and view.now is None

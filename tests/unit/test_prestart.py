@@ -53,11 +53,11 @@ def record(host: str = "g1", watch_port: int | None = 4242) -> None:
 @pytest.mark.parametrize(
     ("argv", "form"),
     [
-        (["status"], ("status", None)),
-        (["-c", "a.yaml", "status", "--json"], ("status", "a.yaml")),
-        (["status", "--config=b.yaml", "--json"], ("status", "b.yaml")),
-        (["-c", "a.yaml", "kill", "-c", "b.yaml"], ("kill", "b.yaml")),  # the last -c, as argparse
-        (["kill", "--grace", "3", "-v"], ("kill", None)),
+        (["status"], ("status", None, frozenset())),
+        (["-c", "a.yaml", "status", "--json"], ("status", "a.yaml", frozenset({"--json"}))),
+        (["status", "--config=b.yaml", "--json"], ("status", "b.yaml", frozenset({"--json"}))),
+        (["-c", "a.yaml", "kill", "-c", "b.yaml"], ("kill", "b.yaml", frozenset())),  # argparse's
+        (["kill", "--grace", "3", "-v"], ("kill", None, frozenset({"-v"}))),
         (["status", "--watch"], None),  # refreshes: not one connection
         (["status", "--run", RUN], None),  # another run than the latest
         (["status", "--js"], None),  # an abbreviation: no guess
@@ -69,6 +69,28 @@ def record(host: str = "g1", watch_port: int | None = 4242) -> None:
 )
 def test_only_the_plain_forms_get_a_head_start(argv: list[str], form: object) -> None:
     assert prestart.plain_form(argv) == form
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status"],
+        ["status", "--json"],
+        ["--config=b.yaml", "status"],
+        ["-c", "a.yaml", "status", "--json", "--json"],
+        ["status", "-c", "a.yaml", "--json"],
+        ["-c", "x", "status", "-c", "y"],
+    ],
+)
+def test_a_plain_status_is_read_as_the_grammar_reads_it(argv: list[str]) -> None:
+    """The quick status answers before argparse is loaded (quickstatus.answer): what it
+    makes of the words must be what the grammar would."""
+    from mntui.tui.cli.args import build_parser
+
+    form = prestart.plain_form(argv)
+    args = build_parser().parse_args(argv)
+    assert form is not None and (args.cmd, args.run, args.watch) == (form[0], None, False)
+    assert (args.config, args.json) == (form[1], "--json" in form[2])
 
 
 def test_a_status_of_a_cluster_run_starts_the_mains_ssh_and_takes_it_once(
@@ -84,6 +106,21 @@ def test_a_status_of_a_cluster_run_starts_the_mains_ssh_and_takes_it_once(
     assert node is not None and node.host == "g1"
     node.close()
     assert early.take("g1", memo.ssh) is None  # taken once
+
+
+def test_the_head_start_goes_to_the_main_the_record_names() -> None:
+    """prestart reads the record raw (no records module): its main must be RunRecord.main,
+    the rank-0 node wherever the record lists it."""
+    from mntui.sessions.runs import NodeRecord, RunRecord, latest
+
+    nodes = [NodeRecord(n, h, r, f"ps-{n}", f"ps/{RUN}/{n}", f".mntui/runs/ps/{RUN}/{n}")
+             for n, h, r in (("g2", "h2", 1), ("g1", "h1", 0))]  # fmt: skip
+    rec = RunRecord("ps", RUN, "cfg.yaml", "h1", 1, nodes)
+    rec.watch_port = 4242
+    rec.create()
+    saved = latest("ps")
+    assert saved is not None and (saved.main.node, saved.main.host) == ("g1", "h1")
+    assert prestart.main_of("ps") == ("g1", "h1")
 
 
 @pytest.mark.parametrize("case", ["no-watch", "local-main", "edited", "no-record", "bad-run"])

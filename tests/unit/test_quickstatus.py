@@ -7,7 +7,6 @@ tests/integration/test_cold_status.py's.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -38,11 +37,15 @@ HEAVY = (
     "mntui.tui.cli.views",
 )
 
-# The modules the quick path imports, in its order (entry -> quickstatus.quick_status).
+# Nor the grammar: it answers before argparse is loaded (quickstatus.answer).
+GRAMMAR = ("argparse", "mntui.tui.cli.entry", "mntui.tui.cli.args")
+
+# The modules the quick path imports, in its order (the CLI package -> quickstatus.answer).
 QUICK_PATH = (
-    "mntui.tui.cli.entry",
+    "mntui.tui.cli.prestart",
     "mntui.tui.cli.quickstatus",
-    "mntui.tui.cli.args",
+    "mntui.tui.cli.configpath",
+    "mntui.tui.cli.guard",
     "mntui.sessions.runs",
     "mntui.sessions.launch.board",
     "mntui.tui.cli.clusterstatus",
@@ -53,9 +56,7 @@ def test_the_quick_path_loads_no_config_loader_ssh_library_or_ui() -> None:
     code = (
         "import importlib, sys\n"
         f"for m in {QUICK_PATH!r}: importlib.import_module(m)\n"
-        "from mntui.tui.cli.entry import build_parser\n"
-        "build_parser().parse_args(['status', '--json'])\n"
-        f"bad = sorted(k for k in sys.modules if k.startswith({HEAVY!r}))\n"
+        f"bad = sorted(k for k in sys.modules if k.startswith({HEAVY + GRAMMAR!r}))\n"
         "print(' '.join(bad))\n"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -141,8 +142,7 @@ def test_no_memo_no_quick_status(tmp_path: Path) -> None:
     """Without a memo (a config never loaded, or edited since) the ordinary path answers:
     here, that no run is recorded (exit 3)."""
     path = job_file(tmp_path)
-    args = argparse.Namespace(cmd="status", config=str(path), run=None, watch=False, json=True)
-    assert quickstatus.quick_status(args, print) is None
+    assert quickstatus.quick_status(str(path), True, print) is None
     res = subprocess.run(
         [sys.executable, "-m", "mntui.tui.cli", "-c", str(path), "status", "--json"],
         capture_output=True,

@@ -80,6 +80,7 @@ def scripts() -> dict[str, tuple[str, str]]:
     out["poll-nogpu"] = ("sh", pollscript.poll_script(rec, 0, frozenset({7}), False, False, None))
     out["kill"] = ("sh", kill.kill_script("MNTUI_RUN=j/[^/]+/n\\.0", "j-n_0", cfg.all_ports, 2.5))
     out["kill-noports"] = ("sh", kill.kill_script("MNTUI_RUN=x", "s", (), 0))
+    out["kill-attempt"] = ("sh", kill.kill_script("MNTUI_RUN=x", "s", (), 0, '"$HOME"/r/n'))
     out["holders"] = ("sh", kill.holders_script(cfg.all_ports))
     holders = (PortHolder(29511, 7, "me", "x"), PortHolder(29512, None, None, ""))
     out["free"] = ("sh", kill.free_script(holders, 2))

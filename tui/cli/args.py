@@ -16,30 +16,18 @@ from typing import TYPE_CHECKING, NoReturn
 
 from mntui.sessions.errors import ExitCode, UsageError
 
+from .configpath import DEFAULT_CONFIG
 from .examples import epilog
 
 if TYPE_CHECKING:
     from mntui.sessions.config import JobConfig
     from mntui.sessions.runs import RunRecord
 
-DEFAULT_CONFIG = "mntui.yaml"
-
 
 def demo_config_path() -> Path:
     from importlib import resources  # not on every verb's way: it costs a cold `status`
 
     return Path(str(resources.files("mntui.configs").joinpath("demo.yaml")))
-
-
-def find_config(arg: str | None) -> Path:
-    if arg:
-        return Path(arg)
-    if Path(DEFAULT_CONFIG).exists():
-        return Path(DEFAULT_CONFIG)
-    raise UsageError(
-        "no config: pass -c FILE, or write ./mntui.yaml with `mntui init HOST...` "
-        "(or from configs/example.yaml); `mntui demo` runs the bundled demo"
-    )
 
 
 def check_nodes(cfg: JobConfig, names: Sequence[str]) -> list[str]:

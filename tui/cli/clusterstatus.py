@@ -10,7 +10,6 @@ polls the nodes directly as before: a status never depends on the new parts.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from mntui.sessions.watch import (
 from .clustergpus import NO_READING, NodeGpus, malformed_line, node_gpus
 from .clusternodes import Seen, node_seen, number
 from .clusternodes import malformed_line as snapshots_line
+from .output import json_text
 from .runheader import status_header
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def read_main_board(record: RunRecord, cluster: Cluster) -> BoardView | None:
     from mntui.sessions.launch import board_dir, read_board
     from mntui.sessions.results import NodeError
 
-    main = record.nodes[0]
+    main = record.main
     try:
         view = read_board(cluster.nodes[main.node], board_dir(record), gpus=True)
     except (NodeError, KeyError):
@@ -166,7 +166,7 @@ def show(
             "straggler": straggler_json(record),
             "nodes": [r.data for r in rows],
         }
-        say(json.dumps(data, indent=indent))
+        say(json_text(data, indent))
     else:
         from mntui.sessions.history import chain_line
 
@@ -191,7 +191,7 @@ def status_from_cluster(
 
     from mntui.sessions.ssh import Cluster
 
-    rec_main = record.nodes[0]  # the record, not the config, says where the run is
+    rec_main = record.main  # the record, not the config, says where the run is
     main = [replace(n, host=rec_main.host) for n in cfg.nodes if n.name == rec_main.node]
     if not main:
         return None, record

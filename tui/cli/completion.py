@@ -29,7 +29,7 @@ def _config(parsed: argparse.Namespace) -> Any:
     """The config the command line names (or ./mntui.yaml), or None."""
     from mntui.sessions.config import load_config
 
-    from .args import DEFAULT_CONFIG
+    from .configpath import DEFAULT_CONFIG
 
     path = getattr(parsed, "config", None) or DEFAULT_CONFIG
     try:

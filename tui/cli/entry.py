@@ -11,15 +11,17 @@ processes are job_verbs.py's, and all output goes through output.py's one writer
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
-from mntui.sessions.errors import ExitCode, MntuiError, UsageError, log_exception
+from mntui.sessions.errors import ExitCode, UsageError
 
-from .args import build_parser, check_nodes, demo_config_path, find_config, find_run, where
+from .args import build_parser, check_nodes, demo_config_path, find_run, where
 from .completion import autocomplete
+from .configpath import find_config
+from .guard import guarded, unwind_on_signals
 from .output import say
 
 if TYPE_CHECKING:
@@ -33,18 +35,9 @@ NO_CONFIG = frozenset({"history", "quarantine"})
 ON_THE_RUN = frozenset({"kill", "cleanup", "attach", "status", "logs", "report"})
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
-def _ignore_interrupts() -> None:
-    """Once we are on our way out: a second Ctrl+C must not cut the last line into a
-    traceback."""
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, quick: bool = True) -> int:
+    """`quick`: whether a plain status may still try the board (quickstatus.py); no when
+    the CLI's package tried it before the grammar loaded."""
     own = argv is None  # the process's own command line, not a caller's
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -52,45 +45,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse(parser, argv)
     if args.cmd is None:
         return cmd_app(args)
-    # A closed terminal or a `kill` must unwind like Ctrl+C, so a half-done launch is
-    # stopped and the demo is cleaned up.
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _interrupt)
-    try:
-        if args.cmd == "demo":
-            from .job_verbs import cmd_demo
+    unwind_on_signals()
+    return guarded(args.cmd, partial(_verb, args, own, quick))
 
-            return cmd_demo(args)
-        if args.cmd in ("init", "completion"):  # no config yet, or none needed
-            return cmd_setup(args)
-        if args.cmd in NO_CONFIG:  # the state dir only: no config needed
-            from .history_view import cmd_history, cmd_quarantine
 
-            return (cmd_history if args.cmd == "history" else cmd_quarantine)(args)
-        if args.cmd == "status":
-            from .quickstatus import leave, quick_status
+def _verb(args: argparse.Namespace, own: bool, quick: bool) -> int:
+    if args.cmd == "demo":
+        from .job_verbs import cmd_demo
 
-            if (code := quick_status(args, say)) is not None:
-                return leave(code) if own else code
-        return run_verb(args)
-    except UsageError as exc:
-        say(f"mntui: {exc}", err=True)
-        return ExitCode.USAGE
-    except MntuiError as exc:
-        say(f"mntui: {exc}", err=True)
-        return ExitCode.FAILED
-    except KeyboardInterrupt:
-        _ignore_interrupts()
-        say("mntui: interrupted", err=True)
-        return ExitCode.INTERRUPTED
-    except Exception as exc:  # a bug: one line here, the traceback in the error log
-        log = log_exception(f"mntui {args.cmd}", exc)
-        say(
-            f"mntui: internal error: {type(exc).__name__}: {exc}"
-            + (f" (traceback in {log})" if log else ""),
-            err=True,
-        )
-        return ExitCode.FAILED
+        return cmd_demo(args)
+    if args.cmd in ("init", "completion"):  # no config yet, or none needed
+        return cmd_setup(args)
+    if args.cmd in NO_CONFIG:  # the state dir only: no config needed
+        from .history_view import cmd_history, cmd_quarantine
+
+        return (cmd_history if args.cmd == "history" else cmd_quarantine)(args)
+    if quick and args.cmd == "status" and args.run is None and not args.watch:
+        from .quickstatus import leave, quick_status
+
+        if (code := quick_status(args.config, args.json, say)) is not None:
+            return leave(code) if own else code
+    return run_verb(args)
 
 
 def run_verb(args: argparse.Namespace) -> int:

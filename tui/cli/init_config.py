@@ -22,7 +22,7 @@ from pathlib import Path
 from mntui.sessions.config import ConfigError, JobConfig, load_config
 from mntui.sessions.errors import ExitCode, UsageError
 
-from .args import DEFAULT_CONFIG
+from .configpath import DEFAULT_CONFIG
 from .output import say
 
 # The config's placeholders (config/jobchecks.py's TEMPLATE_FIELDS); the flags torchrun

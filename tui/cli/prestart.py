@@ -22,9 +22,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .configpath import DEFAULT_CONFIG
+
 MEMO = "quickstatus.json"  # in the state dir: configs -> what a quick status needs
 FORMAT = 1  # bumped when an entry's fields change: an older entry is a miss
-DEFAULT_CONFIG = "mntui.yaml"  # args.py's
 RECORD_MAX = 4 << 20  # bytes of a run record read here (a 1000-node record is ~300 KB)
 # the options each verb may have for a head start (any other word: none)
 FLAGS = {"status": frozenset({"--json"}), "kill": frozenset({"-v", "--verbose"})}
@@ -82,10 +83,12 @@ def memo_entry(path: Path) -> dict[str, Any] | None:
     return e if ok else None
 
 
-def plain_form(argv: Sequence[str]) -> tuple[str, str | None] | None:
-    """(verb, the -c given or None) for the plain forms above, else None."""
+def plain_form(argv: Sequence[str]) -> tuple[str, str | None, frozenset[str]] | None:
+    """(verb, the -c given or None, the flags given) for the plain forms above, else
+    None. What argparse would make of the same words (test_prestart.py checks)."""
     verb: str | None = None
     config: str | None = None
+    flags: set[str] = set()
     words = list(argv)
     i = 0
     while i < len(words):
@@ -98,13 +101,13 @@ def plain_form(argv: Sequence[str]) -> tuple[str, str | None] | None:
         elif verb is None and w in FLAGS:
             verb = w
         elif verb is not None and w in FLAGS[verb]:
-            pass
+            flags.add(w)
         elif verb is not None and w in VALUED[verb] and i + 1 < len(words):
             i += 1
         else:
             return None  # a node name, --run, --watch, an abbreviation, a typo: no guess
         i += 1
-    return (verb, config) if verb is not None else None
+    return (verb, config, frozenset(flags)) if verb is not None else None
 
 
 def main_of(job: str) -> tuple[str, str] | None:
@@ -121,27 +124,32 @@ def main_of(job: str) -> tuple[str, str] | None:
     except (OSError, ValueError, RecursionError):
         return None
     nodes = data.get("nodes") if isinstance(data, dict) else None
-    first = nodes[0] if isinstance(nodes, list) and nodes else None
-    if not isinstance(first, dict) or type(data.get("watch_port")) is not int:
+    if not isinstance(nodes, list) or not nodes or type(data.get("watch_port")) is not int:
         return None
-    node, host = first.get("node"), first.get("host")
+    # RunRecord.main's rule, on the raw record: the rank-0 node, else the first
+    main = next((n for n in nodes if isinstance(n, dict) and n.get("rank") == 0), nodes[0])
+    if not isinstance(main, dict):
+        return None
+    node, host = main.get("node"), main.get("host")
     return (node, host) if isinstance(node, str) and isinstance(host, str) else None
 
 
-def prestart(argv: Sequence[str]) -> None:
+def prestart(argv: Sequence[str]) -> tuple[str, str | None, frozenset[str]] | None:
     """Starts the main's ssh when `argv` is a plain cold status or whole kill of a run the
-    cluster watches, reached over ssh from here. Never fails the command."""
+    cluster watches, reached over ssh from here; returns the plain form (plain_form's),
+    whether or not it started one. Never fails the command."""
     try:
         form = plain_form(argv)
         if form is None:
-            return
+            return None
         path = Path(form[1]) if form[1] else Path(DEFAULT_CONFIG)
         memo = memo_entry(path)
         main = main_of(memo["job"]) if memo is not None else None
         if memo is None or main is None or main[1] in memo["local"]:
-            return
+            return form
         from mntui.sessions.ssh import early
 
         early.start(main[0], main[1], memo["ssh"])
+        return form
     except Exception:  # a head start only: the command finds out its own way
-        return
+        return None

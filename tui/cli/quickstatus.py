@@ -32,13 +32,12 @@ from mntui.sessions.errors import UsageError, state_dir
 from .prestart import FORMAT, MEMO, identity, load_memo, memo_entry
 
 if TYPE_CHECKING:
-    import argparse
-
     from mntui.sessions.config import JobConfig
     from mntui.sessions.runs import RunRecord
 
 KEEP = 64  # configs remembered; the least recently written go first
 READ_TIMEOUT = 10.0  # seconds for the board's script once connected (read_board's)
+NO_ANSWER = -1  # quick_status's None through guarded: the ordinary path answers
 
 Say = Callable[..., None]
 
@@ -101,38 +100,55 @@ def recall(path: Path) -> Memo | None:
     )
 
 
-def _cluster_run(args: argparse.Namespace) -> tuple[Memo, RunRecord] | None:
+def _cluster_run(config: str | None) -> tuple[Memo, RunRecord] | None:
     """The memo of the command's config and the job's latest run, when the cluster
     watches that run and its main is reached over `ssh` from here."""
     from mntui.sessions.runs import latest
 
-    from .args import find_config
+    from .configpath import find_config
 
     try:
-        memo = recall(find_config(args.config))
+        memo = recall(find_config(config))
     except UsageError:  # no config here: the ordinary path says so
         return None
     record = latest(memo.job) if memo is not None else None
     if memo is None or record is None or record.watch_port is None or not record.nodes:
         return None
-    if record.nodes[0].host in memo.local:  # the record, not the config, says where
+    if record.main.host in memo.local:  # the record, not the config, says where
         return None
     return memo, record
 
 
-def quick_status(args: argparse.Namespace, say: Say) -> int | None:
+def answer(config: str | None, as_json: bool) -> int | None:
+    """The process's own plain `[-c FILE] status [--json]` (prestart.plain_form's), when
+    the board answers, before the CLI's grammar is loaded; else None, and the ordinary
+    path answers. Why before: argparse and building the CLI's parser are ~20 ms of CPU
+    (three times that under a 128-node job's load) taken from the ssh handshake that
+    runs meanwhile on the same cores, for a command line already read."""
+    from .guard import guarded, unwind_on_signals
+    from .output import say
+
+    unwind_on_signals()
+    code = guarded("status", lambda: _quick_code(config, as_json, say))
+    return None if code == NO_ANSWER else leave(code)
+
+
+def _quick_code(config: str | None, as_json: bool, say: Say) -> int:
+    code = quick_status(config, as_json, say)
+    return NO_ANSWER if code is None else code
+
+
+def quick_status(config: str | None, as_json: bool, say: Say) -> int | None:
     """The status of the job's latest run from its coordinator's board, or None: the
     ordinary path then answers (and reads the board again if it must)."""
     from mntui.sessions.ssh import early
     from mntui.sessions.ssh.oneshot import OneShotNode
 
-    if args.cmd != "status" or args.run is not None or args.watch:
-        return None
-    found = _cluster_run(args)
+    found = _cluster_run(config)
     if found is None:
         return None
     memo, record = found
-    main = record.nodes[0]
+    main = record.main
     try:
         # connecting from here on, or since the process began (prestart.py)
         node = early.take(main.host, memo.ssh) or OneShotNode(main.node, main.host, memo.ssh)
@@ -150,7 +166,7 @@ def quick_status(args: argparse.Namespace, say: Say) -> int | None:
             return None
     finally:
         node.close()
-    return board_status(record, view, args.json, say, 2, memo.restarts)
+    return board_status(record, view, as_json, say, 2, memo.restarts)
 
 
 def leave(code: int) -> NoReturn:

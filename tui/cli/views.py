@@ -30,7 +30,7 @@ from mntui.sessions.poll import NodeProgress, NodeSnapshot, NodeState, Verdict, 
 from mntui.sessions.runs import RunRecord
 
 from . import statusrows
-from .output import clear_screen
+from .output import clear_screen, json_text
 from .runheader import orphan_line, status_header, unguarded_line, watched_from
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ def status_json(
         p = (progress or {}).get(n.node)
         d["step"], d["steps_per_second"] = (p.step, p.rate) if p else (None, None)
         nodes.append(d)
-    return json.dumps(
+    return json_text(
         {
             "job": record.job,
             "run_id": record.run_id,
@@ -139,7 +139,7 @@ def _show_status(
         if cluster is not None:  # the cluster's watch: who watches, what it decided
             data = json.loads(text)
             data["watchdog"], data["cluster"] = cluster[0], cluster[1:]
-            text = json.dumps(data, indent=indent)
+            text = json_text(data, indent)
         say(text)
     else:
         if watch and sys.stdout.isatty():
@@ -274,7 +274,7 @@ def cmd_watch(cfg: JobConfig, record: RunRecord, say: Say) -> ExitCode:
     if record.watch_port is not None and ongoing and record.nodes and cfg.restart.max > 0:
         return _stand_by(cfg, record, say)  # a lost main is replaced from here (recover/standby)
     if record.watch_port is not None and record.status.is_live and record.nodes:
-        main = record.nodes[0].node
+        main = record.main.node
         say(f"mntui: the cluster watches {record.job} run {record.run_id} (its coordinator on "
             f"{main}:{record.watch_port}); a second watch from here would judge it twice: "
             "`mntui status` shows what it sees", err=True)  # fmt: skip
