@@ -12,8 +12,11 @@ told how many (never a silent hole); a log that shrank is another: its backlog s
 over and so do the followers' panes. A follower that falls behind is told how many
 bytes it missed, too, and a frame to it is bounded (feedwire.FRAME_DATA), the nodes
 taking turns. A `log` frame is node data: checked by feedwire (exact keys, base64,
-bounds), counted on the board when malformed, dropped when it is of an attempt before
-the current one.
+bounds), counted on the board when malformed, dropped when it is of an attempt that was
+the board's before. One of an attempt the board has not moved to yet (a coordinator
+started again mid-chain takes up the attempt only once it read its files, while the
+sentinels already ship it) is kept, bounded (PENDING runs, KEEP bytes a node), and
+becomes the backlog when the board moves to it: a pane misses none of its first lines.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ TO_FOLLOWER = frozenset({"logs"})  # the kinds a follower takes
 # of a bundle before this one refuses it (unknown-node) instead of taking it for the
 # main's sentinel and closing that one's channel.
 FOLLOWER = "mntui/feed"
+PENDING = 2  # attempts not (yet) the board's whose logs are kept for when it moves to one
+PAST = 64  # attempts that were the board's: a late frame of one is dropped
 
 
 def is_follower(hello: dict[str, Any]) -> bool:
@@ -88,6 +93,8 @@ class Feed:
         self.board = board  # coordstate.Board: its run, its peers, its malformed count
         self.lock = threading.Lock()
         self.logs: dict[str, Backlog] = {}
+        self.pending: dict[str, dict[str, Backlog]] = {}  # of runs the board has not had
+        self.past: list[str] = []  # runs that were the board's, the latest PAST
         self.followers = 0
         self.epoch = 0  # bumped when the board's attempt changes: panes start over
         self.gen = 0  # the last Backlog's: a node's log started over gets a new one
@@ -106,20 +113,39 @@ class Feed:
             return True
         with self.lock:
             self._attempt()
-            if run != self.run:
+            logs = self._logs_of(run)
+            if logs is None:
                 return True
-            log = self.logs.get(node)
+            log = logs.get(node)
             if log is None or not log.add(data, at, fresh):
                 self.gen += 1  # a new log of this node: its followers' panes start over
-                log = self.logs[node] = Backlog(self.gen, at)
+                log = logs[node] = Backlog(self.gen, at)
                 log.add(data, at, fresh)
         return True
 
+    def _logs_of(self, run: str) -> dict[str, Backlog] | None:
+        """Under self.lock: the backlogs `run`'s frames go to; None: an attempt that was
+        the board's before (its panes are gone). Of a run the board has not had, the
+        newest PENDING are kept apart until the board moves to one of them."""
+        if run == self.run:
+            return self.logs
+        if run in self.past:
+            return None
+        kept = self.pending.get(run)
+        if kept is None:
+            while len(self.pending) >= PENDING:
+                del self.pending[next(iter(self.pending))]  # the one heard of first
+            kept = self.pending[run] = {}
+        return kept
+
     def _attempt(self) -> None:
-        """Under self.lock: the board moved to another attempt; its logs start afresh."""
+        """Under self.lock: the board moved to another attempt; its logs start afresh,
+        from what its sentinels shipped before the move."""
         if self.board.run != self.run:
+            self.past.append(self.run)
+            del self.past[:-PAST]
             self.run, self.epoch = self.board.run, self.epoch + 1
-            self.logs.clear()
+            self.logs = self.pending.pop(self.run, {})
 
     def joined(self, ch: frames.Channel) -> None:
         """A sentinel (re)connected: it ships if someone follows."""

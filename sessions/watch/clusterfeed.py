@@ -132,6 +132,26 @@ def ship(cfg: JobConfig, ssh: list[str], host: str) -> str | None:
     return f"the bundle could not be shipped: {answer.state} {answer.why or ''}".strip()
 
 
+def newer_attempt(record: RunRecord) -> RunRecord | None:
+    """The chain's attempt after `record`, when this machine recorded one (its stand-by
+    moved the main to a spare: another coordinator, another feed to follow); else None.
+    Cheap enough to ask every few seconds: one small file read here while the latest run
+    is `record`, no ssh."""
+    from mntui.sessions.runs import RUN_ID_RE, load_run, state_dir
+
+    try:
+        run_id = (state_dir() / record.job / "latest").read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if run_id == record.run_id or not RUN_ID_RE.match(run_id):
+        return None
+    newest = load_run(record.job, run_id)
+    chain = record.chain or record.run_id
+    if newest is None or newest.chain != chain or newest.attempt <= record.attempt:
+        return None
+    return newest
+
+
 def bundle_sha() -> str:
     from mntui.sessions.launch.sentinelship import bundle
 

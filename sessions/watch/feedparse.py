@@ -8,7 +8,10 @@ another shape is malformed; both are counted, neither stops the stream. Each nod
 snapshot is made by the rule `status` uses on the same board (nodeseen.py: the
 sentinel's entry checked by nodewire.check, a stale one no snapshot; the GPUs by
 poll/gpu.py's parser), so the panes show what a poll would, and the judge's verdict is
-the coordinator's, never one made here.
+the coordinator's, never one made here. The attempt's nodes are the board's (its status
+names them by rank, a spare the coordinator swapped in too), so the panes follow the
+attempt, not the record the stream was started from; a name the app was not told of
+(its config's nodes and spares) is counted malformed, never a pane.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class BoardNews:
     verdicts: Mapping[str, Verdict]  # the coordinator's, for the nodes it judged
     progress: Mapping[str, NodeProgress]
     summary: str  # `ranks 0-1 at step 34`, as `status` says it
+    ranks: Mapping[str, int]  # the attempt's nodes by rank, as the coordinator has them
 
 
 @dataclass(frozen=True)
@@ -87,8 +91,13 @@ News = BoardNews | HelloNews | LogsNews | LinkNews | EndNews
 class FeedParser:
     """One stream's parser: keeps each node's last entry and GPU reading between boards."""
 
-    def __init__(self, ranks: Mapping[str, int]) -> None:
+    def __init__(self, ranks: Mapping[str, int], known: frozenset[str] = frozenset()) -> None:
+        """`ranks`: the record's, until a board names the attempt's; `known`: the nodes
+        that may be shown besides them (the config's nodes and spares)."""
         self.ranks = dict(ranks)
+        self.recorded = dict(ranks)
+        self.known = known | frozenset(ranks)
+        self.strangers: set[str] = set()  # nodes a board named that the app was not told of
         self.entries: dict[str, dict[str, Any]] = {}
         self.gpus: dict[str, gpuwire.GpuText] = {}
         self.malformed = 0
@@ -116,9 +125,9 @@ class FeedParser:
 
     def _news(self, obj: dict[str, Any]) -> News | None:
         kind = obj["k"]
-        if kind == "logs":  # a node this record does not name (a spare) has no pane
+        if kind == "logs":  # a spare's may come before the board that names it
             chunks = feedwire.check_chunks(obj["nodes"])
-            return LogsNews(tuple(LogNews(n, *c) for n, c in chunks.items() if n in self.ranks))
+            return LogsNews(tuple(LogNews(n, *c) for n, c in chunks.items() if n in self.known))
         if kind == "link" and type(obj["up"]) is bool:
             return LinkNews(obj["up"], _text(obj["why"]))
         if kind == "end":
@@ -133,7 +142,11 @@ class FeedParser:
         now = obj["now"]
         if type(now) not in (int, float) or not 0 < now < 1e11:
             raise feedwire.Malformed("now is the main's clock")
-        # one node's bad entry is its own; a node the record does not name is not shown
+        status = obj["status"]
+        status = status if type(status) is dict else {}
+        rows = _object(status.get("nodes", {}))
+        self._layout(rows)
+        # one node's bad entry is its own; a node not in the attempt is not shown
         for node, entry in _object(obj["nodes"]).items():
             try:
                 if node in self.ranks:
@@ -146,9 +159,6 @@ class FeedParser:
                     self.gpus[node] = gpuwire.GpuText(*gpuwire.check(g, "read_at"))
             except gpuwire.Malformed:
                 self.malformed += 1
-        status = obj["status"]
-        status = status if type(status) is dict else {}
-        rows = _object(status.get("nodes", {}))
         snaps, verdicts, progress = {}, {}, {}
         for node, rank in self.ranks.items():
             row = self._row(rows.get(node))
@@ -161,8 +171,20 @@ class FeedParser:
         return BoardNews(
             run if type(run) is str else None,
             attempt if type(attempt) is int else None,
-            snaps, verdicts, progress, describe(progress, self.ranks),
+            snaps, verdicts, progress, describe(progress, self.ranks), dict(self.ranks),
         )  # fmt: skip
+
+    def _layout(self, rows: dict[str, Any]) -> None:
+        """The attempt's nodes: the status's rows, in the coordinator's layout. Its own
+        swaps keep each node's rank and put a spare at the rank it takes (the layout's
+        place), but a coordinator put in from here lists the nodes as the launch planned
+        them: a rank the record has wins. No rows (no status yet): the last ones stand."""
+        if not rows:
+            return
+        strangers = {n for n in rows if n not in self.known} - self.strangers
+        self.malformed += len(strangers)  # once a name: it is in every board after
+        self.strangers |= strangers
+        self.ranks = {n: self.recorded.get(n, i) for i, n in enumerate(rows) if n in self.known}
 
     def _row(self, d: object) -> Row | None:
         """A node's status row, every field typed, or None (counted when it is there)."""

@@ -124,3 +124,31 @@ def test_hello_link_and_end() -> None:
         "the chain ended"
     )
     assert json.loads(base64.b64decode(feedwire.line({"k": "x"})[len(feedwire.PREFIX) : -1]))
+
+
+def test_the_attempts_nodes_are_the_boards_a_spare_swapped_in_included() -> None:
+    """The coordinator restarted the job with spare node2 in node0's rank: the board's
+    status names the attempt's nodes in rank order, and the panes follow them, not the
+    record the stream started from; node2's log, which may come before that board, is
+    passed on. A name the app was not told of is counted once, never shown."""
+    p = FeedParser(RANKS, frozenset({"node2"}))
+    now = time.time()
+    spare = {"node2": (b"step 1\n", 0, True), "node7": (b"x", 0, True)}
+    news = p.feed(feedwire.line({"k": "logs", **feedwire.logs_fields(spare, 0)}))
+    assert isinstance(news, LogsNews) and [c.node for c in news.chunks] == ["node2"]
+    rows = {"node2": row(step=3), "node1": row(step=4)}
+    news = p.feed(board(now, {"node2": entry(now), "node0": entry(now)}, rows))
+    assert isinstance(news, BoardNews) and news.ranks == {"node2": 0, "node1": 1}
+    assert set(news.snaps) == {"node2", "node1"} and news.snaps["node2"].rank == 0
+    assert news.snaps["node2"].procs and news.progress["node2"].step == 3
+    assert p.malformed == 0
+    for _ in range(2):
+        news = p.feed(board(now, {}, {"node2": row(), "evil": row(), "node1": row()}))
+        assert isinstance(news, BoardNews) and news.ranks == {"node2": 0, "node1": 1}
+    assert p.malformed == 1 and "evil" not in news.snaps
+    news = p.feed(board(now, {}, {}))  # no status yet: the last layout stands
+    assert isinstance(news, BoardNews) and set(news.ranks) == {"node2", "node1"}
+    # a coordinator put in from here lists the nodes as planned: the record's ranks win
+    p = FeedParser({"node2": 0, "node1": 1})
+    news = p.feed(board(now, {}, {"node1": row(), "node2": row()}))
+    assert isinstance(news, BoardNews) and news.ranks == {"node1": 1, "node2": 0}

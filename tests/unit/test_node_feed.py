@@ -162,6 +162,31 @@ def test_the_feed_counts_malformed_log_frames_and_drops_old_attempts() -> None:
     assert feed.epoch == 1 and set(feed.logs) == {"node1"}
 
 
+def test_a_new_attempts_first_lines_are_kept_until_the_board_moves_to_it() -> None:
+    """A coordinator started again mid-chain takes up attempt k only once it read its
+    files, and its sentinels ship attempt k's log meanwhile: those first lines are the
+    pane's when the board moves (the old code dropped them, the pane began mid-log)."""
+    board = Board()
+    feed = feedserve.Feed(board)
+    feed.heard("node0", log_msg(**feedwire.log_fields("run1", b"old\n", 0, True)))
+    feed.heard("node0", log_msg(**feedwire.log_fields("run2", b"step 1\n", 0, True)))
+    feed.heard("node0", log_msg(**feedwire.log_fields("run2", b"step 2\n", 7)))
+    cursors = feedserve.Cursors()
+    assert feed._chunks(cursors) == ({"node0": (b"old\n", 0, True)}, False)
+    board.run = "run2"  # the board takes up the attempt: its panes start over
+    feed._attempt()
+    cursors = feedserve.Cursors()
+    assert feed._chunks(cursors) == ({"node0": (b"step 1\nstep 2\n", 0, True)}, False)
+    feed.heard("node0", log_msg(**feedwire.log_fields("run2", b"step 3\n", 14)))
+    assert feed._chunks(cursors) == ({"node0": (b"step 3\n", 0, False)}, False)
+    feed.heard("node0", log_msg(**feedwire.log_fields("run1", b"late\n", 4)))
+    assert set(feed.pending) == set(), "a frame of an attempt that was the board's: dropped"
+    for k in range(3, 3 + feedserve.PENDING + 3):  # runs never the board's: bounded
+        feed.heard("node0", log_msg(**feedwire.log_fields(f"run{k}", b"x\n", 0, True)))
+    assert list(feed.pending) == [f"run{k}" for k in range(6, 6 + feedserve.PENDING)]
+    assert feed._chunks(cursors) == ({}, False)
+
+
 def test_a_follower_gets_the_backlogs_then_news_over_a_real_handshake() -> None:
     board = Board()
     feed = feedserve.Feed(board)

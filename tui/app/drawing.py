@@ -125,6 +125,10 @@ class Drawing(Following):
                     table.update_cell(v.node, col, value, update_width=True)
             self.table_cells[v.node] = row
 
+    def in_attempt(self) -> list[NodeView]:
+        """The views of the attempt shown: a node out of it counts in no health."""
+        return [v for v in self.views.values() if v.out is None]
+
     def refresh_header(self) -> None:
         rec = self.record
         elapsed = ""
@@ -137,7 +141,7 @@ class Drawing(Following):
         progress = f"progress: {self.progress_line}  " if self.progress_line else ""
         text = (
             f"{self.cfg.job}  run {rec.run_id if rec else '-'}{elapsed}  "
-            f"{overall_state(list(self.views.values()), rec is not None, cause)}  {progress}"
+            f"{overall_state(self.in_attempt(), rec is not None, cause)}  {progress}"
             f"[{who}: on failure {w.on_failure.value}, on stall {w.on_stall.value}"
             f" after {threshold_text(self.judge, short=True)}]"
             + (f"  {self.busy}..." if self.busy else "")

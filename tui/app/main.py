@@ -45,6 +45,7 @@ from mntui.sessions.report import Observations
 from mntui.sessions.runs import RunRecord, latest, read_status
 from mntui.sessions.ssh import Cluster
 from mntui.sessions.watch import Deadline, Judge, make_notifier
+from mntui.sessions.watch.feedparse import LogNews
 
 from .historyops import HistoryOps
 from .jobcontrol import JobControl
@@ -97,6 +98,7 @@ class MntuiApp(JobControl, HistoryOps, Probing):
         self.polling_enabled, self.watchdog_enabled = poll, watchdog
         self.views = {n.name: NodeView(n.name, n.rank, log=[]) for n in cfg.nodes}
         self.splitters = {n.name: LineSplitter() for n in cfg.nodes}
+        self.held: dict[str, list[LogNews]] = {}  # log of nodes without a pane yet
         self.cluster: Cluster | None = None
         self.poller: Poller | None = None
         self.judge = Judge(cfg.watch)
@@ -162,11 +164,7 @@ class MntuiApp(JobControl, HistoryOps, Probing):
             self.probe_nodes()  # the panes show the nodes themselves until a run exists
 
     def on_resize(self) -> None:
-        """Reflow: as many 64-column panes per row as fit, rows sharing the height."""
-        cols = min(max(1, self.size.width // 64), len(self.views))
-        rows = -(-len(self.views) // cols)
-        self.grid.styles.grid_size_columns = cols
-        self.grid.styles.grid_rows = str(max(10, (self.size.height - 9) // rows))
+        self.reflow_grid()
 
     def on_unmount(self) -> None:
         if self.header_timer is not None:

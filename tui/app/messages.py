@@ -127,3 +127,12 @@ class FeedBroken(Message):
     def __init__(self, generation: int, why: str, final: bool = False) -> None:
         super().__init__()
         self.generation, self.why, self.final = generation, why, final
+
+
+class AttemptMoved(Message):
+    """This machine recorded the chain's next attempt (a main swapped in from here): the
+    stream goes to its main now, not at the old stream's next break."""
+
+    def __init__(self, generation: int, record: RunRecord) -> None:
+        super().__init__()
+        self.generation, self.record = generation, record

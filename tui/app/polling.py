@@ -18,8 +18,8 @@ from textual import work
 from mntui.sessions.launch import LineSplitter
 from mntui.sessions.poll import NodeProgress, NodeSnapshot, Poller, Verdict
 from mntui.sessions.report import observations
-from mntui.sessions.runs import RunRecord, latest
-from mntui.sessions.watch import Judge, Sampler, next_poll
+from mntui.sessions.runs import RunRecord
+from mntui.sessions.watch import Judge, Sampler, clusterfeed, next_poll
 
 from .following import START_BACK
 from .messages import NodeSnap, Notice, PollDone
@@ -55,12 +55,13 @@ class Polling(Watching, Streaming):
         self.draw("views", self.refresh_views)
         self.draw("header", self.refresh_header)
         self.release_lock()
-        # a spare a launch routed in (a quarantine) has no pane nor connection here: the
-        # run is watched by the headless watchdog, which reads its nodes from the record
-        unseen = [n.node for n in record.nodes if n.node not in self.views]
-        if unseen:
-            self.log_event(f"{', '.join(unseen)} run(s) this attempt and have no pane here: "
-                           "`mntui` again shows every node of the run")  # fmt: skip
+        # a spare a launch routed in (a quarantine) gets a pane; it has no connection
+        # here: a run watched from here is the headless watchdog's, which reads the record
+        unseen = [n.node for n in record.nodes if n.node not in self.cluster.nodes]
+        self.fit_panes({n.node: n.rank for n in record.nodes}, f"attempt {record.attempt + 1}")
+        if unseen and not self.streams(record):
+            self.log_event(f"{', '.join(unseen)} run(s) this attempt and are not polled from "
+                           "here: `mntui` again polls every node of the run")  # fmt: skip
         if watch_here and record.status.is_live:
             self.take_watch(record)
             if self.lock is not None and (self.cfg.restart.max > 0 or unseen):
@@ -169,10 +170,12 @@ class Polling(Watching, Streaming):
         rec = self.record
         if rec is None or rec.chain is None or self.lock is not None:
             return False
-        newest = latest(self.cfg.job)
-        if newest is None or newest.run_id == rec.run_id or newest.chain != rec.chain:
+        newest = clusterfeed.newer_attempt(rec)
+        if newest is None:
             return False
-        self.log_event(f"attempt {newest.attempt + 1}: following run {newest.run_id}")
+        main = newest.main.node
+        moved = f", the main moved to {main}" if main != rec.main.node else ""
+        self.log_event(f"attempt {newest.attempt + 1}{moved}: following run {newest.run_id}")
         for v in self.views.values():
             v.log = []
         self.splitters = {n: LineSplitter() for n in self.views}

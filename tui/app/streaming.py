@@ -10,17 +10,17 @@ snapshots are shown with the coordinator's verdicts (nothing is judged here: the
 coordinator decides), its log chunks go through apply_log / restart_log as a poll's do.
 
 A broken stream (this machine cut off, the main lost) is said in the event log and
-started again with backoff; the nodes are never polled instead. When the coordinator
-said goodbye (the chain is over), the stream ends and one direct poll shows the nodes
-as they were left (their panes' exit codes), as the app shows any ended run, and none
-after it.
+started again with backoff; the nodes are never polled instead. A main replaced from
+this machine moves the stream at once (attemptlook.py), not at its next try. When the
+coordinator said goodbye (the chain is over), the stream ends and one direct poll shows
+the nodes as they were left (their panes' exit codes), as the app shows any ended run,
+and none after it. The panes follow each attempt's nodes (panes.py).
 """
 
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from textual import work
 
@@ -33,19 +33,19 @@ from mntui.sessions.watch.feedparse import (
     FeedParser,
     HelloNews,
     LinkNews,
+    LogNews,
     LogsNews,
 )
 
-from .following import Following
+from .attemptlook import AttemptLook
 from .messages import FeedBroken, FeedNews
 
 RETRY_FIRST = 1.0  # seconds before the first try again, doubled each time
 RETRY_MAX = 30.0
-SKIP_SAID = 10.0  # seconds between two event lines about skipped output
 UNJUDGED = Verdict(NodeState.STARTING, "the coordinator has not judged it yet")
 
 
-class Streaming(Following):
+class Streaming(AttemptLook):
     """The cluster's stream for MntuiApp; its state has defaults here."""
 
     feed: clusterfeed.FeedStream | None = None
@@ -59,9 +59,15 @@ class Streaming(Following):
     feed_link: bool | None = None  # the follower reaches the coordinator
     feed_ended: str | None = None  # the coordinator's goodbye
     feed_attempt: int | None = None  # the coordinator's attempt (its restarts)
-    skip_said = 0.0
+    held: dict[str, list[LogNews]]
 
     def apply_snapshot(self, snap: NodeSnapshot, verdict: Verdict | None = None) -> None:
+        raise NotImplementedError
+
+    def fit_panes(self, ranks: Mapping[str, int], attempt: str) -> None:
+        raise NotImplementedError
+
+    def show_logs(self, chunks: Iterable[LogNews]) -> None:
         raise NotImplementedError
 
     def streams(self, record: RunRecord) -> bool:
@@ -75,8 +81,11 @@ class Streaming(Following):
         self.subscribed = True
         self.agent_fed = False
         self.fresh.clear()
-        self.feed_ended = None
+        self.feed_ended = self.feed_attempt = None
+        self.feed_tries = 0  # another main's stream: its backoff starts over
+        self.held.clear()  # a new stream: each log's first chunk comes again
         self.stream_cluster(self.record, self.generation)
+        self.start_look(self.record, self.generation)  # a main moved from here: at once
 
     @work(thread=True, group="feed", exit_on_error=False)
     def stream_cluster(self, record: RunRecord, generation: int) -> None:
@@ -91,8 +100,9 @@ class Streaming(Following):
             why = "the main needs a password: no stream (`mntui status` reads the run)"
             self.post_message(FeedBroken(generation, why, final=True))
             return
-        parser = FeedParser({n.node: n.rank for n in record.nodes})
-        host, why = record.nodes[0].host, "the stream ended"
+        known = frozenset(n.name for n in (*self.cfg.nodes, *self.cfg.spares))
+        parser = FeedParser({n.node: n.rank for n in record.nodes}, known)
+        host, why = record.main.host, "the stream ended"
         for shipped in (False, True):
             try:
                 stream = clusterfeed.FeedStream(ssh, host, clusterfeed.script(record, _sha()))
@@ -143,6 +153,7 @@ class Streaming(Following):
     def stop_stream(self) -> None:
         with self.feed_lock:
             feed, self.feed = self.feed, None
+        self.stop_look()
         if feed is not None:
             feed.close()
 
@@ -153,15 +164,7 @@ class Streaming(Following):
         if isinstance(news, BoardNews):
             self.show_board(news)
         elif isinstance(news, LogsNews):
-            for c in news.chunks:
-                if c.node not in self.views:
-                    continue
-                if c.first:
-                    self.restart_log(c.node, c.data)
-                else:
-                    self.apply_log(c.node, c.data)
-                if c.skipped:
-                    self.said_skipped(c.node, c.skipped)
+            self.show_logs(news.chunks)  # a node's with no pane yet held until it has one
         elif isinstance(news, HelloNews):
             self.feed_pid = news.pid
             self.watcher = "cluster"
@@ -182,6 +185,7 @@ class Streaming(Following):
             if self.feed_attempt is not None:
                 self.log_event(f"the coordinator restarted the job: attempt {news.attempt + 1}")
             self.feed_attempt = news.attempt
+        self.fit_panes(news.ranks, f"the attempt of run {news.run or '?'}")
         for node, snap in news.snaps.items():
             view = self.views.get(node)
             if view is None:
@@ -200,12 +204,6 @@ class Streaming(Following):
         self, progress: Mapping[str, NodeProgress] | None, summary: str | None
     ) -> None:
         raise NotImplementedError
-
-    def said_skipped(self, node: str, n: int) -> None:
-        now = time.monotonic()
-        if now - self.skip_said >= SKIP_SAID:
-            self.skip_said = now
-            self.log_event(f"{node}: {n} bytes of output skipped (it prints faster than shown)")
 
     def on_feed_broken(self, message: FeedBroken) -> None:
         """Again with backoff, never a poll of each node; after the coordinator's goodbye,

@@ -31,11 +31,11 @@ from mntui.sessions.watch import (
     threshold_text,
 )
 
-from .drawing import Drawing
 from .messages import KillDone
+from .panes import Panes
 
 
-class Watching(Drawing):
+class Watching(Panes):
     """The watchdog side of MntuiApp; the app keeps the state named here."""
 
     judge: Judge
@@ -210,9 +210,10 @@ class Watching(Drawing):
         if self.lock is None or self.record is None:
             return
         self.release_lock()
-        seen = [v.verdict.state for v in self.views.values() if v.verdict]
+        views = self.in_attempt()
+        seen = [v.verdict.state for v in views if v.verdict]
         # a node not polled yet may run: quitting before the first poll hands over too
-        active = len(seen) < len(self.views) or may_still_run(seen)
+        active = len(seen) < len(views) or may_still_run(seen)
         if active:  # started here, confirmed by run_app once the app is gone: the
             # confirmation waits for the watchdog's first poll, never on the app's loop
             from mntui.sessions.watch import WatcherFailed, signals_deferred, spawn

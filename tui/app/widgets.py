@@ -36,6 +36,7 @@ class NodeView:
     log: list[str] | None = None
     progress: NodeProgress | None = None  # its training step and rate
     slow: bool = False  # a straggler: below the median rate for a while (pace.py)
+    out: str | None = None  # why the node is in no pane of the attempt shown (panes.py)
 
 
 class NodePane(Widget, can_focus=True):
@@ -50,6 +51,7 @@ class NodePane(Widget, can_focus=True):
     NodePane:focus { border: round $accent; }
     NodePane.unreachable { opacity: 60%; border: round grey; }
     NodePane.problem { border: heavy $error; }
+    NodePane.out { opacity: 50%; border: dashed grey; }
     """
 
     def __init__(self, view: NodeView) -> None:
@@ -87,13 +89,16 @@ class NodePane(Widget, can_focus=True):
         classes = (
             state is NodeState.UNREACHABLE,
             state is not None and state.is_problem and state is not NodeState.UNREACHABLE,
+            v.out is not None,
         )
         if classes != (
             self.has_class("unreachable"),
             self.has_class("problem"),
+            self.has_class("out"),
         ):  # CSS re-applies are dear
             self.set_class(classes[0], "unreachable")
             self.set_class(classes[1], "problem")
+            self.set_class(classes[2], "out")
 
 
 class HeaderBar(Widget):
