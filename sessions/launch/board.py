@@ -131,35 +131,46 @@ fi
 
 def files_of(text: str) -> tuple[dict[str, str | None], list[str], list[str]]:
     """(each file's one line, None when malformed; the journal's lines; the lines before
-    any file) of a board's answer. Headers come once each, in the script's order: one out
-    of order, unknown or seen twice spoils the file it stands in (a line of that file) and
-    the file it names; so does a second line under a header. A file's bytes never count
-    as another file's."""
+    any file) of a board's answer.
+
+    The framing holds because the coordinator writes each file as one line of ASCII JSON
+    (json.dumps escapes every byte a node ever sent: no node text can make a line, let
+    alone a header). A file not written so is refused where it shows: a header out of the
+    script's order, unknown or seen twice, or a second line under one, spoils that file
+    and every one after it, the journal too. A same-user writer could still forge a file
+    the board lacks; it could as well write the file itself."""
     files: dict[str, str | None] = {}
     bad: set[str] = set()
     journal: list[str] = []
     head: list[str] = []
     name: str | None = None
+    spoiled = False
     for line in node_lines(text):
         if name == JOURNAL:
-            journal.append(line)  # its own lines to the end: parse_journal checks each
+            if not spoiled:
+                journal.append(line)  # its own lines to the end: parse_journal checks each
         elif line.startswith("==> ") and line.endswith(" <=="):
             said = line[4:-4]
-            at = ORDER.index(said) if said in ORDER else -1
-            if at <= (ORDER.index(name) if name in ORDER else -1):
+            spoiled = spoiled or said not in ORDER or ORDER.index(said) <= _at(name)
+            if spoiled:
                 bad.update(n for n in (name, said) if n is not None)
             name = said
         elif not line:
             continue
         elif name is None:
             head.append(line)
-        elif name in files:
-            bad.add(name)  # a second line: not one of the coordinator's files
+        elif spoiled or name in files:
+            spoiled = True  # a second line: not one of the coordinator's files
+            bad.add(name)
         else:
             files[name] = line
     for n in bad:
         files[n] = None
     return files, journal, head
+
+
+def _at(name: str | None) -> int:
+    return ORDER.index(name) if name in ORDER else -1
 
 
 def parse_board(text: str) -> BoardView:
@@ -192,8 +203,9 @@ def _side(files: dict[str, str | None], name: str, read: Callable[[Any], tuple[A
 
 
 def _json(line: str | None) -> object:
-    """The JSON of a file's line, or None."""
-    if not line:
+    """The JSON of a file's line, or None: the coordinator's files are ASCII (a byte
+    that was no UTF-8 arrives as U+FFFD: not a file of ours)."""
+    if not line or not line.isascii():
         return None
     try:
         return json.loads(line)
@@ -205,6 +217,8 @@ def parse_journal(lines: list[str]) -> tuple[dict[str, Any], ...]:
     """The journal's lines that parse as ours; the first, cut by `tail -c`, does not."""
     out = []
     for line in lines:
+        if not line.isascii():  # a byte that was no UTF-8 (U+FFFD): not the coordinator's
+            continue
         try:
             item = json.loads(line)
         except (ValueError, RecursionError):

@@ -68,7 +68,7 @@ done
 echo @BOARD
 # answered: whether it still runs is no question (it ends after a user's kill)
 [ -n "$answered" ] || {{ if mntui_coord_alive; then echo ALIVE yes; else echo ALIVE no; fi; }}
-if cd "$d/coord" 2>/dev/null; then head -v -c {DECISION_MAX} -- decision.json 2>/dev/null; fi
+if cd "$d/coord" 2>/dev/null; then head -v -c {DECISION_MAX} -- decision.json 2>/dev/null || :; fi
 """
 
 

@@ -25,6 +25,7 @@ from mntui.sessions.history import active_quarantines
 from mntui.sessions.launch import Attempt, ChainView, kill_job, launch, run_config
 from mntui.sessions.launch.board import coord_run
 from mntui.sessions.launch.sparenote import spares_of
+from mntui.sessions.launch.startchecks import preflight
 from mntui.sessions.node.placing import place
 from mntui.sessions.poll import NodeState
 from mntui.sessions.results import NodeError
@@ -189,7 +190,10 @@ def stop_old(
     """The old attempt's processes by its own run's tag (its watchers by their run's), on
     every node this machine reaches: never a later run's, should this stop be misjudged
     (kill.kill_job `only`). A main that does not answer is said, not tried. The nodes not
-    stopped clean."""
+    stopped clean, and those where any other run of the job still runs: the relaunch's
+    own preflight would stop every run of the job there, so such a node takes no new
+    attempt (keep_clean) and the run is left alone. (The chain's attempts on the cluster
+    share their watchers' tag: a misjudged stop would take those.)"""
     specs = {s.name: s for s in (*cfg.spares, *rcfg.nodes)}
     targets = tuple(dict.fromkeys(n for n in names if n in specs and n != gone))
     if gone is not None:
@@ -199,11 +203,15 @@ def stop_old(
     kcfg = replace(rcfg, nodes=tuple(specs[n] for n in targets))
     with Cluster(kcfg.nodes, kcfg.ssh) as cluster:
         done = kill_job(kcfg, cluster, on_event=say, only=(old.run_id, coord_run(old)))
+        left = preflight(kcfg, cluster)
     dirty = [f"{n}: {e}" for n, e in done.errors.items()]
     dirty += [f"{n}: {r.summary()}" for n, r in done.succeeded.items() if not r.clean]
+    others = [n for n, p in left.succeeded.items() if p.procs and n not in done.errors]
+    dirty += [f"{n}: another run of {cfg.job} runs there, left alone" for n in others]
     _say(say, f"stopped the old attempt on {', '.join(targets)}" if not dirty
          else f"the old attempt may be left: {'; '.join(dirty)[:300]}")  # fmt: skip
-    return [*done.errors, *(n for n, r in done.succeeded.items() if not r.clean)]
+    bad = [*done.errors, *(n for n, r in done.succeeded.items() if not r.clean), *others]
+    return list(dict.fromkeys(bad))
 
 
 def _spare_nodes(cfg: JobConfig, first: RunRecord) -> list[NodeRecord]:

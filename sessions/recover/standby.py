@@ -51,8 +51,11 @@ class Standby:
             if guard is None:
                 self._say(f"another process guards chain {self.record.chain}; not standing by")
                 return WatchEnd(WatchOutcome.STOOD_DOWN)
-            with heartbeat(guard):
-                return self._run()
+            try:
+                with heartbeat(guard):
+                    return self._run()
+            finally:  # its reason goes with it: a later stand-by's status says its own
+                say_waiting(self.record, None)
 
     def _run(self) -> WatchEnd:
         if self.cfg.ssh.password is not None:

@@ -45,7 +45,16 @@ def sync_chain(record: RunRecord, view: BoardView | None) -> RunRecord:
     """The chain's latest record after writing what the coordinator did (`record`
     itself when the board has no chain this machine launched)."""
     chain = view.chain if view is not None else None
-    first = load_run(record.job, str(chain.get("chain"))) if chain else None
+    first_id = str(chain.get("chain")) if chain else None
+    # the chain's first record: the caller's when it is that one (a 128-node record
+    # read again cost a cold `status` ~3 ms of a loaded machine)
+    first = (
+        record
+        if first_id == record.run_id
+        else load_run(record.job, first_id)
+        if first_id
+        else None
+    )
     if chain is None or first is None or first.watch_port is None:
         return record
     status = status_of(chain.get("status"))
@@ -63,7 +72,10 @@ def sync_chain(record: RunRecord, view: BoardView | None) -> RunRecord:
         _move(rec, e, status if last else None, restarted=not last)
         now = (view.status or {}).get("steps") if last and view is not None else None
         plain = _steps_of(e.get("steps") or now)
-        if plain is not None and _steps_due(rec, plain, final=isinstance(e.get("end"), dict)):
+        # an attempt is over when it has an end, or when it is the last of a chain that
+        # ended (a user's kill ends the chain without the attempt's own end)
+        over = isinstance(e.get("end"), dict) or (last and status is not None and not status.live)
+        if plain is not None and _steps_due(rec, plain, final=over):
             rec.update(partial(_note_steps, plain=plain))
         if isinstance(e.get("end"), dict):
             ends.append(e["end"])
@@ -195,6 +207,9 @@ def _number(v: object) -> bool:
 
 
 def _mark(rec: RunRecord, status: RunStatus, cause: str | None, why: str) -> None:
+    if not rec.status.is_live or rec.status is status:
+        return  # marked already: no rewrite of the record on each look
+
     def change(r: RunRecord) -> None:
         if r.status.is_live and r.status is not status:
             r.status, r.cause = status, cause or r.cause

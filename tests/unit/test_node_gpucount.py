@@ -215,3 +215,31 @@ def test_a_live_attempts_steps_are_rewritten_only_when_they_say_something_new() 
     assert _steps_due(rec, {**later, "last_step_at": 200.0 + STEPS_EVERY}, final=False)
     assert _steps_due(rec, {**later, "checkpoints": True}, final=False)
     assert _steps_due(rec, {**clock, "gpus": 8, "gpu_nodes": 1}, final=False)
+
+
+def test_a_killed_chains_last_attempt_gets_its_final_steps_at_once() -> None:
+    """A user's kill ends the chain without the attempt's own end: its last clock must
+    still be written at the next look, not STEPS_EVERY later (the ledger would keep a
+    training time short by up to that much, for good)."""
+    from mntui.sessions.launch.board import BoardView
+    from mntui.sessions.watch.clusterchain import sync_chain
+
+    run = run_id(933)
+    rec = RunRecord("gc", run, "/x.yaml", "127.0.0.1", 1, [])
+    rec.watch_port = 29501
+    rec.create()
+
+    def look(status: str, last_at: float) -> dict[str, Any] | None:
+        clock = {"first_step_at": 100.0, "first_step": 1, "gpus": 0, "gpu_nodes": 0,
+                 "last_step": int(last_at), "last_step_at": last_at}  # fmt: skip
+        chain = {"chain": run, "status": status, "attempts": [{"attempt": 0, "run": run,
+                                                               "steps": clock}]}  # fmt: skip
+        got = sync_chain(rec, BoardView({"at": 1.0}, None, True, chain=chain))
+        return next((h for h in got.history if h.get("what") == "steps"), None)
+
+    first = look("running", 200.0)
+    assert first is not None and first["last_step_at"] == 200.0
+    soon = look("running", 210.0)
+    assert soon is not None and soon["last_step_at"] == 200.0  # live: lags, by design
+    final = look("killed", 215.0)
+    assert final is not None and final["last_step_at"] == 215.0

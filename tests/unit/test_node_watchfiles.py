@@ -144,9 +144,21 @@ def test_the_board_a_node_sends_back_is_read_strictly() -> None:
     view = parse_board(board_text(files))
     assert view.status == {"nodes": {}} and view.decision is None and view.alive
     assert view.chain is None and view.straggler is None  # a forged header spoils both
-    assert [j["t"] for j in view.journal] == [1]
+    assert view.journal == ()  # and all after them
     view = parse_board(board_text({**files, "straggler.json": None}))
     assert view.chain == {"attempts": []}
+    assert [j["t"] for j in view.journal] == [1]
+    # a header seen twice spoils its file and every one after it, the journal too
+    forged = {**files, "straggler.json": b'{"v": 1}\n==> notify.json <==\n{"forged": 1}'}
+    view = parse_board(board_text({**forged, "notify.json": {"sent": []}}))
+    assert view.notify is None and view.journal == () and view.status == {"nodes": {}}
+    # a line too many likewise
+    view = parse_board(board_text({**files, "straggler.json": b'{"v": 1}\n{"v": 2}'}))
+    assert view.straggler is None and view.journal == ()
+    # bytes that are no UTF-8, and text that is not ASCII: not the coordinator's
+    view = parse_board(board_text({**files, "straggler.json": None, "status.json": b'{"a": "\xff"}',
+                                   "chain.json": '{"a": "\u00e9"}'.encode()}))  # fmt: skip
+    assert view.status is None and view.chain is None
     # written by hand: what no script of ours prints
     text = "\n".join([
         "ALIVE yes",

@@ -27,6 +27,13 @@ def unwind_on_signals() -> None:
         signal.signal(sig, _interrupt)
 
 
+def default_signals() -> None:
+    """As before unwind_on_signals: a path that hands over to the grammar (which parses
+    outside any handler) must not turn a `kill` there into a traceback."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _ignore_interrupts() -> None:
     """Once we are on our way out: a second Ctrl+C must not cut the last line into a
     traceback."""

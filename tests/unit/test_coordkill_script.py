@@ -1,0 +1,44 @@
+"""The kill's request-and-wait script on the main (launch/coordkill.py), run by `sh`.
+
+Why: its exit status is read as whether ssh worked (`_asked`): a script that failed at
+its last command made a cold `mntui kill` ask again over another connection and wait
+its whole grace a second time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from mntui.sessions.launch.board import parse_board
+from mntui.sessions.launch.coordkill import answer_script
+
+RUN_DIR = ".mntui/runs/j/r/n0"
+
+
+def _run(home: Path) -> subprocess.CompletedProcess[str]:
+    script = answer_script(RUN_DIR, "00ff", 0.2)
+    env = {**os.environ, "HOME": str(home)}
+    return subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True)
+
+
+def test_no_decision_yet_is_an_answer_not_a_failure(tmp_path: Path) -> None:
+    (tmp_path / RUN_DIR / "coord").mkdir(parents=True)
+    res = _run(tmp_path)  # no coordinator, no decision.json
+    assert res.returncode == 0, res.stderr
+    view = parse_board(res.stdout.partition("@BOARD\n")[2])
+    assert view.decision is None and not view.alive
+
+
+def test_the_decision_comes_back_whole(tmp_path: Path) -> None:
+    coord = tmp_path / RUN_DIR / "coord"
+    coord.mkdir(parents=True)
+    decision = {"request": "00ff", "ended_at": 5.0, "kill": {"n0": {"killed": [1]}}}
+    (coord / "decision.json").write_text(json.dumps(decision))
+    res = _run(tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert parse_board(res.stdout.partition("@BOARD\n")[2]).decision == decision
+    res = _run(tmp_path / "nowhere")  # no run dir at all: still an answer
+    assert res.returncode == 0 and "ALIVE no" in res.stdout
