@@ -181,8 +181,9 @@ def away_lines(record: RunRecord, view: BoardView | None, now: float | None = No
         pass
     if since is None:
         return []
-    events = [j for j in view.journal if j["t"] > since and j.get("kind") in EVENTS]
-    steps = [j for j in view.journal if j["t"] > since and j.get("kind") == "steps"]
+    after = view.journal_since(since)
+    events = [j for j in after if j.get("kind") in EVENTS]
+    steps = [j for j in after if j.get("kind") == "steps"]
     head = f"since this machine last looked ({_hms(since)}, {now - since:.0f} s ago): "
     lines = []
     if step_then is not None and step is not None and step > step_then:
