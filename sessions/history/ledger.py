@@ -127,19 +127,38 @@ def ledgers(scan: Scan, now: float) -> list[ChainLedger]:
     return sorted(out, key=lambda c: c.started_at)
 
 
-def ledger_of(job: str, chain: str, now: float | None = None) -> ChainLedger | None:
+def ledger_of(
+    job: str,
+    chain: str,
+    now: float | None = None,
+    steps: Mapping[str, Mapping[str, Any]] | None = None,
+) -> ChainLedger | None:
     """The ledger of one chain, read from disk now: the line a status, a report and the
-    chain's last notification end with."""
+    chain's last notification end with. `steps`: a run's step clock fresher than its
+    record's note (a cluster run's, as its coordinator said it this look: the record is
+    rewritten only now and then, clusterchain.py), used in its place."""
     import time
 
     from .records import scan
 
+    fresh = steps or {}
     runs = [r for r in scan(job).runs if r.chain == chain]
+    runs = [_with_steps(r, fresh[r.run_id]) if r.run_id in fresh else r for r in runs]
     return chain_ledger(runs, time.time() if now is None else now) if runs else None
 
 
-def chain_line(job: str, chain: str | None) -> str:
+def _with_steps(run: RunView, note: Mapping[str, Any]) -> RunView:
+    from dataclasses import replace
+
+    flat = {k: v for k, v in note.items() if isinstance(v, (int, float, str, bool))}
+    notes = tuple(n for n in run.notes if n.get("what") != "steps")
+    return replace(run, notes=(*notes, {**flat, "what": "steps"}))
+
+
+def chain_line(
+    job: str, chain: str | None, steps: Mapping[str, Mapping[str, Any]] | None = None
+) -> str:
     """`; <the chain's summary>`, to end a status, a report or a notification; "" when
     the records hold no such chain."""
-    ledger = ledger_of(job, chain) if chain else None
+    ledger = ledger_of(job, chain, steps=steps) if chain else None
     return f"; {ledger.summary()}" if ledger is not None else ""

@@ -115,3 +115,30 @@ def note_steps(record: RunRecord, clock: StepClock | None) -> None:
     record.history[:] = [h for h in record.history if h.get("what") != "steps"]
     record.note("steps", **clock.plain())
     clock.noted = (clock.last_at, len(clock.gpus))
+
+
+# the coordinator's step clock (node/coordstate.py's `clock`): the keys of the one note
+CLOCK_KEYS = frozenset({"first_step", "first_step_at", "last_step", "last_step_at",
+                        "checkpoints", "gpus", "gpu_nodes"})  # fmt: skip
+
+
+def coordinator_clock(steps: object) -> dict[str, Any] | None:
+    """A cluster attempt's steps and GPUs as its coordinator clocked them (status.json,
+    chain.json, a kill's decision: node data), as the `steps` note the ledger reads;
+    numbers only, of the keys it knows. None until either is known, as note_steps: a job
+    killed before its first step was still seen on its GPUs (or on none: a CPU job)."""
+    if not isinstance(steps, dict) or not steps:
+        return None
+    plain = {k: v for k, v in steps.items() if k in CLOCK_KEYS and _number(v)}
+    return plain if "first_step_at" in plain or plain.get("gpu_nodes") else None
+
+
+def note_plain(record: RunRecord, *, plain: dict[str, Any]) -> None:
+    """coordinator_clock's note into `record` (inside its update), replacing the last."""
+    record.history[:] = [h for h in record.history if h.get("what") != "steps"]
+    record.note("steps", **plain)
+
+
+def _number(v: object) -> bool:
+    """A value the note may carry: a flag (`checkpoints`), or a count or time in range."""
+    return isinstance(v, bool) or (isinstance(v, (int, float)) and 0 <= v < 1e13)

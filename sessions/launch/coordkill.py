@@ -158,6 +158,7 @@ def kill_via_coordinator(
     if kills is None:  # no answer in time, or the coordinator went away: the caller kills
         on_event(Event(None, None, Phase.KILLING, f"{asked}: no answer, killing directly"))
         return None
+    _note_last_steps(record, view.decision)
     out: GroupResult[KillReport] = GroupResult()
     for n in record.nodes:  # each node's lines as a direct kill gives them
         report = _report(n.node, kills.get(n.node))
@@ -166,6 +167,24 @@ def kill_via_coordinator(
             on_event(Event(n.node, n.rank, Phase.KILLED, report.summary()))
             out[n.node] = _as_outcome(report)
     return out
+
+
+def _note_last_steps(record: RunRecord, decision: dict[str, Any] | None) -> None:
+    """The attempt's step clock as the coordinator had it at the kill, into its record:
+    its training time in the ledger is exact at once, not when a later `status` reads
+    the ended chain. A record that cannot be written costs the ledger that much."""
+    from functools import partial
+
+    from mntui.sessions.history.stepclock import coordinator_clock, note_plain
+
+    d = decision or {}
+    plain = coordinator_clock(d.get("steps"))
+    if plain is None or d.get("run") != record.run_id:  # another attempt's clock: not this
+        return
+    try:
+        record.update(partial(note_plain, plain=plain))
+    except OSError:
+        pass
 
 
 def _as_outcome(report: KillReport) -> Any:

@@ -92,6 +92,7 @@ def stop(board: Board, cfg: WatchConfig, head: dict[str, Any], grace: float) -> 
     board.write("decision.json", record)
     record["kill"] = kill_everywhere(board, cfg, str(head.get("why")), grace)
     record["ended_at"] = time.time()
+    record["steps"] = dict(board.clock)  # the attempt's last steps: the ledger's, exact
     board.write("decision.json", record)
     if isinstance(head.get("request"), str):  # the user's `mntui kill` waits on this
         board.answered(head["request"])

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from mntui.sessions.exports import lazy_exports
 
 if TYPE_CHECKING:
+    from .clusterchain import fresh_steps as fresh_steps
     from .detached import CONFIRM as CONFIRM
     from .detached import Spawned as Spawned
     from .detached import Watcher as Watcher

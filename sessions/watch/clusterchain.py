@@ -20,6 +20,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
+from mntui.sessions.history.stepclock import CLOCK_KEYS, REFRESH, coordinator_clock, note_plain
 from mntui.sessions.launch.board import SWAP_NOTE, BoardView
 from mntui.sessions.node.chainstates import ChainStatus, OutcomeKind, status_of
 from mntui.sessions.runs import RunRecord, RunStatus, load_run
@@ -71,12 +72,14 @@ def sync_chain(record: RunRecord, view: BoardView | None) -> RunRecord:
         last = i == len(entries) - 1
         _move(rec, e, status if last else None, restarted=not last)
         now = (view.status or {}).get("steps") if last and view is not None else None
-        plain = _steps_of(e.get("steps") or now)
+        plain = coordinator_clock(e.get("steps") or now)
         # an attempt is over when it has an end, or when it is the last of a chain that
         # ended (a user's kill ends the chain without the attempt's own end)
         over = isinstance(e.get("end"), dict) or (last and status is not None and not status.live)
         if plain is not None and _steps_due(rec, plain, final=over):
-            rec.update(partial(_note_steps, plain=plain))
+            rec.update(partial(note_plain, plain=plain))
+        elif plain is not None:  # not written yet: this look shows it (fresh_steps)
+            note_plain(rec, plain=plain)
         if isinstance(e.get("end"), dict):
             ends.append(e["end"])
         latest = rec
@@ -157,38 +160,24 @@ def _move(
     rec.update(change)
 
 
-STEPS_KEYS = {"first_step", "first_step_at", "last_step", "last_step_at", "checkpoints", "gpus",
-              "gpu_nodes"}  # fmt: skip
-
-
-STEPS_EVERY = 30.0  # seconds of a live attempt's training a `steps` note may lag
-
-
-def _steps_of(steps: object) -> dict[str, Any] | None:
-    """The attempt's steps and GPUs as the coordinator clocked them, as the one `steps`
-    note the ledger reads (training time, goodput, GPU-hours); numbers only, of the keys
-    it knows. None until either is known, as the watchdog writes its own: a job killed
-    before its first step was still seen on its GPUs (or on none: a CPU job)."""
-    if not isinstance(steps, dict) or not steps:
-        return None
-    plain = {k: v for k, v in steps.items() if k in STEPS_KEYS and _number(v)}
-    return plain if "first_step_at" in plain or plain.get("gpu_nodes") else None
+STEPS_EVERY = REFRESH  # seconds a live attempt's note may lag: the here-watchdog's cadence
 
 
 def _steps_due(rec: RunRecord, plain: dict[str, Any], final: bool) -> bool:
     """Whether the note must be written now. Why not on every look: it is a locked,
     fsynced rewrite of the whole record (~10 ms for 128 nodes, on every cold `status`)
-    for a step count the board shows anyway. An ended attempt's, any change but the
-    last step's, and a last step STEPS_EVERY later are written; so the ledger of a live
-    attempt lags by at most that much, and an ended one's is exact."""
+    for a step count the board shows anyway (a look shows the fresh one: fresh_steps).
+    An ended attempt's, any change but the last step's, and a last step STEPS_EVERY
+    later are written (the here-watchdog's cadence): the ledger of a live attempt lags
+    by at most that much, an ended one's is exact."""
     old = next((h for h in rec.history if h.get("what") == "steps"), None)
     if old is None:
         return True
-    kept = {k: v for k, v in old.items() if k in STEPS_KEYS}
+    kept = {k: v for k, v in old.items() if k in CLOCK_KEYS}
     if kept == plain:
         return False
     moving = ("last_step", "last_step_at")
-    if final or any(kept.get(k) != plain.get(k) for k in STEPS_KEYS.difference(moving)):
+    if final or any(kept.get(k) != plain.get(k) for k in CLOCK_KEYS.difference(moving)):
         return True
     then, now = kept.get("last_step_at"), plain.get("last_step_at")
     if not isinstance(then, (int, float)) or not isinstance(now, (int, float)):
@@ -196,14 +185,12 @@ def _steps_due(rec: RunRecord, plain: dict[str, Any], final: bool) -> bool:
     return now - then >= STEPS_EVERY
 
 
-def _note_steps(r: RunRecord, *, plain: dict[str, Any]) -> None:
-    r.history[:] = [h for h in r.history if h.get("what") != "steps"]
-    r.note("steps", **plain)
-
-
-def _number(v: object) -> bool:
-    """A value the note may carry: a flag (`checkpoints`), or a count or time in range."""
-    return isinstance(v, bool) or (isinstance(v, (int, float)) and 0 <= v < 1e13)
+def fresh_steps(record: RunRecord) -> dict[str, dict[str, Any]]:
+    """The step clock sync_chain left on the chain's latest record, for the ledger's line
+    of this look (history.chain_line's `steps`): the record on disk may lag by up to
+    STEPS_EVERY."""
+    note = next((h for h in reversed(record.history) if h.get("what") == "steps"), None)
+    return {record.run_id: note} if note is not None else {}
 
 
 def _mark(rec: RunRecord, status: RunStatus, cause: str | None, why: str) -> None:

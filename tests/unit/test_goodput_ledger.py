@@ -169,3 +169,18 @@ def test_a_failure_with_no_restart_after_it_says_so_not_unknown() -> None:
     write_run(job, rid, record(job, rid, status="torn-down", notes=notes))
     text = format_ledgers(ledgers(scan(), now=T0 + 40))
     assert "recovery ?" not in text and text.count("recovery none (no restart)") == 2, text
+
+
+def test_a_looks_fresher_clock_counts_in_its_chains_line() -> None:
+    """A cluster run's record keeps its coordinator's clock only every few seconds (the
+    here-watchdog's cadence): a `status` shows the clock it just read, not the record's."""
+    from mntui.sessions.history.ledger import chain_line
+
+    job, rid = "fresh", run_id(77)
+    write_run(job, rid, record(job, rid, status="running", at=T0, notes=[steps(T0, T0 + 10)]))
+    fresh = {rid: {"first_step_at": T0, "last_step_at": T0 + 40.0, "first_step": 1,
+                   "last_step": 100, "gpus": 0, "gpu_nodes": 2}}  # fmt: skip
+    old, now = ledger_of(job, rid, T0 + 50), ledger_of(job, rid, T0 + 50, steps=fresh)
+    assert old is not None and now is not None
+    assert (old.training, now.training) == (10.0, 40.0)
+    assert "training 40" in chain_line(job, rid, fresh) and "training 10" in chain_line(job, rid)

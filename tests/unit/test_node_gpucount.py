@@ -15,6 +15,8 @@ from test_history import run_id
 from test_node_watchfiles import GOOD, _Channel
 
 from mntui.sessions.config.jobconfig import parse_config
+from mntui.sessions.history.stepclock import coordinator_clock as _steps_of
+from mntui.sessions.history.stepclock import note_plain as _note_steps
 from mntui.sessions.launch.clusterwatch import watch_config
 from mntui.sessions.node import gpucount
 from mntui.sessions.node.coordstate import Board, Peer
@@ -22,7 +24,7 @@ from mntui.sessions.node.gpucount import held_of, listed, listed_in, see, split_
 from mntui.sessions.node.watchcfg import BadWatchFile, WatchConfig, parse, to_json
 from mntui.sessions.poll.gpu import parse_reading
 from mntui.sessions.runs import RunRecord
-from mntui.sessions.watch.clusterchain import STEPS_EVERY, _note_steps, _steps_due, _steps_of
+from mntui.sessions.watch.clusterchain import STEPS_EVERY, _steps_due
 
 SMI = Path(__file__).resolve().parents[1] / "data" / "nvidia-smi"
 RUN = "20261125-101010-abcd"
@@ -222,7 +224,8 @@ def test_a_killed_chains_last_attempt_gets_its_final_steps_at_once() -> None:
     still be written at the next look, not STEPS_EVERY later (the ledger would keep a
     training time short by up to that much, for good)."""
     from mntui.sessions.launch.board import BoardView
-    from mntui.sessions.watch.clusterchain import sync_chain
+    from mntui.sessions.runs import load_run
+    from mntui.sessions.watch.clusterchain import fresh_steps, sync_chain
 
     run = run_id(933)
     rec = RunRecord("gc", run, "/x.yaml", "127.0.0.1", 1, [])
@@ -235,11 +238,15 @@ def test_a_killed_chains_last_attempt_gets_its_final_steps_at_once() -> None:
         chain = {"chain": run, "status": status, "attempts": [{"attempt": 0, "run": run,
                                                                "steps": clock}]}  # fmt: skip
         got = sync_chain(rec, BoardView({"at": 1.0}, None, True, chain=chain))
-        return next((h for h in got.history if h.get("what") == "steps"), None)
+        shown = fresh_steps(got)[run]  # what this look shows (the chain's line)
+        assert shown["last_step_at"] == last_at
+        saved = load_run("gc", run)
+        assert saved is not None
+        return next((h for h in saved.history if h.get("what") == "steps"), None)
 
     first = look("running", 200.0)
     assert first is not None and first["last_step_at"] == 200.0
-    soon = look("running", 210.0)
-    assert soon is not None and soon["last_step_at"] == 200.0  # live: lags, by design
-    final = look("killed", 215.0)
-    assert final is not None and final["last_step_at"] == 215.0
+    soon = look("running", 200.0 + STEPS_EVERY / 2)
+    assert soon is not None and soon["last_step_at"] == 200.0  # live: written later
+    final = look("killed", 200.0 + STEPS_EVERY * 0.75)
+    assert final is not None and final["last_step_at"] == 200.0 + STEPS_EVERY * 0.75

@@ -25,6 +25,7 @@ from mntui.sessions.watch import (
     chain_lines,
     coordinator_done,
     decision_lines,
+    fresh_steps,
     straggler_json,
     straggler_lines,
     watch_line,
@@ -176,7 +177,8 @@ def show(
         table = aligned((*HEAD, "SENTINEL", "DETAIL"), cells)
         # the chain's seff-style line, as a here-watched run's status has it, from the
         # steps the coordinator clocked (synced into the records by cluster_lines)
-        chain = [line[2:]] if (line := chain_line(record.job, record.chain)) else []
+        line = chain_line(record.job, record.chain, fresh_steps(record))
+        chain = [line[2:]] if line else []
         say("\n".join([status_header(record, "", restarts), *table, *chain, *lines]))
     return code
 
