@@ -42,6 +42,15 @@ def _lose_main(fake: FakeCluster) -> list[int]:
     return held
 
 
+def _release(stand: int, held: list[int]) -> None:
+    """A test's end: its stand-by (by PID) gone, the sshd it stopped going again."""
+    if alive([stand]):
+        os.kill(stand, signal.SIGKILL)
+    for pid in held:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
 def _said(log: Path, text: str) -> bool:
     return text in log.read_text(errors="replace") if log.exists() else False
 
@@ -98,8 +107,4 @@ def test_a_lost_main_is_replaced_by_the_spare_from_the_attached_machine(
         wait_for(lambda: not alive([stand.pid]), 20, what="the stand-by's end")
         print(f"main lost -> attempt 1 running on node2 in {took:.1f} s")
     finally:
-        if alive([stand.pid]):
-            os.kill(stand.pid, signal.SIGKILL)
-        for pid in held:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
+        _release(stand.pid, held)

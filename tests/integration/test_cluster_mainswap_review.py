@@ -16,7 +16,7 @@ from pathlib import Path
 
 from fakecluster import FakeCluster, alive, free_port, pids_with_env, wait_for
 from helpers import Cfg
-from test_cluster_mainswap import _lose_main, _said
+from test_cluster_mainswap import _lose_main, _release, _said
 from test_cluster_restart import SPARE_JOB, runs_on
 
 from mntui.sessions.config import load_config
@@ -71,11 +71,7 @@ def test_a_worker_with_nothing_left_still_lets_the_main_be_replaced(
             f"main lost, worker done early -> attempt 1 on node2 in {time.monotonic() - t0:.1f} s"
         )
     finally:
-        if alive([stand.pid]):
-            os.kill(stand.pid, signal.SIGKILL)
-        for pid in held:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
+        _release(stand.pid, held)
         cfg.mntui(path, "kill")
 
 
