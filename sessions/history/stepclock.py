@@ -112,8 +112,7 @@ def note_steps(record: RunRecord, clock: StepClock | None) -> None:
     `steps` note replaces the last, so a long run's record does not grow with it."""
     if clock is None or (clock.first_at is None and not clock.gpus):
         return
-    record.history[:] = [h for h in record.history if h.get("what") != "steps"]
-    record.note("steps", **clock.plain())
+    note_plain(record, plain=clock.plain())
     clock.noted = (clock.last_at, len(clock.gpus))
 
 
@@ -134,7 +133,8 @@ def coordinator_clock(steps: object) -> dict[str, Any] | None:
 
 
 def note_plain(record: RunRecord, *, plain: dict[str, Any]) -> None:
-    """coordinator_clock's note into `record` (inside its update), replacing the last."""
+    """The one `steps` note into `record` (inside its update), replacing the last, so a
+    long run's record does not grow with it: the watchdog's clock and the coordinator's."""
     record.history[:] = [h for h in record.history if h.get("what") != "steps"]
     record.note("steps", **plain)
 

@@ -9,6 +9,7 @@ JSON; the journal decoded only as far back as a status needs), testable without 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,8 +55,11 @@ class BoardView:
     def journal_since(self, t: float) -> tuple[dict[str, Any], ...]:
         """Its lines after `t`, decoded from the end back: a status every few seconds
         decodes a few lines, not the 256 KiB (at 128 nodes a `steps` line is ~3 KB, and
-        decoding them all was half of reading the board). Lines come in time order but
-        for the main's sentinel's few (respawn.py): a minute's slack covers them."""
+        decoding them all was half of reading the board). The file is in time order but
+        for small steps (the coordinator stamps a line before it takes the file's lock,
+        and the main's sentinel appends lines of its own): JOURNAL_SLACK covers them. A
+        clock stepped back by more than that on the main hides what came before the
+        step from this look (the journal is what happened while away: said, not acted on)."""
         out: list[dict[str, Any]] = []
         for line in reversed(self.lines):
             item = _journal_item(line)
@@ -142,7 +146,7 @@ def parse_board(text: str) -> BoardView:
 
 def _is_now(line: str) -> bool:
     w = line.split(" ")
-    return len(w) == 2 and w[0] == "NOW" and w[1].isdigit() and len(w[1]) < 12
+    return len(w) == 2 and w[0] == "NOW" and w[1].isascii() and w[1].isdigit() and len(w[1]) < 12
 
 
 def _side(files: dict[str, str | None], name: str, read: Callable[[Any], tuple[Any, int]]) -> Any:
@@ -177,4 +181,5 @@ def _journal_item(line: str) -> dict[str, Any] | None:
         item = json.loads(line)
     except (ValueError, RecursionError):
         return None
-    return item if isinstance(item, dict) and isinstance(item.get("t"), (int, float)) else None
+    t = item.get("t") if isinstance(item, dict) else None
+    return item if isinstance(t, (int, float)) and math.isfinite(t) else None

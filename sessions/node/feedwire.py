@@ -21,6 +21,8 @@ import binascii
 import json
 from typing import Any
 
+from .runid import RUN_ID
+
 RATE = 64 * 1024  # bytes a second a sentinel ships at most
 CHUNK_MAX = 16 * 1024  # bytes of log in one `log` frame
 B64_MAX = 4 * ((CHUNK_MAX + 2) // 3)
@@ -92,7 +94,10 @@ def check_log(msg: dict[str, Any]) -> tuple[str, bytes, int, bool]:
     if type(msg["fresh"]) is not bool:
         raise Malformed("fresh is a boolean")
     data = unb64(msg["data"], CHUNK_MAX)
-    return name(msg["run"], RUN_MAX), data, count(msg["at"]), msg["fresh"]
+    run = name(msg["run"], RUN_MAX)
+    if not RUN_ID.match(run):  # a run id, not any word: it keys the backlogs kept aside
+        raise Malformed("run is a run id")
+    return run, data, count(msg["at"]), msg["fresh"]
 
 
 def check_follow(msg: dict[str, Any]) -> float:

@@ -76,10 +76,8 @@ def sync_chain(record: RunRecord, view: BoardView | None) -> RunRecord:
         # an attempt is over when it has an end, or when it is the last of a chain that
         # ended (a user's kill ends the chain without the attempt's own end)
         over = isinstance(e.get("end"), dict) or (last and status is not None and not status.live)
-        if plain is not None and _steps_due(rec, plain, final=over):
+        if plain is not None and _steps_due(rec, plain, final=over or not rec.status.is_live):
             rec.update(partial(note_plain, plain=plain))
-        elif plain is not None:  # not written yet: this look shows it (fresh_steps)
-            note_plain(rec, plain=plain)
         if isinstance(e.get("end"), dict):
             ends.append(e["end"])
         latest = rec
@@ -185,12 +183,18 @@ def _steps_due(rec: RunRecord, plain: dict[str, Any], final: bool) -> bool:
     return now - then >= STEPS_EVERY
 
 
-def fresh_steps(record: RunRecord) -> dict[str, dict[str, Any]]:
-    """The step clock sync_chain left on the chain's latest record, for the ledger's line
-    of this look (history.chain_line's `steps`): the record on disk may lag by up to
-    STEPS_EVERY."""
-    note = next((h for h in reversed(record.history) if h.get("what") == "steps"), None)
-    return {record.run_id: note} if note is not None else {}
+def fresh_steps(record: RunRecord, view: BoardView | None) -> dict[str, dict[str, Any]]:
+    """The clock of the chain's latest attempt as this look read it, for the ledger's
+    line of this look (history.chain_line's `steps`): the record on disk may lag by up
+    to STEPS_EVERY. From the board, never put into the record unsaved: _steps_due
+    compares with what was written (a `status --watch` holding one record object would
+    otherwise never write it)."""
+    chain = view.chain if view is not None else None
+    entries = _entries(chain) if chain else []
+    if view is None or not entries or entries[-1]["run"] != record.run_id:
+        return {}
+    plain = coordinator_clock(entries[-1].get("steps") or (view.status or {}).get("steps"))
+    return {record.run_id: plain} if plain is not None else {}
 
 
 def _mark(rec: RunRecord, status: RunStatus, cause: str | None, why: str) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from mntui.sessions.node import feedwire, gpuwire, nodewire
 from mntui.sessions.node.facts import Malformed as EntryMalformed
+from mntui.sessions.node.runid import RUN_ID
 from mntui.sessions.poll import NodeProgress, NodeSnapshot, NodeState, Verdict, describe
 from mntui.sessions.poll.gpu import GpuReading, parse_reading
 from mntui.sessions.termsafe import one_line
@@ -30,6 +31,7 @@ from .nodeseen import Said, node_seen
 
 GPU_STALE = 30.0  # and a GPU reading (clustergpus')
 WHY_MAX = 300
+STRANGERS = 1024  # names of no node of ours remembered (each counted malformed once)
 
 
 @dataclass(frozen=True)
@@ -168,8 +170,10 @@ class FeedParser:
             if row is not None:
                 progress[node] = NodeProgress(node, row.step, row.rate, float(now))
         run, attempt = status.get("run"), status.get("attempt")
+        if run is not None and not (type(run) is str and RUN_ID.match(run)):
+            self.malformed, run = self.malformed + 1, None  # node data: shown only as an id
         return BoardNews(
-            run if type(run) is str else None,
+            run,
             attempt if type(attempt) is int else None,
             snaps, verdicts, progress, describe(progress, self.ranks), dict(self.ranks),
         )  # fmt: skip
@@ -183,7 +187,8 @@ class FeedParser:
             return
         strangers = {n for n in rows if n not in self.known} - self.strangers
         self.malformed += len(strangers)  # once a name: it is in every board after
-        self.strangers |= strangers
+        if len(self.strangers) < STRANGERS:  # names remembered to count each once, bounded
+            self.strangers |= set(list(strangers)[: STRANGERS - len(self.strangers)])
         self.ranks = {n: self.recorded.get(n, i) for i, n in enumerate(rows) if n in self.known}
 
     def _row(self, d: object) -> Row | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
 from helpers import until
 
 from mntui.sessions.config.jobconfig import parse_config
@@ -29,8 +30,12 @@ def row(step: int) -> dict[str, object]:
             "rate": 9.5, "output_age": 0.2, "exit_code": None, "procs": 1}  # fmt: skip
 
 
+def run_of(attempt: int) -> str:
+    return f"20261126-1000{attempt:02d}-abcd"
+
+
 def board(rows: dict[str, object], attempt: int) -> bytes:
-    status = {"run": f"r{attempt}", "attempt": attempt, "nodes": rows}
+    status = {"run": run_of(attempt), "attempt": attempt, "nodes": rows}
     obj = {"k": "board", "now": time.time(), "status": status, "nodes": {}, "gpus": {}}
     return feedwire.line(obj)
 
@@ -71,8 +76,8 @@ def test_a_spare_swapped_in_gets_a_pane_and_the_node_it_replaced_is_shown_out() 
             assert [v.node for v in app.in_attempt()] == ["node1", "node2"]
             assert app.panes["node0"].has_class("out")
             text = "\n".join(line.text for line in app.events.lines)
-            assert "node2: in the attempt of run r1, a pane of its own" in text, text
-            assert "node0: not in the attempt of run r1" in text, text
+            assert f"node2: in the attempt of run {run_of(1)}, a pane of its own" in text, text
+            assert f"node0: not in the attempt of run {run_of(1)}" in text, text
             # node0 back in a later attempt: out no more
             post(board({"node0": row(1), "node1": row(1)}, 2))
             await until(pilot, lambda: v0.out is None, 10, "node0 back")
@@ -83,18 +88,34 @@ def test_a_spare_swapped_in_gets_a_pane_and_the_node_it_replaced_is_shown_out() 
 
 
 def test_held_log_is_bounded_and_a_cut_is_said_as_skipped() -> None:
-    """A node's chunks held past HOLD: the oldest go; a backlog's start moves on, bytes
-    cut after it are counted as skipped on the next chunk, never silently gone."""
+    """A node's chunks held past HOLD: the oldest bytes go, counted as skipped (said when
+    the pane shows them), the start stays a start; however many chunks come, empty ones
+    included, one chunk of at most HOLD bytes is kept."""
     app = MntuiApp(parse_config(CONFIG, "sw.yaml"), poll=False, watchdog=False)
     big = b"x" * (HOLD // 2)
     app.hold(LogNews("node2", big, 0, True))
     app.hold(LogNews("node2", big, 0, False))
-    app.hold(LogNews("node2", big, 5, False))  # over HOLD: the first goes, the next leads
+    app.hold(LogNews("node2", b"y" * 10, 5, False))  # 10 bytes over HOLD, 5 skipped before
     kept = app.held["node2"]
-    assert [(c.first, c.skipped) for c in kept] == [(True, 0), (False, 5)]
-    app.hold(LogNews("node2", big, 0, False))  # the first again; then a non-first is cut
-    app.hold(LogNews("node2", b"y", 0, False))
+    assert kept.first and len(kept.data) == HOLD and kept.skipped == 5 + 10
+    assert kept.data.endswith(b"y" * 10)
+    for _ in range(20_000):  # empty chunks that only count: nothing grows but the count
+        app.hold(LogNews("node2", b"", 1, False))
     kept = app.held["node2"]
-    assert sum(len(c.data) for c in kept) <= HOLD + 1 and kept[0].first
+    assert len(kept.data) == HOLD and kept.skipped == 15 + 20_000
+    app.hold(LogNews("node2", b"z" * (4 * HOLD), 0, False))  # one chunk past the bound
+    assert len(app.held["node2"].data) == HOLD
     app.hold(LogNews("node2", b"new\n", 0, True))  # a new backlog: the pane starts over
-    assert app.held["node2"] == [LogNews("node2", b"new\n", 0, True)]
+    assert app.held["node2"] == LogNews("node2", b"new\n", 0, True)
+
+
+def test_a_spares_pane_attaches_where_the_record_says_it_runs() -> None:
+    """A swapped-in spare has a pane; attaching to it raised KeyError (the config's nodes
+    only), which ends a Textual app with a traceback."""
+    from mntui.sessions.launch import attach_argv
+
+    cfg = parse_config(CONFIG, "sw.yaml")
+    argv = attach_argv(cfg, "node2", inside_tmux=False, host="10.0.0.9")
+    assert "10.0.0.9" in argv and argv[-1].endswith("=sw-node2"), argv
+    with pytest.raises(KeyError):
+        attach_argv(cfg, "node9", inside_tmux=False)

@@ -15,6 +15,7 @@ from textual.message import Message
 from mntui.sessions.node import feedwire
 from mntui.sessions.watch import clusterfeed
 from mntui.tui.app import streaming
+from mntui.tui.app.attemptlook import LOOK
 from mntui.tui.app.streaming import Streaming
 
 LOCAL = ["sh", "-c", "exec sh -s", "sh"]
@@ -71,7 +72,6 @@ def test_the_chains_next_attempt_recorded_here_is_seen_within_seconds() -> None:
     import threading
     import time
 
-    from mntui.tui.app.attemptlook import LOOK
     from mntui.tui.app.messages import AttemptMoved
 
     job, first = "lk", "20261126-090000-aaaa"
@@ -107,6 +107,8 @@ def test_the_look_ends_when_the_stream_stops() -> None:
     stop = threading.Event()
     look = threading.Thread(target=app.look, args=(rec, 0, stop), daemon=True)
     look.start()
+    look.join(LOOK * 1.5)  # it looked at least once, and goes on
+    assert look.is_alive() and not app.posted
     stop.set()
     look.join(5)
     assert not look.is_alive() and not app.posted
@@ -156,3 +158,30 @@ def test_the_app_moves_to_the_new_main_while_the_old_stream_is_silent(
 
     asyncio.run(go())
     print(f"followed {seen['took']:.1f} s after the record")
+
+
+def test_an_attempt_on_the_same_coordinator_keeps_the_stream() -> None:
+    """A restart the coordinator made on the same main, recorded here by a `status`, is
+    on the very stream the app follows: no move (it tore a healthy stream down and
+    cleared every pane); a later move to another main is still seen."""
+    import threading
+    import time
+
+    from mntui.tui.app.messages import AttemptMoved
+
+    job, first = "lk3", "20261126-090000-eeee"
+    rec = _record(job, first, ("node0", "node1"), chain=first, watch_port=1)
+    app = Worker()
+    stop = threading.Event()
+    look = threading.Thread(target=app.look, args=(rec, 0, stop), daemon=True)
+    look.start()
+    try:
+        _record(job, "20261126-090001-ffff", ("node0", "node1"), chain=first, attempt=1)
+        time.sleep(2 * LOOK)  # what must not come: two of the look's rounds, nothing
+        assert not app.posted
+        _record(job, "20261126-090002-aaaa", ("node2", "node1"), chain=first, attempt=2)
+        look.join(3 * LOOK)
+        moved = [m for m in app.posted if isinstance(m, AttemptMoved)]
+        assert [m.record.run_id for m in moved] == ["20261126-090002-aaaa"]
+    finally:
+        stop.set()

@@ -36,3 +36,15 @@ def test_decoding_stops_past_the_slack() -> None:
     lines = ["{not json", json.dumps({"t": old}), json.dumps({"t": 1001.0})]
     assert [j["t"] for j in _view(lines).journal_since(1000.0)] == [1001.0]
     assert [j["t"] for j in _view(["\\u00e9", json.dumps({"t": 5})]).journal] == [5]
+
+
+def test_the_look_back_stops_at_the_first_line_past_the_slack() -> None:
+    """What makes it cheap: a line older than the look less the slack ends the decoding,
+    even if a later line stands before it (a main's clock stepped back by more than the
+    slack: documented). A line with no finite time is no line of ours."""
+    lines = [json.dumps({"t": 1002.0}), json.dumps({"t": 900.0}), json.dumps({"t": 1001.0})]
+    assert [j["t"] for j in _view(lines).journal_since(1000.0)] == [1001.0]
+    assert [j["t"] for j in _view(lines).journal] == [1002.0, 900.0, 1001.0]
+    inf = '{"t": -Infinity}'
+    assert [j["t"] for j in _view([json.dumps({"t": 1003.0}), inf, json.dumps({"t": 1001.0})])
+            .journal_since(1000.0)] == [1003.0, 1001.0]  # fmt: skip

@@ -42,3 +42,30 @@ def test_the_decision_comes_back_whole(tmp_path: Path) -> None:
     assert parse_board(res.stdout.partition("@BOARD\n")[2]).decision == decision
     res = _run(tmp_path / "nowhere")  # no run dir at all: still an answer
     assert res.returncode == 0 and "ALIVE no" in res.stdout
+
+
+def test_a_kills_decision_writes_its_attempts_last_clock_and_only_its_own() -> None:
+    """The ledger is exact right after `mntui kill`: the coordinator's decision carries
+    the attempt's step clock (node/teardown.py), written into the attempt's record; a
+    decision of another run writes nothing there."""
+    from mntui.sessions.launch.coordkill import _note_last_steps
+    from mntui.sessions.runs import RunRecord, load_run
+
+    run = "20261126-101010-abcd"
+    rec = RunRecord("ck", run, "/x.yaml", "127.0.0.1", 1, [])
+    rec.create()
+    clock = {"first_step_at": 100.0, "first_step": 1, "last_step": 90, "last_step_at": 190.0,
+             "gpus": 0, "gpu_nodes": 0}  # fmt: skip
+
+    def steps() -> list[dict[str, object]]:
+        saved = load_run("ck", run)
+        assert saved is not None
+        return [h for h in saved.history if h.get("what") == "steps"]
+
+    _note_last_steps(rec, {"run": "20261126-101011-abcd", "steps": clock})
+    assert steps() == []
+    _note_last_steps(rec, {"run": run, "steps": {"last_step": "x"}})  # nothing it knows
+    assert steps() == []
+    _note_last_steps(rec, {"run": run, "steps": clock})
+    (note,) = steps()
+    assert note["last_step_at"] == 190.0 and note["last_step"] == 90

@@ -43,7 +43,7 @@ def row(**over: Any) -> dict[str, Any]:
 
 
 def board(now: float, nodes: dict[str, Any], rows: dict[str, Any]) -> bytes:
-    status = {"run": "r1", "attempt": 0, "nodes": rows}
+    status = {"run": "20261126-100001-abcd", "attempt": 0, "nodes": rows}
     return feedwire.line({"k": "board", "now": now, "status": status, "nodes": nodes, "gpus": {}})
 
 
@@ -51,7 +51,7 @@ def test_a_board_gives_every_node_its_snapshot_verdict_and_steps() -> None:
     p = FeedParser(RANKS)
     now = time.time()
     news = p.feed(board(now, {"node0": entry(now - 1)}, {"node0": row(), "node1": row(step=38)}))
-    assert isinstance(news, BoardNews) and news.run == "r1" and news.attempt == 0
+    assert isinstance(news, BoardNews) and news.run == "20261126-100001-abcd" and news.attempt == 0
     s0, s1 = news.snaps["node0"], news.snaps["node1"]
     assert s0.reachable and s0.procs[0].cmdline == "python3 train.py" and s0.ports == (29500,)
     assert s1.reachable and s1.error == "no fresh snapshot from its sentinel"  # no entry yet
@@ -152,3 +152,18 @@ def test_the_attempts_nodes_are_the_boards_a_spare_swapped_in_included() -> None
     p = FeedParser({"node2": 0, "node1": 1})
     news = p.feed(board(now, {}, {"node1": row(), "node2": row()}))
     assert isinstance(news, BoardNews) and news.ranks == {"node1": 1, "node2": 0}
+
+
+def test_the_boards_run_is_a_run_id_or_nothing() -> None:
+    """The board's run names the attempt in the app's event log and panes: node data,
+    taken only as a run id (an escape sequence there reached a pane)."""
+    p = FeedParser(RANKS)
+    now = time.time()
+    status = {
+        "run": "\x1b[2J\x1b]0;pwned\x07" + "x" * 1000,
+        "attempt": 0,
+        "nodes": {"node0": row()},
+    }
+    raw = feedwire.line({"k": "board", "now": now, "status": status, "nodes": {}, "gpus": {}})
+    news = p.feed(raw)
+    assert isinstance(news, BoardNews) and news.run is None and p.malformed == 1

@@ -32,8 +32,11 @@ class Wire:
         self.sent.append({"v": 1, "k": kind, "s": len(self.sent) + 1, **fields})
 
 
+RUN0, RUN1, RUN2 = (f"20261126-10000{i}-abcd" for i in range(3))  # run ids
+
+
 def log_msg(**over: Any) -> dict[str, Any]:
-    return {**FRAME, **feedwire.log_fields("run1", b"step 1\n", 0, True), **over}
+    return {**FRAME, **feedwire.log_fields(RUN1, b"step 1\n", 0, True), **over}
 
 
 @pytest.mark.parametrize(
@@ -49,6 +52,7 @@ def log_msg(**over: Any) -> dict[str, Any]:
         {"fresh": None},
         {"run": ""},
         {"run": "a\x1b[2Jb"},
+        {"run": "run1"},  # a word, not a run id: it would key a kept backlog
         {"run": 12},
         {"extra": 1},
     ],
@@ -60,8 +64,8 @@ def test_a_log_frame_of_another_shape_is_malformed(over: dict[str, Any]) -> None
 
 def test_a_log_frame_carries_any_bytes_as_data() -> None:
     raw = b"\x1b]52;c;aGk=\x07 MNTUIFEED1 eyJrIjoiZW5kIn0=\n\xff\xfe\x00"
-    got = feedwire.check_log(log_msg(**feedwire.log_fields("run1", raw, 5, True)))
-    assert got == ("run1", raw, 5, True)
+    got = feedwire.check_log(log_msg(**feedwire.log_fields(RUN1, raw, 5, True)))
+    assert got == (RUN1, raw, 5, True)
 
 
 def test_a_follow_frame_is_a_bounded_lease() -> None:
@@ -91,16 +95,16 @@ def test_the_shipper_ships_only_under_a_lease_on_its_channel(tmp_path: Path) -> 
     log = tmp_path / "output.log"
     log.write_bytes(b"old line\n" * 10)
     ch, other, s = Wire(), Wire(), logship.Shipper()
-    assert s.ship(ch, str(log), "r", now=100.0) == 0 and not ch.sent  # nobody follows
+    assert s.ship(ch, str(log), RUN1, now=100.0) == 0 and not ch.sent  # nobody follows
     s.follow(ch, {"v": 1, "k": "follow", "s": 1, "lease": 10}, now=100.0)
-    assert s.ship(other, str(log), "r", now=100.5) == 0  # another channel: not its lease
-    assert s.ship(ch, str(log), "r", now=101.0) == 90  # the backlog: from a line's start
+    assert s.ship(other, str(log), RUN1, now=100.5) == 0  # another channel: not its lease
+    assert s.ship(ch, str(log), RUN1, now=101.0) == 90  # the backlog: from a line's start
     with log.open("ab") as f:
         f.write(b"new\n")
-    assert s.ship(ch, str(log), "r", now=101.1) == 0  # within TICK
-    assert s.ship(ch, str(log), "r", now=101.5) == 4
-    assert feedwire.check_log(ch.sent[-1]) == ("r", b"new\n", 90, False)
-    assert s.ship(ch, str(log), "r", now=112.0) == 0  # the lease ran out
+    assert s.ship(ch, str(log), RUN1, now=101.1) == 0  # within TICK
+    assert s.ship(ch, str(log), RUN1, now=101.5) == 4
+    assert feedwire.check_log(ch.sent[-1]) == (RUN1, b"new\n", 90, False)
+    assert s.ship(ch, str(log), RUN1, now=112.0) == 0  # the lease ran out
     s.follow(ch, {"v": 1, "k": "follow", "s": 2, "lease": "x"})
     assert s.malformed == 1
 
@@ -110,9 +114,9 @@ def test_the_shipper_is_bounded_and_says_what_it_skipped(tmp_path: Path) -> None
     log.write_bytes(b"")
     ch, s = Wire(), logship.Shipper(rate=4096)
     s.follow(ch, {"v": 1, "k": "follow", "s": 1, "lease": 60}, now=0.0)
-    assert s.ship(ch, str(log), "r", now=1.0) == 0
+    assert s.ship(ch, str(log), RUN1, now=1.0) == 0
     log.write_bytes(b"x" * 100_000)  # a flood: far over a second's rate
-    sent = sum(s.ship(ch, str(log), "r", now=1.0 + 0.25 * i) for i in range(1, 41))
+    sent = sum(s.ship(ch, str(log), RUN1, now=1.0 + 0.25 * i) for i in range(1, 41))
     assert sent <= 4096 * 11  # ten seconds at the rate, and the first allowance
     frames_ = [feedwire.check_log(m) for m in ch.sent]
     skipped, end = 0, 0
@@ -121,8 +125,8 @@ def test_the_shipper_is_bounded_and_says_what_it_skipped(tmp_path: Path) -> None
         skipped, end = skipped + at - end, at + len(data)
     assert skipped > 0 and skipped + sent == 100_000  # every byte shipped or said skipped
     log.write_bytes(b"short\n")  # truncated: read again from its start
-    s.ship(ch, str(log), "r", now=20.0)
-    assert feedwire.check_log(ch.sent[-1]) == ("r", b"short\n", 0, False)
+    s.ship(ch, str(log), RUN1, now=20.0)
+    assert feedwire.check_log(ch.sent[-1]) == (RUN1, b"short\n", 0, False)
 
 
 def test_a_backlog_keeps_the_last_bytes_and_counts_what_a_cursor_missed() -> None:
@@ -143,7 +147,7 @@ class Board:
     """What Feed reads of the coordinator's board: its run, lock, count and peers."""
 
     def __init__(self) -> None:
-        self.run, self.lock, self.malformed = "run1", threading.Lock(), 0
+        self.run, self.lock, self.malformed = RUN1, threading.Lock(), 0
         self.told: list[tuple[str, dict[str, Any]]] = []
 
     def send_all(self, kind: str, **fields: Any) -> None:
@@ -156,9 +160,9 @@ def test_the_feed_counts_malformed_log_frames_and_drops_old_attempts() -> None:
     assert not feed.heard("node0", {**FRAME, "k": "snap"})
     assert feed.heard("node0", log_msg(data="%%%")) and board.malformed == 1
     assert feed.heard("node0", log_msg()) and feed.logs["node0"].end == 7
-    assert feed.heard("node0", log_msg(run="run0", at=7)) and feed.logs["node0"].end == 7
-    board.run = "run2"  # a restart: the panes start over, the old logs are gone
-    feed.heard("node1", log_msg(run="run2"))
+    assert feed.heard("node0", log_msg(run=RUN0, at=7)) and feed.logs["node0"].end == 7
+    board.run = RUN2  # a restart: the panes start over, the old logs are gone
+    feed.heard("node1", log_msg(run=RUN2))
     assert feed.epoch == 1 and set(feed.logs) == {"node1"}
 
 
@@ -168,31 +172,35 @@ def test_a_new_attempts_first_lines_are_kept_until_the_board_moves_to_it() -> No
     pane's when the board moves (the old code dropped them, the pane began mid-log)."""
     board = Board()
     feed = feedserve.Feed(board)
-    feed.heard("node0", log_msg(**feedwire.log_fields("run1", b"old\n", 0, True)))
-    feed.heard("node0", log_msg(**feedwire.log_fields("run2", b"step 1\n", 0, True)))
-    feed.heard("node0", log_msg(**feedwire.log_fields("run2", b"step 2\n", 7)))
+    feed.heard("node0", log_msg(**feedwire.log_fields(RUN1, b"old\n", 0, True)))
+    feed.heard("node0", log_msg(**feedwire.log_fields(RUN2, b"step 1\n", 0, True)))
+    feed.heard("node0", log_msg(**feedwire.log_fields(RUN2, b"step 2\n", 7)))
     cursors = feedserve.Cursors()
     assert feed._chunks(cursors) == ({"node0": (b"old\n", 0, True)}, False)
-    board.run = "run2"  # the board takes up the attempt: its panes start over
+    board.run = RUN2  # the board takes up the attempt: its panes start over
     feed._attempt()
     cursors = feedserve.Cursors()
     assert feed._chunks(cursors) == ({"node0": (b"step 1\nstep 2\n", 0, True)}, False)
-    feed.heard("node0", log_msg(**feedwire.log_fields("run2", b"step 3\n", 14)))
+    feed.heard("node0", log_msg(**feedwire.log_fields(RUN2, b"step 3\n", 14)))
     assert feed._chunks(cursors) == ({"node0": (b"step 3\n", 0, False)}, False)
-    feed.heard("node0", log_msg(**feedwire.log_fields("run1", b"late\n", 4)))
+    feed.heard("node0", log_msg(**feedwire.log_fields(RUN1, b"late\n", 4)))
     assert set(feed.pending) == set(), "a frame of an attempt that was the board's: dropped"
     for k in range(3, 3 + feedserve.PENDING + 3):  # runs never the board's: bounded
-        feed.heard("node0", log_msg(**feedwire.log_fields(f"run{k}", b"x\n", 0, True)))
-    assert list(feed.pending) == [f"run{k}" for k in range(6, 6 + feedserve.PENDING)]
+        feed.heard(
+            "node0", log_msg(**feedwire.log_fields(f"20261126-1000{k:02d}-abcd", b"x\n", 0, True))
+        )
+    assert list(feed.pending) == [
+        f"20261126-1000{k:02d}-abcd" for k in range(6, 6 + feedserve.PENDING)
+    ]
     assert feed._chunks(cursors) == ({}, False)
 
 
 def test_a_follower_gets_the_backlogs_then_news_over_a_real_handshake() -> None:
     board = Board()
     feed = feedserve.Feed(board)
-    feed.heard("node0", log_msg(**feedwire.log_fields("run1", b"before\n", 0)))
+    feed.heard("node0", log_msg(**feedwire.log_fields(RUN1, b"before\n", 0)))
     server, client = socket.socketpair()
-    hello = {"node": feedserve.FOLLOWER, "chain": "run1", "role": "feed"}
+    hello = {"node": feedserve.FOLLOWER, "chain": RUN1, "role": "feed"}
     assert feedserve.is_follower(hello) and not feedserve.is_follower({**hello, "node": "node0"})
 
     def serve() -> None:
@@ -205,7 +213,7 @@ def test_a_follower_gets_the_backlogs_then_news_over_a_real_handshake() -> None:
     got, _ = feedwire.check_logs(ch.recv(timeout=5))
     assert got == {"node0": (b"before\n", 0, True)}
     assert ("follow", {"lease": feedwire.LEASE}) in board.told
-    feed.heard("node0", log_msg(**feedwire.log_fields("run1", b"after\n", 7)))
+    feed.heard("node0", log_msg(**feedwire.log_fields(RUN1, b"after\n", 7)))
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
         got, _ = feedwire.check_logs(ch.recv(timeout=5))
@@ -266,15 +274,15 @@ def test_a_restarted_follow_never_repeats_a_line(tmp_path: Path) -> None:
     feed = feedserve.Feed(Board())
     ch, s = Relay(feed, "node0"), logship.Shipper()
     s.follow(ch, follow(10), now=0.0)
-    assert s.ship(ch, str(log), "run1", now=1.0) > 0
+    assert s.ship(ch, str(log), RUN1, now=1.0) > 0
     s.follow(ch, follow(0), now=2.0)  # the last follower left
     s.follow(ch, follow(10), now=3.0)  # and one came back (the app's stream retried)
     with log.open("ab") as f:
         f.write(b"line 101\n")
-    s.ship(ch, str(log), "run1", now=4.0)
+    s.ship(ch, str(log), RUN1, now=4.0)
     ch2, s2 = Relay(feed, "node0"), logship.Shipper()  # reconnected, then respawned
     s2.follow(ch2, follow(10), now=5.0)
-    s2.ship(ch2, str(log), "run1", now=6.0)
+    s2.ship(ch2, str(log), RUN1, now=6.0)
     got = lines_of(feed, "node0")
     assert got == [b"line %d" % i for i in range(1, 102)], (len(got), len(set(got)))
 
@@ -287,7 +295,7 @@ def test_bytes_printed_while_nobody_followed_are_said_skipped(tmp_path: Path) ->
     feed = feedserve.Feed(Board())
     ch, s = Relay(feed, "node0"), logship.Shipper()
     s.follow(ch, follow(10), now=0.0)
-    s.ship(ch, str(log), "run1", now=1.0)
+    s.ship(ch, str(log), RUN1, now=1.0)
     data, missed, cursor = feed.logs["node0"].since(None, 1 << 20)
     assert (data, missed) == (b"before\n", 0)
     s.follow(ch, follow(0), now=2.0)
@@ -295,7 +303,7 @@ def test_bytes_printed_while_nobody_followed_are_said_skipped(tmp_path: Path) ->
     with log.open("ab") as f:
         f.write(gap + b"after\n")
     s.follow(ch, follow(10), now=3.0)
-    s.ship(ch, str(log), "run1", now=4.0)
+    s.ship(ch, str(log), RUN1, now=4.0)
     data, missed, _ = feed.logs["node0"].since(cursor, 1 << 20)
     assert data.endswith(b"after\n") and gap.endswith(data[: -len(b"after\n")])
     assert missed + len(data) == len(gap) + len(b"after\n")  # every byte shown or said
@@ -311,7 +319,7 @@ def test_a_follower_of_300_nodes_gets_every_backlog_in_bounded_frames() -> None:
     for i, n in enumerate(names):
         want[n] = bytes([65 + i % 26]) * feedserve.KEEP
         for k in range(0, feedserve.KEEP, feedwire.CHUNK_MAX):
-            Relay(feed, n).send("log", **feedwire.log_fields("run1", want[n][k : k + 16384], k))
+            Relay(feed, n).send("log", **feedwire.log_fields(RUN1, want[n][k : k + 16384], k))
     server, client = socket.socketpair()
 
     def serve() -> None:
@@ -320,7 +328,7 @@ def test_a_follower_of_300_nodes_gets_every_backlog_in_bounded_frames() -> None:
 
     t = threading.Thread(target=serve, daemon=True)
     t.start()
-    hello = {"node": feedserve.FOLLOWER, "chain": "run1", "role": "feed"}
+    hello = {"node": feedserve.FOLLOWER, "chain": RUN1, "role": "feed"}
     ch = frames.client_handshake(client, SECRET, hello, kinds=feedserve.TO_FOLLOWER)
     got: dict[str, bytes] = {}
     firsts: dict[str, int] = {}
@@ -344,11 +352,11 @@ def test_a_log_that_shrank_starts_the_followers_panes_over() -> None:
     """A shipper that goes on went back (the log was truncated, another file): the node's
     backlog starts over, and a follower's next chunk of it is `first`, its pane too."""
     feed = feedserve.Feed(Board())
-    feed.heard("node0", log_msg(**feedwire.log_fields("run1", b"old 1\nold 2\n", 0, True)))
+    feed.heard("node0", log_msg(**feedwire.log_fields(RUN1, b"old 1\nold 2\n", 0, True)))
     cursors = feedserve.Cursors()
     assert feed._chunks(cursors) == ({"node0": (b"old 1\nold 2\n", 0, True)}, False)
-    feed.heard("node0", log_msg(**feedwire.log_fields("run1", b"old 3\n", 12)))
+    feed.heard("node0", log_msg(**feedwire.log_fields(RUN1, b"old 3\n", 12)))
     assert feed._chunks(cursors) == ({"node0": (b"old 3\n", 0, False)}, False)
-    feed.heard("node0", log_msg(**feedwire.log_fields("run1", b"new 1\n", 0)))
+    feed.heard("node0", log_msg(**feedwire.log_fields(RUN1, b"new 1\n", 0)))
     assert feed._chunks(cursors) == ({"node0": (b"new 1\n", 0, True)}, False)
     assert feed._chunks(cursors) == ({}, False)

@@ -237,8 +237,9 @@ def test_a_killed_chains_last_attempt_gets_its_final_steps_at_once() -> None:
                  "last_step": int(last_at), "last_step_at": last_at}  # fmt: skip
         chain = {"chain": run, "status": status, "attempts": [{"attempt": 0, "run": run,
                                                                "steps": clock}]}  # fmt: skip
-        got = sync_chain(rec, BoardView({"at": 1.0}, None, True, chain=chain))
-        shown = fresh_steps(got)[run]  # what this look shows (the chain's line)
+        view = BoardView({"at": 1.0}, None, True, chain=chain)
+        got = sync_chain(rec, view)  # one record object every look, as `status --watch`
+        shown = fresh_steps(got, view)[run]  # what this look shows (the chain's line)
         assert shown["last_step_at"] == last_at
         saved = load_run("gc", run)
         assert saved is not None
@@ -248,5 +249,11 @@ def test_a_killed_chains_last_attempt_gets_its_final_steps_at_once() -> None:
     assert first is not None and first["last_step_at"] == 200.0
     soon = look("running", 200.0 + STEPS_EVERY / 2)
     assert soon is not None and soon["last_step_at"] == 200.0  # live: written later
-    final = look("killed", 200.0 + STEPS_EVERY * 0.75)
-    assert final is not None and final["last_step_at"] == 200.0 + STEPS_EVERY * 0.75
+    # looks every STEPS_EVERY / 2 on one object: written each STEPS_EVERY all the same
+    step = STEPS_EVERY * 0.6
+    for k in range(1, 4):
+        kept = look("running", 200.0 + k * step)
+        assert kept is not None and 200.0 + k * step - kept["last_step_at"] < STEPS_EVERY
+    end = 200.0 + 3 * step + STEPS_EVERY * 0.1
+    final = look("killed", end)
+    assert final is not None and final["last_step_at"] == end

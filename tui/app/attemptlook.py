@@ -43,12 +43,19 @@ class AttemptLook(Following):
         self.look(record, generation, stop)
 
     def look(self, record: RunRecord, generation: int, stop: threading.Event) -> None:
-        """Until `stop` or another generation: the chain's next attempt, once recorded."""
+        """Until `stop` or another generation: the chain's next attempt on another board
+        (a new main). An attempt the same coordinator started (a `status` here recorded
+        it) is on this very stream: the look goes on from it, the stream is kept."""
+        from mntui.sessions.launch import board_dir
+
         while not stop.wait(LOOK) and generation == self.generation:
             newest = clusterfeed.newer_attempt(record)
-            if newest is not None:
+            if newest is None:
+                continue
+            if board_dir(newest) != board_dir(record):
                 self.post_message(AttemptMoved(generation, newest))
                 return
+            record = newest
 
     def on_attempt_moved(self, message: AttemptMoved) -> None:
         if message.generation == self.generation:

@@ -98,7 +98,7 @@ class MntuiApp(JobControl, HistoryOps, Probing):
         self.polling_enabled, self.watchdog_enabled = poll, watchdog
         self.views = {n.name: NodeView(n.name, n.rank, log=[]) for n in cfg.nodes}
         self.splitters = {n.name: LineSplitter() for n in cfg.nodes}
-        self.held: dict[str, list[LogNews]] = {}  # log of nodes without a pane yet
+        self.held: dict[str, LogNews] = {}  # log of nodes without a pane yet
         self.cluster: Cluster | None = None
         self.poller: Poller | None = None
         self.judge = Judge(cfg.watch)
@@ -223,14 +223,21 @@ class MntuiApp(JobControl, HistoryOps, Probing):
         return self.cfg.main
 
     def attach_command(self, node: str) -> list[str]:
+        """KeyError for a node neither of the config nor of its spares."""
         from mntui.sessions.launch import attach_argv
 
-        argv = attach_argv(self.cfg, node, inside_tmux=False)
+        rec = self.record  # where the run is: a spare put in is at the host it names
+        host = next((n.host for n in rec.nodes if n.node == node), None) if rec else None
+        argv = attach_argv(self.cfg, node, inside_tmux=False, host=host)
         return ["env", "-u", "TMUX", *argv]  # nest inside this terminal; detach returns here
 
     def action_attach(self) -> None:
         node = self.focused_node()
-        argv = self.attach_command(node)
+        try:
+            argv = self.attach_command(node)
+        except KeyError:
+            self.log_event(f"{node}: not a node of this config: `mntui attach {node}`")
+            return
         with self.suspend():
             print(f"attaching to {node} (detach with Ctrl-b d to come back to mntui)", flush=True)
             subprocess.run(argv)

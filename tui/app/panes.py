@@ -37,7 +37,7 @@ class Panes(Drawing):
     grid: Grid
     splitters: dict[str, LineSplitter]
     fitted: dict[str, int] | None = None  # the nodes by rank the panes were last fitted to
-    held: dict[str, list[LogNews]]  # chunks of nodes without a pane, oldest first
+    held: dict[str, LogNews]  # the log of each node without a pane yet, as one chunk
     skip_said = 0.0
 
     def fit_panes(self, ranks: Mapping[str, int], attempt: str) -> None:
@@ -69,8 +69,7 @@ class Panes(Drawing):
             self.log_event(f"{', '.join(left)}: not in {attempt}, shown as such")
         self.draw("views", self.reflow_grid)
         self.draw("views", self.refresh_views)
-        for node in added:
-            self.show_logs(self.held.pop(node, []))
+        self.show_logs(held for node in added if (held := self.held.pop(node, None)) is not None)
 
     def reflow_grid(self) -> None:
         """As many 64-column panes per row as fit, rows sharing the height."""
@@ -93,19 +92,19 @@ class Panes(Drawing):
                 self.said_skipped(c.node, c.skipped)
 
     def hold(self, c: LogNews) -> None:
-        """Kept until the node's pane exists, HOLD bytes at most: past it the oldest go,
-        a backlog's start moving on (a pane starts anywhere in a log), or, once past
-        it, counted as skipped on the chunk after them (said when shown)."""
-        kept = self.held.setdefault(c.node, [])
-        if c.first:
-            kept.clear()  # its pane starts over from this one
-        kept.append(c)
-        while len(kept) > 1 and sum(len(k.data) for k in kept) > HOLD:
-            cut, nxt = kept.pop(0), kept[0]
-            if cut.first:
-                kept[0] = replace(nxt, first=True, skipped=0)  # a start, wherever it is
-            else:
-                kept[0] = replace(nxt, skipped=nxt.skipped + cut.skipped + len(cut.data))
+        """Kept until the node's pane exists, as one chunk of HOLD bytes at most, however
+        many come (an empty one only adds its count): past the bound the oldest bytes go
+        and are counted as skipped, said when the pane shows them (a start stays a start:
+        a pane starts anywhere in a log, and says what it did not get)."""
+        kept = self.held.get(c.node)
+        if kept is None or c.first:
+            kept = c
+        else:
+            kept = replace(kept, data=kept.data + c.data, skipped=kept.skipped + c.skipped)
+        if len(kept.data) > HOLD:
+            cut = len(kept.data) - HOLD
+            kept = replace(kept, data=kept.data[cut:], skipped=kept.skipped + cut)
+        self.held[c.node] = kept
 
     def said_skipped(self, node: str, n: int) -> None:
         now = time.monotonic()

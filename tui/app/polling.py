@@ -55,6 +55,7 @@ class Polling(Watching, Streaming):
         self.draw("views", self.refresh_views)
         self.draw("header", self.refresh_header)
         self.release_lock()
+        self.fitted = None  # every view's verdict was cleared above: fit them again
         # a spare a launch routed in (a quarantine) gets a pane; it has no connection
         # here: a run watched from here is the headless watchdog's, which reads the record
         unseen = [n.node for n in record.nodes if n.node not in self.cluster.nodes]

@@ -59,7 +59,7 @@ class Streaming(AttemptLook):
     feed_link: bool | None = None  # the follower reaches the coordinator
     feed_ended: str | None = None  # the coordinator's goodbye
     feed_attempt: int | None = None  # the coordinator's attempt (its restarts)
-    held: dict[str, list[LogNews]]
+    held: dict[str, LogNews]
 
     def apply_snapshot(self, snap: NodeSnapshot, verdict: Verdict | None = None) -> None:
         raise NotImplementedError
@@ -181,11 +181,17 @@ class Streaming(AttemptLook):
         the steps, the table and the header, as after a poll."""
         self.feed_tries = 0
         self.feed_boards += 1
-        if news.attempt is not None and news.attempt != self.feed_attempt:
+        stale = (
+            news.attempt is not None
+            and self.feed_attempt is not None
+            and (news.attempt < self.feed_attempt)
+        )  # a coordinator started again mid-chain, not yet back on its attempt
+        if news.attempt is not None and not stale and news.attempt != self.feed_attempt:
             if self.feed_attempt is not None:
                 self.log_event(f"the coordinator restarted the job: attempt {news.attempt + 1}")
             self.feed_attempt = news.attempt
-        self.fit_panes(news.ranks, f"the attempt of run {news.run or '?'}")
+        if not stale:  # an earlier attempt's layout must not move the panes back
+            self.fit_panes(news.ranks, f"the attempt of run {news.run or '?'}")
         for node, snap in news.snaps.items():
             view = self.views.get(node)
             if view is None:
@@ -215,10 +221,12 @@ class Streaming(AttemptLook):
         self.feed = None
         self.feed_link = None
         if self.feed_ended is not None:
+            self.stop_look()  # the chain is over here: no next attempt to look for
             self.log_event("cluster stream over; one last read of the nodes")
             self.final_poll()
             return
         if message.final:
+            self.stop_look()
             self.log_event(f"cluster stream: {message.why}")
             return
         self.feed_tries += 1

@@ -177,7 +177,7 @@ def show(
         table = aligned((*HEAD, "SENTINEL", "DETAIL"), cells)
         # the chain's seff-style line, as a here-watched run's status has it, from the
         # steps the coordinator clocked (synced into the records by cluster_lines)
-        line = chain_line(record.job, record.chain, fresh_steps(record))
+        line = chain_line(record.job, record.chain, fresh_steps(record, view))
         chain = [line[2:]] if line else []
         say("\n".join([status_header(record, "", restarts), *table, *chain, *lines]))
     return code

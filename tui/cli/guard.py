@@ -20,18 +20,21 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def unwind_on_signals() -> None:
+Handlers = dict[int, object]
+
+
+def unwind_on_signals() -> Handlers:
     """A closed terminal or a `kill` must unwind like Ctrl+C, so a half-done launch is
-    stopped and the demo is cleaned up."""
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _interrupt)
+    stopped and the demo is cleaned up. Returns the handlers it replaced."""
+    return {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
 
 
-def default_signals() -> None:
-    """As before unwind_on_signals: a path that hands over to the grammar (which parses
-    outside any handler) must not turn a `kill` there into a traceback."""
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
+def restore_signals(before: Handlers) -> None:
+    """The handlers as before unwind_on_signals (an inherited SIG_IGN, under `nohup`,
+    too): a path that hands over to the grammar, which parses outside any handler, must
+    not turn a `kill` there into a traceback."""
+    for sig, handler in before.items():
+        signal.signal(sig, handler)  # type: ignore[arg-type]
 
 
 def _ignore_interrupts() -> None:

@@ -125,13 +125,13 @@ def answer(config: str | None, as_json: bool) -> int | None:
     path answers. Why before: argparse and building the CLI's parser are ~20 ms of CPU
     (three times that under a 128-node job's load) taken from the ssh handshake that
     runs meanwhile on the same cores, for a command line already read."""
-    from .guard import default_signals, guarded, unwind_on_signals
+    from .guard import guarded, restore_signals, unwind_on_signals
     from .output import say
 
-    unwind_on_signals()
+    before = unwind_on_signals()
     code = guarded("status", lambda: _quick_code(config, as_json, say))
     if code == NO_ANSWER:
-        default_signals()
+        restore_signals(before)
         return None
     return leave(code)
 
