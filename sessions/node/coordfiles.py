@@ -63,9 +63,10 @@ class BoardFiles:
         with self.lock:
             words, refusals, malformed = dict(self.words), dict(self.refusals), self.malformed
         nodes = {}
-        for n in self.layout:
+        for rank, n in enumerate(self.layout):  # the layout is by rank; the file's keys sorted
             v, w = verdicts.get(n), words.get(n)
             nodes[n] = {
+                "rank": rank,
                 "state": str(v.state) if v is not None else None,
                 "why": v.why if v is not None else None,
                 "connected": n in peers,

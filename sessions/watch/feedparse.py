@@ -27,6 +27,7 @@ from mntui.sessions.poll import NodeProgress, NodeSnapshot, NodeState, Verdict, 
 from mntui.sessions.poll.gpu import GpuReading, parse_reading
 from mntui.sessions.termsafe import one_line
 
+from .boardranks import attempt_ranks
 from .nodeseen import Said, node_seen
 
 GPU_STALE = 30.0  # and a GPU reading (clustergpus')
@@ -179,17 +180,19 @@ class FeedParser:
         )  # fmt: skip
 
     def _layout(self, rows: dict[str, Any]) -> None:
-        """The attempt's nodes: the status's rows, in the coordinator's layout. Its own
-        swaps keep each node's rank and put a spare at the rank it takes (the layout's
-        place), but a coordinator put in from here lists the nodes as the launch planned
-        them: a rank the record has wins. No rows (no status yet): the last ones stand."""
+        """The attempt's nodes, by the ranks the rows say (boardranks.py); no rows (no
+        status yet): the last ones stand."""
         if not rows:
             return
+        ranks = attempt_ranks(rows, self.recorded)
+        self.ranks = {n: r for n, r in ranks.items() if n in self.known}
+        self._strangers(rows)
+
+    def _strangers(self, rows: dict[str, Any]) -> None:
         strangers = {n for n in rows if n not in self.known} - self.strangers
         self.malformed += len(strangers)  # once a name: it is in every board after
         if len(self.strangers) < STRANGERS:  # names remembered to count each once, bounded
             self.strangers |= set(list(strangers)[: STRANGERS - len(self.strangers)])
-        self.ranks = {n: self.recorded.get(n, i) for i, n in enumerate(rows) if n in self.known}
 
     def _row(self, d: object) -> Row | None:
         """A node's status row, every field typed, or None (counted when it is there)."""

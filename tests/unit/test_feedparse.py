@@ -167,3 +167,17 @@ def test_the_boards_run_is_a_run_id_or_nothing() -> None:
     raw = feedwire.line({"k": "board", "now": now, "status": status, "nodes": {}, "gpus": {}})
     news = p.feed(raw)
     assert isinstance(news, BoardNews) and news.run is None and p.malformed == 1
+
+
+def test_each_rows_rank_is_the_coordinators_not_its_place_in_the_file() -> None:
+    """status.json's keys are sorted (node10 before node2): a row's place said nothing,
+    and a spare took a rank another node had. Each row says its rank; ranks that are
+    not one each of 0..n-1 are not believed (the record's, else the place, stand in)."""
+    now = time.time()
+    p = FeedParser({"node2": 0, "node1": 1}, frozenset({"node3"}))
+    rows = {"node1": row(rank=1), "node3": row(rank=0)}  # node3 swapped in for node2
+    news = p.feed(board(now, {}, rows))
+    assert isinstance(news, BoardNews) and news.ranks == {"node3": 0, "node1": 1}
+    bad = {"node1": row(rank=0), "node3": row(rank=0)}  # two rank 0: not believed
+    news = p.feed(board(now, {}, bad))
+    assert isinstance(news, BoardNews) and news.ranks == {"node1": 1, "node3": 0}
