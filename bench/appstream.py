@@ -37,9 +37,9 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 
 from benchlib import isolate  # noqa: E402
-from clusterbench import config, mntui, quiet_port, tagged  # noqa: E402
+from clusterbench import config, mntui, tagged  # noqa: E402
 from clustercpu import _stat, manager_pids  # noqa: E402
-from fakecluster import FakeCluster, wait_for  # noqa: E402
+from fakecluster import FakeCluster, free_port, wait_for  # noqa: E402
 
 from mntui.sessions.config import load_config  # noqa: E402
 from mntui.sessions.poll import NodeSnapshot, Verdict  # noqa: E402
@@ -156,7 +156,7 @@ def main() -> int:
     n, job = args.nodes, f"as{args.nodes}"
     fc = FakeCluster(root / f"n{n}", n).start()
     cfg = root / f"{job}.yaml"
-    cfg.write_text(config(fc, n, job, quiet_port(), quiet_port()))
+    cfg.write_text(config(fc, n, job, free_port(), free_port()))
     rows = []
     try:
         mntui(cfg, "launch", "--no-ui")

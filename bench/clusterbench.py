@@ -28,10 +28,8 @@ import argparse
 import json
 import os
 import platform
-import random
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -75,20 +73,6 @@ atexit.register(lambda: open(os.environ["CB_MODULES"], "w").write(json.dumps(sor
 runpy.run_module("mntui.tui.cli", run_name="__main__", alter_sys=True)
 """
 TARGET = {ST_C: "≤ 1.5× floor", KILL_C_CLEAN: "≤ 1.5 s at 64"}
-
-
-def quiet_port() -> int:
-    """A free port below the kernel's ephemeral range, where no client socket lands."""
-    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    for _ in range(200):
-        port = random.randrange(max(1024, low - 12000), low)
-        with socket.socket() as s:
-            try:
-                s.bind(("", port))
-            except OSError:
-                continue
-            return port
-    return free_port()
 
 
 def config(fc: FakeCluster, n: int, job: str, port: int, wport: int | None) -> str:
@@ -182,7 +166,7 @@ class Rep:
     def ports(self) -> None:
         """Fresh ports for each launch, below the ephemeral range: thousands of SSH
         connections a repetition once took the coordinator's port as a client port."""
-        port, wport = quiet_port(), quiet_port()
+        port, wport = free_port(), free_port()
         self.cfg_c.write_text(config(self.fc, self.n, self.job, port, wport))
         self.cfg_h.write_text(config(self.fc, self.n, self.job, port, None))
 

@@ -9,6 +9,7 @@ in its environment, which is how teardown finds them: by tag, never by name.
 from __future__ import annotations
 
 import os
+import random
 import re
 import shutil
 import signal
@@ -39,7 +40,20 @@ def wait_for(
 
 
 def free_port() -> int:
-    with socket.socket() as s:
+    """A port free now, below the kernel's ephemeral range: a port the kernel hands out
+    (bind to 0) is one every outgoing connection may take as its own local port, and
+    the suite makes thousands (ssh to the fake nodes, sentinels to coordinators): a
+    job binding it seconds later found it taken (a test's rank 0 failed to listen)."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(200):
+        port = random.randrange(max(1024, low - 12000), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # none free below the range: the kernel's choice
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 

@@ -64,7 +64,7 @@ def sync_chain(record: RunRecord, view: BoardView | None) -> RunRecord:
     ends: list[dict[str, Any]] = []
     latest = first
     for i, e in enumerate(entries):
-        if _stopped(latest) and first.attempt + e["attempt"] > latest.attempt:
+        if _after_kill(latest, e) and first.attempt + e["attempt"] > latest.attempt:
             break  # the user's kill ended the chain here: no attempt of it is live after
         rec = _record_of(first, e, ends)
         if rec is None:
@@ -116,6 +116,19 @@ def _record_of(first: RunRecord, e: dict[str, Any], ends: list[dict[str, Any]]) 
 
 def _stopped(r: RunRecord) -> bool:
     return r.stopped_by_user or r.status in (RunStatus.KILLED, RunStatus.KILLING)
+
+
+def _after_kill(r: RunRecord, e: dict[str, Any]) -> bool:
+    """Whether attempt `e` comes after the user's kill of `r`: an attempt the coordinator
+    had started before it (this machine asleep through a restart, the kill marked the
+    attempt it knew) ran until that kill and is recorded, killed, with its training."""
+    if not _stopped(r):
+        return False
+    killed = next((h.get("at") for h in reversed(r.history) if h.get("what") == "kill"), None)
+    started = e.get("started_at")
+    if not isinstance(killed, (int, float)) or not isinstance(started, (int, float)):
+        return True
+    return started >= killed
 
 
 def _move(

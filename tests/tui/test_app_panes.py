@@ -109,12 +109,16 @@ def test_a_dead_nodes_pane_shows_no_rate_and_no_ports(
         app = MntuiApp(config, launch_now=True, watchdog=False)
         async with app.run_test(size=(160, 48)) as pilot:
             pane = app.query_one("#pane-node0", NodePane)
-            await until(
-                pilot,
-                lambda: f":{port}" in drawn(pane)[0] and "/s" in drawn(pane)[0],
-                40,
-                "node0 running, with its rate and port",
-            )
+            try:
+                await until(
+                    pilot,
+                    lambda: f":{port}" in drawn(pane)[0] and "/s" in drawn(pane)[0],
+                    40,
+                    "node0 running, with its rate and port",
+                )
+            except TimeoutError as exc:  # what it showed instead, and what the app said
+                events = "\n".join(line.text for line in app.events.lines)
+                raise AssertionError(f"{exc}: {drawn(pane)[0]!r}\n{events}") from None
             stop.touch()
             await until(
                 pilot,

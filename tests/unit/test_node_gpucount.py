@@ -257,3 +257,41 @@ def test_a_killed_chains_last_attempt_gets_its_final_steps_at_once() -> None:
     end = 200.0 + 3 * step + STEPS_EVERY * 0.1
     final = look("killed", end)
     assert final is not None and final["last_step_at"] == end
+
+
+def test_a_kill_before_this_machine_saw_the_restart_keeps_the_attempt_it_killed() -> None:
+    """The laptop slept while the coordinator restarted the job; in the morning `mntui
+    kill` (no `status` first) marks attempt 0, the one recorded here, killed, and the
+    coordinator kills attempt 1. The next look records attempt 1, killed, with its
+    training: before, the sync stopped at the kill and the ledger lost the attempt."""
+    from mntui.sessions.launch.board import BoardView
+    from mntui.sessions.runs import NodeRecord, RunStatus, load_run
+    from mntui.sessions.watch.clusterchain import sync_chain
+
+    run0, run1 = run_id(941), run_id(942)
+    nodes = [NodeRecord("n0", "127.0.0.1", 0, "s", f"gk/{run0}/n0", f".mntui/runs/gk/{run0}/n0")]
+    rec = RunRecord("gk", run0, "/x.yaml", "127.0.0.1", 1, nodes)
+    rec.watch_port, rec.cluster_attempts = 29501, [run1]
+    rec.create()
+    rec.update(lambda r: (setattr(r, "status", RunStatus.KILLED), r.note("kill", by="user")))
+    killed_at = next(h["at"] for h in rec.history if h["what"] == "kill")
+    clock = {"first_step_at": killed_at - 7000, "first_step": 1, "last_step": 900,
+             "last_step_at": killed_at - 1, "gpus": 0, "gpu_nodes": 1}  # fmt: skip
+    end = {"state": "failed", "culprit": "n0", "cause": "n0: exit 1"}
+    chain = {"chain": run0, "status": "killed", "attempts": [
+        {"attempt": 0, "run": run0, "end": end, "delay": 1.0, "started_at": killed_at - 9000},
+        {"attempt": 1, "run": run1, "started_at": killed_at - 7200, "steps": clock},
+    ]}  # fmt: skip
+    latest = sync_chain(rec, BoardView({"at": 1.0}, None, True, chain=chain))
+    got = load_run("gk", run1)
+    assert got is not None and latest.run_id == run1 and got.status is RunStatus.KILLED
+    note = next(h for h in got.history if h.get("what") == "steps")
+    assert note["last_step_at"] == killed_at - 1
+    # an attempt the coordinator started after the kill is not recorded here
+    run2 = run_id(943)
+    rec.update(lambda r: r.cluster_attempts.append(run2))
+    late = {"attempt": 2, "run": run2, "started_at": killed_at + 60}
+    sync_chain(load_run("gk", run0) or rec,
+               BoardView({"at": 1.0}, None, True, chain={**chain, "attempts": [
+                   *chain["attempts"], late]}))  # fmt: skip
+    assert load_run("gk", run2) is None
