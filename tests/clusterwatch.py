@@ -14,6 +14,7 @@ from fakecluster import (
     FakeCluster,
     alive,
     cmdline,
+    environ_of,
     pids_with_env,
     port_listening,
     process_tree,
@@ -90,3 +91,32 @@ def nothing_left(fake: FakeCluster, job: str, ports: tuple[int, ...]) -> None:
 def run_dir(fake: FakeCluster, job: str, node: str) -> Path:
     """The node's run dir of the job's latest run."""
     return fake.node(node).run_dirs(job)[-1]
+
+
+# 2 nodes + 1 spare, restarts on the cluster: the light job whose ranks runs_on finds
+SPARE_JOB = """
+job: {job}
+nodes: [node0, node1]
+spares: [node2]
+master_port: {port}
+command: >-
+  echo "rank {{node_rank}} NODE_RANK=$NODE_RANK on {{node}}";
+  exec python3 -c "import itertools, socket, sys, time; r = int(sys.argv[1]);
+  s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1);
+  r == 0 and (s.bind(('127.0.0.1', {port})), s.listen());
+  [(print('step', i, flush=True), time.sleep(0.1)) for i in itertools.count(1)]" {{node_rank}}
+launch: {{ready_timeout: 20}}
+kill: {{grace: 2}}
+watch: {{where: cluster, port: {wport}, unreachable_after: 5, frozen_after: 2}}
+restart: {{max: 2, backoff: 1}}
+"""
+
+
+def runs_on(job: str, node: str) -> dict[str, list[int]]:
+    """The run id of each attempt with a live rank on `node` (the light job's python3)."""
+    out: dict[str, list[int]] = {}
+    for pid in alive(pids_with_env(f"MNTUI_RUN={re.escape(job)}/[^/]+/{re.escape(node)}")):
+        if "itertools" in cmdline(pid):
+            tag = next(e for e in environ_of(pid) if e.startswith(b"MNTUI_RUN=")).decode()
+            out.setdefault(tag.split("/")[1], []).append(pid)
+    return out

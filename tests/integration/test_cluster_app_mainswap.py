@@ -15,12 +15,11 @@ import time
 from typing import Any
 
 import pytest
-from clusterwatch import watchers
+from clusterwatch import SPARE_JOB, runs_on, watchers
 from fakecluster import FakeCluster, alive, free_port, wait_for
 from helpers import Cfg, until
 from test_cluster_faults import told_on_failure
 from test_cluster_mainswap import REACHED, _lose_main
-from test_cluster_restart import SPARE_JOB, runs_on
 
 from mntui.sessions.config import load_config
 from mntui.sessions.runs import latest, state_dir

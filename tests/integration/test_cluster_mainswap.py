@@ -14,10 +14,9 @@ import signal
 import time
 from pathlib import Path
 
-from clusterwatch import watchers
+from clusterwatch import SPARE_JOB, runs_on, watchers
 from fakecluster import FakeCluster, alive, free_port, process_tree, wait_for
 from helpers import Cfg
-from test_cluster_restart import SPARE_JOB, runs_on
 
 from mntui.sessions.config import load_config
 from mntui.sessions.launch.tmux import session_name

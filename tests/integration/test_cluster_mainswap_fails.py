@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from clusterwatch import SPARE_JOB, runs_on
 from fakecluster import FakeCluster, free_port, wait_for
 from helpers import Cfg
-from test_cluster_restart import SPARE_JOB, runs_on
 
 from mntui.sessions.config import load_config
 from mntui.sessions.events import Event

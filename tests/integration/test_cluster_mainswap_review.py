@@ -14,10 +14,10 @@ import signal
 import time
 from pathlib import Path
 
+from clusterwatch import SPARE_JOB, runs_on
 from fakecluster import FakeCluster, alive, free_port, pids_with_env, wait_for
 from helpers import Cfg
 from test_cluster_mainswap import _lose_main, _release, _said
-from test_cluster_restart import SPARE_JOB, runs_on
 
 from mntui.sessions.config import load_config
 from mntui.sessions.events import Event

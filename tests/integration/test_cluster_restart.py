@@ -12,7 +12,7 @@ import os
 import re
 import signal
 
-from clusterwatch import watchers
+from clusterwatch import SPARE_JOB, runs_on, watchers
 from fakecluster import (
     FakeCluster,
     alive,
@@ -93,33 +93,22 @@ def test_a_rank_dies_while_this_machine_sleeps_and_the_coordinator_restarts_the_
     assert "training 0.0s" not in hist, hist  # the coordinator clocked the steps
 
 
-SPARE_JOB = """
-job: {job}
-nodes: [node0, node1]
-spares: [node2]
-master_port: {port}
-command: >-
-  echo "rank {{node_rank}} NODE_RANK=$NODE_RANK on {{node}}";
-  exec python3 -c "import itertools, socket, sys, time; r = int(sys.argv[1]);
-  s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1);
-  r == 0 and (s.bind(('127.0.0.1', {port})), s.listen());
-  [(print('step', i, flush=True), time.sleep(0.1)) for i in itertools.count(1)]" {{node_rank}}
-launch: {{ready_timeout: 20}}
-kill: {{grace: 2}}
-watch: {{where: cluster, port: {wport}, unreachable_after: 5, frozen_after: 2}}
-restart: {{max: 2, backoff: 1}}
-"""
 ALL = ("node0", "node1", "node2")
 
 
-def runs_on(job: str, node: str) -> dict[str, list[int]]:
-    """The run id of each attempt with a live rank on `node` (the light job's python3)."""
-    out: dict[str, list[int]] = {}
-    for pid in alive(pids_with_env(f"MNTUI_RUN={re.escape(job)}/[^/]+/{re.escape(node)}")):
-        if "itertools" in cmdline(pid):
-            tag = next(e for e in environ_of(pid) if e.startswith(b"MNTUI_RUN=")).decode()
-            out.setdefault(tag.split("/")[1], []).append(pid)
-    return out
+def _fail_twice(job: str, culprit: str, other: str) -> str:
+    """`culprit`'s rank dies in attempt 0 and, once attempt 1 runs on both, in attempt
+    1: a repeat culprit (the nodes stay the same after one failure). Attempt 0's run
+    id (the chain's)."""
+    wait_for(lambda: runs_on(job, culprit), 30, what=f"{culprit}'s rank")
+    first = next(iter(runs_on(job, culprit)))
+    _kill_rank(job, culprit, first)
+    wait_for(lambda: set(runs_on(job, culprit)) - {first}, 60, what=f"attempt 1 on {culprit}")
+    second = next(iter(set(runs_on(job, culprit)) - {first}))
+    wait_for(lambda: second in runs_on(job, other), 30, what=f"attempt 1 on {other}")
+    assert not runs_on(job, "node2"), "one failure is no reason to swap"
+    _kill_rank(job, culprit, second)
+    return first
 
 
 def _kill_rank(job: str, node: str, run: str) -> None:
@@ -142,15 +131,8 @@ def test_a_worker_that_dies_twice_is_replaced_by_the_spare_before_this_machine_w
     assert "spare node2: its sentinel is up" in res.stdout, res.stdout
     wait_for(lambda: len(watchers(job, "sentinel")) == 3, 20, what="3 sentinels, the spare's too")
     assert watchers(job, "sentinel", "node2") and not runs_on(job, "node2")
-    wait_for(lambda: runs_on(job, "node1"), 30, what="node1's rank")
-    first = next(iter(runs_on(job, "node1")))
     with cut_off(fake, ALL):
-        _kill_rank(job, "node1", first)
-        wait_for(lambda: set(runs_on(job, "node1")) - {first}, 60, what="attempt 1 on node1")
-        second = next(iter(set(runs_on(job, "node1")) - {first}))
-        wait_for(lambda: second in runs_on(job, "node0"), 30, what="attempt 1 on node0")
-        assert not runs_on(job, "node2"), "one failure is no reason to swap"
-        _kill_rank(job, "node1", second)
+        first = _fail_twice(job, "node1", "node0")
         wait_for(lambda: runs_on(job, "node2"), 60, what="attempt 2 on the spare node2")
         third = next(iter(runs_on(job, "node2")))
         wait_for(lambda: third in runs_on(job, "node0"), 30, what="attempt 2 on node0")
@@ -217,14 +199,8 @@ def test_a_main_that_breaks_twice_ends_the_chain_for_this_machine_to_replace(
     path = cfg.write(SPARE_JOB.format(job=job, port=port, wport=wport))
     assert cfg.mntui(path, "launch", "--no-ui", watch=True).returncode == 0
     wait_for(lambda: len(watchers(job, "sentinel")) == 3, 20, what="3 sentinels")
-    wait_for(lambda: runs_on(job, "node0"), 30, what="node0's rank")
-    first = next(iter(runs_on(job, "node0")))
     with cut_off(fake, ALL):
-        _kill_rank(job, "node0", first)
-        wait_for(lambda: set(runs_on(job, "node0")) - {first}, 60, what="attempt 1 on node0")
-        second = next(iter(set(runs_on(job, "node0")) - {first}))
-        wait_for(lambda: second in runs_on(job, "node1"), 30, what="attempt 1 on node1 too")
-        _kill_rank(job, "node0", second)
+        _fail_twice(job, "node0", "node1")
         wait_for(lambda: not tagged_anywhere(job), 30, what="the chain's end, every node clean")
     assert not runs_on(job, "node2")
     text = cfg.mntui(path, "status").stdout

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+from clusterwatch import SPARE_JOB
 from fakecluster import FakeCluster, alive, wait_for
 from helpers import Cfg, free_port, until
 
@@ -13,28 +14,12 @@ from mntui.sessions.config import load_config
 from mntui.sessions.launch.chains import chain_of, guarded
 from mntui.tui.app.main import MntuiApp
 
-JOB = """
-job: {job}
-nodes: [node0, node1]
-spares: [node2]
-master_port: {port}
-command: >-
-  exec python3 -c "import itertools, socket, sys, time; r = int(sys.argv[1]);
-  s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1);
-  r == 0 and (s.bind(('127.0.0.1', {port})), s.listen());
-  [(print('step', i, flush=True), time.sleep(0.1)) for i in itertools.count(1)]" {{node_rank}}
-launch: {{ready_timeout: 20}}
-kill: {{grace: 2}}
-watch: {{where: cluster, port: {wport}, unreachable_after: 5}}
-restart: {{max: 2, backoff: 1}}
-"""
-
 
 def test_the_app_hands_a_cluster_run_with_restarts_to_a_stand_by_here(
     fake: FakeCluster, cfg: Cfg
 ) -> None:
     job = "cw-appstand"
-    path = cfg.write(JOB.format(job=job, port=free_port(), wport=free_port()))
+    path = cfg.write(SPARE_JOB.format(job=job, port=free_port(), wport=free_port()))
     config = load_config(path)
     app = MntuiApp(config, launch_now=True, watchdog=True)
 

@@ -9,7 +9,6 @@ host (the teardown's kill and the report's reads run for real; the job is not ru
 
 from __future__ import annotations
 
-import socket
 import textwrap
 import threading
 import time
@@ -17,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fakecluster import free_port
 
 from mntui.sessions.config.jobconfig import parse_config
 from mntui.sessions.report import load_finding
@@ -26,13 +26,6 @@ from mntui.sessions.watch import Watchdog, sampler
 from mntui.sessions.watch.straggler import Sample
 
 SLOW = "Slow node (sampled while the job ran):\n  straggler: rank 1 (b) waits"
-
-
-def free_port() -> int:
-    """A port nobody listens on: the teardown's kill waits for the job's ports to free."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
