@@ -8,6 +8,7 @@ in its environment, which is how teardown finds them: by tag, never by name.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
@@ -17,7 +18,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -182,6 +183,23 @@ class FakeNode:
 
     def pids(self) -> list[int]:
         return pids_with_env(f"MNTUI_FAKE_NODE={re.escape(self.tag)}")
+
+    def kill_all(self, keep: Collection[int] = ()) -> None:
+        """Every process of the node but `keep` killed as with its host: all stopped
+        first, swept again until a sweep finds none new, then SIGKILLed. Killed one by
+        one, a watcher could start its partner again between two kills (the main's
+        sentinel and coordinator keep each other up, respawn.py): a coordinator left on
+        a "dead" main held the watch port the spare's coordinator needed. A stopped
+        process forks nothing; one forked before its stop is found by the next sweep."""
+        frozen: set[int] = set()
+        while new := [p for p in self.pids() if p not in frozen and p not in keep]:
+            for pid in new:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGSTOP)
+                frozen.add(pid)
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 class FakeCluster:
@@ -430,12 +448,7 @@ Host *
         """Kill what tests started on the nodes (by tag), and their tmux servers."""
         for node in self.nodes:
             node.tmux("kill-server")
-            for pid in node.pids():
-                try:
-                    os.kill(pid, signal.SIGCONT)
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            node.kill_all()
 
     def stop(self) -> None:
         self.stop_jobs()

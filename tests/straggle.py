@@ -40,14 +40,22 @@ def can_throttle() -> bool:
 
 
 @contextmanager
-def cpu_quota(pid: int, fraction: float, name: str) -> Iterator[Path]:
-    """`pid` (an sshd) and its future children limited to `fraction` of one CPU."""
+def cpu_quota(
+    pid: int, fraction: float | None, name: str, shares: int | None = None
+) -> Iterator[Path]:
+    """`pid` (an sshd) and its future children limited to `fraction` of one CPU (None: no
+    limit); with `shares`, weighted so against the host's other processes (the default
+    is 1024 each): a node given its CPU first, as on an idle machine, while the suite's
+    other tests load the 2 cores."""
     group = CPU_CGROUP / f"mntui-test-{name}-{os.getpid()}"
     group.mkdir()
     try:
         period = 100_000
-        (group / "cpu.cfs_period_us").write_text(str(period))
-        (group / "cpu.cfs_quota_us").write_text(str(int(period * fraction)))
+        if fraction is not None:
+            (group / "cpu.cfs_period_us").write_text(str(period))
+            (group / "cpu.cfs_quota_us").write_text(str(int(period * fraction)))
+        if shares is not None:
+            (group / "cpu.shares").write_text(str(shares))
         (group / "cgroup.procs").write_text(str(pid))
         yield group
     finally:

@@ -23,7 +23,7 @@ from mntui.sessions.events import Event, Phase
 from mntui.sessions.launch import guard_chain, heartbeat
 from mntui.sessions.launch.board import BoardView
 from mntui.sessions.runs import RunRecord
-from mntui.sessions.watch import WatchEnd, WatchOutcome
+from mntui.sessions.watch import WatchEnd, WatchOutcome, fresh_steps, keep_steps
 from mntui.sessions.watch.detached import note_watching
 from mntui.sessions.watch.fromcluster import adopt, coordinator_done
 from mntui.sessions.watch.standbyhint import say_waiting
@@ -45,6 +45,7 @@ class Standby:
         self.noted = False
         self.waiting: str | None = ""  # what a silent main's look waits for, as last said
         # ("": nothing said yet, so the first look clears an earlier stand-by's reason)
+        self.steps: dict[str, dict[str, Any]] = {}  # run id -> its clock, as last read
 
     def run(self) -> WatchEnd:
         with guard_chain(self.record) as guard:
@@ -76,6 +77,7 @@ class Standby:
             self._heard(view)
             if view is not None and view.status is not None:
                 self.record = rec = adopt(rec, view)
+                self.steps.update(fresh_steps(rec, view))
             silent = time.monotonic() - self.heard
             look = self._look(rec, silent, ssh)
             verdict = judge_main(look)
@@ -92,6 +94,8 @@ class Standby:
             self._waiting(rec, None)
             self._say(f"the main {main} must be replaced: {verdict.why}")
             lost = main if verdict.call is Call.LOST else None
+            if lost is not None:  # no later look will read its clock
+                keep_steps(rec, self.steps)
             # given up: the main answers, and every node of the attempt is cleaned again
             heard = [*look.lost, *([main] if view is not None else [])]
             reached = heard if lost is not None else [n.node for n in rec.nodes]

@@ -11,6 +11,7 @@ from mntui.sessions.exports import lazy_exports
 
 if TYPE_CHECKING:
     from .clusterchain import fresh_steps as fresh_steps
+    from .clusterchain import keep_steps as keep_steps
     from .detached import CONFIRM as CONFIRM
     from .detached import Spawned as Spawned
     from .detached import Watcher as Watcher

@@ -16,6 +16,7 @@ first record noted for it), and a node the chain quarantined is quarantined here
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -208,6 +209,15 @@ def fresh_steps(record: RunRecord, view: BoardView | None) -> dict[str, dict[str
         return {}
     plain = coordinator_clock(entries[-1].get("steps") or (view.status or {}).get("steps"))
     return {record.run_id: plain} if plain is not None else {}
+
+
+def keep_steps(record: RunRecord, steps: Mapping[str, dict[str, Any]]) -> None:
+    """The clock a look read last (fresh_steps, by run id) written into its attempt's
+    record as final: a lost main leaves no later look, so the stand-by writes it before
+    it goes on, else the ledger would miss up to STEPS_EVERY of the attempt's training."""
+    plain = steps.get(record.run_id)
+    if plain is not None and _steps_due(record, plain, final=True):
+        record.update(partial(note_plain, plain=plain))
 
 
 def _mark(rec: RunRecord, status: RunStatus, cause: str | None, why: str) -> None:

@@ -34,10 +34,7 @@ def _lose_main(fake: FakeCluster) -> list[int]:
     for pid in held:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGSTOP)
-    for pid in node.pids():
-        if pid not in held:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+    node.kill_all(keep=held)  # all at once: no watcher starts its partner again
     return held
 
 

@@ -66,7 +66,11 @@ def test_a_worker_with_nothing_left_still_lets_the_main_be_replaced(
         lost = json.loads(word.read_text())
         assert lost.get("nothing_left") is True, lost
         assert "nothing of the job was left to kill" in lost["why"], lost
-        wait_for(lambda: runs_on(job, "node2"), 45, what="attempt 1 on node2, the new main")
+        try:
+            wait_for(lambda: runs_on(job, "node2"), 45, what="attempt 1 on node2, the new main")
+        except TimeoutError as e:  # what the stand-by did, for whoever reads the failure
+            said = log.read_text(errors="replace")
+            raise AssertionError(f"{e}\nthe stand-by's log:\n{said}") from None
         print(
             f"main lost, worker done early -> attempt 1 on node2 in {time.monotonic() - t0:.1f} s"
         )

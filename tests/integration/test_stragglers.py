@@ -100,7 +100,12 @@ def test_a_node_at_half_a_cpu_is_named_and_on_slow_kill_all_takes_the_job_down(
     job = "stragcg"
     watch = "sample_every: 0.5, on_slow: kill_all, capture_budget: 0"
     path = job_file(cfg, job, ["node0", "node1"], "--work 0.1 --kind cpu", watch, fresh)
-    with straggle.cpu_quota(straggle.sshd_pid(fresh, "node1"), 0.5, "test"):
+    # node0 weighted to get its CPU first: under the suite's load a partner starved as
+    # much as the throttled node left node1 no slower (node1 waited 47 %, node0 77 %)
+    with (
+        straggle.cpu_quota(straggle.sshd_pid(fresh, "node0"), None, "fast", shares=16384),
+        straggle.cpu_quota(straggle.sshd_pid(fresh, "node1"), 0.5, "test"),
+    ):
         run = straggle.run_once(fresh, path, job, 60, stop_early=False)
     assert run.suspect is not None and run.suspect.node == "node1", run.finding
     assert run.end is not None and run.end.outcome is WatchOutcome.TORN_DOWN
