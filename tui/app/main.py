@@ -16,19 +16,18 @@ a widget that is gone (the app is closing) is skipped, never looked up.
 
 The app is a chain of base classes, one concept each: ops.py (cleanup, doctor, report),
 following.py (the agent's stream), drawing.py (the views), watching.py (the watchdog),
-polling.py (the poll chain), jobcontrol.py (launch, kill all, restart). This module keeps the state
-they name, the layout, the order of each poll's work, and the keys on the focused node.
+polling.py (the poll chain), jobcontrol.py (launch, kill all, restart), nodekeys.py (attach,
+log, grid or table, help, quit). This module keeps the state they name, the layout and the
+order of each poll's work.
 """
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from typing import IO, Any
 
 import libtmux  # noqa: F401  imported before Textual swaps stdout: its import reads stdout.encoding
-from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid
@@ -42,7 +41,7 @@ from mntui.sessions.errors import ExitCode
 from mntui.sessions.launch import LineSplitter
 from mntui.sessions.poll import Poller
 from mntui.sessions.report import Observations
-from mntui.sessions.runs import RunRecord, latest, read_status
+from mntui.sessions.runs import RunRecord, latest
 from mntui.sessions.ssh import Cluster
 from mntui.sessions.watch import Deadline, Judge, make_notifier
 from mntui.sessions.watch.feedparse import LogNews
@@ -50,14 +49,15 @@ from mntui.sessions.watch.feedparse import LogNews
 from .historyops import HistoryOps
 from .jobcontrol import JobControl
 from .messages import PollDone
+from .nodekeys import NodeKeys
 from .pace import Pace
 from .probing import Probing
-from .widgets import HeaderBar, HelpScreen, LogScreen, NodePane, NodeView
+from .widgets import HeaderBar, NodePane, NodeView
 
 TABLE_ABOVE = 16  # nodes above which the app opens in the compact table view
 
 
-class MntuiApp(JobControl, HistoryOps, Probing):
+class MntuiApp(NodeKeys, JobControl, HistoryOps, Probing):
     TITLE = "mntui"
     CSS = """
     #grid { layout: grid; grid-size: 2; grid-gutter: 0 1; grid-rows: 16; overflow-y: auto; }
@@ -212,61 +212,6 @@ class MntuiApp(JobControl, HistoryOps, Probing):
             else:
                 self.poll_inflight = False
                 self.schedule_poll(self.cfg.watch.interval)
-
-    # -- attach, views, quit ---------------------------------------------------------
-    def focused_node(self) -> str:
-        if self.table_mode:
-            return list(self.views)[min(self.table.cursor_row, len(self.views) - 1)]
-        focused = self.focused
-        if isinstance(focused, NodePane):
-            return focused.view.node
-        return self.cfg.main
-
-    def attach_command(self, node: str) -> list[str]:
-        """KeyError for a node neither of the config nor of its spares."""
-        from mntui.sessions.launch import attach_argv
-
-        rec = self.record  # where the run is: a spare put in is at the host it names
-        host = next((n.host for n in rec.nodes if n.node == node), None) if rec else None
-        argv = attach_argv(self.cfg, node, inside_tmux=False, host=host)
-        return ["env", "-u", "TMUX", *argv]  # nest inside this terminal; detach returns here
-
-    def action_attach(self) -> None:
-        node = self.focused_node()
-        try:
-            argv = self.attach_command(node)
-        except KeyError:
-            self.log_event(f"{node}: not a node of this config: `mntui attach {node}`")
-            return
-        with self.suspend():
-            print(f"attaching to {node} (detach with Ctrl-b d to come back to mntui)", flush=True)
-            subprocess.run(argv)
-
-    def action_view_log(self) -> None:
-        self.push_screen(LogScreen(self.views[self.focused_node()]))
-
-    def action_toggle_view(self) -> None:
-        self.table_mode = not self.table_mode
-        self.grid.set_class(self.table_mode, "hidden")
-        self.table.set_class(not self.table_mode, "hidden")
-        self.draw("views", self.refresh_views)
-
-    def action_help(self) -> None:
-        self.push_screen(HelpScreen())
-
-    def action_quit_app(self) -> None:
-        """Quitting never stops the job; the last line says where it stands (it once said
-        "left running" of a job killed a moment before)."""
-        rec = self.record
-        status = read_status(rec.job, rec.run_id) or rec.status if rec is not None else None
-        if status is not None and status.is_live:
-            self.notify("the job keeps running; `mntui kill` stops it", timeout=3)
-            text = f"mntui: left {self.cfg.job} running (mntui status / mntui kill)"
-        elif rec is not None:
-            text = f"mntui: {self.cfg.job} is not running (run {rec.run_id}: {status})"
-        else:
-            text = f"mntui: {self.cfg.job} has no run here yet (mntui launch)"
-        self.exit(message=Text(text))
 
 
 def run_app(
