@@ -59,6 +59,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+KILL_ROUNDS = 3  # sweeps after a kill for a child forked while its parent stopped
+KILL_TIMEOUT = 10.0  # seconds a kill_as_host may keep finding new processes
+
+
 def environ_of(pid: int) -> list[bytes]:
     try:
         return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
@@ -124,6 +128,43 @@ def process_tree(pid: int) -> list[int]:
     return out
 
 
+def kill_as_host(find: Callable[[], list[int]], keep: Collection[int] = ()) -> None:
+    """What `find` lists (but `keep`) killed as with its host: all stopped first, swept
+    again until a sweep finds none new, then SIGKILLed. Killed one by one, the watchers
+    acted between two kills: the main's sentinel and coordinator start each other again
+    (respawn.py) and the coordinator restarts a job whose rank died, so a "dead" main
+    ran a new attempt (CI's failure of test_cluster_mainswap_review.py). A stopped
+    process forks nothing and is not dead to its partner; a fork already under way at
+    its stop may show its child only after the sweep, so the check after the kill
+    goes round again. Whatever was stopped is killed, whatever happens."""
+    deadline = time.monotonic() + KILL_TIMEOUT
+    frozen: set[int] = set()
+
+    def found() -> list[int]:
+        return [p for p in alive(find()) if p not in frozen and p not in keep]
+
+    try:
+        for _ in range(KILL_ROUNDS):
+            while new := found():
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"processes kept appearing: {new[:10]}")
+                for pid in new:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGSTOP)
+                    frozen.add(pid)
+            _kill_each(frozen)
+            if not found():
+                return
+    finally:
+        _kill_each(frozen)
+
+
+def _kill_each(pids: Iterable[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def stop_process(proc: subprocess.Popen[Any] | None, grace: float) -> None:
     """A daemon the tests started (sshd, a KDC, slurmctld): TERM, then KILL after `grace`
     seconds, and reaped either way."""
@@ -185,21 +226,8 @@ class FakeNode:
         return pids_with_env(f"MNTUI_FAKE_NODE={re.escape(self.tag)}")
 
     def kill_all(self, keep: Collection[int] = ()) -> None:
-        """Every process of the node but `keep` killed as with its host: all stopped
-        first, swept again until a sweep finds none new, then SIGKILLed. Killed one by
-        one, a watcher could start its partner again between two kills (the main's
-        sentinel and coordinator keep each other up, respawn.py): a coordinator left on
-        a "dead" main held the watch port the spare's coordinator needed. A stopped
-        process forks nothing; one forked before its stop is found by the next sweep."""
-        frozen: set[int] = set()
-        while new := [p for p in self.pids() if p not in frozen and p not in keep]:
-            for pid in new:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGSTOP)
-                frozen.add(pid)
-        for pid in frozen:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        """Every process of the node but `keep` killed as with its host (kill_as_host)."""
+        kill_as_host(self.pids, keep)
 
 
 class FakeCluster:
@@ -444,20 +472,27 @@ Host *
             stdin=subprocess.DEVNULL,
         )
 
+    def pids(self) -> list[int]:
+        """What any node of this cluster runs (its sshd's sessions' shells and below)."""
+        return pids_with_env(f"MNTUI_FAKE_NODE={re.escape(self.nodes[0].tag.rsplit('/', 1)[0])}/.*")
+
     def stop_jobs(self) -> None:
-        """Kill what tests started on the nodes (by tag), and their tmux servers."""
+        """Kill what tests started on the nodes, their tmux servers included, all nodes
+        at once: a watcher left on one node (a coordinator after a main swap) cannot
+        relaunch onto a node already swept. The killed servers' sockets are the nodes'
+        own files (TMUX_TMPDIR here, made by this class), removed so the next tmux starts
+        clean."""
+        kill_as_host(self.pids)
         for node in self.nodes:
-            node.tmux("kill-server")
-            node.kill_all()
+            node.tmux("kill-server")  # one a test started from here carries no node's tag
+            node.tmux_socket.unlink(missing_ok=True)
 
     def stop(self) -> None:
         self.stop_jobs()
         for node in self.nodes:
             stop_process(node.proc, 5)
         # sshd children of a killed sshd serve open connections until they close
-        for pid in pids_with_env(
-            f"MNTUI_FAKE_NODE={re.escape(self.nodes[0].tag.rsplit('/', 1)[0])}/.*"
-        ):
+        for pid in self.pids():
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:

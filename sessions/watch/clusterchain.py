@@ -72,8 +72,9 @@ def sync_chain(record: RunRecord, view: BoardView | None) -> RunRecord:
             continue
         last = i == len(entries) - 1
         _move(rec, e, status if last else None, restarted=not last)
-        now = (view.status or {}).get("steps") if last and view is not None else None
-        plain = coordinator_clock(e.get("steps") or now)
+        plain = coordinator_clock(
+            e.get("steps") or (_status_steps(view, e["run"]) if last else None)
+        )
         # an attempt is over when it has an end, or when it is the last of a chain that
         # ended (a user's kill ends the chain without the attempt's own end)
         over = isinstance(e.get("end"), dict) or (last and status is not None and not status.live)
@@ -207,17 +208,42 @@ def fresh_steps(record: RunRecord, view: BoardView | None) -> dict[str, dict[str
     entries = _entries(chain) if chain else []
     if view is None or not entries or entries[-1]["run"] != record.run_id:
         return {}
-    plain = coordinator_clock(entries[-1].get("steps") or (view.status or {}).get("steps"))
+    plain = coordinator_clock(entries[-1].get("steps") or _status_steps(view, record.run_id))
     return {record.run_id: plain} if plain is not None else {}
+
+
+def _status_steps(view: BoardView | None, run: str) -> object:
+    """status.json's clock when it is `run`'s: a restart puts the new attempt into
+    chain.json before status.json is next written, and that one still carries the last
+    attempt's clock (the ledger would count its training twice)."""
+    status = view.status if view is not None else None
+    return status.get("steps") if status is not None and status.get("run") == run else None
 
 
 def keep_steps(record: RunRecord, steps: Mapping[str, dict[str, Any]]) -> None:
     """The clock a look read last (fresh_steps, by run id) written into its attempt's
     record as final: a lost main leaves no later look, so the stand-by writes it before
-    it goes on, else the ledger would miss up to STEPS_EVERY of the attempt's training."""
+    it goes on, else the ledger would miss up to STEPS_EVERY of the attempt's training.
+    Judged on the record as it is on disk: a `status` since may have written a later
+    clock of the attempt, which stays."""
     plain = steps.get(record.run_id)
-    if plain is not None and _steps_due(record, plain, final=True):
-        record.update(partial(note_plain, plain=plain))
+    if plain is None or not _steps_due(record, plain, final=True):
+        return
+
+    def change(r: RunRecord) -> None:
+        old = next((h for h in r.history if h.get("what") == "steps"), None)
+        if old is None or not _newer(old, plain):
+            note_plain(r, plain=plain)
+
+    record.update(change)
+
+
+def _newer(old: dict[str, Any], plain: dict[str, Any]) -> bool:
+    """Whether the written note is a later clock of the same attempt than `plain`."""
+    then, now = old.get("last_step_at"), plain.get("last_step_at")
+    if not isinstance(then, (int, float)) or not isinstance(now, (int, float)):
+        return False
+    return old.get("first_step_at") == plain.get("first_step_at") and then > now
 
 
 def _mark(rec: RunRecord, status: RunStatus, cause: str | None, why: str) -> None:

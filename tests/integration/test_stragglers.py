@@ -80,6 +80,16 @@ def fresh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeCluster]:
         yield cluster
 
 
+@pytest.fixture
+def swept(fresh: FakeCluster) -> FakeCluster:
+    """`fresh` with nothing of an earlier test running: a quota or weight on a node's
+    sshd reaches only what it starts afterwards, and a worker may run this module's
+    tests in any order (work stealing): a tmux server left running would hold the job
+    outside the cgroup."""
+    fresh.stop_jobs()
+    return fresh
+
+
 def test_a_throttled_gpu_is_named_with_its_reason(fresh: FakeCluster, tmp_path: Path) -> None:
     cfg = Cfg(fresh, tmp_path)
     job = "stragsmi"
@@ -94,8 +104,9 @@ def test_a_throttled_gpu_is_named_with_its_reason(fresh: FakeCluster, tmp_path: 
 
 @needs_cgroup
 def test_a_node_at_half_a_cpu_is_named_and_on_slow_kill_all_takes_the_job_down(
-    fresh: FakeCluster, tmp_path: Path
+    swept: FakeCluster, tmp_path: Path
 ) -> None:
+    fresh = swept
     cfg = Cfg(fresh, tmp_path)
     job = "stragcg"
     watch = "sample_every: 0.5, on_slow: kill_all, capture_budget: 0"
@@ -122,8 +133,8 @@ def test_a_node_at_half_a_cpu_is_named_and_on_slow_kill_all_takes_the_job_down(
 
 
 @needs_cgroup
-def test_doctor_pairs_names_the_throttled_node(fresh: FakeCluster, tmp_path: Path) -> None:
-    res = straggle.doctor_pairs(fresh, tmp_path / "pairs.yaml", 0.2)
+def test_doctor_pairs_names_the_throttled_node(swept: FakeCluster, tmp_path: Path) -> None:
+    res = straggle.doctor_pairs(swept, tmp_path / "pairs.yaml", 0.2)
     line = next(x for x in res.stdout.splitlines() if x.startswith("pairs: "))
     print(f"\nMEASURED doctor --pairs, node2 at 0.2 CPU: {line}")
     assert line.startswith("pairs: node2 is slow: all-reduce "), res.stdout

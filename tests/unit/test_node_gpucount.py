@@ -297,6 +297,46 @@ def test_a_lost_mains_attempt_keeps_the_last_clock_the_stand_by_read() -> None:
     assert mine is not None
     keep_steps(mine, {run: {**read[run], "last_step_at": 200.0 + STEPS_EVERY / 2}})  # the same
     assert load_run("gc", run) == mine
+    # a `status` since wrote a later clock than the stand-by's copy knows: it stays
+    later = {**read[run], "last_step": 260, "last_step_at": 200.0 + STEPS_EVERY * 2}
+    sync_chain(mine, view(200.0 + STEPS_EVERY * 2))
+    assert saved() == later["last_step_at"]
+    older = {**read[run], "last_step_at": 200.0 + STEPS_EVERY}
+    keep_steps(rec, {run: older})  # `rec` still holds the first look's note
+    assert saved() == later["last_step_at"]
+
+
+def test_a_restarts_new_attempt_never_takes_the_last_attempts_clock() -> None:
+    """The coordinator puts a new attempt into chain.json before it next writes
+    status.json, which still carries the last attempt's run and clock: that clock was
+    taken as the new attempt's (its ledger counted the last one's training twice), and
+    a main lost then made it final (keep_steps)."""
+    from mntui.sessions.launch.board import BoardView
+    from mntui.sessions.runs import NodeRecord, load_run
+    from mntui.sessions.watch.clusterchain import fresh_steps, sync_chain
+
+    run0, run1 = run_id(951), run_id(952)
+    nodes = [NodeRecord("n0", "127.0.0.1", 0, "s", f"gr/{run0}/n0", f".mntui/runs/gr/{run0}/n0")]
+    rec = RunRecord("gr", run0, "/x.yaml", "127.0.0.1", 1, nodes)
+    rec.watch_port, rec.cluster_attempts = 29501, [run1]
+    rec.create()
+    clock0 = {"first_step_at": 100.0, "first_step": 1, "last_step": 90, "last_step_at": 190.0,
+              "gpus": 0, "gpu_nodes": 1}  # fmt: skip
+    end = {"state": "failed", "culprit": "n0", "cause": "n0: exit 1"}
+    chain = {"chain": run0, "status": "restarting", "attempts": [
+        {"attempt": 0, "run": run0, "end": end, "steps": clock0, "started_at": 90.0},
+        {"attempt": 1, "run": run1, "started_at": 200.0},
+    ]}  # fmt: skip
+    status = {"run": run0, "attempt": 0, "steps": clock0}  # not written since the restart
+    view = BoardView(status, None, True, chain=chain)
+    latest = sync_chain(rec, view)
+    assert latest.run_id == run1
+    assert fresh_steps(latest, view) == {}
+    got = load_run("gr", run1)
+    assert got is not None and not [h for h in got.history if h.get("what") == "steps"]
+    clock1 = {**clock0, "first_step_at": 210.0, "last_step_at": 215.0}  # its own, once written
+    view1 = BoardView({"run": run1, "attempt": 1, "steps": clock1}, None, True, chain=chain)
+    assert fresh_steps(latest, view1) == {run1: clock1}
 
 
 def test_a_kill_before_this_machine_saw_the_restart_keeps_the_attempt_it_killed() -> None:
