@@ -106,18 +106,17 @@ def test_a_throttled_gpu_is_named_with_its_reason(fresh: FakeCluster, tmp_path: 
 def test_a_node_at_half_a_cpu_is_named_and_on_slow_kill_all_takes_the_job_down(
     swept: FakeCluster, tmp_path: Path
 ) -> None:
-    fresh = swept
-    cfg = Cfg(fresh, tmp_path)
+    cfg = Cfg(swept, tmp_path)
     job = "stragcg"
     watch = "sample_every: 0.5, on_slow: kill_all, capture_budget: 0"
-    path = job_file(cfg, job, ["node0", "node1"], "--work 0.1 --kind cpu", watch, fresh)
+    path = job_file(cfg, job, ["node0", "node1"], "--work 0.1 --kind cpu", watch, swept)
     # node0 weighted to get its CPU first: under the suite's load a partner starved as
     # much as the throttled node left node1 no slower (node1 waited 47 %, node0 77 %)
     with (
-        straggle.cpu_quota(straggle.sshd_pid(fresh, "node0"), None, "fast", shares=16384),
-        straggle.cpu_quota(straggle.sshd_pid(fresh, "node1"), 0.5, "test"),
+        straggle.cpu_quota(straggle.sshd_pid(swept, "node0"), None, "fast", shares=16384),
+        straggle.cpu_quota(straggle.sshd_pid(swept, "node1"), 0.5, "test"),
     ):
-        run = straggle.run_once(fresh, path, job, 60, stop_early=False)
+        run = straggle.run_once(swept, path, job, 60, stop_early=False)
     assert run.suspect is not None and run.suspect.node == "node1", run.finding
     assert run.end is not None and run.end.outcome is WatchOutcome.TORN_DOWN
     assert run.end.trigger is not None and run.end.trigger.why.startswith("straggler: rank 1")
