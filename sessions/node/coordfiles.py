@@ -133,10 +133,13 @@ class BoardFiles:
         if steps:
             self.journal("steps", None, steps=steps)
 
-    def ended(self, verdicts: dict[str, Any]) -> None:
+    def ended(self, verdicts: dict[str, Any], first: dict[str, Any] | None = None) -> None:
+        """The attempt ended by itself; `first`: its first failure (firstfail.plain)."""
         states = {n: str(v.state) for n, v in verdicts.items()}
-        self.journal("ended", None, states=states)
-        record = {"run": self.run, "ended_at": time.time(), "ended": states}
+        self.journal("ended", None, states=states, first=first)
+        record: dict[str, Any] = {"run": self.run, "ended_at": time.time(), "ended": states}
+        if first is not None:
+            record["first"] = first
         self.write("decision.json", record)
         self.keep_decision(record)
         self.publish(verdicts, time.monotonic(), force=True)

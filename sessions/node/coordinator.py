@@ -26,14 +26,15 @@ import time
 import traceback
 from typing import Any
 
-from . import coordport, daemon, feedserve, respawn
+from . import coordport, daemon, feedserve, firstfail, respawn
 from .chain import Outcome, exit_codes, run_chain
 from .chainstates import OutcomeKind
 from .coordstate import Board
 from .judging import Judge
 from .notifysend import Outbox
+from .rules import NodeState
 from .slowness import SlowWatch
-from .teardown import kill_everywhere, teardown, user_kill
+from .teardown import blame, kill_everywhere, teardown, user_kill
 from .watchcfg import WatchConfig, grace_of, load_for
 
 TICK = 0.25
@@ -124,15 +125,22 @@ class Coordinator:
                 if t.action == "notify":
                     self.board.journal("notify", t.node, state=str(t.state), why=t.why)
             if kills:
-                why = teardown(self.board, kills[0], self.cfg, exit_codes(facts))
-                return Outcome(OutcomeKind.TEARDOWN, why, kills[0], facts)
+                why, first = teardown(self.board, kills[0], self.cfg, exit_codes(facts))
+                return Outcome(OutcomeKind.TEARDOWN, why, kills[0], facts, first=first)
             if self.board.complete(facts) and not may_run(verdicts):
-                # what is left is the dead panes (remain-on-exit) and any straggler
-                kill_everywhere(self.board, self.cfg, "the job ended: closing its sessions", 0.0)
-                self.board.ended(verdicts)
-                return Outcome(OutcomeKind.ENDED, "the job ended", None, facts, verdicts)
+                return self._ended(facts, verdicts)
             self.board.journal_steps(now)
             self.board.publish(verdicts, now)
+
+    def _ended(self, facts: dict[str, Any], verdicts: dict[str, Any]) -> Outcome:
+        """The attempt ended by itself: what is left is the dead panes (remain-on-exit)
+        and any straggler; a failed one's first failure is named from the closing's
+        reports, as a teardown's is."""
+        kill = kill_everywhere(self.board, self.cfg, "the job ended: closing its sessions", 0.0)
+        failed = any(v.state is NodeState.FAILED for v in verdicts.values())
+        first = blame(self.board, kill, None) if failed else None
+        self.board.ended(verdicts, firstfail.plain(first) if first is not None else None)
+        return Outcome(OutcomeKind.ENDED, "the job ended", None, facts, verdicts, first=first)
 
     def guard(self) -> None:
         """The main's sentinel, started again when it died (not once the chain is over:

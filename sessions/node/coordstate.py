@@ -58,6 +58,7 @@ class Board(PeerTable, BoardFiles):
         self.nodes: dict[str, str] = {}  # each node's last snapshot, as JSON (nodewire.py)
         self.nodes_changed = False  # since coord/nodes.json was last written
         self.layout = cfg.nodes  # the attempt's node of each rank (chain.py swaps a spare in)
+        self.problem_at: dict[str, float] = {}  # when the judge first saw each node in trouble
 
     # -- what the sentinels say -----------------------------------------------
     def heard(self, peer: Peer, msg: dict[str, Any]) -> None:
@@ -126,6 +127,8 @@ class Board(PeerTable, BoardFiles):
     # -- what the judge's verdicts leave in the journal ---------------------
     def saw(self, verdicts: dict[str, Any]) -> None:
         for node, v in verdicts.items():
+            if v.state.is_problem:  # the first failure's clock for a node that wrote none
+                self.problem_at.setdefault(node, time.time())
             now = (str(v.state), v.why)
             if self.states.get(node) != now:
                 self.states[node] = now
@@ -182,5 +185,6 @@ class Board(PeerTable, BoardFiles):
             self.start = time.monotonic()
         self.states.clear()
         self.poked.clear()
+        self.problem_at.clear()
         with self.lock:
             self._replies.clear()

@@ -19,6 +19,7 @@ from typing import Protocol
 from .chainlog import ChainLog
 from .coordstate import Board
 from .killer import listening_ports
+from .restarts import attempt_label
 from .teardown import stop
 from .watchcfg import WatchConfig
 
@@ -49,7 +50,7 @@ def relaunch(c: Starter, k: int, log: ChainLog) -> str | None:
     if why is None:
         why = _start_on(c, list(workers), k, layout)
     if why is not None:
-        why = f"attempt {k} did not start: {why}"
+        why = f"{attempt_label(k)} did not start: {why}"
         stop(c.board, c.cfg, {"decided_by": "coordinator", "why": why}, c.cfg.grace)
         return why
     log.running(k)
@@ -88,7 +89,7 @@ def _start_on(c: Starter, nodes: list[str], k: int, layout: tuple[str, ...]) -> 
     for n, rid in asked.items():
         msg = c.board.wait_reply(n, rid, deadline) if rid is not None else None
         if msg is None:
-            why = why or f"{n}'s sentinel did not say attempt {k} started"
+            why = why or f"{n}'s sentinel did not say {attempt_label(k)} started"
         elif msg.get("ok") is not True:
             why = why or f"{n}: {str(msg.get('error'))[:200]}"
     return why

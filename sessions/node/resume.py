@@ -28,7 +28,7 @@ from typing import Any
 
 from .chainstates import TERMINAL, ChainStatus, status_of
 from .coordstate import Board
-from .restarts import AttemptEnd, ends_from
+from .restarts import AttemptEnd, attempt_label, ends_from
 
 
 class Phase(str, Enum):
@@ -104,7 +104,7 @@ def point(chain: dict[str, Any], decision: dict[str, Any] | None, now: float) ->
         return replace(at, phase=BACKOFF, left=left)
     if status is ChainStatus.STARTING:
         if mine is not None:  # its start failed, and what did start was stopped
-            why = str(mine.get("why") or f"attempt {k} did not start")[:300]
+            why = str(mine.get("why") or f"{attempt_label(k)} did not start")[:300]
             return replace(at, phase=OVER, why=why, end=ChainStatus.FAILED_RESTART)
         return replace(at, phase=START)
     if status is ChainStatus.RUNNING:

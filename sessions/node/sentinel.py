@@ -24,7 +24,18 @@ import time
 import traceback
 from typing import Any
 
-from . import attempt, daemon, frames, gpus, killer, nodesnap, respawn, spysample, stackcap
+from . import (
+    attempt,
+    daemon,
+    firstfail,
+    frames,
+    gpus,
+    killer,
+    nodesnap,
+    respawn,
+    spysample,
+    stackcap,
+)
 from .attempt import Attempt
 from .facts import Facts
 from .logtail import LogTail
@@ -128,7 +139,19 @@ class Sentinel(Link):
             result = self._kill(why, grace)
             if taken is not None:
                 result["stacks"] = taken
+            result["cause"] = self._cause()
             return result
+
+    def _cause(self) -> dict[str, Any] | None:
+        """This node's part of the attempt's end (firstfail.py), read once its ranks are
+        gone and every line is written: the coordinator names the first failure by it."""
+        with self.lock:
+            att = self.att
+        try:
+            return firstfail.node_cause(att.dir, self.cfg.node).to_wire()
+        except Exception:  # a log it cannot read: no cause, never a kill that fails
+            traceback.print_exc()
+            return None
 
     def _stacks(self, ask: stackcap.Ask) -> dict[str, Any]:
         """The capture the launch rendered for the current attempt, saved in its run dir;

@@ -34,7 +34,8 @@ FINAL = {ChainStatus.GAVE_UP: RunStatus.GAVE_UP, ChainStatus.KILLED: RunStatus.K
 NO_END = {ChainStatus.KILLED: RunStatus.KILLED, ChainStatus.FAILED_RESTART: RunStatus.ABORTED}
 
 
-def _entries(chain: dict[str, Any]) -> list[dict[str, Any]]:
+def entries(chain: dict[str, Any]) -> list[dict[str, Any]]:
+    """chain.json's attempts that have the shape of ours (a number and a run)."""
     items = chain.get("attempts")
     out = []
     for e in items if isinstance(items, list) else []:
@@ -61,16 +62,16 @@ def sync_chain(record: RunRecord, view: BoardView | None) -> RunRecord:
         return record
     status = status_of(chain.get("status"))
     sync_quarantines(first, chain)
-    entries = _entries(chain)
+    attempts = entries(chain)
     ends: list[dict[str, Any]] = []
     latest = first
-    for i, e in enumerate(entries):
+    for i, e in enumerate(attempts):
         if _after_kill(latest, e) and first.attempt + e["attempt"] > latest.attempt:
             break  # the user's kill ended the chain here: no attempt of it is live after
         rec = _record_of(first, e, ends)
         if rec is None:
             continue
-        last = i == len(entries) - 1
+        last = i == len(attempts) - 1
         _move(rec, e, status if last else None, restarted=not last)
         plain = coordinator_clock(
             e.get("steps") or (_status_steps(view, e["run"]) if last else None)
@@ -133,6 +134,21 @@ def _after_kill(r: RunRecord, e: dict[str, Any]) -> bool:
     return started >= killed
 
 
+def _overtaken(r: RunRecord, e: dict[str, Any]) -> bool:
+    """A user's kill marked `r` after its attempt had already ended on the cluster (this
+    machine had not seen the end, nor the restart after it): the chain's end stands,
+    and the kill was the later attempt's, which the chain records killed."""
+    if not _stopped(r):
+        return False
+    note = next((h.get("at") for h in reversed(r.history) if h.get("what") == "kill"), None)
+    killed, ended = _when(note), _when(e.get("ended_at"))
+    return killed is not None and ended is not None and killed > ended
+
+
+def _when(v: object) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
 def _move(
     rec: RunRecord, e: dict[str, Any], chain_status: ChainStatus | None, restarted: bool = False
 ) -> None:
@@ -155,11 +171,11 @@ def _move(
         status = RunStatus.FINISHED
     else:
         status = RunStatus.TORN_DOWN if end.get("culprit") else RunStatus.FAILED
-    if not rec.status.is_live or rec.status is status:
+    if not (rec.status.is_live or _overtaken(rec, e)) or rec.status is status:
         return  # as the chain says already: no rewrite of the record on each look
 
     def change(r: RunRecord) -> None:
-        if not r.status.is_live or r.status is status:
+        if not (r.status.is_live or _overtaken(r, e)) or r.status is status:
             return
         r.status = status
         r.cause = cause if status is not RunStatus.FINISHED else r.cause
@@ -205,10 +221,10 @@ def fresh_steps(record: RunRecord, view: BoardView | None) -> dict[str, dict[str
     compares with what was written (a `status --watch` holding one record object would
     otherwise never write it)."""
     chain = view.chain if view is not None else None
-    entries = _entries(chain) if chain else []
-    if view is None or not entries or entries[-1]["run"] != record.run_id:
+    attempts = entries(chain) if chain else []
+    if view is None or not attempts or attempts[-1]["run"] != record.run_id:
         return {}
-    plain = coordinator_clock(entries[-1].get("steps") or _status_steps(view, record.run_id))
+    plain = coordinator_clock(attempts[-1].get("steps") or _status_steps(view, record.run_id))
     return {record.run_id: plain} if plain is not None else {}
 
 
