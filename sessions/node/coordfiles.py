@@ -50,6 +50,7 @@ class BoardFiles:
     nodes: dict[str, str]
     nodes_changed: bool
     layout: tuple[str, ...]
+    first: dict[str, Any] | None
 
     if TYPE_CHECKING:  # the peer table's (coordpeers.py): no definition here to shadow it
 
@@ -89,6 +90,7 @@ class BoardFiles:
                 "refused": refusals,
                 "refused_last_from": self.last_refused,
                 "steps": dict(self.clock),
+                "first": self.first,  # the attempt's first failure (firstfail.py), once named
                 "malformed": malformed,
                 "write_errors": self.write_errors,
             },
@@ -139,7 +141,7 @@ class BoardFiles:
         self.journal("ended", None, states=states, first=first)
         record: dict[str, Any] = {"run": self.run, "ended_at": time.time(), "ended": states}
         if first is not None:
-            record["first"] = first
+            record["first"] = self.first = first
         self.write("decision.json", record)
         self.keep_decision(record)
         self.publish(verdicts, time.monotonic(), force=True)

@@ -59,6 +59,8 @@ class Board(PeerTable, BoardFiles):
         self.nodes_changed = False  # since coord/nodes.json was last written
         self.layout = cfg.nodes  # the attempt's node of each rank (chain.py swaps a spare in)
         self.problem_at: dict[str, float] = {}  # when the judge first saw each node in trouble
+        self.verdicts: dict[str, Any] = {}  # the judge's last, for a status written after it
+        self.first: dict[str, Any] | None = None  # the attempt's first failure, once named
 
     # -- what the sentinels say -----------------------------------------------
     def heard(self, peer: Peer, msg: dict[str, Any]) -> None:
@@ -126,6 +128,7 @@ class Board(PeerTable, BoardFiles):
 
     # -- what the judge's verdicts leave in the journal ---------------------
     def saw(self, verdicts: dict[str, Any]) -> None:
+        self.verdicts = dict(verdicts)
         for node, v in verdicts.items():
             if v.state.is_problem:  # the first failure's clock for a node that wrote none
                 self.problem_at.setdefault(node, time.time())
@@ -186,5 +189,6 @@ class Board(PeerTable, BoardFiles):
         self.states.clear()
         self.poked.clear()
         self.problem_at.clear()
+        self.verdicts, self.first = {}, None
         with self.lock:
             self._replies.clear()

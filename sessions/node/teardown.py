@@ -65,8 +65,9 @@ def teardown(
     record["ended_at"] = time.time()
     first = blame(board, record["kill"], t)
     if first is not None:
-        record["first"] = firstfail.plain(first)
+        record["first"] = board.first = firstfail.plain(first)
         why = f"{first.who} {_verb(first, t)}: {first.why}"
+        board.publish(board.verdicts, time.monotonic(), force=True)  # the app's header says it
     board.write("decision.json", record)
     board.journal("teardown", None, nodes=sorted(record["kill"]), first=record.get("first"))
     board.keep_decision(record)

@@ -11,10 +11,9 @@ import shutil
 import pytest
 from clusterwatch import SPARE_JOB, cut_off, runs_on, watchers
 from fakecluster import FakeCluster, wait_for
-from helpers import Cfg, free_port, tagged_anywhere
+from helpers import FAULTY, Cfg, faulty_job, free_port, tagged_anywhere
 from test_cluster_faults import decision, told_on_failure
 from test_cluster_restart import ALL, _fail_twice
-from test_reports import FAULTY, faulty_job
 
 from mntui.sessions.runs import latest
 

@@ -40,6 +40,7 @@ class Drawing(Following):
     started: float
     judge: Judge
     progress_line: str
+    feed_first: str | None  # the coordinator's first failure (streaming.py)
 
     def post_event(self, event: Event) -> None:
         self.post_message(EngineEvent(event))
@@ -136,7 +137,8 @@ class Drawing(Following):
             secs = int(time.time() - rec.created_at)
             elapsed = f"  {secs // 3600}:{secs // 60 % 60:02d}:{secs % 60:02d}"
         who = f"watchdog {self.watcher}"
-        cause = saved_cause(rec.dir) if rec is not None else None  # of the run on screen only
+        # of the run on screen only: its saved report's, else its coordinator's first failure
+        cause = (saved_cause(rec.dir) or self.feed_first) if rec is not None else None
         w = self.cfg.watch
         progress = f"progress: {self.progress_line}  " if self.progress_line else ""
         text = (
