@@ -96,7 +96,7 @@ class Streaming(AttemptLook):
             self.post_message(FeedBroken(generation, f"{type(exc).__name__}: {exc}"))
 
     def _follow_main(self, record: RunRecord, generation: int) -> None:
-        ssh = clusterfeed.argv(self.cfg)
+        ssh = clusterfeed.argv(self.cfg, record.main.host)
         if ssh is None:
             why = "the main needs a password: no stream (`mntui status` reads the run)"
             self.post_message(FeedBroken(generation, why, final=True))
