@@ -23,6 +23,7 @@ from typing import Any
 
 from mntui.sessions.history.stepclock import CLOCK_KEYS, REFRESH, coordinator_clock, note_plain
 from mntui.sessions.launch.board import SWAP_NOTE, BoardView
+from mntui.sessions.node import firstfail
 from mntui.sessions.node.chainstates import ChainStatus, OutcomeKind, status_of
 from mntui.sessions.runs import RunRecord, RunStatus, load_run
 from mntui.sessions.termsafe import one_line
@@ -180,10 +181,13 @@ def _move(
         r.status = status
         r.cause = cause if status is not RunStatus.FINISHED else r.cause
         if e.get("kind") == OutcomeKind.TEARDOWN and isinstance(end.get("culprit"), str):
-            at = e.get("ended_at") if isinstance(e.get("ended_at"), (int, float)) else None
+            at = _when(e.get("ended_at"))
+            first = firstfail.read(e.get("first"))  # when it broke: the ledger's detection
+            fault = first.at if first is not None and first.at is not None else at
             state = str(end.get("state"))
             r.note("watchdog-teardown", by="coordinator", node=end["culprit"], state=state,
-                   why=cause or "", decided_at=at, killed_at=at, at=at or time.time())  # fmt: skip
+                   why=cause or "", decided_at=at, killed_at=at, at=at or time.time(),
+                   fault_at=fault)  # fmt: skip
         r.note(status.value, by="coordinator", why=one_line(str(e.get("restart") or ""))[:200])
 
     rec.update(change)
