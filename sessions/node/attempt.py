@@ -19,6 +19,7 @@ import time
 from . import daemon, proctree, spareattempt
 from .facts import Facts, ProcFact
 from .logtail import LogTail
+from .plainfile import plain
 from .runid import RUN_ID
 from .watchcfg import WatchConfig
 
@@ -47,7 +48,7 @@ def tmux_pane(session: str) -> tuple[bool, bool, int | None]:
 
 def read_exit_code(run_dir: str) -> int | None:
     try:
-        with open(os.path.join(run_dir, "exit_code"), encoding="ascii") as f:
+        with open(os.path.join(run_dir, "exit_code"), encoding="ascii", opener=plain) as f:
             text = f.read(32).strip()
     except (OSError, UnicodeDecodeError):
         return None
@@ -124,7 +125,8 @@ def follow(first_dir: str, k: int, cfg: WatchConfig) -> Attempt:
     """Attempt `k` as the launch rendered it, to follow without starting it (a sentinel
     started again mid-chain follows the attempt its predecessor started); RuntimeError
     when its file is not one of ours."""
-    with open(os.path.join(first_dir, "attempts", f"{k}.json"), encoding="utf-8") as f:
+    path = os.path.join(first_dir, "attempts", f"{k}.json")
+    with open(path, encoding="utf-8", opener=plain) as f:
         info = json.loads(f.read(4096))
     run, tag, rel = info.get("run"), info.get("tag"), info.get("run_dir")
     ok = isinstance(run, str) and RUN_ID.fullmatch(run) and tag == f"{cfg.job}/{run}/{cfg.node}"

@@ -203,6 +203,7 @@ def _await_peers(c: Coordinator, within: float) -> None:
     killed; the main's ranks the kill takes itself if its sentinel does not come."""
     end = time.monotonic() + within
     while not set(c.board.layout) <= set(c.board.live_peers()):
+        c.board.pulse()
         left = end - time.monotonic()
         if left <= 0:
             return
@@ -213,6 +214,7 @@ def _backoff(c: Coordinator, delay: float) -> bool:
     """Waits `delay`; False when the user's kill came meanwhile (it is carried out)."""
     end = time.monotonic() + delay
     while time.monotonic() < end:
+        c.board.pulse()
         asked = c.kill_requested()
         if asked is not None:
             user_kill(c.board, c.cfg, *asked)

@@ -17,6 +17,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from . import gpuwire, nodewire
+from .plainfile import plain
 from .snapwire import Word
 from .watchcfg import WatchConfig, write_json
 
@@ -169,7 +170,7 @@ class BoardFiles:
         if big and kind not in ("decision", "ended", "refused"):
             return
         try:
-            with self.lock, open(path, "a", encoding="utf-8") as f:
+            with self.lock, open(path, "a", encoding="utf-8", opener=plain) as f:
                 f.write(line + "\n")
         except OSError:
             self.write_errors += 1
@@ -184,6 +185,6 @@ class BoardFiles:
 def _write_text(path: str, text: str) -> None:
     """write_json's atomic write (tmp + rename), of JSON already made."""
     tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with open(tmp, "w", encoding="utf-8", opener=plain) as f:
         f.write(text)
     os.replace(tmp, path)

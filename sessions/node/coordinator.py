@@ -32,12 +32,14 @@ from .chainstates import OutcomeKind
 from .coordstate import Board
 from .judging import Judge
 from .notifysend import Outbox
+from .plainfile import NotPlain, plain
 from .rules import NodeState
 from .slowness import SlowWatch
 from .teardown import blame, kill_everywhere, teardown, user_kill
 from .watchcfg import WatchConfig, grace_of, load_for
 
 TICK = 0.25
+STUCK = 2.0  # heartbeats: the chain's thread silent this long sends none (`beat`)
 COALESCE = 0.1  # seconds: the least time between two judgements of the whole job
 KILL_POLL = 0.02  # seconds: how often the coalescing looks for the user's kill request
 
@@ -53,6 +55,7 @@ class Coordinator:
         self.shaking = threading.BoundedSemaphore(2 * len(cfg.nodes) + 8)
         self.leaving = threading.Event()  # the chain is over: the main's sentinel may go
         self.keeper: respawn.Keeper | None = None  # keeps the main's sentinel up
+        self.odd_kill = False  # coord/kill was found no regular file (journaled once)
         most = cfg.restart.max if cfg.restart is not None else 0
         self.notices = Outbox(cfg.notify, cfg.job, most, self.board)  # sent from here
         self.slow.notices = self.notices
@@ -67,9 +70,14 @@ class Coordinator:
         its grace and id, or None when there is no request."""
         path = os.path.join(self.board.out, "kill")
         try:
-            with open(path, encoding="utf-8") as f:
+            with open(path, encoding="utf-8", opener=plain) as f:
                 data = json.loads(f.read(4096))
         except FileNotFoundError:
+            return None
+        except NotPlain as exc:  # a FIFO, a symlink: not the manager's (it writes a file)
+            if not self.odd_kill:
+                self.odd_kill = True
+                self.board.journal("kill-ignored", None, why=f"coord/kill: {exc.strerror}")
             return None
         except (OSError, ValueError):
             return self.cfg.grace, None
@@ -83,6 +91,7 @@ class Coordinator:
         KILL_POLL meanwhile (a file's open a look): a `mntui kill` is taken at once, not
         up to COALESCE later (the kill's target: 1.5 s at 64 nodes)."""
         while True:
+            self.board.pulse()
             request = self.kill_requested()
             left = judged + COALESCE - time.monotonic()
             if request is not None or left <= 0:
@@ -91,9 +100,21 @@ class Coordinator:
 
     def beat(self) -> None:
         """Heartbeats to every sentinel, whatever the chain is doing (a backoff, a
-        relaunch): a sentinel that hears nothing for `unreachable_after` tears down."""
-        while not self.done.wait(self.cfg.heartbeat):
-            self.board.send_all("hb")
+        relaunch), while the chain's thread works: each of its loops pulses
+        (coordpeers.py). One stuck (a hung filesystem under its files) lets the
+        sentinels call the coordinator lost after `unreachable_after`, as a dead one;
+        its heartbeats went on before, and the job ran on unwatched (issue 39)."""
+        hb = self.cfg.heartbeat
+        stuck = False
+        while not self.done.wait(hb):
+            idle = time.monotonic() - self.board.pulsed
+            if idle <= STUCK * hb:
+                self.board.send_all("hb")
+            elif not stuck:  # once an episode; the journal is a file, maybe the hung one
+                print(
+                    f"coordinator: the chain's thread stuck {idle:.1f} s: no heartbeats", flush=True
+                )
+            stuck = idle > STUCK * hb
 
     def watch_attempt(self) -> Outcome:
         """Judges the current attempt until it ends, is torn down or the user kills it."""

@@ -41,6 +41,7 @@ class Board(PeerTable, BoardFiles):
         self.states: dict[str, tuple[str, str]] = {}
         self.poked: dict[str, float] = {}
         self.sentinel_pids: dict[str, int] = {}
+        self.pulsed = time.monotonic()
         self.main = cfg.nodes[0]
         self.published = 0.0
         self.silence = max(2 * cfg.heartbeat, 1.0)

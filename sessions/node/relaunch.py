@@ -19,6 +19,7 @@ from typing import Protocol
 from .chainlog import ChainLog
 from .coordstate import Board
 from .killer import listening_ports
+from .plainfile import plain
 from .restarts import attempt_label
 from .teardown import stop
 from .watchcfg import WatchConfig
@@ -60,7 +61,7 @@ def relaunch(c: Starter, k: int, log: ChainLog) -> str | None:
 def _run_of(c: Starter, k: int) -> str:
     path = os.path.join(os.path.dirname(c.board.out), "attempts", f"{k}.json")
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8", opener=plain) as f:
             run = json.loads(f.read(4096)).get("run")
     except (OSError, ValueError, AttributeError):
         run = None
@@ -99,6 +100,7 @@ def _ready(c: Starter) -> str | None:
     """The main's master port listening, as the launch waits for it (`ready: port`)."""
     end = time.monotonic() + c.cfg.ready_timeout
     while time.monotonic() < end:
+        c.board.pulse()
         if c.cfg.master_port in listening_ports():
             return None
         if c.kill_requested() is not None:

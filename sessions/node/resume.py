@@ -28,6 +28,7 @@ from typing import Any
 
 from .chainstates import TERMINAL, ChainStatus, status_of
 from .coordstate import Board
+from .plainfile import plain
 from .restarts import AttemptEnd, attempt_label, ends_from
 
 
@@ -63,7 +64,7 @@ class Point:
 def load(out_dir: str, name: str) -> dict[str, Any] | None:
     """One of the coordinator's files (atomic: whole or absent), or None."""
     try:
-        with open(os.path.join(out_dir, name), encoding="utf-8") as f:
+        with open(os.path.join(out_dir, name), encoding="utf-8", opener=plain) as f:
             data = json.loads(f.read(8 << 20))
     except (OSError, ValueError):
         return None

@@ -40,6 +40,7 @@ from .attempt import Attempt
 from .facts import Facts
 from .logtail import LogTail
 from .lostword import lost_why, say_lost
+from .plainfile import plain
 from .sentinellink import FOLLOWING, Link
 from .watchcfg import WatchConfig, load_for
 
@@ -196,7 +197,7 @@ class Sentinel(Link):
         long log read from its start would take minutes of samples, an old step meanwhile)."""
         said = "following the first attempt"
         try:
-            with open(os.path.join(self.dir, FOLLOWING), encoding="utf-8") as f:
+            with open(os.path.join(self.dir, FOLLOWING), encoding="utf-8", opener=plain) as f:
                 data = json.loads(f.read(4096))
             k = data.get("attempt") if isinstance(data, dict) else None
             if type(k) is int and 1 <= k <= self.cfg.attempts:
@@ -255,7 +256,7 @@ def _leave(run_dir: str, why: str) -> None:
 def _to_tail(path: str, log: LogTail) -> None:
     """`log` reads on from the start of the last whole line within its last chunk."""
     try:
-        with open(path, "rb") as f:
+        with open(path, "rb", opener=plain) as f:
             size = os.fstat(f.fileno()).st_size
             at = max(0, size - (64 << 10))
             f.seek(at)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 
+from .plainfile import plain
 from .watchcfg import WatchConfig
 
 MAX_SCRIPT = 4 << 20  # bytes: the launch's script, with the job's own setup lines
@@ -29,7 +30,7 @@ def script_for(first_dir: str, k: int, cfg: WatchConfig, rank: object) -> str:
         return base
     if type(rank) is not int or not 1 <= rank < len(cfg.nodes):
         raise RuntimeError(f"attempt {k}: {rank!r} is no worker rank of this run")
-    with open(base, "rb") as f:
+    with open(base, "rb", opener=plain) as f:
         data = f.read(MAX_SCRIPT + 1)
     if len(data) > MAX_SCRIPT:  # cut, it would run without its end: refused, never run
         raise RuntimeError(f"attempts/{k}.sh is over {MAX_SCRIPT >> 20} MiB: not the launch's")
@@ -38,7 +39,7 @@ def script_for(first_dir: str, k: int, cfg: WatchConfig, rank: object) -> str:
         raise RuntimeError(f"attempts/{k}.sh has no rank to take: not a spare's script")
     out = os.path.join(first_dir, "attempts", f"{k}.rank.sh")
     tmp = f"{out}.tmp-{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = plain(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)  # 0600: the daemon's umask
     with os.fdopen(fd, "wb") as f:
         f.write(text.replace(cfg.rank_token, str(rank)).encode("utf-8", "surrogateescape"))
     os.replace(tmp, out)

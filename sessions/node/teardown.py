@@ -22,6 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 from . import firstfail, killer
+from .coordpeers import PULSE
 from .coordstate import Board
 from .firstfail import NodeCause
 from .judging import NodeTrigger
@@ -184,8 +185,10 @@ def kill_everywhere(
             continue
         res = msg.get("result")
         results[node] = res if isinstance(res, dict) else {"error": "a malformed kill report"}
-    if local is not None:
-        local.join(grace + slack)
+    end = time.monotonic() + grace + slack
+    while local is not None and local.is_alive() and time.monotonic() < end:
+        board.pulse()
+        local.join(PULSE)
     for node in board.layout:
         results.setdefault(node, {"error": "no sentinel connected: its ranks may still run"})
     return results
