@@ -25,6 +25,7 @@ from .facts import Facts
 from .firstfail import NodeCause
 from .judging import NodeTrigger
 from .notifysend import Outbox
+from .placing import MAIN_HERE, RESTART_HERE
 from .relaunch import Starter, relaunch, use
 from .restarts import AttemptEnd, Decision, decide
 from .resume import BACKOFF, DECIDE, OVER, START, WATCH, Point
@@ -41,6 +42,7 @@ class Outcome:
     verdicts: dict[str, Verdict] = field(default_factory=dict)
     codes: tuple[int, ...] = ()  # the nodes' exit codes, when no facts are left to read
     first: NodeCause | None = None  # the first failure (firstfail.py), once named
+    stopped: str | None = None  # the coordinator's own stop lost the attempt: why (no restart)
 
 
 class Coordinator(Starter, Protocol):
@@ -125,6 +127,9 @@ def _chain(c: Coordinator, log: ChainLog, at: Point) -> str:
             d = _decision(c, history, k)
             p = swaps.placement(log.data, c.cfg, history, c.board.live_peers())
             stop = p.stop if d is not None and d.restart else None
+            here = p.main_here
+            if d is not None and d.restart and out.stopped is not None:
+                stop, here = f"{out.stopped}: {MAIN_HERE} ({RESTART_HERE})", True
             if d is not None and stop is not None:  # the main is this machine's to replace
                 d = replace(d, restart=False, why=stop)
             c.notices.decided(out, end, d, k, held, stop)
@@ -132,7 +137,7 @@ def _chain(c: Coordinator, log: ChainLog, at: Point) -> str:
                 why = d.why if d is not None else "restart is off"
                 log.attempt_ended(why, None)
                 gave_up = d is not None and d.gave_up
-                main_here = stop is not None and p.main_here
+                main_here = stop is not None and here
                 log.end(ChainStatus.GAVE_UP if gave_up else ChainStatus.ENDED, why, main_here)
                 return f"{out.why}; {why}"
             log.attempt_ended(d.why, d.delay, p)

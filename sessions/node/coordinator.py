@@ -30,7 +30,8 @@ from . import coordport, daemon, feedserve, firstfail, respawn
 from .chain import Outcome, exit_codes, run_chain
 from .chainstates import OutcomeKind
 from .coordstate import Board
-from .judging import Judge
+from .facts import Facts
+from .judging import Judge, NodeTrigger
 from .notifysend import Outbox
 from .plainfile import NotPlain, plain
 from .rules import NodeState
@@ -39,6 +40,7 @@ from .teardown import blame, kill_everywhere, teardown, user_kill
 from .watchcfg import WatchConfig, grace_of, load_for
 
 TICK = 0.25
+BACK = 2.0  # silences (coordstate.Board.silence) for every node to speak after our own stop
 STUCK = 2.0  # heartbeats: the chain's thread silent this long sends none (`beat`)
 COALESCE = 0.1  # seconds: the least time between two judgements of the whole job
 KILL_POLL = 0.02  # seconds: how often the coalescing looks for the user's kill request
@@ -128,7 +130,7 @@ class Coordinator:
             self.wake.clear()
             now = time.monotonic()
             if judged and now - judged > max(2 * self.cfg.heartbeat, TICK + 1.0):
-                self.board.resumed(now)  # we slept, not the sentinels
+                self.board.resumed(now, now - judged)  # we slept, not the sentinels
             judged = now
             if request is not None:
                 return Outcome(OutcomeKind.KILLED, user_kill(self.board, self.cfg, *request))
@@ -141,6 +143,13 @@ class Coordinator:
             for d in judge.deadlines(facts, verdicts, now):
                 if d.at <= now:
                     self.board.poke(d.node, now)
+            if self.board.stopped is not None:  # a long stop of ours: is every node back?
+                out = self._after_stop(now, facts)
+                if out is not None:
+                    return out
+                if self.board.stopped is not None:  # not yet: nobody is judged meanwhile
+                    self.board.publish(verdicts, now)
+                    continue
             kills = [t for t in triggers if t.action != "notify"]
             for t in triggers:
                 if t.action == "notify":
@@ -162,6 +171,30 @@ class Coordinator:
         first = blame(self.board, kill, None) if failed else None
         self.board.ended(verdicts, firstfail.plain(first) if first is not None else None)
         return Outcome(OutcomeKind.ENDED, "the job ended", None, facts, verdicts, first=first)
+
+    def _after_stop(self, now: float, facts: dict[str, Facts]) -> Outcome | None:
+        """After this coordinator's own stop, long enough for its sentinels to call it
+        lost (a frozen main, a suspended VM): they may have torn their nodes down and
+        left. Their silence is not theirs to blame, and no restart starts on a main whose
+        workers are gone (issue 39: the woken coordinator blamed node1 for its own
+        freeze and started the next attempt's rank 0 on itself). None while every node
+        may still come back (BACK silences from the wake) or once all did; then the
+        attempt ends, the main named (it was stopped), and nothing restarts from here
+        (chain.py: the outcome's `stopped`)."""
+        away = self.board.away()
+        if away is None or self.board.stopped is None:
+            return None
+        woke, gap = self.board.stopped
+        if now - woke < BACK * self.board.silence:
+            return None
+        main, most = self.board.layout[0], self.cfg.rules.unreachable_after
+        took = f"stopped {gap:.0f} s, past unreachable_after ({most:g} s)"
+        gone = f"{', '.join(away)} did not come back (a sentinel that hears nothing leaves)"
+        why = f"its coordinator was {took}: {gone}"
+        t = NodeTrigger(main, NodeState.UNREACHABLE, why, "kill_all")
+        done, first = teardown(self.board, t, self.cfg, exit_codes(facts))
+        stopped = f"the main {main}'s coordinator was {took}: {gone}"
+        return Outcome(OutcomeKind.TEARDOWN, done, t, facts, first=first, stopped=stopped)
 
     def guard(self) -> None:
         """The main's sentinel, started again when it died (not once the chain is over:

@@ -45,7 +45,9 @@ def relaunch(c: Starter, k: int, log: ChainLog) -> str | None:
     use(c, layout)
     c.board.new_attempt(k, run)
     main, workers = layout[0], layout[1:]
-    why = _start_on(c, [main], k, layout)
+    why = _all_there(c, layout)
+    if why is None:
+        why = _start_on(c, [main], k, layout)
     if why is None:
         why = _ready(c)
     if why is None:
@@ -71,6 +73,22 @@ def _run_of(c: Starter, k: int) -> str:
 def use(c: Starter, layout: tuple[str, ...]) -> None:
     """The attempt's nodes, for the judge and the kills (the board's)."""
     c.board.layout = layout
+
+
+def _all_there(c: Starter, layout: tuple[str, ...]) -> str | None:
+    """Every node's sentinel connected before any rank of the attempt starts (a
+    sentinel reconnecting is waited for, `silence` at most): a main whose workers are
+    gone started its rank 0 alone, then found no sentinel on the worker and stopped it
+    (issue 39, a main woken from a freeze)."""
+    end = time.monotonic() + c.board.silence
+    while True:
+        c.board.pulse()
+        missing = [n for n in layout if n not in c.board.live_peers()]
+        if not missing:
+            return None
+        if time.monotonic() >= end:
+            return f"no sentinel connected on {', '.join(missing)}: nothing started"
+        c.done.wait(0.05)
 
 
 def _start_on(c: Starter, nodes: list[str], k: int, layout: tuple[str, ...]) -> str | None:

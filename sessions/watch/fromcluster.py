@@ -108,6 +108,9 @@ def decision_lines(view: BoardView | None, run: str | None = None) -> list[str]:
         return [f"the coordinator saw the job end at {_hms(d.get('ended_at'))}"]
     if d.get("decided_by") == "user":
         lines = [f"the user's kill went through the coordinator at {_hms(d.get('decided_at'))}:"]
+    elif d.get("node") is None:  # a stop of its own (an attempt that did not start)
+        lines = [f"the coordinator stopped the job at {_hms(d.get('decided_at'))}: "
+                 f"{_text(d.get('why'))}"]  # fmt: skip
     else:
         lines = [
             f"the coordinator tore the job down at {_hms(d.get('decided_at'))}: "
