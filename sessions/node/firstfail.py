@@ -22,11 +22,11 @@ import math
 import os
 import re
 import signal
-import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import plainfile
 from .classify import first_error
 from .logrules import Cause
 from .termsafe import one_line
@@ -103,18 +103,14 @@ def node_cause(run_dir: str, node: str = "", node_rank: int = 0) -> NodeCause:
 
 
 def _exit_code(run_dir: str) -> tuple[int | None, float | None]:
-    path = os.path.join(run_dir, "exit_code")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        with open(
+            os.path.join(run_dir, "exit_code"), "rb", buffering=0, opener=plainfile.plain
+        ) as f:
+            st = os.fstat(f.fileno())
+            text = f.read(32).decode("ascii", "replace").strip()
     except OSError:
         return None, None
-    try:
-        st = os.fstat(fd)
-        text = os.read(fd, 32).decode("ascii", "replace").strip() if _regular(st) else ""
-    except OSError:
-        return None, None
-    finally:
-        os.close(fd)
     if not re.fullmatch(r"-?[0-9]{1,9}", text):
         return None, None
     return int(text), st.st_mtime
@@ -122,29 +118,17 @@ def _exit_code(run_dir: str) -> tuple[int | None, float | None]:
 
 def _tail(path: str) -> list[str]:
     """The log's last LOG_BYTES, from its first whole line; nothing when it is not a
-    plain file (a FIFO the job put there would block the reader for ever)."""
+    plain file (plainfile.py: a FIFO the job put there would block the reader for ever)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        with open(path, "rb", buffering=0, opener=plainfile.plain) as f:
+            start = max(0, os.fstat(f.fileno()).st_size - LOG_BYTES)
+            f.seek(start)
+            data = f.read(LOG_BYTES)
     except OSError:
         return []
-    try:
-        st = os.fstat(fd)
-        if not _regular(st):
-            return []
-        start = max(0, st.st_size - LOG_BYTES)
-        os.lseek(fd, start, os.SEEK_SET)
-        data = os.read(fd, LOG_BYTES)
-    except OSError:
-        return []
-    finally:
-        os.close(fd)
     if start > 0:
         data = data[data.find(b"\n") + 1 :] if b"\n" in data else b""
     return data.decode("utf-8", "replace").splitlines()
-
-
-def _regular(st: os.stat_result) -> bool:
-    return stat.S_ISREG(st.st_mode)
 
 
 def from_wire(node: str, node_rank: int, data: object, seen: float | None) -> NodeCause | None:
