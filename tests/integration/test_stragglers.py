@@ -138,11 +138,11 @@ def test_doctor_pairs_names_the_throttled_node(swept: FakeCluster, tmp_path: Pat
     """node2 at a fifth of a CPU (node0, 1 and 3 weighted to get theirs first, as on an
     idle machine) is 2-3x slower in a pair, right at the rule's thresholds: in 2 of 5
     runs here round 1 found node2–node3 within 2x, and in the issue's run round 2 found
-    node2 with node0 under them (issue 41). So the test asserts the rule's outcome on the numbers the
-    doctor kept, not that the machine made them: those numbers give this verdict, line,
-    rows and exit code; node0 and node1 are never named; and whenever round 1 found
-    node2's pair slow, node2 alone is named. The rule itself, on recorded numbers, is in
-    tests/unit/test_straggler_logic.py."""
+    node2 with node0 under them (issue 41). So the test asserts the rule's outcome on
+    the numbers the doctor kept, not that the machine made them: those numbers give the
+    printed verdict, the kept JSON and the rows; node0 and node1 are never named; and
+    whenever round 1 found node2's pair slow, node2 alone is named (exit 2). The rule
+    itself, on recorded numbers, is in tests/unit/test_straggler_logic.py."""
     with ExitStack() as weighted:
         for n in ("node0", "node1", "node3"):
             pid = straggle.sshd_pid(swept, n)
