@@ -3,6 +3,7 @@ nodes, a rank of a node, a launch confirmed by the cluster, and nothing left aft
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -66,8 +67,23 @@ def a_rank(job: str, node: str) -> int:
     )
 
 
+def judged(fake: FakeCluster, job: str) -> bool:
+    """The coordinator's board on the main has a verdict on every node from its output:
+    neither none yet nor `starting` (a job of a few steps may be `finished` by then)."""
+    try:
+        board = json.loads((run_dir(fake, job, "node0") / "coord" / "status.json").read_text())
+        states = [board["nodes"][n].get("state") for n in NODES]
+    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return False
+    return all(s not in (None, "starting") for s in states)
+
+
 def launched(cfg: Cfg, path: Path, job: str, fake: FakeCluster) -> None:
-    """Launched, confirmed by every sentinel, and both nodes training."""
+    """Launched, confirmed by every sentinel, both nodes training, and the coordinator
+    judging them so (running; a job of a few steps may have finished): its board is
+    published once a second from the sentinels' words, so it says `starting` for a while
+    after a node's first steps (in the suite on 2 cores it still did when a test's
+    `status` read it). A test acts on a job the cluster saw run."""
     res = cfg.mntui(path, "launch", "--no-ui", watch=True)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "watched by the cluster" in res.stdout, res.stdout
@@ -77,6 +93,7 @@ def launched(cfg: Cfg, path: Path, job: str, fake: FakeCluster) -> None:
         90,
         what="both nodes training",
     )
+    wait_for(lambda: judged(fake, job), 30, what="the coordinator's verdict on both nodes")
 
 
 def nothing_left(fake: FakeCluster, job: str, ports: tuple[int, ...]) -> None:

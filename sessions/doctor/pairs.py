@@ -8,7 +8,12 @@ less than the best pair's over SLOW, or its latency more than SLOW_LATENCY times
 best's (latency is the noisier: a busy host's scheduler alone moved it 2.6x in the
 bench, bandwidth 1.2x; a node at a tenth of a CPU moved both 4-6x). Round
 2 pairs each node of a slow pair with a node of a fast pair: the node slow with a fast
-partner is the slow node; a pair whose two nodes are both fast elsewhere is a slow link.
+partner is the slow node. When neither is slow by those thresholds, the two round-2
+pairs are weighed against the slow pair itself: a node whose pairing with a fast partner
+came out nearer the slow pair's number than the fast pairs' carries the slowness (a
+node at a fifth of a CPU is only 2-3x slower, right at the thresholds, so round 2 may
+land under them where round 1 did not: issue 41); a pair whose two nodes both come out
+as fast as the fast pairs is a slow link.
 Each pair is the doctor's own smoke job (smoke.py) on just those two nodes, through the
 normal launch path, one pair at a time (they would share the nodes' network and ports).
 """
@@ -16,6 +21,7 @@ normal launch path, one pair at a time (they would share the nodes' network and 
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import time
@@ -126,39 +132,87 @@ def conclude(first: list[Pair], second: list[Pair], names: list[str]) -> Verdict
     nodes: list[str] = []
     links: list[tuple[str, str]] = []
     with_fast = {p.a: p for p in second}  # round 2: the slow pair's node, a fast partner
+    scale = Scale.of(first + second, [p for p in first if p.ok and not p.slow])
     for p in first:
         if not p.slow:
             continue
-        alone = [n for n in (p.a, p.b) if n in with_fast and with_fast[n].slow]
-        if second and not alone and all(n in with_fast for n in (p.a, p.b)):
-            links.append((p.a, p.b))
-        elif alone:
+        mine = {n: with_fast[n] for n in (p.a, p.b) if n in with_fast}
+        alone = [n for n, q in mine.items() if q.slow]
+        if not alone and len(mine) == 2:
+            alone = [n for n, q in mine.items() if scale.carries(q, p)]
+        if alone:
             nodes += alone
-        else:
-            links.append((p.a, p.b))  # nothing fast to compare with: the pair as a whole
+        else:  # both fast with a fast partner, or nothing fast to compare with
+            links.append((p.a, p.b))
     pairs = tuple(first + second)
-    return Verdict(pairs, tuple(dict.fromkeys(nodes)), tuple(links), _line(pairs, nodes, links))
+    named = tuple(dict.fromkeys(nodes))
+    return Verdict(pairs, named, tuple(links), _line(pairs, named, links, with_fast))
 
 
-def _line(pairs: tuple[Pair, ...], nodes: list[str], links: list[tuple[str, str]]) -> str:
-    fast = [p.latency_us for p in pairs if p.ok and not p.slow and p.latency_us is not None]
+@dataclass(frozen=True)
+class Scale:
+    """How slow a pair is, in thresholds: log(its latency over the best's) over
+    log(SLOW_LATENCY), or log(the best bandwidth over its) over log(SLOW), whichever is
+    more; over 1 is slow, as judge_pairs says. `fast`: the round-1 fast pairs' median."""
+
+    best_lat: float
+    best_bw: float
+    fast: float
+
+    @classmethod
+    def of(cls, pairs: list[Pair], fast_pairs: list[Pair]) -> Scale:
+        good = [p for p in pairs if p.ok]
+        best_lat = min((p.latency_us or 0.0 for p in good), default=0.0)
+        best_bw = max((p.algbw_gbps or 0.0 for p in good), default=0.0)
+        scale = cls(best_lat, best_bw, 0.0)
+        fast = [scale.slowness(p) for p in fast_pairs]
+        return replace(scale, fast=statistics.median(fast) if fast else 0.0)
+
+    def slowness(self, p: Pair) -> float:
+        if not p.ok:
+            return math.inf
+        lat, bw, by_lat, by_bw = p.latency_us, p.algbw_gbps, 0.0, 0.0
+        if lat and self.best_lat > 0:
+            by_lat = math.log(lat / self.best_lat) / math.log(SLOW_LATENCY)
+        if bw and self.best_bw > 0:
+            by_bw = math.log(self.best_bw / bw) / math.log(SLOW)
+        return max(by_lat, by_bw)
+
+    def carries(self, q: Pair, slow: Pair) -> bool:
+        """`q` (a node of `slow` with a fast partner) nearer `slow` than the fast pairs:
+        that node brings the slowness with it wherever it goes."""
+        if not slow.ok:  # a failed pair has no number to be near: its nodes' rows say
+            return False
+        return self.slowness(q) >= (self.slowness(slow) + self.fast) / 2
+
+
+def _line(
+    pairs: tuple[Pair, ...],
+    nodes: tuple[str, ...],
+    links: list[tuple[str, str]],
+    with_fast: dict[str, Pair],
+) -> str:
+    """The verdict; a named node's evidence is its pair with a fast partner (round 2
+    names no node without one); the reference, the fast pairs without a named node (a
+    round-2 pair that carried a node's slowness was under the thresholds)."""
+    fast = [
+        p.latency_us
+        for p in pairs
+        if p.ok and not p.slow and p.latency_us is not None and not {p.a, p.b} & set(nodes)
+    ]
     ref = f"{statistics.median(fast):.0f} us between fast pairs" if fast else "no fast pair"
     if len(pairs) == 1:
         return "one pair only: nothing to compare it with (--pairs needs 3 or more nodes)"
     words = []
-    for n in dict.fromkeys(nodes):
-        worst = max((p for p in pairs if n in (p.a, p.b) and p.slow), key=_cost)
-        words.append(f"{n} is slow: {_said(worst)} with {worst.b if worst.a == n else worst.a}")
+    for n in nodes:
+        shown = with_fast[n]
+        words.append(f"{n} is slow: {_said(shown)} with {shown.b if shown.a == n else shown.a}")
     for a, b in links:
         p = next(p for p in pairs if {p.a, p.b} == {a, b})
         words.append(f"the link {a}–{b} is slow: {_said(p)}")
     if not words:
         return f"no slow node or link: every pair within {SLOW:g}x of the best's bandwidth ({ref})"
     return "; ".join(words) + f" (vs {ref})"
-
-
-def _cost(p: Pair) -> float:
-    return float("inf") if p.latency_us is None else p.latency_us
 
 
 def _said(p: Pair) -> str:
