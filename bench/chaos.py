@@ -23,6 +23,11 @@ profile (`--kinds` defaults to every kind that runs in one of `--profiles`):
 
     .venv/bin/python bench/chaos.py --seed 30 --faults 14 --profiles cluster
 
+A flood of unauthenticated connections at the coordinator's port, and a frozen main that
+wakes (issue 39, bench/chaos_attack.py), are kinds of that profile too:
+
+    .venv/bin/python bench/chaos.py --faults 4 --kinds unauth-flood,main-wake --profiles cluster
+
 The seed draws the faults (kind, profile, node, moment) up front; timings on a
 shared machine still vary. Every failure is a VIOLATION line; the exit code is 1 if any
 (or a harness error), else 0. Each fault has its own deadline; a fault that fails is
@@ -47,6 +52,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 
+import chaos_attack  # noqa: E402
 import chaos_between  # noqa: E402
 from benchlib import in_rounds, isolate  # noqa: E402
 from chaos_fault import Fault, FaultPlan, Outcome  # noqa: E402
@@ -107,6 +113,7 @@ def run_fault(fc: FakeCluster, root: Path, plan: FaultPlan) -> Outcome:
     fc.start()  # a node's sshd that died is started again
     args, backoff = job_args(plan)
     restart, extra = chaos_between.config(plan, [n.name for n in fc.nodes])
+    restart = restart or chaos_attack.RESTARTS.get(plan.kind, "")
     job = Job(fc, root, f"c{plan.index:02d}{ABBR[plan.kind]}", plan.profile, args, backoff,
               restart, extra)  # fmt: skip
     limit = 480 if plan.profile is Profile.SPARE else 330

@@ -81,8 +81,8 @@ def job_yaml(fc: FakeCluster, work: Path, job: str, profile: Profile, args: str,
         if profile is Profile.CLUSTER
         else "watch: {where: here, capture_budget: 0, frozen_after: 3, unreachable_after: 4}",
     ]
-    if profile is Profile.CLUSTER:
-        lines.append("restart: {max: 0}")
+    if profile is Profile.CLUSTER:  # `restart`: the whole policy here (chaos_attack.RESTARTS)
+        lines.append(f"restart: {{{restart or 'max: 0'}}}")
     elif profile is not Profile.PLAIN:
         lines.append(
             # backoff_max: every backoff as long as the first (no fault aims past it; a

@@ -15,6 +15,7 @@ import socket
 import time
 from collections.abc import Callable
 
+import chaos_attack
 import chaos_between
 import chaos_cluster
 from chaos_checks import ORPHAN_LINE, Violation, check_orphan_line
@@ -251,6 +252,7 @@ KINDS: dict[str, Callable[[Fault], None]] = {
     "client-drop": client_drop,
     **chaos_between.KINDS,  # between two attempts: a kill after the failure, a quarantine
     **chaos_cluster.KINDS,  # the watch on the cluster (issue 30): profile `cluster` only
+    **chaos_attack.KINDS,  # a flood at its port, a frozen main that wakes (issue 39): `cluster`
 }
 PROFILES: dict[str, tuple[Profile, ...]] = {
     "rank-exit": (Profile.PLAIN, Profile.RESTART),
@@ -260,6 +262,7 @@ PROFILES: dict[str, tuple[Profile, ...]] = {
     "supervisor-kill": (Profile.RESTART, Profile.SPARE),
     **chaos_between.PROFILES,
     **chaos_cluster.PROFILES,
+    **chaos_attack.PROFILES,
 }  # the others: any profile the manager's watchdog runs (chaos_job.LOCAL)
 MOMENTS = {
     "supervisor-kill": ("watching", "backoff", "relaunch"),  # backoff, relaunch: restart only
@@ -267,4 +270,5 @@ MOMENTS = {
     "client-drop": ("partial", "logs", "subscribe", "silent"),
     "ctrl-c": tuple(LAUNCH_STEPS),
     **chaos_between.MOMENTS,
+    **chaos_attack.MOMENTS,
 }

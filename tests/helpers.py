@@ -141,6 +141,30 @@ def steps_job(
 
 # The watchdog on this machine (`watch.where: here`), for the tests of it: without a
 # `where`, a launch with its watch is the cluster's (`auto`).
+FAULTY = REPO / "tests" / "jobs" / "faulty_train.py"
+
+
+def line_of(text: str) -> int:
+    return next(i for i, ln in enumerate(FAULTY.read_text().splitlines(), 1) if text in ln)
+
+
+def faulty_job(job: str, work: Path, port: int, args: str, extra: str = "") -> str:
+    return f"""
+    job: {job}
+    nodes: [node0, node1]
+    workdir: {work}
+    master_port: {port}
+    env: {{OMP_NUM_THREADS: "1"}}
+    command: >-
+      exec python3 -m torch.distributed.run --nnodes={{nnodes}} --node_rank={{node_rank}}
+      --nproc_per_node={{nproc_per_node}} --master_addr={{master_addr}} --master_port={{master_port}}
+      faulty_train.py {args}
+    launch: {{ready_timeout: 90}}
+    kill: {{grace: 3}}
+    {extra}
+    """
+
+
 HERE_WATCH = "watch: {where: here}"
 
 
@@ -158,10 +182,13 @@ def step_count(log: str) -> int:
 
 
 __all__ = [
+    "FAULTY",
     "HERE_WATCH",
     "Cfg",
+    "faulty_job",
     "free_port",
     "here",
+    "line_of",
     "listener_job",
     "os",
     "step_count",

@@ -6,7 +6,7 @@ have: config validation refuses a job name that starts with `_`, so the smoke jo
 preflight, tags, tmux sessions and kill can never meet a user's job (the old
 `<job>-smoke` could be a real job, or be the job itself once cut to 64 characters).
 Its result lines carry a random marker: a `setup` line cannot pass for a rank's result.
-A node whose ranks gave no result has its log's first error named (report.first_error):
+A node whose ranks gave no result has its log's first error named (node/classify.first_error):
 a job that could not start there (no torch after `setup`) is the config's mistake, and
 only a failure of the node itself counts against it in its history (`node_fault`).
 """
@@ -26,7 +26,7 @@ from mntui.sessions.config import JobConfig, ReadyMode
 from mntui.sessions.errors import LaunchError
 from mntui.sessions.events import Event, Phase
 from mntui.sessions.launch import LineSplitter, LogChunk, Plan, kill_job, launch, read_new
-from mntui.sessions.report import first_error
+from mntui.sessions.node.classify import first_error
 from mntui.sessions.results import NodeError
 from mntui.sessions.ssh import Cluster, Node
 

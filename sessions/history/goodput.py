@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from mntui.sessions.config import format_span
+from mntui.sessions.node.restarts import attempt_label
 
 GPUS_FROM = "nvidia-smi"  # where a node's GPU count comes from
 
@@ -151,7 +152,7 @@ def format_ledgers(items: Iterable[ChainLedger]) -> str:
         out.append(c.summary())
         for x in c.losses:
             out.append(
-                f"  attempt {x.attempt} ({x.run_id}): {x.node or '?'} {x.kind}; "
+                f"  {attempt_label(x.attempt)} ({x.run_id}): {x.node or '?'} {x.kind}; "
                 f"detection {format_span(x.detection)}, recovery {_recovery(c, x)}, "
                 f"lost work {_work(x)}; {_hours(x)}"
             )

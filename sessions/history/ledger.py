@@ -89,6 +89,8 @@ def loss_of(run: RunView, nxt: RunView | None) -> Loss | None:
     if torn_at is None and report is not None:
         torn_at = report.ended_at
     fault_at = report.first_at if report is not None else None
+    if fault_at is None:  # no report yet: when the coordinator saw it break, if it said
+        fault_at = _num(teardown, "fault_at")
     fault_at = fault_at if fault_at is not None else torn_at
     resumed = _num(_steps(nxt), "first_step_at") if nxt is not None else None
     steps, work = _lost_work(_steps(run))

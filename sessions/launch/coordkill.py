@@ -68,7 +68,9 @@ done
 echo @BOARD
 # answered: whether it still runs is no question (it ends after a user's kill)
 [ -n "$answered" ] || {{ if mntui_coord_alive; then echo ALIVE yes; else echo ALIVE no; fi; }}
-if cd "$d/coord" 2>/dev/null; then head -v -c {DECISION_MAX} -- decision.json 2>/dev/null || :; fi
+if cd "$d/coord" 2>/dev/null; then
+  head -v -c {DECISION_MAX} -- decision.json chain.json 2>/dev/null || :
+fi
 """
 
 
@@ -132,13 +134,23 @@ def _answer(view: BoardView, rid: str) -> dict[str, Any] | None:
     return d["kill"] if ok else None  # type: ignore[index]
 
 
+Mirror = Callable[[RunRecord, BoardView], RunRecord]  # watch/mirror.sync, the caller's
+
+
 def kill_via_coordinator(
-    record: RunRecord, cluster: Cluster, grace: float, on_event: Callable[[Event], None]
+    record: RunRecord,
+    cluster: Cluster,
+    grace: float,
+    on_event: Callable[[Event], None],
+    mirror: Mirror | None = None,
 ) -> GroupResult[KillReport] | None:
     """The sentinels' clean reports per node; None when the coordinator is not there
     to ask (the caller kills everything directly). The request and the wait for its
     answer are one script: one round trip, over a fresh ssh when the main's connection
-    is not open yet (a cold `mntui kill` then loads no SSH library at all)."""
+    is not open yet (a cold `mntui kill` then loads no SSH library at all). The answer
+    carries the coordinator's chain: `mirror` writes the attempts this machine had not
+    seen into its records first (a restart onto a spare while it slept), so the nodes
+    named are the ones the coordinator stopped, not the ones this machine last knew."""
     main = record.main
     node = cluster.nodes.get(main.node)
     if node is None:
@@ -158,14 +170,17 @@ def kill_via_coordinator(
     if kills is None:  # no answer in time, or the coordinator went away: the caller kills
         on_event(Event(None, None, Phase.KILLING, f"{asked}: no answer, killing directly"))
         return None
+    if mirror is not None and view.chain is not None:
+        record = mirror(record, view)
     _note_last_steps(record, view.decision)
     out: GroupResult[KillReport] = GroupResult()
-    for n in record.nodes:  # each node's lines as a direct kill gives them
-        report = _report(n.node, kills.get(n.node))
+    ranks = {n.node: n.rank for n in record.nodes}
+    for name in ranks:  # each node's lines as a direct kill gives them
+        report = _report(name, kills.get(name))
         if report is not None:
-            on_event(Event(n.node, n.rank, Phase.KILLING, asked))
-            on_event(Event(n.node, n.rank, Phase.KILLED, report.summary()))
-            out[n.node] = _as_outcome(report)
+            on_event(Event(name, ranks.get(name), Phase.KILLING, asked))
+            on_event(Event(name, ranks.get(name), Phase.KILLED, report.summary()))
+            out[name] = _as_outcome(report)
     return out
 
 

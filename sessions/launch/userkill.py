@@ -26,12 +26,13 @@ from dataclasses import replace
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import UsageError
 from mntui.sessions.events import Event
+from mntui.sessions.node.restarts import attempt_label
 from mntui.sessions.results import GroupResult
 from mntui.sessions.runs import RunRecord, RunStatus, live_runs
 from mntui.sessions.ssh import Cluster
 
 from .chains import ChainView, chain_of, check_nodes, idle_spares, run_config
-from .coordkill import kill_via_coordinator
+from .coordkill import Mirror, kill_via_coordinator
 from .kill import KillReport, kill_job
 
 __all__ = ["stop_job"]
@@ -75,9 +76,9 @@ def _partial(names: list[str]) -> Callable[[RunRecord], None]:
 def _relaunching(r: RunRecord, nodes: list[str]) -> str:
     them, it = " ".join(nodes), "it" if len(nodes) == 1 else "them"
     return (
-        f"not killing {them}: {r.job} waits out its restart backoff and attempt "
-        f"{r.attempt + 1} starts on {it} again; `mntui quarantine {them}` keeps {it} out "
-        f"of that attempt, `mntui kill` ends the chain"
+        f"not killing {them}: {r.job} waits out its restart backoff and "
+        f"{attempt_label(r.attempt + 1)} starts on {it} again; `mntui quarantine {them}` "
+        f"keeps {it} out of that attempt, `mntui kill` ends the chain"
     )
 
 
@@ -117,8 +118,10 @@ def stop_job(
     names: Iterable[str] | None = None,
     grace: float | None = None,
     on_event: Callable[[Event], None] = lambda e: None,
+    mirror: Mirror | None = None,
 ) -> GroupResult[KillReport]:
-    """A user's kill (CLI `kill`, the app's K, the agent's kill): mark, kill, mark."""
+    """A user's kill (CLI `kill`, the app's K, the agent's kill): mark, kill, mark.
+    `mirror`: the records' sync from a coordinator's answer (coordkill.py)."""
     view = chain_of(cfg.job)
     if names is not None:
         full = run_config(cfg, view)
@@ -134,14 +137,15 @@ def stop_job(
         if sweep and not fresh:
             break
         g = cfg.grace if grace is None else grace
-        asking = _Asking(fresh, cluster, g, on_event) if not sweep else None
+        asking = _Asking(fresh, cluster, g, on_event, mirror) if not sweep else None
         for record in fresh:  # running, in its backoff, or just ended
             record.update(_killing)
             marked[record.run_id] = record
+        done = asking.result() if asking is not None else None
+        # after the coordinator's answer: its chain is in the records (a spare it swapped in)
         full = run_config(cfg, _with(chain_of(cfg.job), list(marked.values())))
         names = [n.name for n in full.nodes]
-        if asking is not None:  # a run the cluster watches: one request, the rest directly
-            done = asking.result()
+        if asking is not None and done is not None:  # the cluster's: one request, rest directly
             results.update(done)
             names = [n for n in names if n not in done]
             if asking.all_answered(names):
@@ -192,6 +196,7 @@ class _Asking:
         cluster: Cluster,
         grace: float,
         on_event: Callable[[Event], None],
+        mirror: Mirror | None = None,
     ) -> None:
         self.runs = [r for r in runs if r.watch_port is not None and r.nodes]
         self.done: GroupResult[KillReport] = GroupResult()
@@ -201,7 +206,7 @@ class _Asking:
 
             def ask() -> None:
                 for r in self.runs:
-                    got = kill_via_coordinator(r, cluster, grace, on_event)
+                    got = kill_via_coordinator(r, cluster, grace, on_event, mirror)
                     if got is not None:
                         self.done.update(got)
                     else:

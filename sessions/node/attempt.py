@@ -20,6 +20,7 @@ import time
 from . import attemptscript, daemon, proctree
 from .facts import Facts, ProcFact
 from .logtail import LogTail
+from .plainfile import plain
 from .runid import RUN_ID
 from .watchcfg import WatchConfig
 
@@ -48,7 +49,7 @@ def tmux_pane(session: str) -> tuple[bool, bool, int | None]:
 
 def read_exit_code(run_dir: str) -> int | None:
     try:
-        with open(os.path.join(run_dir, "exit_code"), encoding="ascii") as f:
+        with open(os.path.join(run_dir, "exit_code"), encoding="ascii", opener=plain) as f:
             text = f.read(32).strip()
     except (OSError, UnicodeDecodeError):
         return None
@@ -132,7 +133,8 @@ def follow(first_dir: str, k: int, cfg: WatchConfig) -> Attempt:
 def placed(first_dir: str, k: int, cfg: WatchConfig) -> tuple[str, str, str]:
     """Attempt `k`'s run id, tag and run dir on this node (attempts/<k>.json, written at
     its start: attemptscript.py); RuntimeError when the file is not one of ours."""
-    with open(os.path.join(first_dir, "attempts", f"{k}.json"), encoding="utf-8") as f:
+    path = os.path.join(first_dir, "attempts", f"{k}.json")
+    with open(path, encoding="utf-8", opener=plain) as f:
         info = json.loads(f.read(4096))
     if not isinstance(info, dict):
         raise RuntimeError(f"attempts/{k}.json is not one of ours")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 
+from .plainfile import plain
 from .runid import RUN_ID
 from .watchcfg import WatchConfig
 
@@ -67,7 +68,7 @@ def render(first_dir: str, k: int, run: object, cfg: WatchConfig, rank: object =
 def _filled(path: str, values: dict[str, str], most: int, *needed: str) -> bytes:
     """The template at `path` with every token replaced; each of `needed` must be in it
     (a file without them is no template of this launch, and is never run)."""
-    with open(path, "rb") as f:
+    with open(path, "rb", opener=plain) as f:  # a run dir's file: never a FIFO or a link
         data = f.read(most + 1)
     name = f"attempts/{os.path.basename(path)}"
     if len(data) > most:  # cut, it would run without its end: refused, never run
@@ -82,7 +83,7 @@ def _filled(path: str, values: dict[str, str], most: int, *needed: str) -> bytes
 
 def _write(path: str, data: bytes) -> None:
     tmp = f"{path}.tmp-{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = plain(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)  # 0600: the daemon's umask
     with os.fdopen(fd, "wb") as f:
         f.write(data)
     os.replace(tmp, path)

@@ -19,12 +19,14 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from . import resume, swaps
+from . import firstfail, resume, swaps
 from .chainlog import ChainLog
 from .chainstates import ChainStatus, OutcomeKind
 from .facts import Facts
+from .firstfail import NodeCause
 from .judging import NodeTrigger
 from .notifysend import Outbox
+from .placing import MAIN_HERE, RESTART_HERE
 from .relaunch import Starter, relaunch, use
 from .restarts import AttemptEnd, Decision, decide
 from .resume import BACKOFF, DECIDE, OVER, START, WATCH, Point
@@ -40,6 +42,8 @@ class Outcome:
     facts: dict[str, Facts] = field(default_factory=dict)
     verdicts: dict[str, Verdict] = field(default_factory=dict)
     codes: tuple[int, ...] = ()  # the nodes' exit codes, when no facts are left to read
+    first: NodeCause | None = None  # the first failure (firstfail.py), once named
+    stopped: str | None = None  # the coordinator's own stop lost the attempt: why (no restart)
 
 
 class Coordinator(Starter, Protocol):
@@ -56,13 +60,21 @@ def exit_codes(facts: dict[str, Facts]) -> tuple[int, ...]:
 
 
 def attempt_end(k: int, run: str, out: Outcome, progressed: float) -> AttemptEnd:
+    """The culprit is the first failure, not the node the judge saw first: the restart
+    policy swaps out, and the history blames, the node that broke."""
     codes = exit_codes(out.facts) or out.codes
+    f = out.first
     if out.trigger is not None:
         t = out.trigger
-        return AttemptEnd(
-            k, run, t.state, t.node, codes, progressed, f"{t.node} {t.state}: {t.why}"
-        )
+        if f is not None and f.node != t.node:
+            said = f"{f.who} {NodeState.FAILED}: {f.why}"
+            return AttemptEnd(k, run, NodeState.FAILED, f.node, codes, progressed, said)
+        why = f"{f.who} {t.state}: {f.why}" if f is not None else f"{t.node} {t.state}: {t.why}"
+        return AttemptEnd(k, run, t.state, t.node, codes, progressed, why)
     failed = [n for n, v in out.verdicts.items() if v.state is NodeState.FAILED]
+    if f is not None:
+        said = f"{f.who} {NodeState.FAILED}: {f.why}"
+        return AttemptEnd(k, run, NodeState.FAILED, f.node, codes, progressed, said)
     if failed:
         return AttemptEnd(k, run, NodeState.FAILED, failed[0], codes, progressed, "exit codes")
     return AttemptEnd(k, run, NodeState.FINISHED, None, codes, progressed, "finished")
@@ -112,10 +124,13 @@ def _chain(c: Coordinator, log: ChainLog, at: Point) -> str:
                 return out.why
             end = attempt_end(k, c.board.run, out, c.board.progressed_since(started))
             history.append(end)
-            held = log.ending(end, out.kind)  # quarantines counted before the placement
+            held = log.ending(end, out.kind, *_said(out))  # quarantines before the placement
             d = _decision(c, history)
             p = swaps.placement(log.data, c.cfg, history, c.board.live_peers())
             stop = p.stop if d is not None and d.restart else None
+            here = p.main_here
+            if d is not None and d.restart and out.stopped is not None:
+                stop, here = f"{out.stopped}: {MAIN_HERE} ({RESTART_HERE})", True
             if d is not None and stop is not None:  # the main is this machine's to replace
                 d = replace(d, restart=False, why=stop)
             c.notices.decided(out, end, d, k, held, stop)
@@ -123,7 +138,7 @@ def _chain(c: Coordinator, log: ChainLog, at: Point) -> str:
                 why = d.why if d is not None else "restart is off"
                 log.attempt_ended(why, None)
                 gave_up = d is not None and d.gave_up
-                main_here = stop is not None and p.main_here
+                main_here = stop is not None and here
                 log.end(ChainStatus.GAVE_UP if gave_up else ChainStatus.ENDED, why, main_here)
                 return f"{out.why}; {why}"
             log.attempt_ended(d.why, d.delay, p)
@@ -142,6 +157,14 @@ def _chain(c: Coordinator, log: ChainLog, at: Point) -> str:
             started, phase = time.monotonic(), WATCH
 
 
+def _said(out: Outcome) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """What the judge decided on and the first failure, as chain.json keeps them."""
+    t = out.trigger
+    seen = {"node": t.node, "state": str(t.state), "why": t.why} if t is not None else None
+    first = firstfail.plain(out.first) if out.first is not None else None
+    return seen, first
+
+
 def _decision(c: Coordinator, history: list[AttemptEnd]) -> Decision | None:
     return decide(c.cfg.restart, history) if c.cfg.restart is not None else None
 
@@ -149,6 +172,8 @@ def _decision(c: Coordinator, history: list[AttemptEnd]) -> Decision | None:
 def _carried_out(c: Coordinator, record: dict[str, Any]) -> Outcome:
     """The outcome of a decision a predecessor took for the current attempt: carried out
     (a teardown whose kill it did not finish is finished now), never taken again."""
+    ranks = {n: i for i, n in enumerate(c.board.layout)}
+    first = firstfail.read(record.get("first"), ranks)  # as the predecessor named it
     if "ended" in record:
         states = record.get("ended")
         known = {s.value: s for s in NodeState}
@@ -157,7 +182,7 @@ def _carried_out(c: Coordinator, record: dict[str, Any]) -> Outcome:
             for n, s in (states.items() if isinstance(states, dict) else ())
             if n in c.cfg.members and s in known
         }
-        return Outcome(OutcomeKind.ENDED, "the job ended", None, {}, verdicts)
+        return Outcome(OutcomeKind.ENDED, "the job ended", None, {}, verdicts, first=first)
     node, state, why = record.get("node"), record.get("state"), str(record.get("why"))[:300]
     if record.get("decided_by") != "coordinator" or node not in c.cfg.members:
         return Outcome(OutcomeKind.KILLED, why)  # the user's stop
@@ -169,7 +194,8 @@ def _carried_out(c: Coordinator, record: dict[str, Any]) -> Outcome:
         finish(c.board, c.cfg, record)
     codes = record.get("exit_codes")
     codes = tuple(x for x in codes if type(x) is int) if isinstance(codes, list) else ()
-    return Outcome(OutcomeKind.TEARDOWN, f"torn down: {node} {state}: {why}", trigger, codes=codes)
+    said = f"torn down: {node} {state}: {why}"
+    return Outcome(OutcomeKind.TEARDOWN, said, trigger, codes=codes, first=first)
 
 
 def _await_peers(c: Coordinator, within: float) -> None:
@@ -179,6 +205,7 @@ def _await_peers(c: Coordinator, within: float) -> None:
     killed; the main's ranks the kill takes itself if its sentinel does not come."""
     end = time.monotonic() + within
     while not set(c.board.layout) <= set(c.board.live_peers()):
+        c.board.pulse()
         left = end - time.monotonic()
         if left <= 0:
             return
@@ -189,6 +216,7 @@ def _backoff(c: Coordinator, delay: float) -> bool:
     """Waits `delay`; False when the user's kill came meanwhile (it is carried out)."""
     end = time.monotonic() + delay
     while time.monotonic() < end:
+        c.board.pulse()
         asked = c.kill_requested()
         if asked is not None:
             user_kill(c.board, c.cfg, *asked)

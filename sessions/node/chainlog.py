@@ -44,12 +44,25 @@ class ChainLog:
     def _write(self) -> None:
         self.board.write("chain.json", self.data)
 
-    def ending(self, end: AttemptEnd, kind: OutcomeKind) -> list[tuple[str, str]]:
+    def ending(
+        self,
+        end: AttemptEnd,
+        kind: OutcomeKind,
+        seen: dict[str, Any] | None = None,
+        first: dict[str, Any] | None = None,
+    ) -> list[tuple[str, str]]:
         """How the current attempt ended (written with the decision, attempt_ended), and
         the quarantines it brought: each (node, line), for the caller to notify. `kind`:
-        teardown (the coordinator decided it) or ended (by itself)."""
+        teardown (the coordinator decided it) or ended (by itself); `seen`: what the
+        judge decided on (node, state, why, when), `first`: the first failure
+        (firstfail.plain). Each attempt's entry says it all: its report is built from
+        it, whenever this machine next looks, however many attempts came since."""
         last, now = self.data["attempts"][-1], time.time()
         last.update(end=end.plain(), ended_at=now, kind=kind.value)
+        if seen is not None:
+            last["seen"] = seen
+        if first is not None:
+            last["first"] = first
         last["steps"] = dict(self.board.clock)  # the ledger's training time
         held = swaps.quarantine(self.data, self.cfg, now)
         for _, said in held:

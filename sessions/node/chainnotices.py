@@ -54,12 +54,13 @@ def said(
     user's to act on. `key` tells apart two notices of one event in one attempt."""
     notices: list[tuple[NotifyEvent, str, str]] = []
     if out.kind is OutcomeKind.TEARDOWN and out.trigger is not None:
-        text = teardown_summary(out.trigger.node, out.trigger.why)
+        text = teardown_summary(out.trigger.node, out.trigger.why, end.cause)  # the first failure
         notices.append((NotifyEvent.TEARDOWN, text, ""))
     elif out.kind is OutcomeKind.ENDED:
         bad = [(n, v.why) for n, v in out.verdicts.items() if v.state is NodeState.FAILED]
         if bad:
-            notices.append((NotifyEvent.FAILED, failed_summary(f"{bad[0][0]} {bad[0][1]}"), ""))
+            head = end.cause if end.culprit is not None else f"{bad[0][0]} {bad[0][1]}"
+            notices.append((NotifyEvent.FAILED, failed_summary(head), ""))
         elif any(v.state is NodeState.FINISHED for v in out.verdicts.values()):
             notices.append((NotifyEvent.FINISHED, finished_summary(job), ""))
     notices += [(NotifyEvent.QUARANTINED, line, node) for node, line in held]

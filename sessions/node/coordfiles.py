@@ -17,6 +17,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from . import gpuwire, nodewire
+from .plainfile import plain
 from .snapwire import Word
 from .watchcfg import WatchConfig, write_json
 
@@ -50,6 +51,7 @@ class BoardFiles:
     nodes: dict[str, str]
     nodes_changed: bool
     layout: tuple[str, ...]
+    first: dict[str, Any] | None
 
     if TYPE_CHECKING:  # the peer table's (coordpeers.py): no definition here to shadow it
 
@@ -89,6 +91,7 @@ class BoardFiles:
                 "refused": refusals,
                 "refused_last_from": self.last_refused,
                 "steps": dict(self.clock),
+                "first": self.first,  # the attempt's first failure (firstfail.py), once named
                 "malformed": malformed,
                 "write_errors": self.write_errors,
             },
@@ -133,10 +136,13 @@ class BoardFiles:
         if steps:
             self.journal("steps", None, steps=steps)
 
-    def ended(self, verdicts: dict[str, Any]) -> None:
+    def ended(self, verdicts: dict[str, Any], first: dict[str, Any] | None = None) -> None:
+        """The attempt ended by itself; `first`: its first failure (firstfail.plain)."""
         states = {n: str(v.state) for n, v in verdicts.items()}
-        self.journal("ended", None, states=states)
-        record = {"run": self.run, "ended_at": time.time(), "ended": states}
+        self.journal("ended", None, states=states, first=first)
+        record: dict[str, Any] = {"run": self.run, "ended_at": time.time(), "ended": states}
+        if first is not None:
+            record["first"] = self.first = first
         self.write("decision.json", record)
         self.keep_decision(record)
         self.publish(verdicts, time.monotonic(), force=True)
@@ -164,7 +170,7 @@ class BoardFiles:
         if big and kind not in ("decision", "ended", "refused"):
             return
         try:
-            with self.lock, open(path, "a", encoding="utf-8") as f:
+            with self.lock, open(path, "a", encoding="utf-8", opener=plain) as f:
                 f.write(line + "\n")
         except OSError:
             self.write_errors += 1
@@ -179,6 +185,6 @@ class BoardFiles:
 def _write_text(path: str, text: str) -> None:
     """write_json's atomic write (tmp + rename), of JSON already made."""
     tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with open(tmp, "w", encoding="utf-8", opener=plain) as f:
         f.write(text)
     os.replace(tmp, path)

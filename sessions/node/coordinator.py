@@ -26,17 +26,22 @@ import time
 import traceback
 from typing import Any
 
-from . import coordport, daemon, feedserve, respawn
+from . import coordport, daemon, feedserve, firstfail, respawn
 from .chain import Outcome, exit_codes, run_chain
 from .chainstates import OutcomeKind
 from .coordstate import Board
-from .judging import Judge
+from .facts import Facts
+from .judging import Judge, NodeTrigger
 from .notifysend import Outbox
+from .plainfile import NotPlain, plain
+from .rules import NodeState
 from .slowness import SlowWatch
-from .teardown import kill_everywhere, teardown, user_kill
+from .teardown import blame, kill_everywhere, teardown, user_kill
 from .watchcfg import WatchConfig, grace_of, load_for
 
 TICK = 0.25
+BACK = 2.0  # silences (coordstate.Board.silence) for every node to speak after our own stop
+STUCK = 2.0  # heartbeats: the chain's thread silent this long sends none (`beat`)
 COALESCE = 0.1  # seconds: the least time between two judgements of the whole job
 KILL_POLL = 0.02  # seconds: how often the coalescing looks for the user's kill request
 
@@ -52,6 +57,7 @@ class Coordinator:
         self.shaking = threading.BoundedSemaphore(2 * len(cfg.nodes) + 8)
         self.leaving = threading.Event()  # the chain is over: the main's sentinel may go
         self.keeper: respawn.Keeper | None = None  # keeps the main's sentinel up
+        self.odd_kill = False  # coord/kill was found no regular file (journaled once)
         most = cfg.restart.max if cfg.restart is not None else 0
         self.notices = Outbox(cfg.notify, cfg.job, most, self.board)  # sent from here
         self.slow.notices = self.notices
@@ -66,9 +72,14 @@ class Coordinator:
         its grace and id, or None when there is no request."""
         path = os.path.join(self.board.out, "kill")
         try:
-            with open(path, encoding="utf-8") as f:
+            with open(path, encoding="utf-8", opener=plain) as f:
                 data = json.loads(f.read(4096))
         except FileNotFoundError:
+            return None
+        except NotPlain as exc:  # a FIFO, a symlink: not the manager's (it writes a file)
+            if not self.odd_kill:
+                self.odd_kill = True
+                self.board.journal("kill-ignored", None, why=f"coord/kill: {exc.strerror}")
             return None
         except (OSError, ValueError):
             return self.cfg.grace, None
@@ -82,6 +93,7 @@ class Coordinator:
         KILL_POLL meanwhile (a file's open a look): a `mntui kill` is taken at once, not
         up to COALESCE later (the kill's target: 1.5 s at 64 nodes)."""
         while True:
+            self.board.pulse()
             request = self.kill_requested()
             left = judged + COALESCE - time.monotonic()
             if request is not None or left <= 0:
@@ -90,9 +102,21 @@ class Coordinator:
 
     def beat(self) -> None:
         """Heartbeats to every sentinel, whatever the chain is doing (a backoff, a
-        relaunch): a sentinel that hears nothing for `unreachable_after` tears down."""
-        while not self.done.wait(self.cfg.heartbeat):
-            self.board.send_all("hb")
+        relaunch), while the chain's thread works: each of its loops pulses
+        (coordpeers.py). One stuck (a hung filesystem under its files) lets the
+        sentinels call the coordinator lost after `unreachable_after`, as a dead one;
+        its heartbeats went on before, and the job ran on unwatched (issue 39)."""
+        hb = self.cfg.heartbeat
+        stuck = False
+        while not self.done.wait(hb):
+            idle = time.monotonic() - self.board.pulsed
+            if idle <= STUCK * hb:
+                self.board.send_all("hb")
+            elif not stuck:  # once an episode; the journal is a file, maybe the hung one
+                print(
+                    f"coordinator: the chain's thread stuck {idle:.1f} s: no heartbeats", flush=True
+                )
+            stuck = idle > STUCK * hb
 
     def watch_attempt(self) -> Outcome:
         """Judges the current attempt until it ends, is torn down or the user kills it."""
@@ -106,7 +130,7 @@ class Coordinator:
             self.wake.clear()
             now = time.monotonic()
             if judged and now - judged > max(2 * self.cfg.heartbeat, TICK + 1.0):
-                self.board.resumed(now)  # we slept, not the sentinels
+                self.board.resumed(now, now - judged)  # we slept, not the sentinels
             judged = now
             if request is not None:
                 return Outcome(OutcomeKind.KILLED, user_kill(self.board, self.cfg, *request))
@@ -119,20 +143,58 @@ class Coordinator:
             for d in judge.deadlines(facts, verdicts, now):
                 if d.at <= now:
                     self.board.poke(d.node, now)
+            if self.board.stopped is not None:  # a long stop of ours: is every node back?
+                out = self._after_stop(now, facts)
+                if out is not None:
+                    return out
+                if self.board.stopped is not None:  # not yet: nobody is judged meanwhile
+                    self.board.publish(verdicts, now)
+                    continue
             kills = [t for t in triggers if t.action != "notify"]
             for t in triggers:
                 if t.action == "notify":
                     self.board.journal("notify", t.node, state=str(t.state), why=t.why)
             if kills:
-                why = teardown(self.board, kills[0], self.cfg, exit_codes(facts))
-                return Outcome(OutcomeKind.TEARDOWN, why, kills[0], facts)
+                why, first = teardown(self.board, kills[0], self.cfg, exit_codes(facts))
+                return Outcome(OutcomeKind.TEARDOWN, why, kills[0], facts, first=first)
             if self.board.complete(facts) and not may_run(verdicts):
-                # what is left is the dead panes (remain-on-exit) and any straggler
-                kill_everywhere(self.board, self.cfg, "the job ended: closing its sessions", 0.0)
-                self.board.ended(verdicts)
-                return Outcome(OutcomeKind.ENDED, "the job ended", None, facts, verdicts)
+                return self._ended(facts, verdicts)
             self.board.journal_steps(now)
             self.board.publish(verdicts, now)
+
+    def _ended(self, facts: dict[str, Any], verdicts: dict[str, Any]) -> Outcome:
+        """The attempt ended by itself: what is left is the dead panes (remain-on-exit)
+        and any straggler; a failed one's first failure is named from the closing's
+        reports, as a teardown's is."""
+        kill = kill_everywhere(self.board, self.cfg, "the job ended: closing its sessions", 0.0)
+        failed = any(v.state is NodeState.FAILED for v in verdicts.values())
+        first = blame(self.board, kill, None) if failed else None
+        self.board.ended(verdicts, firstfail.plain(first) if first is not None else None)
+        return Outcome(OutcomeKind.ENDED, "the job ended", None, facts, verdicts, first=first)
+
+    def _after_stop(self, now: float, facts: dict[str, Facts]) -> Outcome | None:
+        """After this coordinator's own stop, long enough for its sentinels to call it
+        lost (a frozen main, a suspended VM): they may have torn their nodes down and
+        left. Their silence is not theirs to blame, and no restart starts on a main whose
+        workers are gone (issue 39: the woken coordinator blamed node1 for its own
+        freeze and started the next attempt's rank 0 on itself). None while every node
+        may still come back (BACK silences from the wake) or once all did; then the
+        attempt ends, the main named (it was stopped), and nothing restarts from here
+        (chain.py: the outcome's `stopped`)."""
+        away = self.board.away()
+        if away is None or self.board.stopped is None:
+            return None
+        woke, gap = self.board.stopped
+        if now - woke < BACK * self.board.silence:
+            return None
+        main, most = self.board.layout[0], self.cfg.rules.unreachable_after
+        took = f"stopped {gap:.0f} s, past unreachable_after ({most:g} s)"
+        gone = f"{', '.join(away)} did not come back (a sentinel that hears nothing leaves)"
+        why = f"its coordinator was {took}: {gone}"
+        t = NodeTrigger(main, NodeState.UNREACHABLE, why, "kill_all")
+        done, first = teardown(self.board, t, self.cfg, exit_codes(facts))
+        stopped = f"the main {main}'s coordinator was {took}: {gone}"
+        return Outcome(OutcomeKind.TEARDOWN, done, t, facts, first=first, stopped=stopped)
 
     def guard(self) -> None:
         """The main's sentinel, started again when it died (not once the chain is over:

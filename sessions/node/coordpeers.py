@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from . import frames
 
+PULSE = 0.25  # seconds: the longest wait of the chain's thread between two pulses
+
 
 @dataclass(eq=False)
 class Peer:
@@ -33,6 +35,7 @@ class PeerTable:
     last_refused: str | None
     poked: dict[str, float]
     sentinel_pids: dict[str, int]  # each node's sentinel, as its last hello said
+    pulsed: float  # monotonic: the chain's thread last went round a loop (`pulse`)
     main: str
     _replies: dict[str, queue.Queue[dict[str, Any]]]
 
@@ -100,14 +103,23 @@ class PeerTable:
         with self.lock:
             return self._replies.setdefault(node, queue.Queue())
 
+    def pulse(self) -> None:
+        """The chain's thread goes round one of its loops: the heartbeats go on
+        (coordinator.py `beat`). Every wait of that thread is a loop of PULSE at most."""
+        self.pulsed = time.monotonic()
+
     def wait_reply(self, node: str, rid: str, deadline: float) -> dict[str, Any] | None:
         """`node`'s answer to `rid` by `deadline` (monotonic), or None; others dropped."""
         q = self.replies(node)
         while True:
+            self.pulse()
+            left = deadline - time.monotonic()
             try:
-                msg = q.get(timeout=max(0.0, deadline - time.monotonic()))
+                msg = q.get(timeout=min(max(0.0, left), PULSE))
             except queue.Empty:
-                return None
+                if left <= PULSE:
+                    return None
+                continue
             if msg.get("re") == rid:
                 return msg
 

@@ -1,28 +1,29 @@
 """The coordinator's port: who may connect, and how each connection is served.
 
 Why apart from the judge (coordinator.py): anyone who reaches the port may connect,
-so what a connection may cost is bounded here, before any of it reaches the judge:
-each is handshaken on a thread of its own, at most `shaking` at once (a flood cannot
-exhaust the threads; the sentinels reconnect, with backoff, once it is over), only the
-run's members and the app's stream get the secret, and a sentinel's frames are only
-of the kinds it sends. A member's frames then go to the board, the straggler watch or
-the app's stream, and wake the judge.
+so what a connection may cost is bounded here, before any of it reaches the judge: the
+door (door.py) holds every connection until its hello, on one thread, and hands on only
+a hello that proves the run's secret; the rest of each handshake then runs on a thread
+of its own, at most `shaking` at once. Only the run's members and the app's stream get
+the secret, and a sentinel's frames are only of the kinds it sends. A member's frames
+then go to the board, the straggler watch or the app's stream, and wake the judge.
 """
 
 from __future__ import annotations
 
 import socket
 import threading
-import time
 from typing import Any, Protocol
 
-from . import feedserve, frames
+from . import door, feedserve, frames
 from .coordstate import Board
+from .framecodec import Reader
 from .slowness import SlowWatch
 from .watchcfg import WatchConfig
 
 # waits: slowness.py's; log: a node's log bytes for the app's stream (feedserve.py)
 FROM_SENTINEL = frozenset({"snap", "done", "bye", "waits", "log"})
+BACKLOG = 1024  # the kernel caps it at net.core.somaxconn
 
 
 class Served(Protocol):
@@ -41,15 +42,19 @@ class Served(Protocol):
 
 def listen(port: int) -> socket.socket:
     """The coordinator's port, on every address: the workers reach the main by the
-    address the ranks use for `master_addr`, whichever interface that is."""
+    address the ranks use for `master_addr`, whichever interface that is. A long queue
+    of connections not yet accepted: a flood's must not fill it before the door takes
+    a sentinel's."""
     if socket.has_dualstack_ipv6():
-        return socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True)
-    return socket.create_server(("", port))
+        return socket.create_server(
+            ("", port), family=socket.AF_INET6, dualstack_ipv6=True, backlog=BACKLOG
+        )
+    return socket.create_server(("", port), backlog=BACKLOG)
 
 
 def unlisten(sock: socket.socket) -> None:
-    """Stops accepting now: a shutdown wakes the accept blocked in another thread (a close
-    alone leaves the port held until that accept returns)."""
+    """Stops accepting now: the port is let go at once (the door polls it, and ends
+    within its tick once `done` is set)."""
     try:
         sock.shutdown(socket.SHUT_RDWR)
     except OSError:
@@ -58,24 +63,31 @@ def unlisten(sock: socket.socket) -> None:
 
 
 def accept(c: Served) -> None:
-    """Connections, each handshaken on a thread of its own, at most `c.shaking` at once."""
-    while not c.done.is_set():
-        try:
-            conn, addr = c.sock.accept()
-        except OSError:
-            if c.done.is_set():
-                return
-            time.sleep(0.1)  # EMFILE and the like: the port stays served
-            continue
-        if not c.shaking.acquire(blocking=False):
-            c.board.refused("busy", str(addr[0]) if isinstance(addr, tuple) else "?")
-            conn.close()
-            continue
-        try:
-            threading.Thread(target=_peer, args=(c, conn, addr), daemon=True).start()
-        except RuntimeError:
-            c.shaking.release()
-            conn.close()
+    """Connections, until the chain is over: the door's, then a thread each that proved
+    the secret, at most `c.shaking` at once."""
+    door.Door(
+        c.sock, lambda h: _secret_for(c, h), c.board.refused, lambda *a: _hand_on(c, *a), c.done
+    ).run()
+
+
+def _hand_on(
+    c: Served,
+    conn: socket.socket,
+    reader: Reader,
+    admitted: frames.Admitted,
+    where: str,
+    deadline: float,
+) -> None:
+    if not c.shaking.acquire(blocking=False):
+        c.board.refused("busy", where)
+        conn.close()
+        return
+    try:
+        args = (c, conn, reader, admitted, where, deadline)
+        threading.Thread(target=_peer, args=args, daemon=True).start()
+    except RuntimeError:
+        c.shaking.release()
+        conn.close()
 
 
 def _secret_for(c: Served, hello: dict[str, Any]) -> bytes | None:
@@ -84,10 +96,16 @@ def _secret_for(c: Served, hello: dict[str, Any]) -> bytes | None:
     return c.secret if ok else None
 
 
-def _peer(c: Served, conn: socket.socket, addr: Any) -> None:
-    where = str(addr[0]) if isinstance(addr, tuple) and addr else "?"
+def _peer(
+    c: Served,
+    conn: socket.socket,
+    reader: Reader,
+    admitted: frames.Admitted,
+    where: str,
+    deadline: float,
+) -> None:
     try:
-        ch = frames.server_handshake(conn, lambda h: _secret_for(c, h), kinds=FROM_SENTINEL)
+        ch = frames.server_finish(conn, reader, admitted, kinds=FROM_SENTINEL, deadline=deadline)
     except (OSError, frames.Refused) as exc:
         c.board.refused(getattr(exc, "reason", "closed"), where)
         conn.close()

@@ -41,10 +41,12 @@ class Board(PeerTable, BoardFiles):
         self.states: dict[str, tuple[str, str]] = {}
         self.poked: dict[str, float] = {}
         self.sentinel_pids: dict[str, int] = {}
+        self.pulsed = time.monotonic()
         self.main = cfg.nodes[0]
         self.published = 0.0
         self.silence = max(2 * cfg.heartbeat, 1.0)
         self.resumed_at = 0.0  # monotonic: when this process last woke from a stop of its own
+        self.stopped: tuple[float, float] | None = None  # (woke, seconds) of a long one: `away`
         self._replies: dict[str, queue.Queue[dict[str, Any]]] = {}
         self.write_errors = 0  # the main's disk full: counted, never the end of the watch
         self.attempt, self.run = 0, cfg.run
@@ -58,6 +60,9 @@ class Board(PeerTable, BoardFiles):
         self.nodes: dict[str, str] = {}  # each node's last snapshot, as JSON (nodewire.py)
         self.nodes_changed = False  # since coord/nodes.json was last written
         self.layout = cfg.nodes  # the attempt's node of each rank (chain.py swaps a spare in)
+        self.problem_at: dict[str, float] = {}  # when the judge first saw each node in trouble
+        self.verdicts: dict[str, Any] = {}  # the judge's last, for a status written after it
+        self.first: dict[str, Any] | None = None  # the attempt's first failure, once named
 
     # -- what the sentinels say -----------------------------------------------
     def heard(self, peer: Peer, msg: dict[str, Any]) -> None:
@@ -114,18 +119,47 @@ class Board(PeerTable, BoardFiles):
                 out[node] = silent("its sentinel never connected")
         return out, asked
 
-    def resumed(self, now: float) -> None:
-        """This coordinator was stopped (SIGSTOP, a suspended VM): the sentinels' silence
-        over that time is its own. Each node gets `silence` again to speak."""
+    def resumed(self, now: float, gap: float) -> None:
+        """This coordinator was stopped `gap` s (SIGSTOP, a suspended VM: its own clock
+        jumped between two ticks): the sentinels' silence over that time is its own. Each
+        node gets `silence` again to speak. A stop long enough for a sentinel to have
+        called it lost (its last heartbeat came up to one before the stop) is kept
+        (`away`): until every node is heard from again, nobody is judged."""
         self.resumed_at = now
-        self.journal("resumed", None)
+        # its last heartbeat before the stop, and the first after, up to one away each
+        lost = gap + 2 * self.cfg.heartbeat >= self.cfg.rules.unreachable_after
+        if lost:
+            self.stopped = (now, gap)
+        self.journal("resumed", None, stopped=round(gap, 1), lost=lost)
+
+    def away(self) -> list[str] | None:
+        """After a stop of this coordinator's own that its sentinels may have taken for
+        its loss (`resumed`): the attempt's nodes not heard from since it woke; None when
+        there was none, or once every node is back. A sentinel's snaps sent while this
+        process was stopped wait in the socket and come at once when it wakes, from one
+        that has since left too: a node is back on a word a heartbeat after the wake
+        (a live sentinel sends one at least that often), still connected."""
+        if self.stopped is None:
+            return None
+        fresh = self.stopped[0] + self.cfg.heartbeat
+        live = self.live_peers()
+        with self.lock:
+            heard = {n for n, w in self.words.items() if w.arrival >= fresh and n in live}
+        missing = [n for n in self.layout if n not in heard]
+        if not missing:
+            self.stopped = None
+            self.journal("back", None, nodes=list(self.layout))
+        return missing or None
 
     def complete(self, facts: dict[str, Facts]) -> bool:
         return all(n in facts for n in self.layout)
 
     # -- what the judge's verdicts leave in the journal ---------------------
     def saw(self, verdicts: dict[str, Any]) -> None:
+        self.verdicts = dict(verdicts)
         for node, v in verdicts.items():
+            if v.state.is_problem:  # the first failure's clock for a node that wrote none
+                self.problem_at.setdefault(node, time.time())
             now = (str(v.state), v.why)
             if self.states.get(node) != now:
                 self.states[node] = now
@@ -180,7 +214,10 @@ class Board(PeerTable, BoardFiles):
             self.nodes.clear()  # and so are its processes
             self.nodes_changed = True
             self.start = time.monotonic()
+            self.stopped = None  # a stop of ours is the attempt before's
         self.states.clear()
         self.poked.clear()
+        self.problem_at.clear()
+        self.verdicts, self.first = {}, None
         with self.lock:
             self._replies.clear()

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import NoReturn
 
+from .plainfile import plain
 from .termsafe import one_line
 
 _DROP = ("TMUX", "TMUX_PANE")
@@ -166,7 +167,7 @@ def _settle(log_path: str, pid_path: str, max_log: int, keep: int) -> None:
             os.replace(log_path, log_path + ".1")
     except FileNotFoundError:
         pass
-    log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    log = plain(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)  # 0600: umask 077
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
@@ -174,7 +175,7 @@ def _settle(log_path: str, pid_path: str, max_log: int, keep: int) -> None:
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 (the process's own)
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
     tmp = f"{pid_path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
+    with open(tmp, "w", opener=plain) as f:
         f.write(f"{os.getpid()}\n")
     os.replace(tmp, pid_path)
 

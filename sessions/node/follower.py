@@ -23,7 +23,7 @@ import time
 from typing import Any, BinaryIO
 
 from . import feedserve, feedwire, frames, respawn
-from .proctree import read_bounded
+from .plainfile import read_plain
 from .watchcfg import WatchConfig, load_for
 
 EVERY = 1.0  # seconds between two boards
@@ -57,7 +57,7 @@ class Boards:
         self.mtimes: dict[str, int] = {}
 
     def frame(self) -> dict[str, Any]:
-        raw = read_bounded(os.path.join(self.coord, "status.json"), STATUS_MAX)
+        raw = read_plain(os.path.join(self.coord, "status.json"), STATUS_MAX)
         status = _json(raw)
         return {
             "k": "board",
@@ -78,7 +78,7 @@ class Boards:
         if self.mtimes.get(name) == mtime:
             return {}
         self.mtimes[name] = mtime
-        data = _json(read_bounded(path, FILES_MAX))
+        data = _json(read_plain(path, FILES_MAX))
         nodes = data.get("nodes") if isinstance(data, dict) else None
         out, seen = {}, self.seen[name]
         for node, entry in (nodes if isinstance(nodes, dict) else {}).items():
@@ -131,11 +131,11 @@ def with_ch(ch: frames.Channel, out: Out) -> None:
 
 def ended(run_dir: str) -> str | None:
     """Why the coordinator left of its own will (its goodbye), or None while it may run."""
-    raw = read_bounded(os.path.join(run_dir, "coord.pid"), 64) or b""
+    raw = read_plain(os.path.join(run_dir, "coord.pid"), 64) or b""
     pid = raw.strip()
     if not pid.isdigit() or not respawn.said_goodbye(run_dir, "coord", int(pid)):
         return None
-    data = _json(read_bounded(respawn.exited_path(run_dir, "coord"), 4096))
+    data = _json(read_plain(respawn.exited_path(run_dir, "coord"), 4096))
     why = data.get("why") if isinstance(data, dict) else None
     return why if isinstance(why, str) else "the coordinator ended"
 

@@ -115,9 +115,40 @@ class Reader:
         (length,) = HEAD.unpack_from(self._buf)
         if length > limit:
             raise Refused("oversize", f"a frame of {length} bytes (at most {limit})")
-        end = HEAD_LEN + length
-        if not self._fill(end, deadline):
+        if not self._fill(HEAD_LEN + length, deadline):
             raise Refused("closed", f"the stream ended inside a {length}-byte frame body")
+        return self._take(length)
+
+    def ready(self, limit: int) -> tuple[bytes, bytes] | None:
+        """(mac, body) of the next frame if what the socket holds now completes it, read
+        without a wait (the coordinator's door reads many peers on one thread); None
+        while it does not. Refused("closed") when the peer ends the stream first."""
+        while True:
+            need = HEAD_LEN
+            if len(self._buf) >= HEAD_LEN:
+                (length,) = HEAD.unpack_from(self._buf)
+                if length > limit:
+                    raise Refused("oversize", f"a frame of {length} bytes (at most {limit})")
+                need += length
+                if len(self._buf) >= need:
+                    return self._take(length)
+            try:
+                chunk = self._sock.recv(need - len(self._buf))
+            except (BlockingIOError, InterruptedError):
+                return None
+            except OSError as exc:
+                raise Refused("closed", f"before its first frame: {exc}") from None
+            if not chunk:
+                raise Refused("closed", "the stream ended before a whole frame")
+            self._buf += chunk
+
+    @property
+    def buffered(self) -> int:
+        """Bytes read and not yet taken as a frame."""
+        return len(self._buf)
+
+    def _take(self, length: int) -> tuple[bytes, bytes]:
+        end = HEAD_LEN + length
         mac, body = bytes(self._buf[HEAD.size : HEAD_LEN]), bytes(self._buf[HEAD_LEN:end])
         del self._buf[:end]
         return mac, body

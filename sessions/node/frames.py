@@ -8,15 +8,20 @@ read (the body then grows only as its bytes arrive), the handshake has one deadl
 and parsing is strict (no NaN, no duplicate keys, bounded depth and integer size).
 
 Handshake (every frame is `len:u32 BE | mac:32 | body`, `len` counting body bytes):
-    C→S hello {node, chain, ver, nc}                       mac slot all zero (no key yet)
+    C→S hello {node, chain, ver, nc}                       mac slot HMAC(k_hello, body)
     S→C hello {ns, mac: HMAC(secret, "mntui1|s|nc|ns"), h}  mac slot HMAC(k_sc, body)
     C→S auth  {mac: HMAC(secret, "mntui1|c|nc|ns"), h}      mac slot HMAC(k_cs, body)
-`h` = sha256 of the client hello's body as sent, under both direction keys: no one on
-the path can rename the node. The server proves the secret first, and a client never
-goes on with a server that cannot. After that every frame is mac'ed with its own
-direction's key (a reflected frame fails) and carries a strictly rising "s" (a replayed
-one fails). The server hello is the one body parsed before its mac is checked (it holds
-the nonce that makes the key), so handshake frames are bounded to HELLO_MAX bytes.
+`k_hello` = HMAC(secret, "mntui1|hello"): the client's first frame already proves the
+secret (or is a copy of one that did: `admit`'s caller refuses a nonce seen before), so
+a server gives a thread, a slot and a round trip only to a peer that holds it; one that
+does not is refused on its first frame (coordport.py: issue 39, a peer that held every
+handshake slot with idle connections got a healthy job torn down). `h` = sha256 of the
+client hello's body as sent, under both direction keys: no one on the path can rename
+the node. The server proves the secret, and a client never goes on with a server that
+cannot. After that every frame is mac'ed with its own direction's key (a reflected
+frame fails) and carries a strictly rising "s" (a replayed one fails). The two hellos
+are parsed before their mac is checked (they name the secret and hold the nonces that
+make the keys), so handshake frames are bounded to HELLO_MAX bytes.
 
 Refusals raise Refused and close the socket; the handshakes raise nothing else. A peer
 that closes between two frames raises Closed (a ConnectionError): an ended connection,
@@ -34,6 +39,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from .framecodec import (
@@ -41,7 +47,6 @@ from .framecodec import (
     MAX_FRAME,
     REASONS,
     VERSION,
-    ZERO_MAC,
     Closed,
     Reader,
     Refused,
@@ -56,11 +61,14 @@ from .refusals import RefusalCounter
 __all__ = [
     "MAX_FRAME",
     "REASONS",
+    "Admitted",
     "Channel",
     "Closed",
     "RefusalCounter",
     "Refused",
+    "admit",
     "client_handshake",
+    "server_finish",
     "server_handshake",
 ]
 
@@ -163,9 +171,10 @@ def client_handshake(
     """Introduce this side (`hello`: node, chain, ver, ...) and authenticate both ways
     within `timeout` seconds in all; Refused (socket closed) otherwise."""
     _check_args(kinds, hello)
-    with _handshaking(sock, timeout) as (reader, deadline):
+    deadline = time.monotonic() + timeout
+    with _handshaking(sock, deadline) as reader:
         nc = secrets.token_hex(_NONCE_HEX // 2)
-        c_hello = pack(None, {**hello, "v": VERSION, "k": "hello", "s": 0, "nc": nc})
+        c_hello = pack(_hello_key(secret), {**hello, "v": VERSION, "k": "hello", "s": 0, "nc": nc})
         send_all(sock, c_hello, deadline)
         sent_h = hashlib.sha256(c_hello[HEAD_LEN:]).hexdigest()
         mac, body = _read(reader, deadline)
@@ -182,6 +191,35 @@ def client_handshake(
     return Channel(sock, reader, key_out=k_cs, key_in=k_sc, peer=_public(s_hello), kinds=kinds)
 
 
+@dataclass(frozen=True)
+class Admitted:
+    """A client hello that proved the secret: what the rest of the handshake needs."""
+
+    peer: dict[str, Any]  # the hello, the protocol's own fields left out
+    nc: str
+    secret: bytes
+    h: str  # sha256 of its body, as the server hello and the auth echo it
+
+
+def admit(
+    mac: bytes, body: bytes, secret_for: Callable[[dict[str, Any]], bytes | None]
+) -> Admitted:
+    """A client hello (one frame, read by the caller) checked: its shape, its node
+    (`secret_for` names the secret, or None: unknown-node) and its mac under that secret.
+    Refused otherwise; nothing is sent."""
+    c_hello = _handshake_body(body, "hello")
+    nc = _nonce(c_hello, "nc")
+    if not all(isinstance(c_hello.get(key), str) for key in ("node", "chain")):
+        raise Refused("bad-shape", 'a hello names its "node" and "chain"')
+    peer = _public(c_hello)
+    secret = secret_for(peer)
+    if secret is None:
+        raise Refused("unknown-node", f"{peer['chain']}/{peer['node']}")
+    if not hmac.compare_digest(mac, mac_of(_hello_key(secret), body)):
+        raise Refused("bad-mac", "the client hello does not prove the run's secret")
+    return Admitted(peer, nc, secret, hashlib.sha256(body).hexdigest())
+
+
 def server_handshake(
     sock: socket.socket,
     secret_for: Callable[[dict[str, Any]], bytes | None],
@@ -194,47 +232,54 @@ def server_handshake(
     gets the client's (not yet proven) hello and names its secret, or None: unknown-node.
     `hello`: what this side tells the client about itself (ver, ...)."""
     _check_args(kinds, hello or {})
-    with _handshaking(sock, timeout) as (reader, deadline):
-        mac, body = _read(reader, deadline)
-        if not hmac.compare_digest(mac, ZERO_MAC):
-            raise Refused("bad-mac", "a client hello carries no mac")
-        c_hello = _handshake_body(body, "hello")
-        nc = _nonce(c_hello, "nc")
-        if not all(isinstance(c_hello.get(key), str) for key in ("node", "chain")):
-            raise Refused("bad-shape", 'a hello names its "node" and "chain"')
-        peer = _public(c_hello)
-        secret = secret_for(peer)
-        if secret is None:
-            raise Refused("unknown-node", f"{peer['chain']}/{peer['node']}")
+    deadline = time.monotonic() + timeout
+    with _handshaking(sock, deadline) as reader:
+        admitted = admit(*_read(reader, deadline), secret_for)
+    return server_finish(sock, reader, admitted, kinds=kinds, deadline=deadline, hello=hello)
+
+
+def server_finish(
+    sock: socket.socket,
+    reader: Reader,
+    admitted: Admitted,
+    *,
+    kinds: frozenset[str],
+    deadline: float,
+    hello: dict[str, Any] | None = None,
+) -> Channel:
+    """The handshake after an admitted client hello (read off `reader`, which keeps what
+    came after it): the server's proof out, the client's in, by `deadline`."""
+    _check_args(kinds, hello or {})
+    a = admitted
+    with _handshaking(sock, deadline, reader):
         ns = secrets.token_hex(_NONCE_HEX // 2)
-        k_cs, k_sc = _keys(secret, nc, ns)
-        got_h = hashlib.sha256(body).hexdigest()
+        k_cs, k_sc = _keys(a.secret, a.nc, ns)
         mine = {**(hello or {}), "v": VERSION, "k": "hello", "s": 0, "ns": ns}
-        send_all(
-            sock, pack(k_sc, {**mine, "mac": _proof(secret, "s", nc, ns), "h": got_h}), deadline
-        )
+        proof = _proof(a.secret, "s", a.nc, ns)
+        send_all(sock, pack(k_sc, {**mine, "mac": proof, "h": a.h}), deadline)
         mac, body = _read(reader, deadline)
         if not hmac.compare_digest(mac, mac_of(k_cs, body)):
             raise Refused("bad-mac", "the client could not prove the run's secret")
         auth = _handshake_body(body, "auth")
-        good = _same(auth.get("mac"), _proof(secret, "c", nc, ns)) & _same(auth.get("h"), got_h)
+        good = _same(auth.get("mac"), _proof(a.secret, "c", a.nc, ns)) & _same(auth.get("h"), a.h)
         if not good:
             raise Refused("bad-mac", "the client's proof does not match")
-    return Channel(sock, reader, key_out=k_sc, key_in=k_cs, peer=peer, kinds=kinds)
+    return Channel(sock, reader, key_out=k_sc, key_in=k_cs, peer=a.peer, kinds=kinds)
 
 
 @contextmanager
-def _handshaking(sock: socket.socket, timeout: float) -> Iterator[tuple[Reader, float]]:
+def _handshaking(
+    sock: socket.socket, deadline: float, reader: Reader | None = None
+) -> Iterator[Reader]:
     """One deadline for the whole handshake; every failure becomes a Refused and closes
     the socket, so a caller has one thing to count."""
-    deadline = time.monotonic() + timeout
     try:
         sock.setblocking(False)  # every wait is a poll against the deadline from here on
-        yield Reader(sock), deadline
+        yield reader if reader is not None else Reader(sock)
     except BaseException as exc:
         sock.close()
         if isinstance(exc, socket.timeout):
-            raise Refused("handshake-timeout", f"not done within {timeout:g} s") from None
+            raise Refused("handshake-timeout", "not done by its deadline") from None
         if isinstance(exc, OSError):
             raise Refused("closed", f"during the handshake: {exc}") from None
         raise
@@ -269,6 +314,11 @@ def _nonce(obj: dict[str, Any], key: str) -> str:
     if not isinstance(value, str) or len(value) != _NONCE_HEX or value.strip("0123456789abcdef"):
         raise Refused("bad-shape", f'"{key}" is {_NONCE_HEX} lowercase hex digits')
     return value
+
+
+def _hello_key(secret: bytes) -> bytes:
+    """The client hello's key: its mac proves the secret before the server says a word."""
+    return mac_of(secret, b"mntui1|hello")
 
 
 def _keys(secret: bytes, nc: str, ns: str) -> tuple[bytes, bytes]:

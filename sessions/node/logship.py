@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from . import feedwire
+from .plainfile import plain
 
 TICK = 0.25  # seconds between two reads of the log while following
 BACK = 16 * 1024  # bytes before the end a new follow starts from (the pane's backlog)
@@ -84,7 +85,7 @@ class Shipper:
         rate, the bytes up to `budget` before the end are passed over (the offset says
         it). None: no log to read."""
         try:
-            with open(path, "rb") as f:
+            with open(path, "rb", opener=plain) as f:
                 size = os.fstat(f.fileno()).st_size
                 if self.offset is None:
                     self.offset = _line_start(f, max(0, size - BACK))

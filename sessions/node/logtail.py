@@ -14,6 +14,7 @@ import os
 import re
 import time
 
+from .plainfile import plain
 from .steps import DEFAULT_PATTERN, MAX_LINE, ProgressTracker
 
 CHUNK = 64 * 1024  # bytes read a sample at most: a flood is read over several samples
@@ -31,7 +32,7 @@ class LogTail:
         is what lets the rate fall when the job stops printing)."""
         data = b""
         try:
-            with open(self.path, "rb") as f:
+            with open(self.path, "rb", opener=plain) as f:
                 size = os.fstat(f.fileno()).st_size
                 if size < self.offset:  # a new file under the same name
                     self.offset, self.partial = 0, b""

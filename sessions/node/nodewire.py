@@ -17,10 +17,10 @@ nodes have their command lines cut first.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from .facts import MAX_PID, Malformed, _flag, _int  # the facts' own checks
+from .termsafe import one_line  # what the sentinel sends is already its output
 
 MAX_PROCS = 256  # processes in one snapshot (a torch node: ranks, workers, shells)
 CMD_MAX = 300  # bytes of a command line read (as the poller's mntui_b64)
@@ -33,7 +33,6 @@ PROC_KEYS = ("pid", "ppid", "state", "cpu_percent", "rss_mib", "cmdline")
 FACT_KEYS = ("session", "pane_dead", "pane_pid", "exit_code", "log_size", "output_age")
 HOST_KEYS = ("ports", "load", "ncpu", "mem_total_mib", "mem_available_mib", "node_time")
 KEYS = frozenset(("procs", *FACT_KEYS, *HOST_KEYS, "malformed"))
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def _num(v: object, lo: float, hi: float, none: bool = True) -> float | None:
@@ -50,7 +49,7 @@ def _proc(p: object) -> dict[str, Any]:
     state, cmd = p["state"], p["cmdline"]
     if type(state) is not str or len(state) != 1 or not state.isalpha():
         raise Malformed("a process state is one letter")
-    if type(cmd) is not str or len(cmd) > CMD_MAX or _CONTROL.search(cmd):
+    if type(cmd) is not str or len(cmd) > CMD_MAX or one_line(cmd) != cmd:
         raise Malformed("a command line is bounded text without controls")
     return {
         "pid": _int(p["pid"], 1, MAX_PID, none=False),

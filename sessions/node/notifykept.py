@@ -26,6 +26,7 @@ from .notifytext import (
     notice_of,
     one_line,
 )
+from .plainfile import plain
 
 FILE = "notify.json"  # in coord/: every notice and what became of it
 BOARD_READ = 256 << 10  # bytes of the file the manager's board read takes (launch/board.py)
@@ -42,7 +43,7 @@ def earlier(path: str) -> list[dict[str, Any]]:
     kept as this version keeps its own (its texts cut as `entry_of` cuts them), so the
     file stays within the manager's read whatever the predecessor wrote."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8", opener=plain) as f:
             data = json.loads(f.read(4 << 20))
     except (OSError, ValueError, RecursionError):
         return []

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from .restarts import attempt_label
 from .termsafe import one_line as _one_line
 
 __all__ = [
@@ -125,8 +126,9 @@ def finished_summary(job: str, tail: str = "") -> str:
 def restart_summary(
     k: int, most: int, delay: float, why: str, cause: str, swapped: str = ""
 ) -> str:
-    """Attempt `k` of `most` restarts starts after `delay` s; `cause`: the last end's."""
-    said = f"attempt {k}/{most} in {delay:g}s ({why})" + (f"; {swapped}" if swapped else "")
+    """Attempt `k` (0-based, restarts.attempt_label) of 1 + `most` (restart.max) starts
+    after `delay` s; `why`: the policy's `restart k/max`; `cause`: the last end's."""
+    said = f"{attempt_label(k, most)} in {delay:g}s ({why})" + (f"; {swapped}" if swapped else "")
     return f"{said}; last: {cause}"
 
 

@@ -22,6 +22,7 @@ from .restarts import AttemptEnd, repeat_culprit
 
 SAID_SPARES = 3  # spares named in a line saying why none could take a rank
 MAIN_HERE = "only this machine can replace it"  # the words of a stop with `main_here`
+RESTART_HERE = "`mntui launch --restart` puts a spare in its place; the coordinator runs on it"
 
 
 @dataclass(frozen=True)
@@ -112,10 +113,7 @@ def place(
             continue
         if rank == 0 and not here:
             first = f"`mntui quarantine {node}`, then " if why == "broke twice in a row" else ""
-            stop = (
-                f"the main {node} {why}: {MAIN_HERE} ({first}"
-                f"`mntui launch --restart` puts a spare in its place; the coordinator runs on it)"
-            )
+            stop = f"the main {node} {why}: {MAIN_HERE} ({first}{RESTART_HERE})"
             return Placement(tuple(layout), tuple(said), stop, main_here=True)
         fits = [
             s for s in spares if _free(s, new, out, ready) and nprocs.get(s) == nprocs.get(node)

@@ -25,11 +25,20 @@ from .listens import listening_ports
 from .watchcfg import WatchConfig
 
 POLL = 0.2  # seconds between checks (the launch's is one SSH round trip, ~0.1 s)
+# within PULSE of the chain's thread, a round's grep and tmux take milliseconds
 GREP_TIMEOUT = 10.0  # seconds for one grep of the main's output
 
 
+class Pulsing(Protocol):
+    def pulse(self) -> None: ...
+
+
 class Asker(Protocol):
-    """What the wait needs of the coordinator (relaunch.Starter)."""
+    """What the wait needs of the coordinator (relaunch.Starter): its board is pulsed
+    each round, or its heartbeats stop (coordpeers.py PULSE, coordinator.py `beat`)."""
+
+    @property
+    def board(self) -> Pulsing: ...
 
     cfg: WatchConfig
     done: threading.Event
@@ -57,6 +66,7 @@ def wait(c: Asker, first_dir: str, k: int) -> str | None:
     except (OSError, ValueError, RuntimeError) as exc:
         return f"the main's attempt {k} cannot be followed: {exc}"
     while True:
+        c.board.pulse()
         if c.kill_requested() is not None:
             return "the user's kill came first"
         gone = _gone(run_dir, cfg.session)

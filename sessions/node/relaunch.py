@@ -20,6 +20,7 @@ from typing import Protocol
 from . import readywait
 from .chainlog import ChainLog
 from .coordstate import Board
+from .restarts import attempt_label
 from .runid import RUN_ID, new_run_id
 from .teardown import stop
 from .watchcfg import WatchConfig
@@ -45,13 +46,15 @@ def relaunch(c: Starter, k: int, log: ChainLog) -> str | None:
     use(c, layout)
     c.board.new_attempt(k, run)
     main, workers = layout[0], layout[1:]
-    why = _start_on(c, [main], k, run, layout)
+    why = _all_there(c, layout)
+    if why is None:
+        why = _start_on(c, [main], k, run, layout)
     if why is None:
         why = _ready(c, k)
     if why is None:
         why = _start_on(c, list(workers), k, run, layout)
     if why is not None:
-        why = f"attempt {k} did not start: {why}"
+        why = f"{attempt_label(k)} did not start: {why}"
         stop(c.board, c.cfg, {"decided_by": "coordinator", "why": why}, c.cfg.grace)
         return why
     log.running(k)
@@ -78,6 +81,22 @@ def use(c: Starter, layout: tuple[str, ...]) -> None:
     c.board.layout = layout
 
 
+def _all_there(c: Starter, layout: tuple[str, ...]) -> str | None:
+    """Every node's sentinel connected before any rank of the attempt starts (a
+    sentinel reconnecting is waited for, `silence` at most): a main whose workers are
+    gone started its rank 0 alone, then found no sentinel on the worker and stopped it
+    (issue 39, a main woken from a freeze)."""
+    end = time.monotonic() + c.board.silence
+    while True:
+        c.board.pulse()
+        missing = [n for n in layout if n not in c.board.live_peers()]
+        if not missing:
+            return None
+        if time.monotonic() >= end:
+            return f"no sentinel connected on {', '.join(missing)}: nothing started"
+        c.done.wait(0.05)
+
+
 def _start_on(
     c: Starter, nodes: list[str], k: int, run: str, layout: tuple[str, ...]
 ) -> str | None:
@@ -99,7 +118,7 @@ def _start_on(
     for n, rid in asked.items():
         msg = c.board.wait_reply(n, rid, deadline) if rid is not None else None
         if msg is None:
-            why = why or f"{n}'s sentinel did not say attempt {k} started"
+            why = why or f"{n}'s sentinel did not say {attempt_label(k)} started"
         elif msg.get("ok") is not True:
             why = why or f"{n}: {str(msg.get('error'))[:200]}"
     return why

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .plainfile import plain, read_plain
 from .proctree import parse_stat, read_bounded
 from .watchcfg import write_json
 
@@ -69,7 +70,7 @@ def live(pid: int) -> Ident | None:
 
 
 def read_pid(path: str) -> int | None:
-    raw = read_bounded(path, 32)
+    raw = read_plain(path, 32)
     text = raw.decode("ascii", "replace").strip() if raw is not None else ""
     return int(text) if text.isdigit() and 0 < int(text) < 1 << 31 else None
 
@@ -88,7 +89,7 @@ def exited_path(run_dir: str, role: str) -> str:
 
 
 def said_goodbye(run_dir: str, role: str, pid: int) -> bool:
-    raw = read_bounded(exited_path(run_dir, role), 4096)
+    raw = read_plain(exited_path(run_dir, role), 4096)
     try:
         data = json.loads(raw) if raw is not None else None
     except ValueError:
@@ -101,7 +102,8 @@ def journal(run_dir: str, kind: str, node: str, **data: Any) -> None:
     whichever watcher is alive to write it."""
     line = json.dumps({"t": time.time(), "kind": kind, "node": node, "data": data})
     try:
-        with open(os.path.join(run_dir, "coord", "journal.jsonl"), "a", encoding="utf-8") as f:
+        path = os.path.join(run_dir, "coord", "journal.jsonl")
+        with open(path, "a", encoding="utf-8", opener=plain) as f:
             f.write(line + "\n")
     except OSError:
         pass
@@ -205,7 +207,7 @@ class Keeper:
         """One respawn from the budget, kept in a file (the keeper itself may be a
         respawned process); None when granted, else why not."""
         path = os.path.join(self.dir, f"respawn-{self.role}.json")
-        raw = read_bounded(path, 1 << 16)
+        raw = read_plain(path, 1 << 16)
         try:
             data = json.loads(raw) if raw is not None else {}
         except ValueError:
@@ -227,7 +229,7 @@ class Keeper:
         print(f"respawn: {line}", flush=True)
         journal(self.dir, "respawn-gave-up", self.node, who=self.name, pid_was=dead, why=why)
         path = os.path.join(self.dir, f"respawn-{self.role}.json")
-        raw = read_bounded(path, 1 << 16)
+        raw = read_plain(path, 1 << 16)
         try:
             data = json.loads(raw) if raw is not None else {}
             data = data if isinstance(data, dict) else {}

@@ -84,6 +84,13 @@ def ends_from(items: object) -> tuple[AttemptEnd, ...]:
     return tuple(out)
 
 
+def attempt_label(k: int, most: int | None = None) -> str:
+    """Attempt `k` (0: the launch itself) as people read it: one numbering everywhere
+    (status, history, report, the app, the webhook, the docs), counted from 1, of
+    1 + `most` (restart.max) when given. Restart k/max starts attempt k + 1."""
+    return f"attempt {k + 1}" + (f"/{most + 1}" if most is not None else "")
+
+
 @dataclass(frozen=True)
 class Decision:
     restart: bool

@@ -28,7 +28,8 @@ from typing import Any
 
 from .chainstates import TERMINAL, ChainStatus, status_of
 from .coordstate import Board
-from .restarts import AttemptEnd, ends_from
+from .plainfile import plain
+from .restarts import AttemptEnd, attempt_label, ends_from
 
 
 class Phase(str, Enum):
@@ -63,7 +64,7 @@ class Point:
 def load(out_dir: str, name: str) -> dict[str, Any] | None:
     """One of the coordinator's files (atomic: whole or absent), or None."""
     try:
-        with open(os.path.join(out_dir, name), encoding="utf-8") as f:
+        with open(os.path.join(out_dir, name), encoding="utf-8", opener=plain) as f:
             data = json.loads(f.read(8 << 20))
     except (OSError, ValueError):
         return None
@@ -104,7 +105,7 @@ def point(chain: dict[str, Any], decision: dict[str, Any] | None, now: float) ->
         return replace(at, phase=BACKOFF, left=left)
     if status is ChainStatus.STARTING:
         if mine is not None:  # its start failed, and what did start was stopped
-            why = str(mine.get("why") or f"attempt {k} did not start")[:300]
+            why = str(mine.get("why") or f"{attempt_label(k)} did not start")[:300]
             return replace(at, phase=OVER, why=why, end=ChainStatus.FAILED_RESTART)
         return replace(at, phase=START)
     if status is ChainStatus.RUNNING:

@@ -24,11 +24,23 @@ import time
 import traceback
 from typing import Any
 
-from . import attempt, daemon, frames, gpus, killer, nodesnap, respawn, spysample, stackcap
+from . import (
+    attempt,
+    daemon,
+    firstfail,
+    frames,
+    gpus,
+    killer,
+    nodesnap,
+    respawn,
+    spysample,
+    stackcap,
+)
 from .attempt import Attempt
 from .facts import Facts
 from .logtail import LogTail
 from .lostword import lost_why, say_lost
+from .plainfile import plain
 from .sentinellink import FOLLOWING, Link
 from .watchcfg import WatchConfig, load_for
 
@@ -128,7 +140,19 @@ class Sentinel(Link):
             result = self._kill(why, grace)
             if taken is not None:
                 result["stacks"] = taken
+            result["cause"] = self._cause()
             return result
+
+    def _cause(self) -> dict[str, Any] | None:
+        """This node's part of the attempt's end (firstfail.py), read once its ranks are
+        gone and every line is written: the coordinator names the first failure by it."""
+        with self.lock:
+            att = self.att
+        try:
+            return firstfail.node_cause(att.dir, self.cfg.node).to_wire()
+        except Exception:  # a log it cannot read: no cause, never a kill that fails
+            traceback.print_exc()
+            return None
 
     def _stacks(self, ask: stackcap.Ask) -> dict[str, Any]:
         """The capture the launch rendered for the current attempt, saved in its run dir;
@@ -173,7 +197,7 @@ class Sentinel(Link):
         long log read from its start would take minutes of samples, an old step meanwhile)."""
         said = "following the first attempt"
         try:
-            with open(os.path.join(self.dir, FOLLOWING), encoding="utf-8") as f:
+            with open(os.path.join(self.dir, FOLLOWING), encoding="utf-8", opener=plain) as f:
                 data = json.loads(f.read(4096))
             k = data.get("attempt") if isinstance(data, dict) else None
             if type(k) is int and k >= 1:
@@ -232,7 +256,7 @@ def _leave(run_dir: str, why: str) -> None:
 def _to_tail(path: str, log: LogTail) -> None:
     """`log` reads on from the start of the last whole line within its last chunk."""
     try:
-        with open(path, "rb") as f:
+        with open(path, "rb", opener=plain) as f:
             size = os.fstat(f.fileno()).st_size
             at = max(0, size - (64 << 10))
             f.seek(at)

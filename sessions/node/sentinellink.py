@@ -115,10 +115,10 @@ class Link:
                 msg = ch.recv(timeout=RECV_WAIT)
             except socket.timeout:
                 continue
-            self.heard = time.monotonic()
-            if msg["k"] == "follow":
+            if msg["k"] == "follow":  # the port's threads send it: no word of the judge's
                 ship.follow(ch, msg)
                 continue
+            self.heard = time.monotonic()
             self.obey(ch, msg)
 
     def obey(self, ch: frames.Channel, msg: dict[str, Any]) -> None:

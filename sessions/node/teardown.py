@@ -18,12 +18,16 @@ from __future__ import annotations
 import re
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
-from . import killer
+from . import firstfail, killer
+from .coordpeers import PULSE
 from .coordstate import Board
+from .firstfail import NodeCause
 from .judging import NodeTrigger
 from .rules import NodeState
+from .termsafe import one_line
 from .watchcfg import WatchConfig
 
 ANSWER_SLACK = 8.0  # seconds past the grace for a sentinel's report (port wait: 3 s)
@@ -37,9 +41,13 @@ HUNG = frozenset({NodeState.FROZEN, NodeState.STALLED, NodeState.UNREACHABLE})
 FROZEN_BUDGET = 1.5
 
 
-def teardown(board: Board, t: NodeTrigger, cfg: WatchConfig, codes: tuple[int, ...] = ()) -> str:
+def teardown(
+    board: Board, t: NodeTrigger, cfg: WatchConfig, codes: tuple[int, ...] = ()
+) -> tuple[str, NodeCause | None]:
     """`codes`: the nodes' exit codes at the decision, kept in the record for the restart
-    policy of a coordinator that takes the chain over before it decided (resume.py)."""
+    policy of a coordinator that takes the chain over before it decided (resume.py).
+    Returns what is said of it and the first failure, named once every node's ranks are
+    gone (firstfail.py): the node the judge decided on is only the first it saw."""
     decided_at = time.time()
     why = f"{t.node} {t.state}: {t.why}"
     board.journal("decision", t.node, state=str(t.state), why=t.why)
@@ -56,10 +64,43 @@ def teardown(board: Board, t: NodeTrigger, cfg: WatchConfig, codes: tuple[int, .
     board.write("decision.json", record)
     record["kill"] = kill_everywhere(board, cfg, why, stacks=stacks_first(t, cfg, decided_at))
     record["ended_at"] = time.time()
+    first = blame(board, record["kill"], t)
+    if first is not None:
+        record["first"] = board.first = firstfail.plain(first)
+        why = f"{first.who} {_verb(first, t)}: {first.why}"
+        board.publish(board.verdicts, time.monotonic(), force=True)  # the app's header says it
     board.write("decision.json", record)
-    board.journal("teardown", None, nodes=sorted(record["kill"]))
+    board.journal("teardown", None, nodes=sorted(record["kill"]), first=record.get("first"))
     board.keep_decision(record)
-    return f"torn down: {why}"
+    return f"torn down: {why}", first
+
+
+def blame(board: Board, kill: dict[str, Any], t: NodeTrigger | None) -> NodeCause | None:
+    """The first failure of the attempt from the kill's reports (each node's `cause`)
+    and the judge's own clock (`problem_at`); for a hang, the node the judge decided on
+    (a frozen or silent node's log says nothing of it; the others' errors follow it)."""
+    causes = []
+    for rank, node in enumerate(board.layout):
+        res = kill.get(node)
+        said = res.get("cause") if isinstance(res, dict) else None
+        seen = board.problem_at.get(node)
+        c = firstfail.from_wire(node, rank, said, seen) if said is not None else None
+        if c is None:
+            if said is not None:
+                with board.lock:
+                    board.malformed += 1
+            c = firstfail.NodeCause(node, rank, seen, None, None, None, None)
+        causes.append(c)
+    if t is not None and t.state in HUNG:
+        hung = next((c for c in causes if c.node == t.node), None)
+        why = one_line(t.why, firstfail.MAX_TEXT)
+        return replace(hung, rank=None, cause=None, summary=why, secondary=False) if hung else None
+    return firstfail.first_failure(causes, t.node if t is not None else None)
+
+
+def _verb(first: NodeCause, t: NodeTrigger) -> str:
+    """The state the judge saw, for its own node; another node named first failed."""
+    return str(t.state) if first.node == t.node else str(NodeState.FAILED)
 
 
 def finish(board: Board, cfg: WatchConfig, record: dict[str, Any]) -> None:
@@ -144,8 +185,10 @@ def kill_everywhere(
             continue
         res = msg.get("result")
         results[node] = res if isinstance(res, dict) else {"error": "a malformed kill report"}
-    if local is not None:
-        local.join(grace + slack)
+    end = time.monotonic() + grace + slack
+    while local is not None and local.is_alive() and time.monotonic() < end:
+        board.pulse()
+        local.join(PULSE)
     for node in board.layout:
         results.setdefault(node, {"error": "no sentinel connected: its ranks may still run"})
     return results

@@ -20,6 +20,7 @@ from typing import Any
 from .judging import Rules
 from .notifyhook import NotifyRules, rules_json, rules_of
 from .placing import QuarantineRule
+from .plainfile import plain
 from .restarts import RestartRules
 from .runid import RUN_ID
 from .watchfields import (
@@ -171,7 +172,7 @@ def parse(d: object) -> WatchConfig:
 def write_json(path: str, data: dict[str, Any]) -> None:
     """Atomically (tmp + rename): a reader on the main never sees half a file."""
     tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with open(tmp, "w", encoding="utf-8", opener=plain) as f:
         json.dump(data, f, sort_keys=True)
     os.replace(tmp, path)
 
@@ -193,13 +194,13 @@ def load_for(argv: list[str], role: str) -> tuple[str, WatchConfig, bytes] | int
 
 def load(run_dir: str) -> tuple[WatchConfig, bytes]:
     """The watch file and the run's secret, from the node's run dir."""
-    with open(os.path.join(run_dir, FILE), encoding="utf-8") as f:
+    with open(os.path.join(run_dir, FILE), encoding="utf-8", opener=plain) as f:
         raw = f.read(1 << 20)
     try:
         cfg = parse(json.loads(raw))
     except json.JSONDecodeError as exc:
         raise BadWatchFile(f"{FILE}: not JSON ({exc.msg})") from None
-    with open(os.path.join(run_dir, SECRET), "rb") as f:
+    with open(os.path.join(run_dir, SECRET), "rb", opener=plain) as f:
         secret = f.read(256).strip()
     if len(secret) < 32:
         raise BadWatchFile(f"{SECRET}: too short to be the run's secret")

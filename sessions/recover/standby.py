@@ -25,7 +25,8 @@ from mntui.sessions.launch.board import BoardView
 from mntui.sessions.runs import RunRecord
 from mntui.sessions.watch import WatchEnd, WatchOutcome, fresh_steps, keep_steps
 from mntui.sessions.watch.detached import note_watching
-from mntui.sessions.watch.fromcluster import adopt, coordinator_done
+from mntui.sessions.watch.fromcluster import coordinator_done
+from mntui.sessions.watch.mirror import sync
 from mntui.sessions.watch.standbyhint import say_waiting
 
 from .chainstate import head, stopped
@@ -76,7 +77,7 @@ class Standby:
             view = read_main(rec, ssh, LOOK_TIMEOUT)
             self._heard(view)
             if view is not None and view.status is not None:
-                self.record = rec = adopt(rec, view)
+                self.record = rec = sync(rec, view)
                 self.steps.update(fresh_steps(rec, view))
             silent = time.monotonic() - self.heard
             look = self._look(rec, silent, ssh)

@@ -1,6 +1,7 @@
 """What went wrong: evidence and stacks gathered from the nodes, log lines classified into
-causes (classify.py, logrules.py), the failure report (failure.py) and the post-mortem
-that writes it. Imports poll and below; never the agent or the watchdog.
+causes (node/classify.py, node/logrules.py: the coordinator names the first failure by
+the same rules), the failure report (failure.py) and the post-mortem that writes it.
+Imports poll and below; never the agent or the watchdog.
 """
 
 from typing import TYPE_CHECKING
@@ -8,7 +9,6 @@ from typing import TYPE_CHECKING
 from mntui.sessions.exports import lazy_exports
 
 if TYPE_CHECKING:
-    from .classify import first_error as first_error
     from .consensus import waits_in as waits_in
     from .failure import Ending as Ending
     from .failure import FailureReport as FailureReport

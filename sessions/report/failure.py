@@ -11,19 +11,19 @@ the nodes wrote is made terminal-safe where it enters (`summarize_node`, classif
 
 from __future__ import annotations
 
-import signal
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from mntui.sessions.node.classify import first_error
+from mntui.sessions.node.firstfail import NodeCause, exit_text, first_failure
+from mntui.sessions.node.logrules import Finding
 from mntui.sessions.poll import NodeState
 from mntui.sessions.termsafe import clean, one_line
 
-from .classify import first_error
 from .evidence import NodeEvidence
-from .logrules import Finding
 from .stacks import NodeStacks, RankStack
 from .verdict import Conclusion, Suspect
 
@@ -95,16 +95,6 @@ class FailureReport:
     slow: tuple[str, ...] = ()  # the straggler the sampler named while the job ran
 
 
-def exit_text(code: int) -> str:
-    """`exit code 139 (SIGSEGV)`: shells report a signal as 128+N, torchrun as -N."""
-    sig = code - 128 if code > 128 else -code if code < 0 else 0
-    try:
-        name = signal.Signals(sig).name if sig else ""
-    except ValueError:
-        name = ""
-    return f"exit code {code}" + (f" ({name})" if name else "")
-
-
 def _node_cause(n: NodeSummary, why: str) -> str:
     if n.finding is not None:
         text = n.finding.summary
@@ -154,20 +144,26 @@ def summarize_node(
     )
 
 
-def _root(nodes: Sequence[NodeSummary], trigger: str | None) -> NodeSummary | None:
-    """The earliest node with a primary error; else the earliest with a problem; else
-    the watchdog's trigger."""
-
-    def when(n: NodeSummary) -> tuple[float, int]:
-        return (n.first_problem_at if n.first_problem_at is not None else float("inf"), n.rank)
-
-    primary = [n for n in nodes if n.finding is not None and not n.finding.secondary]
-    if primary:
-        return min(primary, key=when)
-    troubled = [n for n in nodes if n.first_problem_at is not None]
-    if troubled:
-        return min(troubled, key=when)
-    return next((n for n in nodes if n.node == trigger), None)
+def _root(
+    nodes: Sequence[NodeSummary], trigger: str | None, first: str | None = None
+) -> NodeSummary | None:
+    """The node that broke first, by the coordinator's rule (node/firstfail.py); `first`:
+    the node the coordinator named when it decided, which stands (the report is built
+    later, from what the nodes still hold, and must say what the decision said)."""
+    named = next((n for n in nodes if n.node == first), None)
+    if named is not None:
+        return named
+    causes = [
+        NodeCause(
+            n.node, n.rank, n.first_problem_at, n.exit_code,
+            n.finding.rank if n.finding else None, n.finding.cause if n.finding else None,
+            n.finding.summary if n.finding else None,
+            bool(n.finding and n.finding.secondary), bool(n.finding and n.finding.mistake),
+        )
+        for n in nodes
+    ]  # fmt: skip
+    root = first_failure(causes, trigger)
+    return next((n for n in nodes if root is not None and n.node == root.node), None)
 
 
 def build(
@@ -183,8 +179,10 @@ def build(
     flight_records: Sequence[str] = (),
     conclusion: Conclusion | None = None,
     slow: Sequence[str] = (),
+    first: str | None = None,
 ) -> FailureReport:
-    root = _root(nodes, trigger[0] if trigger else None)
+    """`first`: the node the coordinator named first when it decided (node/firstfail.py)."""
+    root = _root(nodes, trigger[0] if trigger else None, first)
     why = trigger[2] if trigger and root is not None and trigger[0] == root.node else ""
     cause = _node_cause(root, why or (root.state if root else "")) if root else "unknown"
     consequences = tuple(

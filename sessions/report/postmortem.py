@@ -156,21 +156,21 @@ def make_report(
     is the watchdog's (`try_report`, which keeps the Flight Recorder dumps in the run dir
     too): a snapshot is never the run's conclusion, nor writes beside it."""
     lost = trigger[0] if trigger is not None and trigger[1] is NodeState.UNREACHABLE else None
-    found = _gather(cfg, record, cluster, frozenset({lost} if lost else ()))
-    return _build(
+    found = gather_all(cfg, record, cluster, frozenset({lost} if lost else ()))
+    return assemble(
         cfg, record, obs, found, trigger=trigger, taken=taken, ended_at=ended_at, ending=ending,
         keep_dumps=keep_dumps,
     )  # fmt: skip
 
 
-def _gather(
+def gather_all(
     cfg: JobConfig, record: RunRecord, cluster: Cluster, skip: frozenset[str]
 ) -> GroupResult[evidence.NodeEvidence]:
     prefixes = {n.name: evidence.flight_recorder_prefix(dict(n.env)) for n in cfg.nodes}
     return evidence.gather(cluster, record, prefixes, skip)
 
 
-def _build(
+def assemble(
     cfg: JobConfig,
     record: RunRecord,
     obs: Observations,
@@ -181,7 +181,9 @@ def _build(
     ended_at: float | None,
     ending: Ending,
     keep_dumps: bool = False,
+    first: str | None = None,
 ) -> FailureReport:
+    """The report from what was read; `first`: the node the coordinator named first."""
     saved = evidence.save_flight_records(record, found.succeeded) if keep_dumps else []
     by_node = taken.by_node if taken is not None else {}
     conclusion = _conclusion(record, trigger, taken, found.succeeded, ending)
@@ -210,6 +212,7 @@ def _build(
         flight_records=[str(p) for p in saved],
         conclusion=conclusion,
         slow=slow_section(record.dir),
+        first=first,
     )
 
 
@@ -311,12 +314,12 @@ def report_now(cfg: JobConfig, record: RunRecord, cluster: Cluster) -> FailureRe
     verdicts = {n: derive(s, stall) for n, s in snaps.items()}
     observe(obs, snaps, verdicts)
     if proven_ended(snaps, verdicts):
-        found = _gather(cfg, record, cluster, frozenset())
+        found = gather_all(cfg, record, cluster, frozenset())
         if record.watch_port is not None:  # the cluster watched it: stacks of its teardown?
             torn = nodestacks.at_teardown(record, found.succeeded)
             if torn is not None:
                 return _cluster_teardown(cfg, record, obs, found, torn)
-        return _build(cfg, record, obs, found, trigger=None, taken=None, ended_at=None,
+        return assemble(cfg, record, obs, found, trigger=None, taken=None, ended_at=None,
                       ending=Ending.ENDED)  # fmt: skip
     taken = capture_stacks(cfg, record, cluster)
     return make_report(
@@ -339,5 +342,5 @@ def _cluster_teardown(
         at = torn.decided_at if torn.decided_at is not None else time.time()
         obs.saw(trigger[0], trigger[1], trigger[2], at - obs.offsets.get(record.main.node, 0.0))
     taken = Stacks(torn.by_node, torn.seconds)
-    return _build(cfg, record, obs, found, trigger=trigger, taken=taken, ended_at=None,
+    return assemble(cfg, record, obs, found, trigger=trigger, taken=taken, ended_at=None,
                   ending=Ending.TORN_DOWN)  # fmt: skip

@@ -83,7 +83,9 @@ def unwrap(node: str, raw: str, stderr: str, seconds: float, seq: int = 0) -> Re
 _NOT_FOR_NODES = ("MNTUI_RUN", "MNTUI_RUN_DIR", "TMUX", "TMUX_PANE")
 
 
-def _untagged_env() -> dict[str, str]:
+def untagged_env() -> dict[str, str]:
+    """This process's environment less what marks it as ours (a local node's job must
+    not carry our tag, nor our tmux's)."""
     return {k: v for k, v in os.environ.items() if k not in _NOT_FOR_NODES}
 
 
@@ -106,7 +108,7 @@ class LocalNode:
                 errors="replace",
                 timeout=timeout or self.command_timeout,
                 start_new_session=True,
-                env=_untagged_env(),
+                env=untagged_env(),
             )
         except subprocess.TimeoutExpired:
             raise NodeError(

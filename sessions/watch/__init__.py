@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from .detached import signals_deferred as signals_deferred
     from .detached import spawn as spawn
     from .detached import start_detached as start_detached
-    from .fromcluster import adopt as adopt
     from .fromcluster import away_lines as away_lines
     from .fromcluster import chain_lines as chain_lines
     from .fromcluster import coordinator_done as coordinator_done
@@ -33,6 +32,9 @@ if TYPE_CHECKING:
     from .judge import Trigger as Trigger
     from .judge import next_poll as next_poll
     from .judge import threshold_text as threshold_text
+    from .mirror import due as due
+    from .mirror import save_reports as save_reports
+    from .mirror import sync as sync
     from .sampler import Sampler as Sampler
     from .straggler import Tally as Tally
     from .straggler import name_suspect as name_suspect

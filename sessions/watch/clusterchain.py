@@ -23,6 +23,7 @@ from typing import Any
 
 from mntui.sessions.history.stepclock import CLOCK_KEYS, REFRESH, coordinator_clock, note_plain
 from mntui.sessions.launch.board import SWAP_NOTE, BoardView
+from mntui.sessions.node import firstfail
 from mntui.sessions.node.chainstates import ChainStatus, OutcomeKind, status_of
 from mntui.sessions.node.runid import RUN_ID
 from mntui.sessions.runs import RunRecord, RunStatus, load_run
@@ -35,7 +36,8 @@ FINAL = {ChainStatus.GAVE_UP: RunStatus.GAVE_UP, ChainStatus.KILLED: RunStatus.K
 NO_END = {ChainStatus.KILLED: RunStatus.KILLED, ChainStatus.FAILED_RESTART: RunStatus.ABORTED}
 
 
-def _entries(chain: dict[str, Any]) -> list[dict[str, Any]]:
+def entries(chain: dict[str, Any]) -> list[dict[str, Any]]:
+    """chain.json's attempts that have the shape of ours (a number and a run)."""
     items = chain.get("attempts")
     out = []
     for e in items if isinstance(items, list) else []:
@@ -62,16 +64,16 @@ def sync_chain(record: RunRecord, view: BoardView | None) -> RunRecord:
         return record
     status = status_of(chain.get("status"))
     sync_quarantines(first, chain)
-    entries = _entries(chain)
+    attempts = entries(chain)
     ends: list[dict[str, Any]] = []
     latest = first
-    for i, e in enumerate(entries):
+    for i, e in enumerate(attempts):
         if _after_kill(latest, e) and first.attempt + e["attempt"] > latest.attempt:
             break  # the user's kill ended the chain here: no attempt of it is live after
         rec = _record_of(first, e, ends)
         if rec is None:
             continue
-        last = i == len(entries) - 1
+        last = i == len(attempts) - 1
         _move(rec, e, status if last else None, restarted=not last)
         plain = coordinator_clock(
             e.get("steps") or (_status_steps(view, e["run"]) if last else None)
@@ -134,6 +136,21 @@ def _after_kill(r: RunRecord, e: dict[str, Any]) -> bool:
     return started >= killed
 
 
+def _overtaken(r: RunRecord, e: dict[str, Any]) -> bool:
+    """A user's kill marked `r` after its attempt had already ended on the cluster (this
+    machine had not seen the end, nor the restart after it): the chain's end stands,
+    and the kill was the later attempt's, which the chain records killed."""
+    if not _stopped(r):
+        return False
+    note = next((h.get("at") for h in reversed(r.history) if h.get("what") == "kill"), None)
+    killed, ended = _when(note), _when(e.get("ended_at"))
+    return killed is not None and ended is not None and killed > ended
+
+
+def _when(v: object) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
 def _move(
     rec: RunRecord, e: dict[str, Any], chain_status: ChainStatus | None, restarted: bool = False
 ) -> None:
@@ -156,19 +173,22 @@ def _move(
         status = RunStatus.FINISHED
     else:
         status = RunStatus.TORN_DOWN if end.get("culprit") else RunStatus.FAILED
-    if not rec.status.is_live or rec.status is status:
+    if not (rec.status.is_live or _overtaken(rec, e)) or rec.status is status:
         return  # as the chain says already: no rewrite of the record on each look
 
     def change(r: RunRecord) -> None:
-        if not r.status.is_live or r.status is status:
+        if not (r.status.is_live or _overtaken(r, e)) or r.status is status:
             return
         r.status = status
         r.cause = cause if status is not RunStatus.FINISHED else r.cause
         if e.get("kind") == OutcomeKind.TEARDOWN and isinstance(end.get("culprit"), str):
-            at = e.get("ended_at") if isinstance(e.get("ended_at"), (int, float)) else None
+            at = _when(e.get("ended_at"))
+            first = firstfail.read(e.get("first"))  # when it broke: the ledger's detection
+            fault = first.at if first is not None and first.at is not None else at
             state = str(end.get("state"))
             r.note("watchdog-teardown", by="coordinator", node=end["culprit"], state=state,
-                   why=cause or "", decided_at=at, killed_at=at, at=at or time.time())  # fmt: skip
+                   why=cause or "", decided_at=at, killed_at=at, at=at or time.time(),
+                   fault_at=fault)  # fmt: skip
         r.note(status.value, by="coordinator", why=one_line(str(e.get("restart") or ""))[:200])
 
     rec.update(change)
@@ -206,10 +226,10 @@ def fresh_steps(record: RunRecord, view: BoardView | None) -> dict[str, dict[str
     compares with what was written (a `status --watch` holding one record object would
     otherwise never write it)."""
     chain = view.chain if view is not None else None
-    entries = _entries(chain) if chain else []
-    if view is None or not entries or entries[-1]["run"] != record.run_id:
+    attempts = entries(chain) if chain else []
+    if view is None or not attempts or attempts[-1]["run"] != record.run_id:
         return {}
-    plain = coordinator_clock(entries[-1].get("steps") or _status_steps(view, record.run_id))
+    plain = coordinator_clock(attempts[-1].get("steps") or _status_steps(view, record.run_id))
     return {record.run_id: plain} if plain is not None else {}
 
 

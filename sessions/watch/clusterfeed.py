@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from mntui.sessions.launch.board import board_dir
 from mntui.sessions.node import feedwire
 from mntui.sessions.procs import run_dir_word
+from mntui.sessions.ssh.nodeshell import untagged_env
 
 if TYPE_CHECKING:
     from mntui.sessions.config import JobConfig
@@ -33,8 +34,14 @@ SHIP_TIMEOUT = 60.0
 SILENCE = 10.0  # seconds: the follower writes a board every second
 
 
-def argv(cfg: JobConfig) -> list[str] | None:
-    """`ssh` up to the host, or None when reaching the main needs a password."""
+def argv(cfg: JobConfig, host: str) -> list[str] | None:
+    """`ssh` up to the host, or None when reaching the main needs a password; [] for a
+    main on this machine (`host: localhost`, the demo's): its follower runs here, as the
+    launch ran it, and no sshd is needed."""
+    from mntui.sessions.config.settings import LOCAL_HOSTS
+
+    if host in LOCAL_HOSTS:
+        return []
     if cfg.ssh.password is not None:
         return None
     from mntui.sessions.ssh.openssh import oneshot_argv
@@ -73,10 +80,12 @@ class FeedStream:
         self.heard = time.monotonic()
         self.silent: str | None = None  # why this side ended it
         self.proc: subprocess.Popen[bytes] = subprocess.Popen(
-            [*ssh, "--", host, "sh -s"],
+            [*ssh, "--", host, "sh -s"] if ssh else ["sh", "-s"],  # argv: [] is this machine
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
+            env=None if ssh else untagged_env(),  # a local node's, as LocalNode runs it
+            start_new_session=not ssh,
         )
         assert self.proc.stdin is not None
         try:
@@ -123,11 +132,12 @@ class FeedStream:
 def ship(cfg: JobConfig, ssh: list[str], host: str, record: RunRecord) -> str | None:
     """The bundle shipped to the main (for its watchers' interpreter); None, or why not."""
     from mntui.sessions.launch.sentinelship import ShipState, bundle, parse_ship, ship_script
+    from mntui.sessions.ssh.nodeshell import LocalNode
     from mntui.sessions.ssh.oneshot import OneShotNode
 
     b = bundle()
     try:
-        node = OneShotNode("main", host, ssh)
+        node = OneShotNode("main", host, ssh) if ssh else LocalNode("main", host, SHIP_TIMEOUT)
     except OSError as exc:
         return f"ssh: {exc}"
     try:

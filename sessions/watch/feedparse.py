@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mntui.sessions.node import feedwire, gpuwire, nodewire
+from mntui.sessions.node import feedwire, firstfail, gpuwire, nodewire
 from mntui.sessions.node.facts import Malformed as EntryMalformed
 from mntui.sessions.node.runid import RUN_ID
 from mntui.sessions.poll import NodeProgress, NodeSnapshot, NodeState, Verdict, describe
@@ -57,6 +57,7 @@ class BoardNews:
     progress: Mapping[str, NodeProgress]
     summary: str  # `ranks 0-1 at step 34`, as `status` says it
     ranks: Mapping[str, int]  # the attempt's nodes by rank, as the coordinator has them
+    first: str | None = None  # the node the coordinator named first to fail (firstfail.py)
 
 
 @dataclass(frozen=True)
@@ -173,10 +174,12 @@ class FeedParser:
         run, attempt = status.get("run"), status.get("attempt")
         if run is not None and not (type(run) is str and RUN_ID.match(run)):
             self.malformed, run = self.malformed + 1, None  # node data: shown only as an id
+        first = firstfail.read(status.get("first"), self.ranks)
         return BoardNews(
             run,
             attempt if type(attempt) is int else None,
             snaps, verdicts, progress, describe(progress, self.ranks), dict(self.ranks),
+            first.node if first is not None else None,
         )  # fmt: skip
 
     def _layout(self, rows: dict[str, Any]) -> None:

@@ -18,13 +18,11 @@ from typing import Any
 
 from mntui.sessions.launch.board import BoardView
 from mntui.sessions.node.chainstates import LIVE
-from mntui.sessions.node.runid import RUN_ID
-from mntui.sessions.report import finding_of, load_finding, save_finding
-from mntui.sessions.runs import RunRecord, RunStatus
+from mntui.sessions.node.restarts import attempt_label
+from mntui.sessions.report import load_finding
+from mntui.sessions.runs import RunRecord
 from mntui.sessions.termsafe import one_line
 
-from .clusterchain import sync_chain
-from .clusternotify import send_missed
 from .standbyhint import standby_hint
 
 
@@ -76,6 +74,10 @@ def coordinator_done(view: BoardView) -> bool:
     return view.decision is not None
 
 
+def _label(k: object) -> str:
+    return attempt_label(k) if type(k) is int and 0 <= k < 1 << 20 else "attempt ?"
+
+
 def chain_lines(view: BoardView | None) -> list[str]:
     """The attempts the coordinator ended and what the restart policy said of each."""
     items = (view.chain or {}).get("attempts") if view is not None else None
@@ -91,7 +93,7 @@ def chain_lines(view: BoardView | None) -> list[str]:
         swapped = swapped[:4] if isinstance(swapped, list) else []
         moved = "".join(f"; {_text(x, 120)}" for x in swapped)
         out.append(
-            f"attempt {_text(e.get('attempt'), 8)} ({_text(e.get('run'), 40)}) ended at "
+            f"{_label(e.get('attempt'))} ({_text(e.get('run'), 40)}) ended at "
             f"{_hms(e.get('ended_at'))}: {_text(end.get('cause'))}{then}{after}{moved}"
         )
     return out
@@ -106,6 +108,9 @@ def decision_lines(view: BoardView | None, run: str | None = None) -> list[str]:
         return [f"the coordinator saw the job end at {_hms(d.get('ended_at'))}"]
     if d.get("decided_by") == "user":
         lines = [f"the user's kill went through the coordinator at {_hms(d.get('decided_at'))}:"]
+    elif d.get("node") is None:  # a stop of its own (an attempt that did not start)
+        lines = [f"the coordinator stopped the job at {_hms(d.get('decided_at'))}: "
+                 f"{_text(d.get('why'))}"]  # fmt: skip
     else:
         lines = [
             f"the coordinator tore the job down at {_hms(d.get('decided_at'))}: "
@@ -228,42 +233,6 @@ def _event(e: dict[str, Any]) -> str:
     return f"{node}'s sentinel disconnected: {_text(data.get('why'), 120)}"
 
 
-def adopt(record: RunRecord, view: BoardView | None) -> RunRecord:
-    """Writes what the coordinator did into this machine's records: its attempts and
-    their ends (chain.json), or, from a board without one, its ending; returns the
-    chain's latest record; then sends, once, the notices the coordinator could not."""
-    if view is not None and view.chain:
-        record = sync_chain(record, view)
-    else:
-        _adopt_decision(record, view)
-    _adopt_finding(record, view)
-    send_missed(record, view)
-    return record
-
-
-def _adopt_finding(record: RunRecord, view: BoardView | None) -> None:
-    """The straggler the coordinator named (node/slowness.py), kept in its attempt's run
-    dir here as the manager's sampler keeps its own (report/suspect.py): `status`, the
-    app and `report` read it as a here-watched run's. Only a finding about this run's
-    nodes, for a run of this chain that has a record here."""
-    data = view.straggler if view is not None else None
-    run = data.get("run") if isinstance(data, dict) else None
-    if not isinstance(data, dict) or not isinstance(run, str) or not RUN_ID.fullmatch(run):
-        return
-    found = finding_of(data.get("finding"))
-    target = record.dir.parent / run
-    if found is None or not (target / "run.json").is_file():
-        return
-    nodes = {n.node for n in record.nodes}
-    named = found.ranks + (found.suspect.ranks if found.suspect is not None else ())
-    if any(r.node not in nodes for r in named):
-        return
-    try:
-        save_finding(target, found)
-    except OSError:
-        pass
-
-
 def straggler_lines(record: RunRecord) -> list[str]:
     """`status`'s straggler line, the here-watched run's (`straggler: rank 1 (node1)
     waits ...`), from the finding adopted above."""
@@ -275,25 +244,3 @@ def straggler_json(record: RunRecord) -> dict[str, Any] | None:
     """The finding as `status --json` gives a here-watched run's (`straggler`)."""
     found = load_finding(record.dir)
     return None if found is None else {**asdict(found), "lines": found.lines}
-
-
-def _adopt_decision(record: RunRecord, view: BoardView | None) -> bool:
-    d = view.decision if view is not None else None
-    if not d or not record.status.is_live or record.status is RunStatus.LAUNCHING:
-        return False
-    if "ended" in d:
-        states = d.get("ended")
-        ok = isinstance(states, dict) and all(s == "finished" for s in states.values())
-        status, cause = (RunStatus.FINISHED, None) if ok else (RunStatus.FAILED, None)
-    else:
-        status = RunStatus.TORN_DOWN
-        cause = f"{_text(d.get('node'))} {_text(d.get('state'))}: {_text(d.get('why'))}"
-
-    def ended(r: RunRecord) -> None:
-        if r.status.is_live:
-            r.status = status
-            r.cause = cause or r.cause
-            r.note("cluster-decision", decided_by="coordinator", at=d.get("decided_at"))
-
-    record.update(ended)
-    return True

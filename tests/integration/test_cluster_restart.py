@@ -68,7 +68,7 @@ def test_a_rank_dies_while_this_machine_sleeps_and_the_coordinator_restarts_the_
     text = cfg.mntui(path, "status").stdout
     assert "attempt 2/3" in text and "(running)" in text, text
     hist = cfg.mntui(path, "history").stdout
-    assert f"attempt 0 ({first})" in hist and "node1 failed" in hist, hist
+    assert f"attempt 1 ({first})" in hist and "node1 failed" in hist, hist  # from 1
     # A crash loop: whichever attempt runs now dies too, until the policy gives up
     # (max 2: three attempts in all, whether or not one also ended by itself).
     killed = {first}

@@ -14,33 +14,20 @@ from typing import Any
 
 import pytest
 from fakecluster import FakeCluster, cmdline, tagged, wait_for
-from helpers import HERE_WATCH, REPO, Cfg, free_port, freeze_a_worker, here, step_count
+from helpers import (
+    FAULTY,
+    HERE_WATCH,
+    Cfg,
+    faulty_job,
+    free_port,
+    freeze_a_worker,
+    here,
+    line_of,
+    step_count,
+)
 from hookserver import serving
 
 from mntui.sessions.runs import latest
-
-FAULTY = REPO / "tests" / "jobs" / "faulty_train.py"
-
-
-def line_of(text: str) -> int:
-    return next(i for i, ln in enumerate(FAULTY.read_text().splitlines(), 1) if text in ln)
-
-
-def faulty_job(job: str, work: Path, port: int, args: str, extra: str = "") -> str:
-    return f"""
-    job: {job}
-    nodes: [node0, node1]
-    workdir: {work}
-    master_port: {port}
-    env: {{OMP_NUM_THREADS: "1"}}
-    command: >-
-      exec python3 -m torch.distributed.run --nnodes={{nnodes}} --node_rank={{node_rank}}
-      --nproc_per_node={{nproc_per_node}} --master_addr={{master_addr}} --master_port={{master_port}}
-      faulty_train.py {args}
-    launch: {{ready_timeout: 90}}
-    kill: {{grace: 3}}
-    {extra}
-    """
 
 
 def launch_faulty(fake: FakeCluster, cfg: Cfg, job: str, args: str, extra: str = "") -> Path:

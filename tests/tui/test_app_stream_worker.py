@@ -36,7 +36,7 @@ class Worker(Streaming):
 
 
 def test_a_stale_worker_never_takes_the_new_stream(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(clusterfeed, "argv", lambda cfg: LOCAL)
+    monkeypatch.setattr(clusterfeed, "argv", lambda cfg, host: LOCAL)
     monkeypatch.setattr(clusterfeed, "script", lambda record, sha: f"printf '%s' '{HELLO}'\n")
     monkeypatch.setattr(streaming, "_sha", lambda: "sha")
     app = Worker()
@@ -131,7 +131,7 @@ def test_the_app_moves_to_the_new_main_while_the_old_stream_is_silent(
     from mntui.sessions.runs import RunStatus
     from mntui.tui.app.main import MntuiApp
 
-    monkeypatch.setattr(clusterfeed, "argv", lambda cfg: LOCAL)
+    monkeypatch.setattr(clusterfeed, "argv", lambda cfg, host: LOCAL)
     monkeypatch.setattr(clusterfeed, "script", lambda record, sha: "exec sleep 60\n")
     monkeypatch.setattr(streaming, "_sha", lambda: "sha")
     job, first = "mv", "20261126-090000-eeee"

@@ -41,3 +41,15 @@ def test_the_help_as_printed() -> None:
     assert res.returncode == 0
     assert "[-- COMMAND ...]" in res.stdout.splitlines()[0] + res.stdout.splitlines()[1]
     assert res.stdout.rstrip().splitlines()[-1].startswith("  mntui init g369 g375 -- torchrun")
+
+
+def test_the_version_is_said_and_exits_0() -> None:
+    """`mntui --version` was refused as an unknown argument (exit 2)."""
+    from importlib.metadata import version
+
+    res = subprocess.run(
+        [sys.executable, "-m", "mntui.tui.cli", "--version"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == f"mntui {version('mntui')}"

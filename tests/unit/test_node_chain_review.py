@@ -189,7 +189,7 @@ def test_the_mains_loss_and_its_quarantine_are_notified_once_whoever_decides(
     notices = _decided_twice(out, "g0", cfg)
     said = [(e["event"], e["summary"]) for e in notices]
     assert said == [
-        ("teardown", "g0 exit 1"),
+        ("teardown", "g0 failed: exit 1"),
         ("quarantined", "g0 quarantined: caused 2 failures within 1h "
                         "(restart.quarantine_after)"),
         ("gave-up", "gave up: the main g0 is quarantined: only this machine can replace "

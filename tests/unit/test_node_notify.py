@@ -53,7 +53,7 @@ def test_the_summaries_are_the_watchdogs_and_the_supervisors_words() -> None:
     assert notifytext.failed_summary(None) == "job is no longer running (failed)"
     assert notifytext.finished_summary("j", "; 2 attempts") == "j finished; 2 attempts"
     got = notifytext.restart_summary(2, 3, 10.0, "restart 2/3", "node1 failed", "swapped")
-    assert got == "attempt 2/3 in 10s (restart 2/3); swapped; last: node1 failed"
+    assert got == "attempt 3/4 in 10s (restart 2/3); swapped; last: node1 failed"
     assert notifytext.gave_up_summary("why", "cause") == "gave up: why; last: cause"
 
 
@@ -264,9 +264,9 @@ def test_the_chains_decisions_say_the_managers_events(tmp_path: Path) -> None:
     box.decided(ended, end, None, 0)
     said = [(e["event"], e["summary"], e["webhook"]) for e in board.file()["notices"]]
     assert said == [
-        ("teardown", "node1 exited 1", "off"),
-        ("restart", "attempt 1/3 in 10s (restart 1/3); last: node1 failed: exited 1", "off"),
-        ("teardown", "node1 exited 1", "off"),
+        ("teardown", "node1 failed: exited 1", "off"),
+        ("restart", "attempt 2/4 in 10s (restart 1/3); last: node1 failed: exited 1", "off"),
+        ("teardown", "node1 failed: exited 1", "off"),
         ("gave-up", "gave up: gave up after 3; last: node1 failed: exited 1", "off"),
         ("finished", "j finished", "off"),
     ]

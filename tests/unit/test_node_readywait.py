@@ -24,10 +24,21 @@ from mntui.sessions.node.watchcfg import WatchConfig
 RUN, NEXT = "20261126-101500-ab12", "20261126-101600-cd34"
 
 
+class Board:
+    """The coordinator's board as the wait sees it: pulsed each round (coordpeers.py)."""
+
+    def __init__(self) -> None:
+        self.pulses = 0
+
+    def pulse(self) -> None:
+        self.pulses += 1
+
+
 class Asker:
     def __init__(self, cfg: WatchConfig, kill: bool = False) -> None:
         self.cfg, self.kill = cfg, kill
         self.done = threading.Event()
+        self.board = Board()
 
     def kill_requested(self) -> tuple[float, str | None] | None:
         return (time.time(), None) if self.kill else None
@@ -67,6 +78,7 @@ def test_a_log_ready_main_is_matched_by_grep_e_not_by_python(
         "the main was not ready within 1s (waited for output matching '^ready [[:digit:]]+$')"
     )
     assert time.monotonic() - t0 >= 1.0
+    assert c.board.pulses >= 4  # the coordinator's heartbeats go on while it waits
     with (run_dir / "output.log").open("a") as f:
         f.write("ready 12\n")  # a POSIX class: Python's re would read a set of characters
     assert readywait.wait(c, str(first), 1) is None

@@ -19,10 +19,10 @@ from mntui.sessions.agent.listener import AgentSocket, Refused
 from mntui.sessions.config import ConfigError, compile_pattern
 from mntui.sessions.config.nodesource import parse_hostfile
 from mntui.sessions.launch.logs import MAX_PENDING, LineSplitter
+from mntui.sessions.node.classify import first_error
 from mntui.sessions.poll import NodeSnapshot, progress
 from mntui.sessions.poll.pollscript import LOG_CHUNK
 from mntui.sessions.report import Observations, observe
-from mntui.sessions.report.classify import first_error
 from mntui.sessions.wire import message, read_messages
 
 # -- finding 4: an unfinished line is bounded, and its last `\r` segment is progress ------

@@ -8,13 +8,13 @@ import json
 
 import pytest
 
+from mntui.sessions.node.firstfail import exit_text
 from mntui.sessions.poll import NodeState
 from mntui.sessions.report.evidence import flight_recorder_prefix, parse_evidence
 from mntui.sessions.report.failure import (
     Change,
     Ending,
     build,
-    exit_text,
     killed_at,
     render,
     summarize_node,

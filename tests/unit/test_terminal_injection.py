@@ -19,6 +19,7 @@ import pickle
 import re
 import subprocess
 import sys
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -78,12 +79,32 @@ def test_a_dumps_strings_never_reach_the_headline_with_control_characters() -> N
         ("a\x1b]0;unterminated\nnext", "a\nnext"),  # no terminator: cut at the line's end
         ("tabs\tand\nlines\n", "tabs\tand\nlines\n"),
         ("é 中文 [rank1]:[E1122]", "é 中文 [rank1]:[E1122]"),
+        ("ok \u202egnp.exe\u202c", "ok gnp.exe"),  # right-to-left override, then pop
+        ("a\u2066b\u2069\u200e\u200f\u061cc", "abc"),  # isolates, marks
+        ("a\u2028b\u2029c\u200bd\ufeffe\U000e0041f", "abcdef"),  # separators, invisibles
+        (
+            "\U0001f469\u200d\U0001f4bb \u0645\u200c\u06cc",
+            "\U0001f469\u200d\U0001f4bb \u0645\u200c\u06cc",
+        ),
     ],
 )
 def test_one_rule_drops_sequences_whole_and_every_control(raw: str, shown: str) -> None:
     assert clean(raw) == shown
     assert one_line(raw) == shown.replace("\n", " ").replace("\t", " ")
     assert one_line("x" * 100 + "\x1b[2J", 10) == "x" * 10
+
+
+def test_every_format_character_but_the_joiners_is_dropped() -> None:
+    """The rule's list is fixed (the node's Python may have an older table); this
+    Python's table must find nothing it misses: every Cf, Zl and Zp but ZWNJ and ZWJ."""
+    kept = {"\u200c", "\u200d"}
+    wanted = [
+        chr(c)
+        for c in range(sys.maxunicode + 1)
+        if unicodedata.category(chr(c)) in ("Cf", "Zl", "Zp") and chr(c) not in kept
+    ]
+    assert wanted and clean("".join(wanted)) == ""
+    assert clean("".join(kept)) == "".join(kept)
 
 
 def test_py_spy_names_and_errors_are_made_safe() -> None:

@@ -40,6 +40,7 @@ class Drawing(Following):
     started: float
     judge: Judge
     progress_line: str
+    feed_first: str | None  # the coordinator's first failure (streaming.py)
 
     def post_event(self, event: Event) -> None:
         self.post_message(EngineEvent(event))
@@ -136,12 +137,15 @@ class Drawing(Following):
             secs = int(time.time() - rec.created_at)
             elapsed = f"  {secs // 3600}:{secs // 60 % 60:02d}:{secs % 60:02d}"
         who = f"watchdog {self.watcher}"
-        cause = saved_cause(rec.dir) if rec is not None else None  # of the run on screen only
+        # of the run on screen only: its saved report's, else its coordinator's first failure
+        cause = (saved_cause(rec.dir) or self.feed_first) if rec is not None else None
+        state = overall_state(self.in_attempt(), rec is not None, cause)
+        if self.busy == "launch":  # the run on screen is not the one starting
+            state, rec, elapsed = "launching", None, ""
         w = self.cfg.watch
         progress = f"progress: {self.progress_line}  " if self.progress_line else ""
         text = (
-            f"{self.cfg.job}  run {rec.run_id if rec else '-'}{elapsed}  "
-            f"{overall_state(self.in_attempt(), rec is not None, cause)}  {progress}"
+            f"{self.cfg.job}  run {rec.run_id if rec else '-'}{elapsed}  {state}  {progress}"
             f"[{who}: on failure {w.on_failure.value}, on stall {w.on_stall.value}"
             f" after {threshold_text(self.judge, short=True)}]"
             + (f"  {self.busy}..." if self.busy else "")

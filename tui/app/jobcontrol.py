@@ -31,7 +31,19 @@ class JobControl(Polling):
         if not self.claim("launch"):
             return
         self.log_event(f"launching {self.cfg.job} on {len(self.cfg.nodes)} node(s)...")
+        self.forget_shown()
         self.do_launch(restart)
+
+    def forget_shown(self) -> None:
+        """The run on screen is not the one starting: its verdicts leave the panes and the
+        header at once (the new run's come when it is attached), and nothing of it is
+        followed meanwhile (a late board of it would paint them back)."""
+        self.generation += 1
+        self.stop_following()
+        for view in self.views.values():
+            view.progress, view.slow, view.snap, view.verdict = None, False, None, None
+        self.draw("views", self.refresh_views)
+        self.draw("header", self.refresh_header)
 
     @work(thread=True, exclusive=True, group="ops", exit_on_error=False)
     def do_launch(self, restart: bool) -> None:

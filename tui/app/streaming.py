@@ -59,6 +59,7 @@ class Streaming(AttemptLook):
     feed_link: bool | None = None  # the follower reaches the coordinator
     feed_ended: str | None = None  # the coordinator's goodbye
     feed_attempt: int | None = None  # the coordinator's attempt (its restarts)
+    feed_first: str | None = None  # the node its coordinator named first to fail
     held: dict[str, LogNews]
 
     def apply_snapshot(self, snap: NodeSnapshot, verdict: Verdict | None = None) -> None:
@@ -81,7 +82,7 @@ class Streaming(AttemptLook):
         self.subscribed = True
         self.agent_fed = False
         self.fresh.clear()
-        self.feed_ended = self.feed_attempt = None
+        self.feed_ended = self.feed_attempt = self.feed_first = None
         self.feed_tries = 0  # another main's stream: its backoff starts over
         self.held.clear()  # a new stream: each log's first chunk comes again
         self.stream_cluster(self.record, self.generation)
@@ -95,7 +96,7 @@ class Streaming(AttemptLook):
             self.post_message(FeedBroken(generation, f"{type(exc).__name__}: {exc}"))
 
     def _follow_main(self, record: RunRecord, generation: int) -> None:
-        ssh = clusterfeed.argv(self.cfg)
+        ssh = clusterfeed.argv(self.cfg, record.main.host)
         if ssh is None:
             why = "the main needs a password: no stream (`mntui status` reads the run)"
             self.post_message(FeedBroken(generation, why, final=True))
@@ -192,6 +193,7 @@ class Streaming(AttemptLook):
             self.feed_attempt = news.attempt
         if not stale:  # an earlier attempt's layout must not move the panes back
             self.fit_panes(news.ranks, f"the attempt of run {news.run or '?'}")
+            self.feed_first = news.first  # the header names it, as status and report do
         for node, snap in news.snaps.items():
             view = self.views.get(node)
             if view is None:

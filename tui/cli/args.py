@@ -118,6 +118,17 @@ def config_help() -> str:
     )
 
 
+def _version() -> str:
+    """The installed distribution's (pyproject.toml), or unknown when run from a tree
+    that was never installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mntui")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = Parser(
         prog="mntui",
@@ -127,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("-c", "--config", help=config_help())
+    ap.add_argument("--version", action="version", version=f"mntui {_version()}")
     # -c after the verb too (`mntui launch -c job.yaml`): every verb takes it, and leaves
     # the one given before the verb alone when it is not repeated.
     common = Parser(add_help=False)

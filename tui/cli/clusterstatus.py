@@ -20,7 +20,6 @@ from mntui.sessions.poll import NodeState, Verdict, snapshot_dict
 from mntui.sessions.runs import NodeRecord, RunRecord
 from mntui.sessions.termsafe import one_line
 from mntui.sessions.watch import (
-    adopt,
     away_lines,
     chain_lines,
     coordinator_done,
@@ -28,6 +27,7 @@ from mntui.sessions.watch import (
     fresh_steps,
     straggler_json,
     straggler_lines,
+    sync,
     watch_line,
 )
 
@@ -49,7 +49,7 @@ def cluster_lines(record: RunRecord, view: BoardView | None) -> tuple[RunRecord,
     """Who watches, what happened since this machine last looked, what was decided; what
     the coordinator did is written into the records first (its restarts too), and the
     chain's latest record comes back."""
-    record = adopt(record, view)
+    record = sync(record, view)
     lines = [watch_line(record, view), *away_lines(record, view), *chain_lines(view)]
     return record, lines + decision_lines(view, record.run_id)
 
@@ -202,7 +202,7 @@ def status_from_cluster(
             view = read_main_board(record, cluster)
             code = board_status(record, view, as_json, say, None if watch else 2, cfg.restart.max)
             if code is None:  # ended, ending or gone: the nodes themselves say what is left
-                return None, adopt(record, view)
+                return None, sync(record, view)
             if not watch:
                 return code, record
             time.sleep(cfg.watch.interval)

@@ -179,7 +179,7 @@ def cmd_logs(cfg: JobConfig, args: argparse.Namespace) -> int:
 def cmd_report(cfg: JobConfig, args: argparse.Namespace) -> int:
     from .report_view import cmd_report as view
 
-    return view(cfg, find_run(cfg, args.run), args.json, say, args.verbose)
+    return view(cfg, find_run(cfg, args.run), args.json, say, args.verbose, args.run is not None)
 
 
 def cmd_watch(cfg: JobConfig, args: argparse.Namespace) -> int:

@@ -22,6 +22,7 @@ from .output import printer, say
 
 if TYPE_CHECKING:
     from mntui.sessions.agent import Via
+    from mntui.sessions.launch import BoardView
     from mntui.sessions.runs import RunRecord
     from mntui.sessions.watch import Spawned, WatcherFailed
 
@@ -217,10 +218,19 @@ def run_kill(
     from mntui.sessions.ssh import Cluster
 
     with Cluster(cfg.nodes, cfg.ssh) as cluster:
-        results = stop_job(cfg, cluster, names=names, grace=grace, on_event=printer(t0))
+        results = stop_job(
+            cfg, cluster, names=names, grace=grace, on_event=printer(t0), mirror=mirror
+        )
     clean, text = summarize(cfg.job, results)
     via = via or Via(False, "no run recorded")
     return _killed(clean, text, t0, via if verbose else None)
+
+
+def mirror(record: RunRecord, view: BoardView) -> RunRecord:
+    """The records' one sync (watch/mirror.py), loaded only when a coordinator answered."""
+    from mntui.sessions.watch import sync
+
+    return sync(record, view)
 
 
 def _killed(clean: bool, text: str, t0: float, via: Via | None) -> bool:

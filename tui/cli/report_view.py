@@ -10,24 +10,29 @@ takes the snapshot on its open connections when one serves the run.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mntui.sessions.agent import AgentUnavailable, Via, live_report, try_connect
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import ExitCode
 from mntui.sessions.runs import RunRecord
 
-if TYPE_CHECKING:
-    from mntui.sessions.ssh import Cluster
-
 Say = Callable[..., None]
 
 
 def cmd_report(
-    cfg: JobConfig, record: RunRecord, as_json: bool, say: Say, verbose: bool = False
+    cfg: JobConfig,
+    record: RunRecord,
+    as_json: bool,
+    say: Say,
+    verbose: bool = False,
+    pinned: bool = False,
 ) -> ExitCode:
+    """`pinned`: the user named the run (`--run`); else the job's latest, once synced."""
     from mntui.sessions.report import Shown, answer
 
+    if record.watch_port is not None and record.nodes:
+        record = _mirrored(cfg, record, pinned)
     vias: list[Via] = []
 
     def take() -> tuple[str, dict[str, Any]]:
@@ -63,14 +68,22 @@ def _slow(record: RunRecord, as_json: bool, say: Say, shown: str = "") -> None:
         say("\n" + "\n".join(lines))
 
 
-def _adopt_board(record: RunRecord, cluster: Cluster) -> None:
-    """What the cluster's coordinator decided and named (its straggler's finding) into
-    this machine's records first, as `status` does: the report reads them there."""
-    from mntui.sessions.watch import adopt
+def _mirrored(cfg: JobConfig, record: RunRecord, pinned: bool) -> RunRecord:
+    """What the cluster's coordinator recorded, into this machine's records first (its
+    attempts, its decisions, its straggler's finding), and the report of every attempt
+    that ended since the last look built and saved (watch/mirror.py); `record` as it is
+    now on disk (a run the sync moved, a report it saved)."""
+    from mntui.sessions.runs import latest, load_run
+    from mntui.sessions.ssh import Cluster
+    from mntui.sessions.watch import save_reports, sync
 
     from .clusterstatus import read_main_board
 
-    adopt(record, read_main_board(record, cluster))
+    with Cluster(cfg.nodes, cfg.ssh) as cluster:
+        view = read_main_board(record, cluster)
+        save_reports(cfg, sync(record, view), view, cluster)
+    now = load_run(record.job, record.run_id) if pinned else latest(record.job)
+    return now or record
 
 
 def _live(cfg: JobConfig, record: RunRecord) -> tuple[str, dict[str, Any], Via]:
@@ -87,7 +100,5 @@ def _live(cfg: JobConfig, record: RunRecord) -> tuple[str, dict[str, Any], Via]:
 
     with Cluster(cfg.nodes, cfg.ssh) as cluster:
         cluster.connect()
-        if record.watch_port is not None:  # the coordinator's straggler: "Slow node"
-            _adopt_board(record, cluster)
         built = report_now(cfg, record, cluster)
     return render(built), to_json(built), via

@@ -156,15 +156,21 @@ def _show_status(
     return code
 
 
-def _cluster_watch(record: RunRecord, cluster: Cluster) -> list[str] | None:
+def _cluster_watch(cfg: JobConfig, record: RunRecord, cluster: Cluster) -> list[str] | None:
     """For a run the cluster watches, polled directly (its board was unreadable a
-    moment ago): the coordinator's word if it can be read now; None for a run watched
-    from here."""
+    moment ago, or its coordinator has ended): the coordinator's word if it can be read
+    now, and the reports of the attempts that ended since the last look saved (the
+    connections are open: watch/mirror.py); None for a run watched from here."""
+    from mntui.sessions.watch import save_reports
+
     from .clusterstatus import cluster_lines, read_main_board
 
     if record.watch_port is None or not record.nodes:
         return None
-    return cluster_lines(record, read_main_board(record, cluster))[1]
+    view = read_main_board(record, cluster)
+    latest, lines = cluster_lines(record, view)
+    save_reports(cfg, latest, view, cluster)
+    return lines
 
 
 def cmd_status(
@@ -241,7 +247,7 @@ def _status_direct(
             steps = tracker.snapshot(now)
             summary = describe(steps, ranks, now, pace)
             st = AgentStatus(snaps, verdicts, steps, summary, now)
-            said = _cluster_watch(record, cluster)
+            said = _cluster_watch(cfg, record, cluster)
             code = _show_status(record, st, as_json, watch, via, say, cfg.restart.max, said)
             if not watch:
                 return code

@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from enum import StrEnum
+from enum import Enum
 
 __all__ = ["MISTAKES", "RULES", "Cause", "Finding", "Rule"]
 
 
-class Cause(StrEnum):
+class Cause(str, Enum):
+    """(str, Enum), not StrEnum: the node package runs on Python 3.9 (rules.py says how
+    `__str__` keeps it reading as its value)."""
+
     CUDA_OOM = "cuda-oom"
     NCCL_ERROR = "nccl-error"
     NCCL_TIMEOUT = "nccl-timeout"
@@ -35,6 +38,12 @@ class Cause(StrEnum):
     SIGNAL = "signal"
     TRACEBACK = "python-exception"
     STARTUP = "startup-error"  # python could not start the job: file, module, syntax
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
 
 
 # The job's own mistakes (its command, its environment, its ports), not the node's.

@@ -17,11 +17,10 @@ import itertools
 import re
 import signal
 from collections.abc import Sequence
-from typing import NamedTuple
-
-from mntui.sessions.termsafe import clean
+from typing import NamedTuple, Optional
 
 from .logrules import ANY_NEEDLE, MISTAKES, RULES, Cause, Finding, Rule
+from .termsafe import clean
 
 __all__ = ["RULES", "Cause", "Finding", "Rule", "classify", "first_error"]
 
@@ -64,7 +63,7 @@ class _Line(NamedTuple):
     rank: int | None
 
 
-_Exc = tuple[str | None, str | None]  # exception type, message
+_Exc = tuple[Optional[str], Optional[str]]  # exception type, message (3.9: no `|` here)
 
 
 class _Hit(NamedTuple):
@@ -315,6 +314,7 @@ def _dedupe(hits: list[_Hit]) -> list[Finding]:
     for hit in hits:
         if hit.structural:
             blocks.setdefault(hit.finding.cause, []).append(hit.finding)
+    at = {cause: [b.line for b in found] for cause, found in blocks.items()}  # sorted
     kept: list[Finding] = []
     last: dict[tuple[Cause, int | None], int] = {}
     for hit in hits:
@@ -322,13 +322,15 @@ def _dedupe(hits: list[_Hit]) -> list[Finding]:
         near = last.get((f.cause, f.rank))
         last[(f.cause, f.rank)] = f.line
         repeated = near is not None and f.line - near <= DEDUP_WINDOW
-        if hit.structural or not (repeated or _near_block(f, blocks.get(f.cause, []))):
+        nearby = _near_block(f, blocks.get(f.cause, []), at.get(f.cause, []))
+        if hit.structural or not (repeated or nearby):
             kept.append(f)
     return kept
 
 
-def _near_block(f: Finding, blocks: list[Finding]) -> bool:
-    start = bisect.bisect_left(blocks, f.line - DEDUP_WINDOW, key=lambda b: b.line)
+def _near_block(f: Finding, blocks: list[Finding], lines: list[int]) -> bool:
+    """`lines`: the blocks' lines, for bisect (Python 3.9's has no `key=`)."""
+    start = bisect.bisect_left(lines, f.line - DEDUP_WINDOW)
     for b in itertools.takewhile(lambda b: b.line <= f.line + DEDUP_WINDOW, blocks[start:]):
         if b.rank is None or f.rank is None or b.rank == f.rank:
             return True
