@@ -41,6 +41,11 @@ class LaunchError(MntuiError):
         super().__init__(message + ("\n" + details if details else ""))
 
 
+class LaunchRefused(LaunchError):
+    """A launch refused before anything started, for what the user must change (a node
+    no sentinel can run on): one line, exit code 2, like a bad config."""
+
+
 def state_dir() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
     return Path(base) / "mntui"

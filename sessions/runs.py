@@ -128,9 +128,6 @@ class RunRecord:
     # the coordinator's port on the main node when the cluster watches the run (its
     # sentinels and coordinator run there; this machine may sleep); None: watched from here
     watch_port: int | None = None
-    # the run ids of the restarts its coordinator may start on the cluster (chosen at
-    # launch; a record for each is written here when this machine learns it started)
-    cluster_attempts: list[str] = field(default_factory=list)
 
     @property
     def dir(self) -> Path:
@@ -203,6 +200,7 @@ class RunRecord:
             if len(_SHAPED) >= SHAPED_MAX:  # a watchdog reads for days
                 _SHAPED.clear()
             _SHAPED.add(seen)
+        data.pop("cluster_attempts", None)
         data["nodes"] = [NodeRecord(**n) for n in data["nodes"]]
         data["status"] = RunStatus(data["status"])
         return cls(**data)
@@ -234,6 +232,8 @@ _RUN: dict[str, Check] = {
     "node_source": optional(is_map),
     "killed_nodes": list_of(is_str),
     "watch_port": optional(is_count),
+    # read, never written: the run ids a launch before issue 37 chose for its restarts
+    # (the coordinator names them now: watch/clusterchain.py)
     "cluster_attempts": list_of(is_str),
 }
 

@@ -12,8 +12,6 @@ from mntui.sessions.exports import lazy_exports
 if TYPE_CHECKING:
     from .jobchecks import compile_pattern as compile_pattern
     from .jobconfig import JobConfig as JobConfig
-    from .jobconfig import auto_unfit as auto_unfit
-    from .jobconfig import cluster_unfit as cluster_unfit
     from .jobconfig import load_config as load_config
     from .nodesource import SourceKind as SourceKind
     from .settings import AUTO_FLOOR as AUTO_FLOOR

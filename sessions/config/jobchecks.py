@@ -13,6 +13,7 @@ import re
 import string
 from typing import Any
 
+from mntui.sessions.node.notifyhook import COMMAND_MOST
 from mntui.sessions.notify import NotifyEvent, NotifyPolicy, check_webhook_url
 from mntui.sessions.shellsyntax import ere_problem, quoted_placeholders
 
@@ -163,6 +164,9 @@ def notify(doc: Document, value: Any, path: Path_) -> NotifyPolicy:
     if webhook is not None and (why := check_webhook_url(webhook)) is not None:
         raise doc.error((*path, "webhook"), why)
     command = ck.text(doc, m["command"], (*path, "command")) if m.get("command") else None
+    if command is not None and ("\0" in command or len(command) > COMMAND_MOST):
+        what = "contains a NUL byte" if "\0" in command else f"over {COMMAND_MOST} characters"
+        raise doc.error((*path, "command"), f"{what}: the coordinator runs it with `sh -c`")
     events = tuple(e.value for e in NotifyEvent)
     on = ck.names_of(events)(doc, m["on"], (*path, "on")) if m.get("on") is not None else events
     timeout = 5.0

@@ -119,10 +119,8 @@ class JobConfig:
     @property
     def watch_port(self) -> int | None:
         """The coordinator's port on the main node, when the cluster watches the job:
-        `where: cluster`, or `auto` with nothing in the config that needs this machine."""
+        `where: auto` (the default) or `cluster`, the same now; None for `here`."""
         if self.watch.where == "here":
-            return None
-        if self.watch.where == "auto" and auto_unfit(self) is not None:
             return None
         return self.watch.port or self.master_port + 1
 
@@ -147,7 +145,6 @@ class JobConfig:
         raise KeyError(name)
 
 
-MAX_CLUSTER_RESTARTS = 10  # restarts launch/plan.py renders for the cluster's coordinator
 TOP_KEYS = ck.keys(JobConfig) | SHARED_KEYS | {"overrides"}
 REQUIRED = [f.name for c in (JobConfig, NodeSpec) for f in fields(c) if f.metadata.get("required")]
 
@@ -183,62 +180,14 @@ def _build(doc: Document) -> JobConfig:
     return replace(cfg, ssh=_ssh_relative(doc.file, cfg.ssh))
 
 
-@dataclass(frozen=True)
-class Unfit:
-    """Why the cluster's coordinator cannot watch a config: the key, what it asks for
-    that only this machine's supervisor does, and the fix that keeps `where: cluster`."""
-
-    key: tuple[str, ...]
-    why: str
-    fix: str
-
-    @property
-    def line(self) -> str:
-        return f"{'.'.join(self.key)}: {self.why}"
-
-
-def cluster_unfit(cfg: JobConfig) -> Unfit | None:
-    """The one rule of what the cluster's coordinator cannot do (it restarts up to
-    MAX_CLUSTER_RESTARTS attempts rendered at launch, the workers once the main's port
-    listens; onto spares and around nodes quarantined within the chain too, but never
-    in the main's place, which it runs on: node/placing.py says so at the time):
-    `where: cluster` refuses such a config at load, `where: auto` watches it from this
-    machine and the launch says why."""
-    r = cfg.restart
-    if r.max and cfg.launch.ready != "port":
-        why = "restarts start the workers once the main's port listens"
-        return Unfit(("launch", "ready"), why, "set launch.ready: port")
-    if r.max > MAX_CLUSTER_RESTARTS:
-        why = f"the cluster's coordinator restarts at most {MAX_CLUSTER_RESTARTS} times"
-        return Unfit(("restart", "max"), why, "lower it")
-    return None
-
-
-def auto_unfit(cfg: JobConfig) -> Unfit | None:
-    """Why `where: auto` watches a config from this machine: what the cluster cannot do,
-    or a notify command, the user's line for this machine (the coordinator posts the
-    webhook when it decides, node/notifysend.py; a command would run at this machine's
-    next contact, hours late for a laptop asleep: an explicit `where: cluster` accepts
-    that)."""
-    unfit = cluster_unfit(cfg)
-    if unfit is None and cfg.notify.command and cfg.notify.on:
-        why = "runs on this machine, when it sees the failure"
-        return Unfit(("notify", "command"), why, "use notify.webhook (the cluster posts it)")
-    return unfit
-
-
 def _check_watch(doc: Document, cfg: JobConfig) -> None:
-    """A port the job uses cannot be the coordinator's; `where: cluster` asks for the
-    cluster's watch, so a config it cannot honour is refused, not half-honoured."""
+    """A port the job uses cannot be the coordinator's."""
     if cfg.watch.where == "here":
         return
     if cfg.watch.port is not None and cfg.watch.port in (cfg.master_port, *cfg.ports):
         raise doc.error(
             ("watch", "port"), f"{cfg.watch.port} is one of the job's ports: pick another"
         )
-    unfit = cluster_unfit(cfg)
-    if cfg.watch.where == "cluster" and unfit is not None:
-        raise doc.error(unfit.key, f"{unfit.why}: {unfit.fix}, or set watch.where: here")
 
 
 def _check_sync(doc: Document, cfg: JobConfig) -> None:

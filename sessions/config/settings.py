@@ -49,7 +49,7 @@ class Action(StrEnum):
 
 
 class WatchWhere(StrEnum):
-    AUTO = "auto"  # the cluster where it can watch the run, else this machine, said why
+    AUTO = "auto"  # the cluster's watch (the default; the same as `cluster` since issue 37)
     HERE = "here"  # the manager's watchdog: this machine must stay on and connected
     CLUSTER = "cluster"  # sentinels on the nodes and a coordinator on the main (issue 30)
 
@@ -148,8 +148,8 @@ class WatchPolicy:
     sample_every: float = field(default=10.0, metadata=ck.meta(ck.seconds(maximum=HOUR)))
     # a straggler named by the samples: tell (notify), or take the job down (kill_all)
     on_slow: Action = field(default=Action.NOTIFY, metadata=ck.meta(ck.choice(Action)))
-    # where the watch runs: `cluster` keeps guarding the job while this machine sleeps;
-    # `auto` is `cluster` unless a node or the config needs this machine (launch says why)
+    # where the watch runs: `auto`/`cluster` keeps guarding the job while this machine
+    # sleeps (a node no interpreter can run a sentinel on is refused at launch)
     where: WatchWhere = field(default=WatchWhere.AUTO, metadata=ck.meta(ck.choice(WatchWhere)))
     # the coordinator's port on the main node (`cluster`); None: master_port + 1
     port: int | None = field(default=None, metadata=ck.meta(ck.port))

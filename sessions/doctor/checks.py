@@ -79,6 +79,8 @@ class Probe:
     setup_status: int | None = None  # `setup`'s exit status (its last line's)
     setup_err: str | None = None  # what `setup` printed on stderr, bounded and stripped
     sentinel_python: str | None = None  # `python3 -I -S`'s major.minor on the login PATH
+    # what the cluster's sentinel runs on: `python3`, the path of setup's, None: nothing
+    sentinel_runs_on: str | None = None
 
 
 def tmux_check(n: str, p: Probe) -> Check:
@@ -164,19 +166,22 @@ def stacks_check(n: str, p: Probe) -> Check:
 
 
 def sentinel_check(n: str, p: Probe) -> Check:
-    """`watch.where: cluster` runs a sentinel on the node's own python3 (3.9 or later),
-    outside the job's environment. A node without one does not stop the job: the launch
-    then watches the whole run from this machine (launch/start.py), which the row says,
-    in the launch's words (clusterwatch.python_unfit)."""
-    from mntui.sessions.launch.clusterwatch import python_unfit
+    """The cluster's watch runs a sentinel on the node's own python3 (3.9 or later), or
+    else on the one the job's `setup` provides (by its path, outside the job's
+    environment): the launch's rule (sentinelship.sentinel_python). A node with
+    neither refuses the launch, which the row says in the launch's words
+    (clusterwatch.python_unfit, FIX)."""
+    from mntui.sessions.launch.clusterwatch import FIX, python_unfit
 
-    v = p.sentinel_python
+    v, runs_on = p.sentinel_python, p.sentinel_runs_on
     version = (int(v.split(".")[0]), int(v.split(".")[1])) if v is not None else None
-    why = python_unfit(version)
+    why = python_unfit(version, runs_on is not None)
     if why is not None:
-        fix = "install python3 3.9 or later on the node's login PATH for the cluster's watch"
-        said = f"{why} on the login PATH: the job will be watched from this machine (keep it on)"
-        return Check(n, "sentinel", Status.WARN, said, fix)
+        return Check(n, "sentinel", Status.FAIL, f"{why}: the launch refuses", FIX)
+    if runs_on not in (None, "python3"):
+        bare = f"python3 {v}" if v is not None else "no python3"
+        said = f"{bare} on the login PATH; {runs_on} (after `setup`) runs the cluster's watch"
+        return Check(n, "sentinel", Status.PASS, said)
     return Check(n, "sentinel", Status.PASS, f"python3 {v} runs the cluster's watch")
 
 

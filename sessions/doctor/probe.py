@@ -28,7 +28,7 @@ from typing import Any
 
 from mntui.sessions.config import JobConfig, NodeSpec
 from mntui.sessions.launch import has_session, job_environment, master_addr, session_name
-from mntui.sessions.launch.sentinelship import PY_VERSION
+from mntui.sessions.launch.sentinelship import PY_VERSION, sentinel_python, sentinel_word
 from mntui.sessions.procs import (
     SHELL_LIB,
     b64_bytes,
@@ -90,6 +90,8 @@ for _i in /sys/class/net/*; do
 done
 _v=$({PY_VERSION})
 printf '{m} SENTPY %s\\n' "$_v"
+{sentinel_python(job_environment(spec, "exit 97"))}
+printf '{m} SENTRUN %s\\n' "$(mntui_py)"
 bash -c {shlex.quote(_in_job_environment(spec, m))} </dev/null 2>&1
 """
 
@@ -216,8 +218,12 @@ _FIELDS: dict[str, Callable[[str], Fields | None]] = {
     "PY": lambda v: _python(v) if v else {},
     "PYSPY": _pyspy,
     "SETUP": _setup,
-    # the login shell's python3, bare: what runs the cluster's sentinel (not setup's)
+    # the login shell's python3, bare; and what runs the cluster's sentinel: the bare
+    # one, or the one `setup` provides (the launch's rule: sentinelship.sentinel_python)
     "SENTPY": lambda v: {"sentinel_python": v or None} if not v or _VERSION.fullmatch(v) else None,
+    "SENTRUN": lambda v: (
+        {"sentinel_runs_on": sentinel_word(v)} if not v or sentinel_word(v) else None
+    ),
 }
 
 

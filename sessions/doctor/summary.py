@@ -19,10 +19,10 @@ HOW: dict[str, str] = {
     "ssh": "connect over the config's transport (host key verified); `date +%s.%N` times "
     "the round trip",
     "tmux": "`tmux -V` on the node: FAIL when missing",
-    "sentinel": "`python3 -I -S` on the login PATH (the cluster's watch runs the sentinel "
-    "there, outside `setup`; checked when the config would be watched by the cluster): "
-    "WARN when missing or older than 3.9 (the launch then watches the run from this "
-    "machine)",
+    "sentinel": "`python3 -I -S` on the login PATH, else the `python3` or `python` that "
+    "`setup` provides, run by its path outside `setup` (the cluster's watch runs the "
+    "sentinel on it; checked when the config would be watched by the cluster): FAIL when "
+    "neither is 3.9 or later (the launch refuses)",
     "workdir": "`cd` to the workdir as the launch does, then `df -Pk .`: WARN at 5 GiB free "
     "or less",
     "setup": "the config's `setup` under bash in the workdir, as the launch runs it: FAIL on a "

@@ -9,10 +9,12 @@ first; on a worker its guard, after it), each tagged `MNTUI_RUN=<tag>/<role>`
 launch then waits until every sentinel has connected to the coordinator, or stops
 everything it started.
 
-One way to watch per run, chosen before anything of it starts: a node whose bare
-`python3` cannot run a sentinel (the preflight asks it, with the doctor's probe) makes
-the whole run watched from this machine, as `where: here`, said in one line; a run is
-never watched by the cluster on some nodes and from here on others.
+Every node runs its watchers on the interpreter the one rule finds there
+(sentinelship.sentinel_python: the bare `python3` 3.9 or later, else the one the job's
+`setup` provides); the preflight asks it first, and a node where none fits refuses the
+launch before anything starts, in one line naming the node and the fix (exit 2): a run
+is never watched by the cluster on some nodes and not on others, and nothing of the
+watch runs on this machine.
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ import json
 import secrets
 import shlex
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from mntui.sessions.config import JobConfig, WatchWhere
 from mntui.sessions.errors import LaunchError
+from mntui.sessions.node.attemptscript import TEMPLATE
 from mntui.sessions.node.judging import Rules
 from mntui.sessions.node.restarts import RestartRules
 from mntui.sessions.node.watchcfg import WatchConfig, to_json
@@ -34,41 +37,39 @@ from mntui.sessions.procs import TAG_VAR
 from mntui.sessions.ssh import Node
 
 from .board import BoardView, read_board
-from .sentinelship import MIN_PYTHON, bundle, remote_path, sentinel_usable, ship_script
+from .sentinelship import MIN_PYTHON, bundle, remote_path, sentinel_python, ship_script
 
 CONFIRM = 10.0  # seconds for every sentinel to reach the coordinator after the start
 START_GRACE = 120.0  # past the main's ready_timeout: a node whose sentinel never came
 HEARTBEAT = 1.0
 
 
-NAMED = 5  # nodes a fallback line names for one reason; the others are counted
-HERE_LINE = "watched from this machine: keep it on"
-HERE_NOTE = "watched-here"  # run record note: why a `where: cluster` run is watched here
+NAMED = 5  # nodes a refusal names for one reason; the others are counted
+HERE_LINE = "watched from this machine: keep it on"  # `where: here`, until it goes
+NEED = ".".join(map(str, MIN_PYTHON))
+FIX = (
+    f"install python3 {NEED} or later on the node, or let its `setup` provide one; "
+    "`mntui launch --no-watch` runs the job unwatched"
+)
 
 
 def new_secret() -> str:
     return secrets.token_hex(32)
 
 
-def python_unfit(version: tuple[int, int] | None) -> str | None:
-    """Why a node's bare python3 (sentinelship.parse_python) cannot run a sentinel; None
-    when it can. The doctor and the launch say the same words."""
-    if sentinel_usable(version):
+def python_unfit(version: tuple[int, int] | None, from_setup: bool = False) -> str | None:
+    """Why no sentinel can run on a node whose bare python3 is `version`
+    (sentinelship.parse_python) and whose `setup` gives one that fits (`from_setup`);
+    None when one can. The doctor and the launch say the same words."""
+    if from_setup or (version is not None and version >= MIN_PYTHON):
         return None
-    need = ".".join(map(str, MIN_PYTHON))
-    if version is None:
-        return f"no python3 {need} or later"
-    return f"python3 {version[0]}.{version[1]}, not {need} or later"
+    bare = f"python3 {version[0]}.{version[1]}" if version is not None else "no python3"
+    return f"{bare} on the login PATH and none {NEED} or later after `setup`"
 
 
-def unfit_nodes(versions: Mapping[str, tuple[int, int] | None]) -> dict[str, str]:
-    """node -> why its sentinel cannot run, for the nodes that cannot."""
-    return {n: why for n, v in versions.items() if (why := python_unfit(v)) is not None}
-
-
-def fallback_reason(unfit: Mapping[str, str]) -> str:
-    """`node1, node4: no python3 3.9 or later`: one line however many nodes, the nodes
-    named by reason, up to NAMED each."""
+def unfit_reason(unfit: Mapping[str, str]) -> str:
+    """`node1, node4: no python3 ...`: one line however many nodes, the nodes named by
+    reason, up to NAMED each."""
     by_why: dict[str, list[str]] = {}
     for node, why in unfit.items():
         by_why.setdefault(why, []).append(node)
@@ -79,8 +80,12 @@ def fallback_reason(unfit: Mapping[str, str]) -> str:
     return "; ".join(parts)
 
 
-def fallback_line(reason: str) -> str:
-    return f"{reason}: the cluster cannot watch this run; it is {HERE_LINE}"
+def refusal(unfit: Mapping[str, str]) -> str:
+    """The launch's one line when a node can run no sentinel (exit 2): the nodes, why,
+    and the fix."""
+    return (
+        f"{unfit_reason(unfit)}: the cluster's watch cannot run there; nothing was started ({FIX})"
+    )
 
 
 def watched_here(cfg: JobConfig) -> JobConfig:
@@ -97,9 +102,12 @@ def watch_config(
     session: str,
     nodes: tuple[str, ...],
     master_addr: str,
-    attempts: int,
+    nonce: str | None,
+    restart_base: int = 0,
 ) -> WatchConfig:
-    w, r = cfg.watch, cfg.restart
+    """`nonce`: the restart template's (None: no restart on the cluster); `restart_base`:
+    MNTUI_RESTART_COUNT of the launch's attempt."""
+    w, r, ready = cfg.watch, cfg.restart, cfg.launch
     restart = RestartRules(
         r.max, r.backoff, r.backoff_max, r.on, r.exit_codes, r.not_on, r.reset_after
     )
@@ -128,10 +136,14 @@ def watch_config(
         ports=tuple(p for p in cfg.all_ports if p != port) if node == nodes[0] else (),
         start_grace=cfg.launch.ready_timeout + START_GRACE,  # workers start once it is ready
         progress_pattern=cfg.progress_pattern,
-        restart=restart if attempts else None,
-        attempts=attempts,
+        restart=restart if nonce is not None else None,
+        attempt_nonce=nonce,
+        restart_base=restart_base,
         master_port=cfg.master_port,
-        ready_timeout=cfg.launch.ready_timeout,
+        ready=str(ready.ready),  # a restart's workers wait for its main as the launch's do
+        ready_pattern=ready.ready_pattern if ready.ready == "log" else None,
+        ready_delay=ready.ready_delay,
+        ready_timeout=ready.ready_timeout,
         sample_every=w.sample_every,  # the straggler's samples and rules (node/slowness.py)
         on_slow=str(w.on_slow),
         slow_fraction=w.slow_fraction,
@@ -142,18 +154,20 @@ def watch_config(
 
 
 @dataclass(frozen=True)
-class LaterAttempt:
-    """A restart's start on one node, rendered at launch for the coordinator."""
+class Template:
+    """A node's restarts, rendered at launch for the coordinator: one start with the
+    tokens attemptscript.py fills in for attempt k (its run id, count, a spare's rank)."""
 
-    tag: str  # <job>/<run>/<node>
-    run_dir: str  # relative to the node's $HOME
+    tag: str  # <job>/<run token>/<node>
+    run_dir: str  # relative to the node's $HOME, with the run token
     start_script: str
 
 
-def watch_block(wc: WatchConfig, secret: str, later: Sequence[LaterAttempt] = ()) -> str:
+def watch_block(wc: WatchConfig, secret: str, enter: str, template: Template | None = None) -> str:
     """Shell run after the node's tmux session started (same script, `$d` its run dir):
-    the files, the restarts' start scripts, the bundle, then the coordinator (main) and
-    the sentinel, each printing `SENTINEL <pid> ...` once it is up."""
+    the files, the restarts' template, the interpreter (the one rule, `enter` the job's
+    environment: sentinelship.sentinel_python), the bundle, then the coordinator (main)
+    and the sentinel, each printing `SENTINEL <pid> ...` once it is up."""
     b = bundle()
     eof = "__MNTUI_WATCH_" + secrets.token_hex(8) + "__"
     pyz = f'"$HOME"/{shlex.quote(remote_path(b.sha))}'
@@ -170,22 +184,25 @@ def watch_block(wc: WatchConfig, secret: str, later: Sequence[LaterAttempt] = ()
         secret,
         eof,
     ]
-    if later:
-        lines.append('mkdir -p "$d/attempts"')
-    for k, np in enumerate(later, 1):
-        info = json.dumps({"run": np.tag.split("/")[1], "tag": np.tag, "run_dir": np.run_dir})
-        lines += [f"cat >\"$d/attempts/{k}.sh\" <<'{eof}'", np.start_script.rstrip("\n"), eof]
-        lines += [f"cat >\"$d/attempts/{k}.json\" <<'{eof}'", info, eof]
+    if template is not None:
+        run = template.tag.split("/")[1]
+        info = json.dumps({"run": run, "tag": template.tag, "run_dir": template.run_dir})
+        lines += ['mkdir -p "$d/attempts"']
+        lines += [f"cat >\"$d/attempts/{TEMPLATE}.sh\" <<'{eof}'",
+                  template.start_script.rstrip("\n"), eof]  # fmt: skip
+        lines += [f"cat >\"$d/attempts/{TEMPLATE}.json\" <<'{eof}'", info, eof]
     lines += [
-        # the preflight chose the cluster's watch: a python3 changed since is said, not run
-        f"python3 -I -S -c 'import sys; sys.exit(sys.version_info < {MIN_PYTHON})' "
-        "2>/dev/null || { echo 'SENTINEL_FAILED no python3 3.9 or later on this node'; exit 1; }",
-        ship_script(b),
+        # the interpreter, by the preflight's rule: a node changed since is said, not run
+        sentinel_python(enter),
+        'py=$(mntui_py); [ -n "$py" ] || { echo "SENTINEL_FAILED no python3 '
+        f'{NEED} or later on this node, nor from setup"; exit 1; }}',
+        'printf \'%s\\n\' "$py" >"$d/python"  # the app\'s stream runs on it too',
+        ship_script(b, '"$py"'),
     ]
     for role, verb in starts:
         tag = shlex.quote(f"{wc.tag}/{role}")
         lines.append(  # its one line on stderr says why (a port in use, a bad file)
-            f'if ! err=$({TAG_VAR}={tag} python3 -I -S {pyz} {verb} "$d" 2>&1 >/dev/null); then '
+            f'if ! err=$({TAG_VAR}={tag} "$py" -I -S {pyz} {verb} "$d" 2>&1 >/dev/null); then '
             f"printf 'SENTINEL_FAILED the {role} did not start: %s\\n' "
             '"$(printf %s "$err" | tail -n 1 | cut -c1-200)"; exit 1; fi'
         )
@@ -219,6 +236,6 @@ def confirm(node: Node, main_run_dir: str, nnodes: int, deadline: float = CONFIR
     raise LaunchError(
         f"the cluster's watch did not come up: {got} of {nnodes} sentinel(s) reached the "
         f"coordinator in {deadline:.0f}s (a firewall between the nodes and watch.port?); "
-        "`watch.where: here` watches from this machine instead",
+        "`mntui launch --no-watch` runs the job unwatched",
         json.dumps(view.status)[:2000] if view.status else "",
     )

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import secrets
 import shlex
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from textwrap import indent
@@ -22,11 +21,6 @@ from mntui.sessions.procs import RUNS_DIR, TAG_VAR, run_dir_word, run_tag
 
 from . import tmux
 from .flightenv import flight_recorder_block
-
-
-def new_run_id(now: float | None = None) -> str:
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now if now is not None else time.time()))
-    return f"{stamp}-{secrets.token_hex(2)}"
 
 
 def home_path(path: str) -> str:
@@ -80,10 +74,12 @@ def node_plan(
     run_id: str,
     master_addr: str,
     extra_env: Mapping[str, Mapping[str, str]] | None,
-    restart_count: int,
+    restart_count: int | str,
     rank: int | str,
 ) -> NodePlan:
-    """`rank`: the node's, or a spare's token for the rank it will take."""
+    """`rank`: the node's, or a spare's token for the rank it will take; `run_id` and
+    `restart_count` the run's, or the tokens of a restart's template (watchplan.py):
+    each token is a word no shell quoting changes, which the node replaces by digits."""
     nnodes = len(cfg.nodes)
     values: dict[str, str | int] = {
         "node_rank": rank,

@@ -2,8 +2,8 @@
 
 Everything a launch will run is decided here, as text, before any node is touched:
 each node's part (nodeplan.py), and with the cluster's watch each node's sentinel, the
-attempts the coordinator may restart into and the spares (watchplan.py). The plan is
-what the launch carries out and the first run record is written from.
+template of the restarts the coordinator may start and the spares (watchplan.py). The
+plan is what the launch carries out and the first run record is written from.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from mntui.sessions.procs import TAG_VAR
 from mntui.sessions.runs import SPARES_NOTE, NodeRecord, RunRecord
 
 from .nodeplan import NodePlan, node_plans
-from .watchplan import cluster_attempts, watched
+from .watchplan import watched
 
 
 @dataclass(frozen=True)
@@ -29,8 +29,7 @@ class Plan:
     nnodes: int
     world_size: int
     nodes: tuple[NodePlan, ...]
-    cluster_attempts: tuple[str, ...] = ()  # run ids the coordinator may restart into
-    # the spares' starts: their sentinels, and each attempt's script for any worker rank
+    # the spares' starts: their sentinels, and the restarts' template for any worker rank
     spares: tuple[NodePlan, ...] = ()
 
     @property
@@ -77,16 +76,15 @@ def build_plan(
 ) -> Plan:
     """`extra_env` adds per-node variables mntui decides at launch (e.g. PATH of a local
     node). With the cluster's watch, each node's start also starts its sentinel, and
-    carries the start scripts of the attempts the coordinator may relaunch and the
-    stack capture script (watchplan.py), and the spares get starts of their own."""
+    carries the template of the restarts the coordinator may start and the stack
+    capture script (watchplan.py), and the spares get starts of their own."""
     nodes = node_plans(cfg, run_id, master_addr, extra_env, restart_count)
-    later = cluster_attempts(cfg)
     spares: list[NodePlan] = []
     if cfg.watch_port is not None:
-        nodes, spares = watched(cfg, run_id, master_addr, extra_env, restart_count, nodes, later)
+        nodes, spares = watched(cfg, run_id, master_addr, extra_env, restart_count, nodes)
     world = cfg.world_size  # the sum over the nodes: their nproc can differ
     return Plan(
-        cfg.job, run_id, master_addr, cfg.master_port, len(nodes), world, tuple(nodes), later,
+        cfg.job, run_id, master_addr, cfg.master_port, len(nodes), world, tuple(nodes),
         tuple(spares),
     )  # fmt: skip
 
@@ -112,6 +110,6 @@ def describe(plan: Plan) -> str:
     for s in plan.spares:
         lines.append(
             f"== {s.node} (host {s.host}, spare) an idle sentinel: the cluster's restarts may "
-            f"give it a worker's rank ({len(plan.cluster_attempts)} attempt script(s))"
+            "give it a worker's rank (one template for every attempt)"
         )
     return "\n".join(lines)

@@ -1,6 +1,9 @@
-"""The node package as one file on each node: built here, checked and shipped over SSH.
+"""The node package as one file on each node: built here, checked and shipped over SSH;
+and the interpreter that runs it there.
 
-A sentinel runs on the node's own `python3 -I -S`, where nothing of ours is installed, so
+A sentinel runs on the node's own `python3 -I -S` (or, where that one is missing or
+older than 3.9, the interpreter the job's `setup` provides: `sentinel_python`), where
+nothing of ours is installed, so
 `sessions/node/*.py` travels as a zipapp named by its hash (`~/.mntui/sentinel/<sha>.pyz`):
 a node that has this version already is not sent it again, and two versions never
 overwrite each other under a running sentinel.
@@ -23,6 +26,7 @@ import hashlib
 import io
 import re
 import secrets
+import shlex
 import zipfile
 from dataclasses import dataclass
 from enum import StrEnum
@@ -83,25 +87,28 @@ def remote_path(sha: str) -> str:
     return f".mntui/sentinel/{sha}.pyz"
 
 
-# The digest is taken by the python3 that will run the bundle: no other tool is assumed.
-_SUM = """mntui_sum() {
-  python3 -I -S -c 'import hashlib, sys
+# The digest is taken by the interpreter that will run the bundle (`$1` of the script's
+# word for it): no other tool is assumed.
+def _sum(py: str) -> str:
+    return f"""mntui_sum() {{
+  {py} -I -S -c 'import hashlib, sys
 print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' "$1" 2>/dev/null
-}"""
+}}"""
 
 
-def _head(b: Bundle) -> str:
+def _head(b: Bundle, py: str) -> str:
     return f"""umask 077
 sha={b.sha}
 f="$HOME/{remote_path(b.sha)}"
-{_SUM}"""
+{_sum(py)}"""
 
 
-def presence_script(b: Bundle) -> str:
+def presence_script(b: Bundle, py: str = "python3") -> str:
     """`SENTINEL_BUNDLE <sha> present|absent`: a file that is there but not these bytes
-    is absent (a half-written or edited one is shipped again, never run)."""
+    is absent (a half-written or edited one is shipped again, never run). `py`: the
+    shell word of the interpreter that will run it."""
     return f"""(
-{_head(b)}
+{_head(b, py)}
 if [ -f "$f" ] && [ "$(mntui_sum "$f")" = {b.digest} ]; then
   echo "SENTINEL_BUNDLE $sha present"
 else
@@ -110,19 +117,20 @@ fi
 )"""
 
 
-def ship_script(b: Bundle) -> str:
+def ship_script(b: Bundle, py: str = "python3") -> str:
     """Writes the bundle unless it is there: the bytes travel in a heredoc (never argv:
     no `ps` shows them, no ARG_MAX applies) to a private temp file in the 0700 directory,
-    are checked and only then renamed into place, so a reader never sees half a file."""
+    are checked and only then renamed into place, so a reader never sees half a file.
+    `py`: the shell word of the interpreter that will run it (and takes the digest)."""
     end = f"MNTUI_PYZ_{secrets.token_hex(8)}"  # `_` is outside base64's alphabet too
     text = base64.encodebytes(b.data).decode()
     return f"""(
-{_head(b)}
+{_head(b, py)}
 sdir="${{f%/*}}"
 t="$sdir/.$sha.pyz.$$"
 if [ -f "$f" ] && [ "$(mntui_sum "$f")" = {b.digest} ]; then
   echo "SENTINEL_BUNDLE $sha present"
-elif ! command -v python3 >/dev/null 2>&1; then
+elif ! command -v {py} >/dev/null 2>&1; then
   echo "SENTINEL_BUNDLE $sha failed no python3"
 elif ! mkdir -p "$sdir" || ! chmod 700 "$sdir"; then
   echo "SENTINEL_BUNDLE $sha failed cannot make ~/.mntui/sentinel"
@@ -202,3 +210,47 @@ def parse_python(text: str) -> tuple[int, int] | None:
 
 def sentinel_usable(version: tuple[int, int] | None) -> bool:
     return version is not None and version >= MIN_PYTHON
+
+
+def sentinel_python(enter: str) -> str:
+    """Shell defining `mntui_py`, which prints the shell word of the interpreter a
+    sentinel runs on here, or nothing: the node's bare `python3` when it is 3.9 or
+    later, else the first of `python3`, `python` that the job's environment (`enter`:
+    nodeplan.job_environment, the workdir and `setup`, under bash as launch.sh enters
+    it, its output dropped) finds, by its absolute path, that runs 3.9 or later outside
+    it, as the bare one runs (a respawn starts it again the same way: sys.executable).
+    The one rule: the launch's preflight asks it, every watch block asks it again
+    before it starts anything, and the doctor's probe asks it too."""
+    check = f"import sys; sys.exit(sys.version_info < {MIN_PYTHON})"
+    found = f"{{\n{enter}\n}} >/dev/null 2>&1 </dev/null\ncommand -v python3\ncommand -v python\n"
+    return f"""mntui_pyok() {{
+  "$1" -I -S -c {shlex.quote(check)} </dev/null >/dev/null 2>&1
+}}
+mntui_py() {{
+  if mntui_pyok python3; then echo python3; return 0; fi
+  bash -c {shlex.quote(found)} 2>/dev/null </dev/null | while IFS= read -r p; do
+    case $p in /*) if mntui_pyok "$p"; then printf '%s\\n' "$p"; break; fi ;; esac
+  done
+}}"""
+
+
+def sentinel_python_check(enter: str) -> str:
+    """`SENTPY <word>`: the interpreter a sentinel would run on (`python3`, a setup's
+    absolute path), or `SENTPY` alone: none."""
+    return f"{sentinel_python(enter)}\nprintf 'SENTPY %s\\n' \"$(mntui_py)\"\n"
+
+
+_PATH = re.compile(r"/[^\x00-\x1f\x7f]{0,4095}")
+
+
+def sentinel_word(word: str) -> str | None:
+    """`mntui_py`'s answer as this machine takes it: `python3`, an absolute path (node
+    text: printable, bounded), or None (none, or an answer that is neither)."""
+    word = word.strip()
+    return word if word == "python3" or _PATH.fullmatch(word) else None
+
+
+def parse_sentinel_python(text: str) -> str | None:
+    """The interpreter the one `SENTPY` line names (sentinel_word), or None."""
+    lines = [line for line in text.splitlines() if line.startswith("SENTPY")]
+    return sentinel_word(lines[0].removeprefix("SENTPY")) if len(lines) == 1 else None

@@ -3,9 +3,9 @@
 Replaces the seed scripts' `sleep 10` between nodes: the workers start when the
 main's master port listens (checked on the main itself), so they neither race a
 main that is not up yet nor wait longer than needed. Any failure before every node
-runs stops what was started: nothing is left half-launched. The way the run is watched
-(the cluster's sentinels, or this machine) is chosen from the preflight's answers,
-before anything starts: a run is watched one way, from its start to its end.
+runs stops what was started: nothing is left half-launched. A node on which no
+sentinel can run (the preflight's answer) refuses the launch before anything starts:
+a run is watched by the cluster on every node or, with `--no-watch`, on none.
 """
 
 from __future__ import annotations
@@ -17,18 +17,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import NoReturn
 
-from mntui.sessions.config import JobConfig, WatchWhere, auto_unfit
-from mntui.sessions.errors import LaunchError, MntuiError
+from mntui.sessions.config import JobConfig
+from mntui.sessions.errors import LaunchError, LaunchRefused, MntuiError
 from mntui.sessions.events import Event, Phase
 from mntui.sessions.history import route_around
+from mntui.sessions.node.runid import new_run_id
 from mntui.sessions.results import GroupResult, NodeError
 from mntui.sessions.runs import RunRecord, RunStatus
 from mntui.sessions.ssh import Cluster, Node, resolve
+from mntui.sessions.termsafe import one_line
 
 from . import clusterwatch, sparestart
 from .board import SWAP_NOTE
 from .kill import kill_job
-from .nodeplan import NodePlan, new_run_id
+from .nodeplan import NodePlan
 from .plan import Plan, build_plan, run_record
 from .startchecks import Preflight, preflight, wait_ready
 
@@ -130,7 +132,6 @@ def _launch(
 ) -> LaunchResult:
     _connect(cluster, plan, on_event)
     checks = _check_nodes(cfg, cluster, plan, restart, on_event)
-    cfg, plan, why_here = _choose_watch(cfg, plan, checks, on_event)
     _check_ports(cfg, plan, checks, on_event)
     if cfg.sync is not None and attempt is None:  # a restart runs the code it ran before
         _sync(cfg, on_event)
@@ -140,11 +141,8 @@ def _launch(
     record.attempt = attempt.number if attempt is not None else 0
     record.attempts = [dict(e) for e in attempt.earlier] if attempt is not None else []
     record.watch_port = cfg.watch_port
-    record.cluster_attempts = list(plan.cluster_attempts)
     if attempt is not None and attempt.cluster and cfg.watch_port is not None:
         record.note(SWAP_NOTE, main=plan.main.node, run=plan.run_id)  # board_dir
-    if why_here is not None:
-        record.note(clusterwatch.HERE_NOTE, why=why_here)
     record.create()
     started: dict[str, float] = {}
     attempted: list[str] = []  # an interrupted start may have started the node: abort kills it too
@@ -176,31 +174,22 @@ def _launch(
     return LaunchResult(plan, record, started, ready_at)
 
 
-def _choose_watch(
-    cfg: JobConfig,
-    plan: Plan,
-    checks: GroupResult[Preflight],
-    on_event: EventSink,
-) -> tuple[JobConfig, Plan, str | None]:
-    """The cluster watches the run only if every node's bare python3 can run a sentinel;
-    else the whole run is watched from here, as `where: here` (one line says why, and the
-    run record notes it). Nothing has started yet: the plan is made again without the
-    sentinels, under the same run id (a first attempt: a relaunch is watched from here
-    from the start, launch()). `where: auto` with a config only this machine can honour
-    was planned without them: said here, in the same words."""
+def _check_watch(cfg: JobConfig, checks: GroupResult[Preflight], on_event: EventSink) -> None:
+    """The cluster watches the run only if a sentinel can run on every node (its bare
+    python3, or the one `setup` provides: said per node); else the launch is refused,
+    nothing started, in one line naming the nodes and the fix (LaunchRefused: exit 2)."""
     if cfg.watch_port is None:
-        needs = auto_unfit(cfg) if cfg.watch.where == WatchWhere.AUTO else None
-        if needs is None:
-            return cfg, plan, None
-        on_event(Event(None, None, Phase.NOTICE, clusterwatch.fallback_line(needs.line)))
-        return cfg, plan, needs.line
-    unfit = clusterwatch.unfit_nodes({n: c.sentinel_python for n, c in checks.succeeded.items()})
-    if not unfit:
-        return cfg, plan, None
-    why = clusterwatch.fallback_reason(unfit)
-    on_event(Event(None, None, Phase.NOTICE, clusterwatch.fallback_line(why)))
-    here = clusterwatch.watched_here(cfg)
-    return here, build_plan(here, plan.run_id, plan.master_addr, local_env(here)), why
+        return
+    unfit: dict[str, str] = {}
+    for n, c in checks.succeeded.items():
+        why = clusterwatch.python_unfit(c.sentinel_python, c.sentinel_runs_on is not None)
+        if why is not None:
+            unfit[n] = why
+        elif c.sentinel_runs_on not in (None, "python3"):
+            said = f"{n}: the cluster's watch runs on {c.sentinel_runs_on} (after `setup`)"
+            on_event(Event(None, None, Phase.NOTICE, one_line(said, 300)))
+    if unfit:
+        raise LaunchRefused(clusterwatch.refusal(unfit))
 
 
 def _confirm_watch(cfg: JobConfig, cluster: Cluster, plan: Plan, on_event: EventSink) -> None:
@@ -252,8 +241,9 @@ def _connect(cluster: Cluster, plan: Plan, on_event: EventSink) -> None:
 def _check_nodes(
     cfg: JobConfig, cluster: Cluster, plan: Plan, restart: bool, on_event: EventSink
 ) -> GroupResult[Preflight]:
-    """Refuse to start over an earlier run (unless --restart, which stops it first), or
-    on a node without the tools; the nodes' answers, for the watch and the ports."""
+    """Refuse to start over an earlier run (unless --restart, which stops it first), on
+    a node without the tools, or on one no sentinel can run on (before --restart stops
+    anything); the nodes' answers, for the ports."""
     checks = preflight(cfg, cluster)
     problems = [f"  {n}: {e}" for n, e in checks.errors.items()]
     running = {n: c.procs for n, c in checks.succeeded.items() if c.procs}
@@ -269,6 +259,7 @@ def _check_nodes(
         ]
     if problems:
         raise LaunchError("preflight failed; nothing was started", "\n".join(problems))
+    _check_watch(cfg, checks, on_event)
     if running:
         _stop_earlier_run(cfg, cluster, list(running), on_event)
         checks = preflight(cfg, cluster)

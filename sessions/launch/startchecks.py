@@ -30,8 +30,13 @@ from mntui.sessions.results import GroupResult
 from mntui.sessions.ssh import Cluster, Node
 
 from . import logs, tmux
-from .nodeplan import NodePlan
-from .sentinelship import parse_python, python_check_script
+from .nodeplan import NodePlan, job_environment
+from .sentinelship import (
+    parse_python,
+    parse_sentinel_python,
+    python_check_script,
+    sentinel_python_check,
+)
 
 READY_POLL = 0.1  # seconds between readiness checks on the main (one round trip each)
 
@@ -42,22 +47,31 @@ class Preflight:
     procs: tuple[ProcInfo, ...]  # processes of an earlier run of this job on this node
     port_holders: tuple[PortHolder, ...]
     missing_tools: tuple[str, ...]
-    # the bare python3 a sentinel would run on (asked only when the cluster is to watch)
+    # asked only when the cluster is to watch: the bare python3's version, and the
+    # interpreter a sentinel runs on (sentinelship.sentinel_python: `python3`, the
+    # absolute path of the one `setup` provides, or None: none fits)
     sentinel_python: tuple[int, int] | None = None
+    sentinel_runs_on: str | None = None
 
 
 def preflight_script(cfg: JobConfig, node: str, check_ports: bool) -> str:
     ports = " ".join(str(p) for p in cfg.all_ports) if check_ports else ""
+    python = ""
+    if cfg.watch_port is not None:  # the watch block asks the same, before it starts
+        enter = job_environment(cfg.node(node), "exit 97")
+        python = f"{python_check_script()}\n{sentinel_python_check(enter)}"
     return f"""{SHELL_LIB}
 # shellcheck disable=SC2046 # PIDs, one a word
 mntui_procinfo $(mntui_scan {shlex.quote(job_node_pattern(cfg.job, node))})
 for t in tmux bash ss grep sed base64; do command -v "$t" >/dev/null 2>&1 || echo "MISSING $t"; done
 {f"mntui_listeners {ports}" if ports else ""}
-{python_check_script() if cfg.watch_port is not None else ""}
+{python}
 """
 
 
 def preflight(cfg: JobConfig, cluster: Cluster) -> GroupResult[Preflight]:
+    watched = cfg.watch_port is not None
+
     def one(node: Node) -> Preflight:
         text = node.run(preflight_script(cfg, node.name, node.name == cfg.main)).stdout
         out = text.splitlines()
@@ -66,7 +80,8 @@ def preflight(cfg: JobConfig, cluster: Cluster) -> GroupResult[Preflight]:
             parse_procs(out),
             parse_listeners(out),
             tuple(line.split()[1] for line in out if line.startswith("MISSING ")),
-            parse_python(text) if cfg.watch_port is not None else None,
+            parse_python(text) if watched else None,
+            parse_sentinel_python(text) if watched else None,
         )
 
     return cluster.map(one)

@@ -1,10 +1,11 @@
-"""What the cluster's watch adds to a launch plan: each node's sentinel, the attempts
-the coordinator may restart into, and the spares it may swap in for a worker.
+"""What the cluster's watch adds to a launch plan: each node's sentinel, the template of
+the restarts the coordinator may start, and the spares it may swap in for a worker.
 
 Why at launch: the coordinator restarts the job while this machine may be away, so
-every attempt's start is rendered now, on every node that may run it (their run ids
-chosen now, in the chain's order), and a spare carries each attempt's script for any
-worker rank, a token where the rank goes (spareattempt.py puts the rank it is given).
+every node's start is rendered now, once, as a template with tokens where an attempt's
+own values go (its run id, its MNTUI_RESTART_COUNT, and on a spare the rank it takes),
+which the node's sentinel fills in when the coordinator starts attempt k
+(node/attemptscript.py): as many restarts as the policy allows, whatever their number.
 The stack capture script rides along (each attempt's tag and run dir its arguments;
 the nonce, one per launch, in the watch file).
 """
@@ -16,13 +17,13 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from mntui.sessions.config import JobConfig, NodeSpec
-from mntui.sessions.config.jobconfig import MAX_CLUSTER_RESTARTS
+from mntui.sessions.node.attemptscript import count_token, run_token
 from mntui.sessions.node.placing import QuarantineRule
 from mntui.sessions.node.watchcfg import WatchConfig
 from mntui.sessions.procs import run_dir_word
 
-from .clusterwatch import LaterAttempt, new_secret, watch_block, watch_config
-from .nodeplan import NodePlan, new_run_id, node_plan, node_plans
+from .clusterwatch import Template, new_secret, watch_block, watch_config
+from .nodeplan import NodePlan, job_environment, node_plan
 from .stackscript import stack_files
 
 
@@ -33,36 +34,39 @@ def watched(
     extra_env: Mapping[str, Mapping[str, str]] | None,
     restart_count: int,
     nodes: list[NodePlan],
-    later: tuple[str, ...],
 ) -> tuple[list[NodePlan], list[NodePlan]]:
-    """`nodes` each starting its sentinel too, with the attempts `later` (run ids) it
-    may be restarted into; and the spares' starts: an idle sentinel each."""
+    """`nodes` each starting its sentinel too, with the template of the restarts it
+    may run; and the spares' starts: an idle sentinel each."""
     secret = new_secret()  # only ever on the nodes
     budget = cfg.watch.capture_budget
     nonce = secrets.token_hex(8) if budget > 0 else None
-    plans = [node_plans(cfg, r, master_addr, extra_env, restart_count + k + 1)
-             for k, r in enumerate(later)]  # fmt: skip
+    restarts = secrets.token_hex(8) if cfg.restart.max > 0 else None  # the template's
     names = tuple(n.node for n in nodes)
     stacks = stack_files(budget, nonce) if nonce is not None else ""
-    free = cluster_spares(cfg) if later else ()
+    free = cluster_spares(cfg) if restarts is not None else ()
 
-    def watch(n: NodePlan, mine: list[LaterAttempt], token: str | None = None) -> str:
-        wc = watch_config(cfg, run_id, n.node, n.tag, n.session, names, master_addr, len(later))
+    def watch(n: NodePlan, spec: NodeSpec, rank: int | str) -> str:
+        wc = watch_config(
+            cfg, run_id, n.node, n.tag, n.session, names, master_addr, restarts, restart_count
+        )
+        token = rank if isinstance(rank, str) else None
         wc = replace(wc, capture_budget=budget, stacks_nonce=nonce, rank_token=token)
-        return stacks + watch_block(spare_fields(wc, cfg, free), secret, mine)
+        later = None
+        if restarts is not None:
+            p = node_plan(cfg, spec, run_token(restarts), master_addr, extra_env,
+                          count_token(restarts), rank)  # fmt: skip
+            later = Template(p.tag, p.run_dir, p.start_script)
+        enter = job_environment(spec, "exit 97")
+        return stacks + watch_block(spare_fields(wc, cfg, free), secret, enter, later)
 
-    out = list(nodes)
-    for i, n in enumerate(out):
-        mine = [LaterAttempt(p[i].tag, p[i].run_dir, p[i].start_script) for p in plans]
-        out[i] = replace(n, start_script=n.start_script + watch(n, mine))
+    out = [replace(n, start_script=n.start_script + watch(n, cfg.node(n.node), n.rank))
+           for n in nodes]  # fmt: skip
     spares: list[NodePlan] = []
     for spec in free:
-        token = f"@@MNTUI_RANK_{secrets.token_hex(8)}@@"  # spareattempt.py puts the rank
+        token = f"@@MNTUI_RANK_{secrets.token_hex(8)}@@"  # attemptscript.py puts the rank
         idle = node_plan(cfg, spec, run_id, master_addr, extra_env, 0, -1)
-        mine = [_spare_attempt(cfg, spec, r, master_addr, extra_env, restart_count + k + 1,
-                               token) for k, r in enumerate(later)]  # fmt: skip
         start = f'set -e\nd={run_dir_word(idle.run_dir)}\nmkdir -p -m 700 "$d"\n'
-        spares.append(replace(idle, start_script=start + watch(idle, mine, token)))
+        spares.append(replace(idle, start_script=start + watch(idle, spec, token)))
     return out, spares
 
 
@@ -79,31 +83,3 @@ def spare_fields(wc: WatchConfig, cfg: JobConfig, spares: tuple[NodeSpec, ...]) 
     rule = None if q is None else QuarantineRule(q.count, q.within, q.hold)
     names, nprocs = tuple(s.name for s in spares), tuple(cfg.nproc(s) for s in spares)
     return replace(wc, spares=names, spare_nprocs=nprocs, quarantine=rule)
-
-
-def _spare_attempt(
-    cfg: JobConfig,
-    spec: NodeSpec,
-    run_id: str,
-    master_addr: str,
-    extra_env: Mapping[str, Mapping[str, str]] | None,
-    k: int,
-    token: str,
-) -> LaterAttempt:
-    """Attempt `k` on a spare, for whichever worker rank it takes: `token` stands where
-    the rank goes (its characters need no quoting: the rank replaces it as it is)."""
-    p = node_plan(cfg, spec, run_id, master_addr, extra_env, k, token)
-    return LaterAttempt(p.tag, p.run_dir, p.start_script)
-
-
-def cluster_attempts(cfg: JobConfig) -> tuple[str, ...]:
-    """The run ids of the restarts the cluster's coordinator may start (none when this
-    machine supervises the restarts), distinct and in the chain's order."""
-    if cfg.watch_port is None:
-        return ()
-    ids: list[str] = []
-    while len(ids) < min(cfg.restart.max, MAX_CLUSTER_RESTARTS):
-        rid = new_run_id()
-        if rid not in ids:
-            ids.append(rid)
-    return tuple(ids)

@@ -1,11 +1,12 @@
 """One attempt of the run on this node, as its sentinel follows it: its processes (by
 the attempt's own tag), its log and exit code, its tmux pane; and the start of a
-restart's attempt from the script the launch left for it.
+restart's attempt from the template the launch left for it.
 
 Why a chain-long sentinel follows attempts: a restart on the cluster is started by
-the coordinator while the manager may be away, so the script of attempt k was
-rendered at launch (`attempts/<k>.sh`, with its own run id and tag) and the sentinel,
-which outlives one attempt, runs it and follows the new tag.
+the coordinator while the manager may be away, so the node's start was rendered at
+launch as a template (attemptscript.py: attempt k's run id, tag and count put in when
+the coordinator asks for it) and the sentinel, which outlives one attempt, runs it and
+follows the new tag.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import re
 import subprocess
 import time
 
-from . import daemon, proctree, spareattempt
+from . import attemptscript, daemon, proctree
 from .facts import Facts, ProcFact
 from .logtail import LogTail
 from .plainfile import plain
@@ -100,12 +101,12 @@ class Attempt:
         )
 
 
-def start(first_dir: str, k: int, cfg: WatchConfig, rank: object = None) -> Attempt:
-    """Runs attempt `k`'s start script (the launch wrote it beside the first attempt's
-    run dir) and returns the attempt to follow; RuntimeError with the script's last
-    words when it did not start."""
+def start(first_dir: str, k: int, run: object, cfg: WatchConfig, rank: object = None) -> Attempt:
+    """Runs attempt `k` (run id `run`, the coordinator's) from the template the launch
+    wrote beside the first attempt's run dir, and returns the attempt to follow;
+    RuntimeError with the script's last words when it did not start."""
+    script = attemptscript.render(first_dir, k, run, cfg, rank)  # a spare's: with its rank
     later = follow(first_dir, k, cfg)  # checked before anything runs
-    script = spareattempt.script_for(first_dir, k, cfg, rank)  # a spare's: with its rank
     env = {n: v for n, v in os.environ.items() if n not in ("MNTUI_RUN", "TMUX", "TMUX_PANE")}
     proc = subprocess.run(
         ["sh", script],
@@ -122,16 +123,24 @@ def start(first_dir: str, k: int, cfg: WatchConfig, rank: object = None) -> Atte
 
 
 def follow(first_dir: str, k: int, cfg: WatchConfig) -> Attempt:
-    """Attempt `k` as the launch rendered it, to follow without starting it (a sentinel
+    """Attempt `k` as it was started here, to follow without starting it (a sentinel
     started again mid-chain follows the attempt its predecessor started); RuntimeError
     when its file is not one of ours."""
+    run, tag, run_dir = placed(first_dir, k, cfg)
+    return Attempt(k, run, tag, run_dir, cfg.node, cfg.progress_pattern)
+
+
+def placed(first_dir: str, k: int, cfg: WatchConfig) -> tuple[str, str, str]:
+    """Attempt `k`'s run id, tag and run dir on this node (attempts/<k>.json, written at
+    its start: attemptscript.py); RuntimeError when the file is not one of ours."""
     path = os.path.join(first_dir, "attempts", f"{k}.json")
     with open(path, encoding="utf-8", opener=plain) as f:
         info = json.loads(f.read(4096))
+    if not isinstance(info, dict):
+        raise RuntimeError(f"attempts/{k}.json is not one of ours")
     run, tag, rel = info.get("run"), info.get("tag"), info.get("run_dir")
     ok = isinstance(run, str) and RUN_ID.fullmatch(run) and tag == f"{cfg.job}/{run}/{cfg.node}"
     if not ok or not isinstance(rel, str) or not _REL.fullmatch(rel) or ".." in rel:
         raise RuntimeError(f"attempts/{k}.json is not one of ours")
     assert isinstance(run, str) and isinstance(tag, str)
-    home = os.path.expanduser("~")
-    return Attempt(k, run, tag, os.path.join(home, rel), cfg.node, cfg.progress_pattern)
+    return run, tag, os.path.join(os.path.expanduser("~"), rel)

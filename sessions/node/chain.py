@@ -3,13 +3,14 @@ with the restart policy (restarts.decide, the manager's rule), waits out the bac
 and starts the next attempt through the sentinels (relaunch.py: main first, the
 workers once the main's port listens), all while the manager may be asleep.
 
-Each attempt's script was rendered at launch (its run id, tag, `MNTUI_RESTART_COUNT`),
-so nothing here builds a command: the coordinator only says "start attempt k" (and to
-a spare swapped in, which rank it takes: placing.py decides where each attempt runs,
-swaps.py keeps it in the chain). What it did is in `coord/chain.json` (chainlog.py,
-every step), which the manager reads on its next contact and turns into run records of its
-own, and from which a coordinator started again (respawn.py) goes on where its
-predecessor was (resume.py).
+Each node's start was rendered at launch as a template (attemptscript.py), so nothing
+here builds a command: the coordinator names attempt k's run (the launch's rule,
+runid.py) and says "start attempt k as run r" (and to a spare swapped in, which rank
+it takes: placing.py decides where each attempt runs, swaps.py keeps it in the chain);
+each sentinel puts in its tag and `MNTUI_RESTART_COUNT`. What it did is in
+`coord/chain.json` (chainlog.py, every step), which the manager reads on its next
+contact and turns into run records of its own, and from which a coordinator started
+again (respawn.py) goes on where its predecessor was (resume.py).
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ def _chain(c: Coordinator, log: ChainLog, at: Point) -> str:
             end = attempt_end(k, c.board.run, out, c.board.progressed_since(started))
             history.append(end)
             held = log.ending(end, out.kind, *_said(out))  # quarantines before the placement
-            d = _decision(c, history, k)
+            d = _decision(c, history)
             p = swaps.placement(log.data, c.cfg, history, c.board.live_peers())
             stop = p.stop if d is not None and d.restart else None
             here = p.main_here
@@ -164,12 +165,8 @@ def _said(out: Outcome) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     return seen, first
 
 
-def _decision(c: Coordinator, history: list[AttemptEnd], k: int) -> Decision | None:
-    d = decide(c.cfg.restart, history) if c.cfg.restart is not None else None
-    if d is not None and d.restart and k >= c.cfg.attempts:  # reset_after reset the count
-        spent = f"no more restarts: {c.cfg.attempts} were rendered at launch"
-        d = replace(d, restart=False, gave_up=True, why=spent)
-    return d
+def _decision(c: Coordinator, history: list[AttemptEnd]) -> Decision | None:
+    return decide(c.cfg.restart, history) if c.cfg.restart is not None else None
 
 
 def _carried_out(c: Coordinator, record: dict[str, Any]) -> Outcome:

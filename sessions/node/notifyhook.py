@@ -1,5 +1,5 @@
 """The webhook: which URL may be posted to, what body it gets, and the rules the
-coordinator posts by (watch.json's `notify`).
+coordinator notifies by (watch.json's `notify`: the webhook, the command, the events).
 
 Why apart from the words (notifytext.py): the words are the same whoever tells them (a
 command here, a webhook from the main); this is what only a webhook needs, shared by
@@ -22,16 +22,19 @@ from .notifytext import CHAT_TEXT, Notice, NotifyEvent, clean
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 
 
+COMMAND_MOST = 64 << 10  # characters of a notify.command the watch file carries
+
+
 @dataclass(frozen=True)
 class NotifyRules:
     """What the coordinator on the main does with a run's notices (watch.json's
-    `notify`): posts them to `webhook` (None: no webhook, this machine's command alone),
-    for the events in `on`; `here`: this machine has a command to run for each."""
+    `notify`), for the events in `on`: posts them to `webhook` and runs `command` (the
+    user's shell line, notifycommand.py), each within `timeout`; None: not that way."""
 
     webhook: str | None
     on: frozenset[str]
     timeout: float  # the whole delivery, its one retry included
-    here: bool = False
+    command: str | None = None
 
 
 def rules_of(v: object, error: type[Exception] = ValueError) -> NotifyRules | None:
@@ -40,7 +43,7 @@ def rules_of(v: object, error: type[Exception] = ValueError) -> NotifyRules | No
         return None
     if not isinstance(v, dict):
         raise error("watch.json: notify must be an object")
-    hook, on, timeout, here = v.get("webhook"), v.get("on"), v.get("timeout"), v.get("here")
+    hook, on, timeout, command = v.get("webhook"), v.get("on"), v.get("timeout"), v.get("command")
     if hook is not None and (not isinstance(hook, str) or check_webhook_url(hook) is not None):
         raise error("watch.json: notify.webhook is not a usable URL")
     events = {str(e) for e in NotifyEvent}
@@ -48,15 +51,19 @@ def rules_of(v: object, error: type[Exception] = ValueError) -> NotifyRules | No
         raise error("watch.json: notify.on must be a list of events")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise error("watch.json: notify.timeout must be a number")
-    if not 0 < timeout <= 600 or type(here) is not bool:
-        raise error("watch.json: notify.timeout or notify.here out of range")
-    return NotifyRules(hook, frozenset(on), float(timeout), here)
+    if not 0 < timeout <= 600:
+        raise error("watch.json: notify.timeout out of range")
+    if command is not None and (
+        not isinstance(command, str) or not 0 < len(command) <= COMMAND_MOST or "\0" in command
+    ):
+        raise error("watch.json: notify.command must be a shell line")
+    return NotifyRules(hook, frozenset(on), float(timeout), command)
 
 
 def rules_json(r: NotifyRules | None) -> dict[str, Any] | None:
     if r is None:
         return None
-    return {"webhook": r.webhook, "on": sorted(r.on), "timeout": r.timeout, "here": r.here}
+    return {"webhook": r.webhook, "on": sorted(r.on), "timeout": r.timeout, "command": r.command}
 
 
 def check_webhook_url(url: str) -> str | None:

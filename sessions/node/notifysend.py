@@ -1,18 +1,22 @@
-"""The coordinator's notifications: sent from the main node when it decides.
+"""The coordinator's notifications: sent from the main node when it decides, the
+webhook posted and the user's `notify.command` run here.
 
 Why here: the coordinator decides while the machine that launched the run may sleep
 for hours; its notice must not wait for that machine. A notice is a courtesy and a
 teardown is not, so nothing here may delay the judge or the kill: `send` only queues
-(a bounded queue: a flood is cut, never queued for hours), one daemon thread posts, each
-POST within the rules' deadline whatever the server does (webhookpost.py). What became
-of each notice is kept in `coord/notify.json` (the latest KEEP, atomic) and journaled:
-the manager reads it at its next contact and sends, once, what could not be sent from
-here (a main that cannot reach the webhook's host; a coordinator that died first), and
-runs its own command for each (watch/clusternotify.py). A notice keeps one id from
-here to there: the manager's claim on it is what makes it sent exactly once. The id is
-the decision's (its run, attempt and event), not a random one: a coordinator started
-again that takes the same decision again finds its id kept and sends nothing, and the
-manager's claim on that id holds for both.
+(a bounded queue: a flood is cut, never queued for hours), one daemon thread delivers,
+the command running while the webhook is posted, both within the rules' deadline
+whatever the server or the command does (webhookpost.py, notifycommand.py: its group
+killed at the deadline, its last words in the coordinator's log). What became of each
+notice is kept in `coord/notify.json` (the latest KEEP, atomic) and journaled: the
+manager reads it at its next contact and posts, once, the webhook that could not be
+posted from here (a main that cannot reach the webhook's host; a coordinator that died
+first) (watch/clusternotify.py). A command runs here or not at all: the manager may
+be a laptop asleep, and the line is the main node's now (docs/watchdog.md). A notice
+keeps one id from here to there: the manager's claim on it is what makes it posted
+exactly once. The id is the decision's (its run, attempt and event), not a random one:
+a coordinator started again that takes the same decision again finds its id kept and
+sends nothing, and the manager's claim on that id holds for both.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from . import notifycommand
 from .chainnotices import Ended, said
 from .notifyhook import NotifyRules, redact, webhook_body
 from .notifykept import FILE, KEEP, WHY_TEXT, earlier
@@ -45,6 +50,7 @@ from .notifytext import (
     one_line,
 )
 from .restarts import AttemptEnd, Decision
+from .termsafe import clean as plain
 from .webhookpost import post_once
 
 QUEUE = 8  # notices waiting at most, fewer than KEEP; one more is dropped (the manager sends it)
@@ -90,11 +96,11 @@ class Outbox:
         state = PENDING if r.webhook else OFF
         if not self._record(entry_of(notice, nid, time.time()), state):
             return nid
-        if state == PENDING:
+        if r.webhook or r.command:
             try:
                 self.queue.put_nowait((nid, notice))
             except queue.Full:
-                self._outcome(nid, DROPPED, f"more than {QUEUE} notices waiting")
+                self._not_delivered(nid, notice, DROPPED, f"more than {QUEUE} notices waiting")
                 return nid
             self._ensure_worker()
         return nid
@@ -129,10 +135,45 @@ class Outbox:
                         return
                 continue
             try:
-                why = self._post(notice)
+                self._deliver(nid, notice)
             except Exception as exc:  # a bug here must not end the later notices
+                self._not_delivered(nid, notice, FAILED, f"{type(exc).__name__}: {exc}")
+
+    def _deliver(self, nid: str, notice: Notice) -> None:
+        """The command runs while the webhook is posted, both within the rules' timeout."""
+        r = self.rules
+        assert r is not None
+        deadline = time.monotonic() + r.timeout
+        running: notifycommand.Running | str | None = None
+        if r.command:
+            env = notifycommand.command_env(notice, os.environb)
+            running = notifycommand.start(r.command, env, os.path.expanduser("~"))
+        if r.webhook:
+            try:
+                why = self._post(notice)
+            except Exception as exc:  # the command is still finished below
                 why = f"{type(exc).__name__}: {exc}"
             self._outcome(nid, SENT if why is None else FAILED, why)
+        if isinstance(running, str):
+            self._ran(nid, notice, running, "")
+        elif running is not None:
+            ended = notifycommand.finish(running, deadline - time.monotonic(), r.timeout)
+            self._ran(nid, notice, ended.problem, ended.output)
+
+    def _ran(self, nid: str, notice: Notice, problem: str | None, output: str) -> None:
+        """What became of a notice's command: journaled, and in the coordinator's log
+        with its last words (node text: controls stripped, bounded by notifycommand)."""
+        said = one_line(problem, WHY_TEXT) if problem is not None else None
+        self.board.journal("notify-command", None, id=nid, event=str(notice.event), why=said)
+        print(f"notify: command for {notice.event} ({nid}): {said or 'exited 0'}", flush=True)
+        for line in plain(output).strip("\n").split("\n") if output.strip() else ():
+            print(f"notify: | {line}", flush=True)
+
+    def _not_delivered(self, nid: str, notice: Notice, state: WebhookState, why: str) -> None:
+        """A notice that was never delivered: its webhook's state, and its command said."""
+        self._outcome(nid, state, why)
+        if self.rules is not None and self.rules.command:
+            self._ran(nid, notice, f"command not run: {why}", "")
 
     def _post(self, notice: Notice) -> str | None:
         """One POST, and one retry when no connection could be made and time is left,
@@ -167,10 +208,10 @@ class Outbox:
         """The notices queued and not started: abandoned."""
         while True:
             try:
-                nid, _ = self.queue.get_nowait()
+                nid, notice = self.queue.get_nowait()
             except queue.Empty:
                 return
-            self._outcome(nid, ABANDONED, why)
+            self._not_delivered(nid, notice, ABANDONED, why)
 
     def _abandon_pending(self, why: str) -> None:
         with self.lock:
@@ -203,8 +244,7 @@ class Outbox:
     def _save(self) -> None:
         with self.saving:
             with self.lock:
-                here = self.rules is not None and self.rules.here  # this machine's command
-                data = {"v": 1, "here": here, "notices": [dict(e) for e in self.entries]}
+                data = {"v": 1, "notices": [dict(e) for e in self.entries]}
             self.board.write(FILE, data)
 
     def decided(

@@ -1,26 +1,27 @@
 """One attempt of the restart chain started on the cluster: the main first, the
-workers once the main's port listens, a spare told the rank it takes.
+workers once the main is ready (the launch's `launch.ready`: readywait.py), a spare
+told the rank it takes.
 
 Why apart from the chain (chain.py): the chain decides whether and when; this carries
-out a start, through the sentinels, and nothing else: each attempt's script was
-rendered at launch, so the coordinator only says "start attempt k", waits for every
-answer (the cleanup after a failed start must find every attempt that did start), and
-says why not in one line.
+out a start, through the sentinels, and nothing else: each node's start was rendered
+at launch as a template (attemptscript.py), so the coordinator only names the
+attempt's run and says "start attempt k as run r", waits for every answer (the cleanup
+after a failed start must find every attempt that did start), and says why not in one
+line.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
 from typing import Protocol
 
+from . import readywait
 from .chainlog import ChainLog
 from .coordstate import Board
-from .killer import listening_ports
-from .plainfile import plain
 from .restarts import attempt_label
+from .runid import RUN_ID, new_run_id
 from .teardown import stop
 from .watchcfg import WatchConfig
 
@@ -38,20 +39,20 @@ class Starter(Protocol):
 
 
 def relaunch(c: Starter, k: int, log: ChainLog) -> str | None:
-    """Attempt `k`: the main first, the workers once its port listens. None when every
-    node started; else why not (what did start is killed by the caller's stop)."""
-    run = _run_of(c, k)
+    """Attempt `k`: the main first, the workers once it is ready. None when every node
+    started; else why not (what did start is killed by the caller's stop)."""
+    run = _run_of(k, log)
     layout = log.starting(k, run)
     use(c, layout)
     c.board.new_attempt(k, run)
     main, workers = layout[0], layout[1:]
     why = _all_there(c, layout)
     if why is None:
-        why = _start_on(c, [main], k, layout)
+        why = _start_on(c, [main], k, run, layout)
     if why is None:
-        why = _ready(c)
+        why = _ready(c, k)
     if why is None:
-        why = _start_on(c, list(workers), k, layout)
+        why = _start_on(c, list(workers), k, run, layout)
     if why is not None:
         why = f"{attempt_label(k)} did not start: {why}"
         stop(c.board, c.cfg, {"decided_by": "coordinator", "why": why}, c.cfg.grace)
@@ -60,14 +61,19 @@ def relaunch(c: Starter, k: int, log: ChainLog) -> str | None:
     return None
 
 
-def _run_of(c: Starter, k: int) -> str:
-    path = os.path.join(os.path.dirname(c.board.out), "attempts", f"{k}.json")
-    try:
-        with open(path, encoding="utf-8", opener=plain) as f:
-            run = json.loads(f.read(4096)).get("run")
-    except (OSError, ValueError, AttributeError):
-        run = None
-    return run if isinstance(run, str) else f"attempt-{k}"
+def _run_of(k: int, log: ChainLog) -> str:
+    """Attempt `k`'s run id: the one chain.json gave it already (a coordinator started
+    again mid-start asks for the same run), else a new one by the launch's rule, none
+    an earlier attempt of the chain had."""
+    attempts = log.data["attempts"]
+    named = attempts[-1].get("run")
+    if attempts[-1].get("attempt") == k and isinstance(named, str) and RUN_ID.fullmatch(named):
+        return named
+    used = {a.get("run") for a in attempts}
+    run = new_run_id()
+    while run in used:
+        run = new_run_id()
+    return run
 
 
 def use(c: Starter, layout: tuple[str, ...]) -> None:
@@ -91,16 +97,20 @@ def _all_there(c: Starter, layout: tuple[str, ...]) -> str | None:
         c.done.wait(0.05)
 
 
-def _start_on(c: Starter, nodes: list[str], k: int, layout: tuple[str, ...]) -> str | None:
-    """Attempt `k` on `nodes`, all at once (a spare is told the rank it takes); every
-    answer is awaited before saying why one failed, so the cleanup after it finds every
-    attempt that did start."""
+def _start_on(
+    c: Starter, nodes: list[str], k: int, run: str, layout: tuple[str, ...]
+) -> str | None:
+    """Attempt `k` (run `run`) on `nodes`, all at once (a spare is told the rank it
+    takes); every answer is awaited before saying why one failed, so the cleanup after
+    it finds every attempt that did start."""
     missing = [n for n in nodes if n not in c.board.live_peers()]
     if missing:
         return f"no sentinel connected on {', '.join(missing)}"
     spares = c.cfg.spares
     asked = {
-        n: c.board.ask(n, "start", attempt=k, **({"rank": layout.index(n)} if n in spares else {}))
+        n: c.board.ask(
+            n, "start", attempt=k, run=run, **({"rank": layout.index(n)} if n in spares else {})
+        )
         for n in nodes
     }
     deadline = time.monotonic() + START_ANSWER
@@ -114,14 +124,6 @@ def _start_on(c: Starter, nodes: list[str], k: int, layout: tuple[str, ...]) -> 
     return why
 
 
-def _ready(c: Starter) -> str | None:
-    """The main's master port listening, as the launch waits for it (`ready: port`)."""
-    end = time.monotonic() + c.cfg.ready_timeout
-    while time.monotonic() < end:
-        c.board.pulse()
-        if c.cfg.master_port in listening_ports():
-            return None
-        if c.kill_requested() is not None:
-            return "the user's kill came first"
-        c.done.wait(0.2)
-    return f"the main's port {c.cfg.master_port} did not listen in {c.cfg.ready_timeout:.0f} s"
+def _ready(c: Starter, k: int) -> str | None:
+    """The main ready as the launch waits for it (`launch.ready`: readywait.py)."""
+    return readywait.wait(c, os.path.dirname(c.board.out), k)

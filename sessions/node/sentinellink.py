@@ -135,21 +135,24 @@ class Link:
             threading.Thread(target=self._kill_and_report, args=args).start()
         elif kind == "start":
             k = msg.get("attempt")
-            if type(k) is int and 1 <= k <= self.cfg.attempts:
-                rank = msg.get("rank")  # a spare's: the rank it takes (spareattempt.py)
-                threading.Thread(target=self._start, args=(ch, msg.get("id"), k, rank)).start()
+            if type(k) is int and k >= 1 and self.cfg.attempt_nonce is not None:
+                # its run id, named by the coordinator; a spare's rank (attemptscript.py)
+                start = (ch, msg.get("id"), k, msg.get("run"), msg.get("rank"))
+                threading.Thread(target=self._start, args=start).start()
         elif kind == "stop":
             self.stopping.set()
             self.poke.set()
 
-    def _start(self, ch: frames.Channel, seq: object, k: int, rank: object = None) -> None:
-        """Attempt `k`, as the coordinator asks (its restart): started from the script the
-        launch left, then followed instead of the attempt before."""
+    def _start(
+        self, ch: frames.Channel, seq: object, k: int, run: object, rank: object = None
+    ) -> None:
+        """Attempt `k` as run `run`, as the coordinator asks (its restart): started from
+        the template the launch left, then followed instead of the attempt before."""
         with self.ops:
-            if self._started_before(ch, seq, k):
+            if self._started_before(ch, seq, k, run):
                 return
             try:
-                att = attempt.start(self.dir, k, self.cfg, rank)
+                att = attempt.start(self.dir, k, run, self.cfg, rank)
             except (OSError, ValueError, RuntimeError, subprocess.SubprocessError) as exc:
                 print(f"sentinel: attempt {k}: {exc}", flush=True)
                 self._send(ch, "done", re=seq, ok=False, error=str(exc)[:300])
@@ -164,14 +167,17 @@ class Link:
         print(f"sentinel: attempt {k} started, run {att.run}", flush=True)
         self._send(ch, "done", re=seq, ok=True, run=att.run)
 
-    def _started_before(self, ch: frames.Channel, seq: object, k: int) -> bool:
+    def _started_before(self, ch: frames.Channel, seq: object, k: int, run: object) -> bool:
         """An attempt is started once: a coordinator started again mid-restart asks for
-        the attempt its predecessor asked for, and gets the one already running."""
+        the attempt its predecessor asked for (the run it named then, kept in
+        chain.json), and gets the one already running."""
         with self.lock:
             now = self.att
         if now.number < k:
             return False
-        if now.number == k:
+        if now.number == k and now.run != run:
+            self._send(ch, "done", re=seq, ok=False, error=f"attempt {k} runs as run {now.run}")
+        elif now.number == k:
             print(f"sentinel: attempt {k} asked again: already started, run {now.run}", flush=True)
             self._send(ch, "done", re=seq, ok=True, run=now.run)
         else:

@@ -31,11 +31,13 @@ from .watchfields import (
     judge_rules,
     nprocs,
     progress_pattern,
+    readiness,
     restart_json,
     restart_rules,
     slowness,
     spares,
     stacks,
+    template,
 )
 
 __all__ = ["FILE", "SECRET", "BadWatchFile", "WatchConfig", "grace_of", "load", "load_for",
@@ -62,8 +64,16 @@ class WatchConfig:
     start_grace: float  # a node whose sentinel never came is unreachable after this
     progress_pattern: str | None = None  # the job's step lines (None: the default)
     restart: RestartRules | None = None  # the coordinator restarts the job (None: never)
-    attempts: int = 0  # restarts rendered at launch: attempts/<k>.sh, k = 1..attempts
-    master_port: int = 0  # the main's ready check before the workers of a restart
+    # the nonce of the tokens in the node's restart template, attempts/next.sh
+    # (attemptscript.py); None: the launch rendered no restart
+    attempt_nonce: str | None = None
+    restart_base: int = 0  # MNTUI_RESTART_COUNT of the chain's attempt 0 here
+    # when a restart's main is up, before its workers start: the launch's rule
+    # (launch.ready: "port", "log" with ready_pattern, "delay" with ready_delay)
+    master_port: int = 0
+    ready: str = "port"
+    ready_pattern: str | None = None  # grep -E on the main's output (readywait.py)
+    ready_delay: float = 0.0
     ready_timeout: float = 600.0
     capture_budget: float = 0.0  # seconds of py-spy before a hang's kill (0: no stacks)
     stacks_nonce: str | None = None  # marks the lines of the launch's stack scripts
@@ -76,7 +86,7 @@ class WatchConfig:
     spares: tuple[str, ...] = ()
     spare_nprocs: tuple[int, ...] = ()
     # on a spare's own file: what its attempts' scripts carry in place of the rank they
-    # take (spareattempt.py puts the rank the coordinator gave there); None on a node
+    # take (attemptscript.py puts the rank the coordinator gave there); None on a node
     rank_token: str | None = None
     quarantine: QuarantineRule | None = None  # restart.quarantine_after (None: off)
     notify: NotifyRules | None = None  # the main's: the coordinator's notices (notifysend.py)
@@ -140,9 +150,9 @@ def parse(d: object) -> WatchConfig:
         start_grace=get(d, "start_grace", float),
         progress_pattern=progress_pattern(d.get("progress_pattern")),
         restart=restart_rules(d.get("restart")),
-        attempts=get(d, "attempts", int),
+        **template(d),
         master_port=get(d, "master_port", int),
-        ready_timeout=get(d, "ready_timeout", float),
+        **readiness(d),
         **stacks(d),
         **slowness(d),
         nprocs=nprocs(d.get("nprocs"), len(nodes)),
@@ -225,8 +235,12 @@ def to_json(cfg: WatchConfig) -> str:
             "start_grace": cfg.start_grace,
             "progress_pattern": cfg.progress_pattern,
             "restart": restart_json(cfg.restart),
-            "attempts": cfg.attempts,
+            "attempt_nonce": cfg.attempt_nonce,
+            "restart_base": cfg.restart_base,
             "master_port": cfg.master_port,
+            "ready": cfg.ready,
+            "ready_pattern": cfg.ready_pattern,
+            "ready_delay": cfg.ready_delay,
             "ready_timeout": cfg.ready_timeout,
             "capture_budget": cfg.capture_budget,
             "stacks_nonce": cfg.stacks_nonce,

@@ -89,6 +89,34 @@ def restart_rules(d: object) -> RestartRules | None:
     )
 
 
+def template(d: dict[str, Any]) -> dict[str, Any]:
+    """The restart template's nonce (attemptscript.py) and the count attempt 0 had."""
+    nonce, base = d.get("attempt_nonce"), get(d, "restart_base", int)
+    if nonce is not None and not (isinstance(nonce, str) and NONCE.match(nonce)):
+        raise BadWatchFile(f"{FILE}: attempt_nonce is not one of ours")
+    if not 0 <= base < 1 << 31:
+        raise BadWatchFile(f"{FILE}: restart_base out of range")
+    return {"attempt_nonce": nonce, "restart_base": base}
+
+
+READY = ("port", "log", "delay")  # launch.ready's modes (config/settings.py ReadyMode)
+
+
+def readiness(d: dict[str, Any]) -> dict[str, Any]:
+    """When a restart's main is up: the launch's rule. The pattern is the config's,
+    checked there for `grep -E` (and run by grep on this node, never by `re`)."""
+    mode, pattern = d.get("ready"), d.get("ready_pattern")
+    delay, timeout = get(d, "ready_delay", float), get(d, "ready_timeout", float)
+    if mode not in READY or not 0 <= delay <= 86400 or not 0 < timeout <= 86400:
+        raise BadWatchFile(f"{FILE}: ready, ready_delay or ready_timeout out of range")
+    if mode == "log" and (
+        not isinstance(pattern, str) or not 0 < len(pattern) <= 4096 or "\0" in pattern
+    ):
+        raise BadWatchFile(f"{FILE}: ready_pattern must be a pattern with ready: log")
+    return {"ready": mode, "ready_pattern": pattern if mode == "log" else None,
+            "ready_delay": delay, "ready_timeout": timeout}  # fmt: skip
+
+
 def stacks(d: dict[str, Any]) -> dict[str, Any]:
     """The stacks before a hang's kill: absent from a file that takes none."""
     if d.get("stacks_nonce") is None:

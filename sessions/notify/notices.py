@@ -1,18 +1,17 @@
 """What a notification says, and how it is put for a webhook and for a command.
 
-The words and the webhook's body are one rule in the node package (node/notifytext.py,
-node/notifyhook.py): the cluster's coordinator sends a run's notifications with it
-from the main node, and this machine sends what it could not; this module re-exports
-that rule and adds what only this machine does: a command's environment (the summary
-through its environment only, never through its shell line) and the coordinator's part
-of a policy (`for_coordinator`: the webhook, never the command, which runs here).
+The words, the webhook's body and a command's environment are one rule in the node
+package (node/notifytext.py, node/notifyhook.py, node/notifycommand.py): the cluster's
+coordinator sends a run's notifications with it from the main node, webhook and
+command, and this machine posts the webhooks it could not; this module re-exports that
+rule and adds the config's policy and the coordinator's part of it (`for_coordinator`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
+from mntui.sessions.node.notifycommand import command_env
 from mntui.sessions.node.notifyhook import NotifyRules, check_webhook_url, redact, webhook_body
 from mntui.sessions.node.notifytext import (
     ALL_EVENTS,
@@ -25,11 +24,9 @@ from mntui.sessions.node.notifytext import (
     finished_summary,
     gave_up_summary,
     one_line,
-    raw,
     restart_summary,
     teardown_summary,
 )
-from mntui.sessions.procs import TAG_VAR
 
 __all__ = [
     "ALL_EVENTS",
@@ -52,10 +49,6 @@ __all__ = [
     "webhook_body",
 ]
 
-# A command started from inside a job's pane must not carry the job's tag, or the next
-# kill of that job would count it as one of the job's processes.
-_NOT_FOR_COMMANDS = frozenset({TAG_VAR.encode(), f"{TAG_VAR}_DIR".encode()})
-
 
 @dataclass(frozen=True)
 class NotifyPolicy:
@@ -71,21 +64,10 @@ class NotifyPolicy:
 
 def for_coordinator(policy: NotifyPolicy) -> NotifyRules | None:
     """What the cluster's coordinator does with the run's notices (None: nothing to
-    notify): posts the webhook, and keeps each notice for this machine when it has a
-    command, the user's line for this machine, run here at the next contact
-    (watch/clusternotify.py), never on the main."""
+    notify): posts the webhook and runs the command, on the main node, when it decides
+    (node/notifysend.py)."""
     if not policy.active:
         return None
     hook = policy.webhook if policy.webhook and check_webhook_url(policy.webhook) is None else None
     on = frozenset(str(e) for e in policy.on)
-    return NotifyRules(hook, on, policy.timeout, here=bool(policy.command))
-
-
-def command_env(notice: Notice, base: Mapping[bytes, bytes]) -> dict[bytes, bytes]:
-    env = {k: v for k, v in base.items() if k not in _NOT_FOR_COMMANDS}
-    env[b"MNTUI_EVENT"] = str(notice.event).encode()
-    env[b"MNTUI_JOB"] = raw(notice.job)
-    env[b"MNTUI_RUN_ID"] = raw(notice.run_id)
-    env[b"MNTUI_SUMMARY"] = raw(notice.summary)
-    env[b"MNTUI_REPORT"] = raw(notice.report_path or "")
-    return env
+    return NotifyRules(hook, on, policy.timeout, policy.command or None)

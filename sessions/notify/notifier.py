@@ -10,16 +10,13 @@ there too (`close`), never lost silently. What a notice says, and how, is `notic
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import subprocess
-import tempfile
 import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import IO
+
+from mntui.sessions.node import notifycommand
 
 from .notices import (
     ALL_EVENTS,
@@ -47,17 +44,6 @@ __all__ = [
 
 MAX_PENDING = 100  # a flood of notices (64 slow nodes) is cut, not queued for hours
 RETRY_DELAY = 1.0
-KILL_WAIT = 5.0
-
-
-def _tail(out: IO[bytes], size: int = 300) -> str:
-    try:
-        end = out.seek(0, os.SEEK_END)
-        out.seek(max(0, end - size))
-        text = out.read().decode("utf-8", "replace").strip()
-    except OSError:
-        return ""
-    return f": {one_line(text)}" if text else ""
 
 
 class Notifier:
@@ -151,14 +137,24 @@ class Notifier:
                     self._cond.notify_all()
 
     def _deliver(self, notice: Notice) -> None:
-        """The command runs while the webhook is posted; both within the timeout."""
+        """The command runs while the webhook is posted; both within the timeout (the
+        command's steps are the coordinator's too: node/notifycommand.py)."""
         deadline = time.monotonic() + self.policy.timeout
-        with contextlib.ExitStack() as stack:
-            running = self._start_command(notice, stack) if self.policy.command else None
-            if self.policy.webhook:
-                self._post(notice, self.policy.webhook, deadline)
-            if running is not None:
-                self._finish_command(notice, *running, deadline)
+        running: notifycommand.Running | None = None
+        if self.policy.command:
+            started = notifycommand.start(self.policy.command, command_env(notice, os.environb))
+            if isinstance(started, str):
+                self._log(notice, started)
+            else:
+                running = started
+        if self.policy.webhook:
+            self._post(notice, self.policy.webhook, deadline)
+        if running is not None:
+            left = deadline - time.monotonic()
+            ended = notifycommand.finish(running, left, self.policy.timeout)
+            if ended.problem is not None:
+                said = one_line(ended.output[-300:].strip())
+                self._log(notice, ended.problem + (f": {said}" if said else ""))
 
     def _post(self, notice: Notice, url: str, deadline: float) -> None:
         """One POST, and one retry if no connection could be made and time is left:
@@ -176,51 +172,6 @@ class Notifier:
                 failed = (f"{failed[0]} (retried once)", False)
         if failed is not None:
             self._log(notice, f"webhook {redact(url)}: {failed[0]}")
-
-    def _start_command(
-        self, notice: Notice, stack: contextlib.ExitStack
-    ) -> tuple[subprocess.Popen[bytes], IO[bytes]] | None:
-        try:
-            out = stack.enter_context(tempfile.TemporaryFile())  # noqa: SIM115 - stack closes it
-            proc = subprocess.Popen(
-                ["sh", "-c", self.policy.command or ""],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=command_env(notice, os.environb),
-                start_new_session=True,  # its own process group: a timeout kills it all
-            )
-        except (OSError, ValueError) as exc:
-            self._log(notice, f"command did not start: {exc}")
-            return None
-        return proc, out
-
-    def _finish_command(
-        self, notice: Notice, proc: subprocess.Popen[bytes], out: IO[bytes], deadline: float
-    ) -> None:
-        try:
-            code = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            # Not reaped yet, so its PID is still its group's id: killpg hits only it.
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            try:
-                proc.wait(timeout=KILL_WAIT)
-            except subprocess.TimeoutExpired:
-                self._log(notice, f"command pid {proc.pid} did not die after SIGKILL")
-                return
-            self._log(notice, f"command still running after {self.policy.timeout:g}s: killed")
-            return
-        if code < 0:
-            try:
-                how = f"killed by {signal.Signals(-code).name}"
-            except ValueError:
-                how = f"killed by signal {-code}"
-            self._log(notice, f"command {how}{_tail(out)}")
-        elif code:
-            self._log(notice, f"command exited {code}{_tail(out)}")
 
     def _log(self, notice: Notice, problem: str) -> None:
         if self.log_path is None:

@@ -4,13 +4,13 @@ its next contact.
 Why: `history`, the ledger, `status` and `report` read run records; the coordinator
 restarts while this machine may be asleep, so a restart has no record here until the
 manager reads `coord/chain.json`. Each attempt the coordinator started gets the record
-the supervisor would have written (its run id chosen at launch, its chain, its number,
-the earlier attempts' ends), and each attempt's end moves its record as the supervisor
-moves it (`restarting`, then `torn-down`, `failed`, `finished` or `gave-up`). A record
-already ended here (a user's kill) keeps its ending. An attempt's record has the nodes
-the chain says it ran on (a spare swapped in takes its rank, reached at the host the
-first record noted for it), and a node the chain quarantined is quarantined here too
-(sparesync.py).
+the supervisor would have written (its run id, named by the coordinator by the
+launch's rule, node/runid.py; its chain, its number, the earlier attempts' ends), and
+each attempt's end moves its record as the supervisor moves it (`restarting`, then
+`torn-down`, `failed`, `finished` or `gave-up`). A record already ended here (a user's
+kill) keeps its ending. An attempt's record has the nodes the chain says it ran on (a
+spare swapped in takes its rank, reached at the host the first record noted for it),
+and a node the chain quarantined is quarantined here too (sparesync.py).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from mntui.sessions.history.stepclock import CLOCK_KEYS, REFRESH, coordinator_cl
 from mntui.sessions.launch.board import SWAP_NOTE, BoardView
 from mntui.sessions.node import firstfail
 from mntui.sessions.node.chainstates import ChainStatus, OutcomeKind, status_of
+from mntui.sessions.node.runid import RUN_ID
 from mntui.sessions.runs import RunRecord, RunStatus, load_run
 from mntui.sessions.termsafe import one_line
 
@@ -92,11 +93,11 @@ def _record_of(first: RunRecord, e: dict[str, Any], ends: list[dict[str, Any]]) 
     k, run = e["attempt"], e["run"]
     if k == 0:
         return first if run == first.run_id else None
-    if run not in first.cluster_attempts:  # not an id this machine's launch chose
+    if not RUN_ID.fullmatch(run) or run == first.run_id:  # named by the coordinator
         return None
     found = load_run(first.job, run)
-    if found is not None:
-        return found
+    if found is not None:  # written at an earlier look; another chain's is never taken
+        return found if found.chain == (first.chain or first.run_id) else None
     started = e.get("started_at")
     nodes = [
         replace(n, tag=n.tag.replace(f"/{first.run_id}/", f"/{run}/"),

@@ -49,15 +49,25 @@ def argv(cfg: JobConfig, host: str) -> list[str] | None:
     return oneshot_argv(cfg.ssh)
 
 
+def _interpreter(record: RunRecord) -> str:
+    """Shell setting `$d` (the coordinator's run dir) and `$py`, the interpreter the
+    main's watchers run on: the one the launch found there (clusterwatch.watch_block
+    wrote it in `$d/python`: the bare python3, or the one `setup` provides)."""
+    return (
+        f"d={run_dir_word(board_dir(record))}\n"
+        'py=python3; if [ -s "$d/python" ]; then IFS= read -r py <"$d/python" || py=python3; fi\n'
+    )
+
+
 def script(record: RunRecord, sha: str) -> str:
     """The follower on the coordinator's run dir, from the bundle `sha`, or ABSENT."""
     from mntui.sessions.launch.sentinelship import remote_path
 
     pyz = f'"$HOME"/{shlex.quote(remote_path(sha))}'
     return (
-        f"d={run_dir_word(board_dir(record))}\n"
-        f'if [ -f {pyz} ]; then exec python3 -I -S {pyz} feed "$d" 2>&1; fi\n'
-        f"echo {ABSENT.decode().strip()}\nexit 3\n"
+        _interpreter(record)
+        + f'if [ -f {pyz} ]; then exec "$py" -I -S {pyz} feed "$d" 2>&1; fi\n'
+        + f"echo {ABSENT.decode().strip()}\nexit 3\n"
     )
 
 
@@ -119,8 +129,8 @@ class FeedStream:
         return proc.wait()
 
 
-def ship(cfg: JobConfig, ssh: list[str], host: str) -> str | None:
-    """The bundle shipped to the main; None, or why not."""
+def ship(cfg: JobConfig, ssh: list[str], host: str, record: RunRecord) -> str | None:
+    """The bundle shipped to the main (for its watchers' interpreter); None, or why not."""
     from mntui.sessions.launch.sentinelship import ShipState, bundle, parse_ship, ship_script
     from mntui.sessions.ssh.nodeshell import LocalNode
     from mntui.sessions.ssh.oneshot import OneShotNode
@@ -131,7 +141,8 @@ def ship(cfg: JobConfig, ssh: list[str], host: str) -> str | None:
     except OSError as exc:
         return f"ssh: {exc}"
     try:
-        res = node.run(ship_script(b), timeout=SHIP_TIMEOUT + cfg.ssh.connect_timeout)
+        text = _interpreter(record) + ship_script(b, '"$py"')
+        res = node.run(text, timeout=SHIP_TIMEOUT + cfg.ssh.connect_timeout)
     except Exception as exc:  # NodeError: no answer in time
         return str(exc)
     finally:

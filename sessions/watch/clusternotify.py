@@ -1,23 +1,22 @@
-"""The notifications of a run the cluster watches that this machine sends, once, at its
-next contact: what the coordinator could not, and this machine's command.
+"""The webhook notifications of a run the cluster watches that this machine posts, once,
+at its next contact: what the coordinator could not.
 
-Why: the coordinator on the main node posts the webhook when it decides
-(node/notifysend.py); what it could not post (the main cannot reach the webhook's
-host, its queue was full, it died before posting) is left in `coord/notify.json` with
-why, and the user's `notify.command` is a line for this machine, never run on the
-main. Each notice has an id, chosen on the main; this machine claims an id for a
-channel (webhook, command) by creating a file of that name (O_EXCL) before it sends,
-so two `status` calls at once, or one after another, send it once. A notice the
-coordinator still means to post (pending while it lives) is left to it.
+Why: the coordinator on the main node posts the webhook and runs the user's
+`notify.command` when it decides (node/notifysend.py); what it could not post (the
+main cannot reach the webhook's host, its queue was full, it died before posting) is
+left in `coord/notify.json` with why. A command is not run from here: it is a line for
+the main node, run there or not at all (the coordinator's log and journal say which).
+Each notice has an id, chosen on the main; this machine claims an id by creating a
+file of that name (O_EXCL) before it posts, so two `status` calls at once, or one
+after another, post it once. A notice the coordinator still means to post (pending
+while it lives) is left to it.
 """
 
 from __future__ import annotations
 
 import os
-import time
-from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from mntui.sessions.launch.board import BoardView
@@ -25,39 +24,27 @@ if TYPE_CHECKING:
     from mntui.sessions.notify import NotifyPolicy
     from mntui.sessions.runs import RunRecord
 
-__all__ = ["CLAIMS", "Channel", "due", "send_missed"]
+__all__ = ["CLAIMS", "due", "send_missed"]
 
-CLAIMS = "notified"  # in the chain's local dir: one file per notice and channel sent
-DRAIN = 10.0  # seconds a contact waits for what it sends, at most (as a supervisor's end)
-
-
-class Channel(StrEnum):
-    """How this machine sends a notice; its value names the claim file (`<id>.webhook`)."""
-
-    WEBHOOK = "webhook"
-    COMMAND = "command"
+CLAIMS = "notified"  # in the chain's local dir: one file per notice posted (`<id>.webhook`)
+CHANNEL = "webhook"  # the claim file's suffix
+DRAIN = 10.0  # seconds a contact waits for what it posts, at most
 
 
-def due(view: BoardView | None) -> list[tuple[str, Notice, tuple[Channel, ...]]]:
-    """The board's notices this machine may have to send, each with its channels: the
-    webhook when the coordinator will not post it, the command when there is one."""
+def due(view: BoardView | None) -> list[tuple[str, Notice]]:
+    """The board's notices this machine may have to post: those the coordinator will not."""
     data = view.notify if view is not None else None
     if not isinstance(data, dict) or view is None or not data.get("notices"):
         return []  # a cold status with nothing to send loads nothing more
     from mntui.sessions.node.notifytext import ABANDONED, DROPPED, FAILED, PENDING, notice_of
 
     unsent = {FAILED, DROPPED, ABANDONED} | (set() if view.alive else {PENDING})
-    here = data.get("here") is True
     items = data.get("notices")
-    out: list[tuple[str, Notice, tuple[Channel, ...]]] = []
+    out: list[tuple[str, Notice]] = []
     for item in items if isinstance(items, list) else []:
         got = notice_of(item)
-        if got is None:
-            continue
-        channels: tuple[Channel, ...] = (Channel.WEBHOOK,) if item.get("webhook") in unsent else ()
-        channels += (Channel.COMMAND,) if here else ()
-        if channels:
-            out.append((got[0], got[1], channels))
+        if got is not None and item.get("webhook") in unsent:
+            out.append(got)
     return out
 
 
@@ -66,11 +53,11 @@ def _claims(record: RunRecord) -> Path:
     return record.dir.parent / (record.chain or record.run_id) / CLAIMS
 
 
-def _claim(where: Path, nid: str, channel: Channel) -> bool:
-    """True for the one caller that creates the claim: it sends; any other does not."""
+def _claim(where: Path, nid: str) -> bool:
+    """True for the one caller that creates the claim: it posts; any other does not."""
     try:
         where.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.close(os.open(where / f"{nid}.{channel}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        os.close(os.open(where / f"{nid}.{CHANNEL}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     except FileExistsError:
         return False
     except OSError:
@@ -90,14 +77,10 @@ def _policy(record: RunRecord) -> NotifyPolicy | None:
 
 
 def send_missed(record: RunRecord, view: BoardView | None) -> int:
-    """Sends, once, what is due on the board; the number of deliveries started. Loads
-    the config only when something is due and not claimed yet."""
+    """Posts, once, what is due on the board; the number of posts started. Loads the
+    config only when something is due and not claimed yet."""
     where = _claims(record)
-    todo = [
-        (nid, n, [c for c in chans if not (where / f"{nid}.{c}").exists()])
-        for nid, n, chans in due(view)
-    ]
-    todo = [t for t in todo if t[2]]
+    todo = [(nid, n) for nid, n in due(view) if not (where / f"{nid}.{CHANNEL}").exists()]
     if not todo:
         return 0
     policy = _policy(record)
@@ -106,9 +89,11 @@ def send_missed(record: RunRecord, view: BoardView | None) -> int:
     return _deliver(record, policy, where, todo)
 
 
-def _deliver(record: RunRecord, policy: NotifyPolicy, where: Path, todo: list[Any]) -> int:
-    """Each due channel is claimed, sent or not: one the config no longer asks for
-    (its events, its webhook or command gone) is not looked at again."""
+def _deliver(
+    record: RunRecord, policy: NotifyPolicy, where: Path, todo: list[tuple[str, Notice]]
+) -> int:
+    """Each due notice is claimed, posted or not: one the config no longer asks for
+    (its events, its webhook gone) is not looked at again."""
     from dataclasses import replace
 
     from mntui.sessions.errors import state_dir
@@ -116,17 +101,13 @@ def _deliver(record: RunRecord, policy: NotifyPolicy, where: Path, todo: list[An
 
     log = state_dir() / record.job / "notify.log"
     hook = Notifier(replace(policy, command=None), log) if policy.webhook else None
-    run = Notifier(replace(policy, webhook=None), log) if policy.command else None
     started = 0
-    for nid, notice, channels in todo:
-        for channel, sender in ((Channel.WEBHOOK, hook), (Channel.COMMAND, run)):
-            if channel not in channels or not _claim(where, nid, channel):
-                continue
-            if sender is not None and policy.active and notice.event in policy.on:
-                sender.send(notice)
-                started += 1
-    deadline = time.monotonic() + DRAIN
-    for sender in (hook, run):
-        if sender is not None:  # what is not delivered by then is said in notify.log
-            sender.close(max(0.0, deadline - time.monotonic()))
+    for nid, notice in todo:
+        if not _claim(where, nid):
+            continue
+        if hook is not None and policy.active and notice.event in policy.on:
+            hook.send(notice)
+            started += 1
+    if hook is not None:  # what is not delivered by then is said in notify.log
+        hook.close(DRAIN)
     return started

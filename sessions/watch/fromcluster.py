@@ -142,7 +142,7 @@ def _kill_text(res: Any) -> str:
 
 CONTACT = "contact.json"  # in the run's local dir: when this machine last looked, and the step
 EVENTS = {"decision", "kill", "ended", "refused", "disconnected", "straggler", "slow", "respawn",
-          "respawn-gave-up", "notified"}  # fmt: skip
+          "respawn-gave-up", "notified", "notify-command"}  # fmt: skip
 
 
 def _step_now(view: BoardView) -> int | None:
@@ -224,6 +224,9 @@ def _event(e: dict[str, Any]) -> str:
     if kind == "notified":  # node/notifysend.py: the webhook's fate, posted from the main
         state, why = _text(data.get("webhook"), 20), data.get("why")
         return f"the webhook notification: {state}" + (f" ({_text(why, 120)})" if why else "")
+    if kind == "notify-command":  # node/notifysend.py: the user's command, run on the main
+        why = data.get("why")
+        return f"the notify command on the main: {_text(why, 120) if why else 'exited 0'}"
     if kind == "refused":
         reason, peer = _text(data.get("reason"), 40), _text(data.get("peer"), 64)
         return f"refused a connection ({reason}, from {peer})"

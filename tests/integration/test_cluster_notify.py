@@ -1,6 +1,6 @@
-"""Notifications of a run the cluster watches (issue 30): the coordinator on the main
-posts the webhook when it decides, with this machine cut off; what it could not post,
-this machine sends at its next `status`, once.
+"""Notifications of a run the cluster watches (issue 30, 37): the coordinator on the main
+posts the webhook and runs the notify command when it decides, with this machine cut
+off; what it could not post, this machine sends at its next `status`, once.
 
 Real parts: sshd fake nodes, tmux, a light 2-node job, the sentinel bundle on the
 nodes' bare python3, and a real HTTP server on loopback as the webhook. A webhook the
@@ -51,34 +51,47 @@ def journaled(fake: FakeCluster, job: str, kind: str) -> list[dict[str, Any]]:
 def test_a_rank_dies_while_this_machine_is_cut_off_and_the_main_posts_the_webhook(
     fake: FakeCluster, cfg: Cfg, tmp_path: Path
 ) -> None:
-    """The webhook from the main before this machine is back; the command, this
-    machine's line, at its next `status`, once."""
+    """The webhook and the command, both from the main, before this machine is back
+    (the command with the event in its environment, on the main node: its home its
+    directory, not the job's tag, its output in the coordinator's log); this machine's
+    `status` sends neither again."""
     job = "cn-posted"
     told = tmp_path / "told"
     with serving() as hook:
-        command = f'echo "$MNTUI_EVENT $MNTUI_SUMMARY" >>{told}'
+        command = (
+            f'echo "$MNTUI_EVENT|$MNTUI_SUMMARY|$MNTUI_RUN_ID|$MNTUI_FAKE_NODE|$(pwd)|'
+            f'${{MNTUI_RUN-untagged}}" >>{told}; echo said on the main'
+        )
         notify = f"notify: {{webhook: '{hook.url}', command: '{command}'}}"
         path, port, wport = cluster_job(cfg, job, notify, torch=False)
         launched(cfg, path, job, fake)
+        first = run_dir(fake, job, "node0").parent.name
         with cut_off(fake):
             os.kill(a_rank(job, "node1"), signal.SIGKILL)
             wait_for(hook.bodies, 30, what="the webhook's POST from the main")
+            wait_for(told.exists, 30, what="the notify command run on the main")
             wait_for(lambda: not watchers(job, "coord"), 30, what="the coordinator's end")
             got = hook.bodies()
             assert len(got) == 1, got  # before this machine is back
         body = got[0]
+        event, summary, run, where, cwd, tag = told.read_text().rstrip("\n").split("|")
+        assert (event, summary, run, tag) == ("teardown", body["summary"], first, "untagged")
+        assert where.endswith("/node0") and cwd == str(fake.node("node0").home), where
+        ran = journaled(fake, job, "notify-command")
+        assert [e["data"]["why"] for e in ran] == [None], ran  # exited 0
+        log = (run_dir(fake, job, "node0") / "coord.log").read_text()
+        assert "notify: command for teardown" in log and "notify: | said on the main" in log
         assert body["event"] == "teardown" and body["job"] == job, body
         assert body["summary"].startswith("node1 ") and body["text"] == body["summary"], body
         sent = notices(fake, job)
         assert [n["webhook"] for n in sent] == ["sent"], sent
         assert hook.url not in json.dumps(sent)  # the URL is a password: never on the board
         assert [e["data"]["webhook"] for e in journaled(fake, job, "notified")] == ["sent"]
-        assert not told.exists()  # this machine's command waits for this machine
         for _ in range(2):
             res = cfg.mntui(path, "status")
             assert "the coordinator tore the job down" in res.stdout, res.stdout
         assert len(hook.bodies()) == 1, hook.bodies()  # this machine posts nothing again
-        assert told.read_text() == f"teardown {body['summary']}\n"  # run once
+        assert len(told.read_text().splitlines()) == 1  # nor runs the command: run once
     nothing_left(fake, job, (port, wport))
 
 

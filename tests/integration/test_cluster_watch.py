@@ -16,19 +16,24 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from clusterwatch import a_rank, cut_off, launched, nothing_left, watchers
+from clusterwatch import NODES, a_rank, cut_off, launched, nothing_left, run_dir, watchers
 from fakecluster import (
     FakeCluster,
+    cmdline,
     free_port,
     wait_for,
 )
 from helpers import Cfg, step_count, steps_job, tagged_anywhere, torch_job
 
-from mntui.sessions.launch.tmux import watch_session_name
+from mntui.sessions.launch.tmux import session_name, watch_session_name
 from mntui.sessions.runs import latest
+from mntui.sessions.watch import clusterfeed
+from mntui.sessions.watch.clusterfeed import FeedStream
 
 pytestmark = pytest.mark.integration
 
@@ -181,51 +186,136 @@ def watched_here_then_killed(cfg: Cfg, path: Path, job: str, fake: FakeCluster) 
     return status.stdout
 
 
-def test_a_node_without_python3_is_watched_from_this_machine_said_in_one_line(
+@contextmanager
+def no_python3(fake: FakeCluster, tmp_path: Path, nodes: tuple[str, ...]) -> Iterator[None]:
+    """`nodes` whose login PATH's python3 and python are stubs that fail (a node without
+    a python, or with one too old to run a sentinel), through their .bashrc; restored
+    after."""
+    stub = tmp_path / "stub"
+    stub.mkdir(exist_ok=True)
+    for name in ("python3", "python"):
+        (stub / name).write_text("#!/bin/sh\nexit 1\n")
+        (stub / name).chmod(0o755)
+    rcs = {n: fake.node(n).home / ".bashrc" for n in nodes}
+    before = {n: rc.read_text() for n, rc in rcs.items()}
+    try:
+        for n, rc in rcs.items():
+            rc.write_text(before[n] + f"\nexport PATH={stub}:$PATH\n")
+        yield
+    finally:
+        for n, rc in rcs.items():
+            rc.write_text(before[n])
+
+
+def interpreter(pid: int) -> str:
+    return cmdline(pid).split(" ", 1)[0]
+
+
+def test_nodes_without_python3_run_the_watch_on_the_one_their_setup_provides(
     fake: FakeCluster, cfg: Cfg, tmp_path: Path
 ) -> None:
-    """Decided before anything starts: no sentinel, no coordinator, the detached
-    watchdog here, as `where: here`. The job's own python comes from its `setup` (as a
-    conda env's would); the sentinel would run on the login PATH's bare python3."""
-    job = "cw-nopython"
-    stub = tmp_path / "stub"
-    stub.mkdir()
-    (stub / "python3").write_text("#!/bin/sh\nexit 1\n")
-    (stub / "python3").chmod(0o755)
-    rc = fake.node("node1").home / ".bashrc"
-    before = rc.read_text()
-    rc.write_text(before + f"\nexport PATH={stub}:$PATH\n")
-    setup = f"setup: ['export PATH={Path(sys.executable).parent}:$PATH']"
-    try:
-        path, port, wport = cluster_job(cfg, job, extra=setup, torch=False)
+    """Both nodes' bare python3 cannot run a sentinel; the job's `setup` puts a venv's
+    first on the PATH (as a conda env's would): the watchers run on it, by its path,
+    and the respawns start them again on it (the coordinator by the main's sentinel, a
+    worker's sentinel by its guard)."""
+    job = "cw-setuppy"
+    venv = Path(sys.executable).parent
+    python = str(venv / "python3")
+    with no_python3(fake, tmp_path, NODES):
+        path, port, wport = cluster_job(
+            cfg, job, extra=f"setup: ['export PATH={venv}:$PATH']", torch=False
+        )
         doctor = cfg.mntui(path, "doctor", "--json")
         rows = {r["node"]: r for r in json.loads(doctor.stdout) if r["check"] == "sentinel"}
-        assert rows["node0"]["status"] == "PASS", rows
-        assert rows["node1"]["status"] == "WARN", rows  # the launch goes on, watched here
-        assert rows["node1"]["detail"] == (
-            "no python3 3.9 or later on the login PATH: the job will be watched from this "
-            "machine (keep it on)"
-        ), rows
+        for n in NODES:
+            assert rows[n]["status"] == "PASS", rows
+            assert rows[n]["detail"] == (
+                f"no python3 on the login PATH; {python} (after `setup`) runs the cluster's watch"
+            ), rows
         res = cfg.mntui(path, "launch", "--no-ui", watch=True)
         out = res.stdout + res.stderr
         assert res.returncode == 0, out
-        said = [ln for ln in out.splitlines() if "the cluster cannot watch" in ln]
-        assert len(said) == 1, out
-        assert said[0].endswith(
-            "node1: no python3 3.9 or later: the cluster cannot watch this run; "
-            "it is watched from this machine: keep it on"
-        ), said
-        assert "watchdog running in local tmux session" in res.stdout, out
-        assert "watched by the cluster" not in out and "Traceback" not in out, out
-        assert not watchers(job, "sentinel") and not watchers(job, "coord")
-        rec = latest(job)
-        assert rec is not None and rec.watch_port is None and rec.cluster_attempts == []
-        text = watched_here_then_killed(cfg, path, job, fake)
-        assert "(the cluster cannot watch it: node1: no python3 3.9 or later)" in text, text
-    finally:
-        rc.write_text(before)
+        said = [ln for ln in out.splitlines() if "the cluster's watch runs on" in ln]
+        assert len(said) == 2 and all(ln.endswith(f"runs on {python} (after `setup`)")
+                                      for ln in said), out  # fmt: skip
+        assert "watched by the cluster: 2 of 2 sentinel(s)" in out and "Traceback" not in out
+        every = [*watchers(job, "coord"), *watchers(job, "sentinel"), *watchers(job, "guard")]
+        assert len(every) == 4 and {interpreter(p) for p in every} == {python}, every
+        assert (run_dir(fake, job, "node0") / "python").read_text() == f"{python}\n"
+        rec = latest(job)  # the app's stream runs on the main's interpreter too
+        assert rec is not None
+        feed = FeedStream(["ssh", "-F", str(fake.ssh_config)], "node0",
+                          clusterfeed.script(rec, clusterfeed.bundle_sha()), silence=30.0)  # fmt: skip
+        try:  # the node's .bashrc says hello first, in its words
+            said = [line for _, line in zip(range(5), feed.lines(), strict=False)]
+        finally:
+            feed.close()
+        assert [x for x in said if x.startswith(b"MNTUIFEED1 ")], said  # the follower's
+        wait_for(
+            lambda: all(step_count(fake.node(n).log(job)) >= 2 for n in NODES),
+            60,
+            what="both nodes training",
+        )
+        for role, node in (("coord", "node0"), ("sentinel", "node1")):
+            (old,) = watchers(job, role, node)
+            os.kill(old, signal.SIGKILL)
+            new = wait_for(
+                lambda role=role, node=node, old=old: [
+                    p for p in watchers(job, role, node) if p != old
+                ],
+                30,
+                what=f"{node}'s {role} started again",
+            )
+            assert isinstance(new, list) and [interpreter(p) for p in new] == [python], new
+        data = json.loads(cfg.mntui(path, "status", "--json").stdout)
+        assert data["watched_from"] == "cluster" and data["via"] == "coordinator", data
+        res = cfg.mntui(path, "kill")
+        assert res.returncode == 0, res.stdout + res.stderr
     nothing_left(fake, job, (port, wport))
     assert not watchers(job, "sentinel") and not watchers(job, "coord")
+
+
+def test_a_node_no_interpreter_fits_refuses_the_launch_in_one_line_exit_2(
+    fake: FakeCluster, cfg: Cfg, tmp_path: Path
+) -> None:
+    """node1's bare python3 cannot run a sentinel and its `setup` provides none (the job
+    names its python by its path): the launch refuses before anything starts, in one
+    line naming the node and the fix, exit 2; `--no-watch` still starts the job,
+    unwatched, and `status` says so."""
+    job = "cw-nopython"
+    port, wport = free_port(), free_port()
+    body = steps_job(job, port, extra=WATCH.format(port=wport))
+    path = cfg.write(body.replace("exec python3 -c", f"exec {sys.executable} -c"))
+    with no_python3(fake, tmp_path, ("node1",)):
+        doctor = cfg.mntui(path, "doctor", "--json")
+        rows = {r["node"]: r for r in json.loads(doctor.stdout) if r["check"] == "sentinel"}
+        assert rows["node0"]["status"] == "PASS" and rows["node1"]["status"] == "FAIL", rows
+        res = cfg.mntui(path, "launch", "--no-ui", watch=True)
+        assert res.returncode == 2, res.stdout + res.stderr
+        (line,) = res.stderr.splitlines()
+        assert line == (
+            "mntui: launch refused: node1: no python3 on the login PATH and none 3.9 or later "
+            "after `setup`: the cluster's watch cannot run there; nothing was started (install "
+            "python3 3.9 or later on the node, or let its `setup` provide one; `mntui launch "
+            "--no-watch` runs the job unwatched)"
+        ), res.stderr
+        assert "tmux session" not in res.stdout, res.stdout  # nothing started
+        assert latest(job) is None and not tagged_anywhere(job)
+        assert not [s for n in NODES if (s := session_name(job, n)) in fake.node(n).sessions()]
+        res = cfg.mntui(path, "launch", "--no-ui")  # the test harness adds --no-watch
+        assert res.returncode == 0, res.stdout + res.stderr
+        wait_for(
+            lambda: all(step_count(fake.node(n).log(job)) >= 2 for n in NODES),
+            60,
+            what="both nodes training, unwatched",
+        )
+        status = cfg.mntui(path, "status")
+        assert "watchdog: none guards this run" in status.stdout, status.stdout
+        data = json.loads(cfg.mntui(path, "status", "--json").stdout)
+        assert data["watched_from"] is None, data
+        assert not watchers(job, "sentinel") and not watchers(job, "coord")
+        assert cfg.mntui(path, "kill").returncode == 0
+    nothing_left(fake, job, (port,))
 
 
 def test_a_run_watched_here_says_so_in_status(fake: FakeCluster, cfg: Cfg) -> None:
@@ -235,8 +325,7 @@ def test_a_run_watched_here_says_so_in_status(fake: FakeCluster, cfg: Cfg) -> No
     res = cfg.mntui(path, "launch", "--no-ui", watch=True)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "the cluster cannot watch" not in res.stdout + res.stderr
-    text = watched_here_then_killed(cfg, path, job, fake)
-    assert "the cluster cannot" not in text, text
+    watched_here_then_killed(cfg, path, job, fake)
     nothing_left(fake, job, (port,))
 
 
@@ -261,34 +350,8 @@ def test_by_default_the_cluster_watches_and_no_watch_starts_no_watch_at_all(
     out = res.stdout + res.stderr
     assert "watched by the cluster" not in out and "cannot watch" not in out, out
     rec = latest(job)
-    assert rec is not None and rec.watch_port is None and rec.cluster_attempts == [], rec
+    assert rec is not None and rec.watch_port is None, rec
     assert not watchers(job, "sentinel") and not watchers(job, "coord")
     assert watch_session_name(job) not in local_sessions()
     assert cfg.mntui(path, "kill").returncode == 0
-    nothing_left(fake, job, (port,))
-
-
-def test_auto_watches_from_here_what_only_this_machine_can_and_says_why(
-    fake: FakeCluster, cfg: Cfg
-) -> None:
-    """The config's own words decide it (the rule `where: cluster` refuses by):
-    restarts whose workers start on a delay need this machine's supervisor."""
-    job = "cw-auto-here"
-    port = free_port()
-    extra = "launch: {ready: delay, ready_delay: 0}\n    restart: {max: 1}"
-    path = cfg.write(steps_job(job, port, extra=extra).replace(
-        "    launch: {ready_timeout: 20}\n", ""
-    ))  # fmt: skip
-    res = cfg.mntui(path, "launch", "--no-ui", watch=True)
-    out = res.stdout + res.stderr
-    assert res.returncode == 0, out
-    said = [ln for ln in out.splitlines() if "the cluster cannot watch" in ln]
-    assert len(said) == 1 and said[0].endswith(
-        "launch.ready: restarts start the workers once the main's port listens: the "
-        "cluster cannot watch this run; it is watched from this machine: keep it on"
-    ), out
-    assert "watchdog running in local tmux session" in res.stdout, out
-    assert not watchers(job, "sentinel") and not watchers(job, "coord")
-    text = watched_here_then_killed(cfg, path, job, fake)
-    assert "(the cluster cannot watch it: launch.ready: restarts start" in text, text
     nothing_left(fake, job, (port,))

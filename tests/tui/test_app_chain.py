@@ -1,5 +1,7 @@
 """The app shows a restart chain: when the headless supervisor relaunches the job, the
-app moves on to the new attempt by itself."""
+app moves on to the new attempt by itself. Watched from this machine (`where: here`):
+`auto` is the cluster's watch for this config since issue 37, and the app moving its
+record on to the coordinator's next attempt is the mirror's (issue 37, not yet)."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ def test_the_app_follows_the_next_attempt(fake: FakeCluster, cfg: Cfg) -> None:
     launch: {{ready: log, ready_pattern: "attempt", ready_timeout: 20}}
     restart: {{max: 1, backoff: 1}}
     kill: {{grace: 2}}
+    watch: {{where: here}}
     """)
     assert cfg.mntui(str(path), "launch", "--no-ui", watch=True).returncode == 0
     first = latest("tchain")

@@ -96,7 +96,7 @@ def test_probe_reads_only_this_runs_lines_in_their_shape() -> None:
     assert [(r.check, r.status) for r in rows] == [
         ("tmux", Status.PASS),
         ("workdir", Status.PASS),
-        ("sentinel", Status.WARN),  # the default watch is the cluster's; no SENTPY line here
+        ("sentinel", Status.FAIL),  # the default watch is the cluster's; no SENTPY line here
         ("torch", Status.PASS),
         ("stacks", Status.WARN),  # no py-spy line in this probe
         ("git", Status.WARN),

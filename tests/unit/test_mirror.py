@@ -13,13 +13,13 @@ from mntui.sessions.runs import NodeRecord, RunRecord, RunStatus, load_run
 from mntui.sessions.watch.clusterchain import sync_chain
 
 
-def _record(job: str, run: str, later: list[str]) -> RunRecord:
+def _record(job: str, run: str) -> RunRecord:
     nodes = [
         NodeRecord(n, "127.0.0.1", i, "s", f"{job}/{run}/{n}", f".mntui/runs/{job}/{run}/{n}")
         for i, n in enumerate(("n0", "n1"))
     ]
     rec = RunRecord(job, run, "/x.yaml", "127.0.0.1", 1, nodes)
-    rec.watch_port, rec.cluster_attempts = 29501, later
+    rec.watch_port = 29501
     rec.create()
     return rec
 
@@ -49,7 +49,7 @@ def test_a_kill_marked_after_the_attempt_had_failed_keeps_the_failure() -> None:
     broke, not when it was torn down) and the kill to attempt 1."""
     job = "mirror-kill"
     run0, run1 = run_id(961), run_id(962)
-    rec = _record(job, run0, [run1])
+    rec = _record(job, run0)
     t = time.time() - 100
     rec.update(lambda r: (setattr(r, "status", RunStatus.KILLING), r.note("kill", by="user")))
     chain = {"chain": run0, "status": "killed", "attempts": [
@@ -72,7 +72,7 @@ def test_a_kill_before_the_attempts_end_is_the_users() -> None:
     teardown): the record stays killed, nothing is blamed."""
     job = "mirror-own"
     run0 = run_id(963)
-    rec = _record(job, run0, [])
+    rec = _record(job, run0)
     rec.update(lambda r: (setattr(r, "status", RunStatus.KILLED), r.note("kill", by="user")))
     chain = {"chain": run0, "status": "killed",
              "attempts": [_teardown(0, run0, time.time() + 5, time.time() + 2)]}  # fmt: skip

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from mntui.sessions.node import frames, notifykept, notifysend, spareattempt, swaps
+from mntui.sessions.node import attemptscript, frames, notifykept, notifysend, swaps
 from mntui.sessions.node.chain import run_chain
 from mntui.sessions.node.chainlog import ChainLog
 from mntui.sessions.node.chainstates import ChainStatus, OutcomeKind
@@ -42,7 +42,7 @@ from mntui.sessions.node.watchcfg import WatchConfig, write_json
 
 RUN, NEXT = "20261126-101500-ab12", "20261126-101500-cd34"
 SECRET = b"s" * 32
-EVERY = NotifyRules(None, frozenset(str(e) for e in NotifyEvent), 5.0, here=True)
+EVERY = NotifyRules(None, frozenset(str(e) for e in NotifyEvent), 5.0)
 
 
 def config(**more: Any) -> WatchConfig:
@@ -50,7 +50,7 @@ def config(**more: Any) -> WatchConfig:
     again = RestartRules(3, 0.1, 1.0, frozenset({"failed"}), None, frozenset(), 0.0)
     cfg = WatchConfig(
         "job", RUN, "g0", f"job/{RUN}/g0", f"chainfix-{os.getpid()}", "127.0.0.1", 1, rules,
-        ("g0", "g1"), 0.5, 0.5, 0.5, (), 60.0, restart=again, attempts=3, spares=("s0",),
+        ("g0", "g1"), 0.5, 0.5, 0.5, (), 60.0, restart=again, attempt_nonce="0123456789abcdef", spares=("s0",),
     )  # fmt: skip
     return replace(cfg, **more)
 
@@ -205,8 +205,12 @@ def test_a_restart_decided_again_after_a_respawn_is_notified_once(tmp_path: Path
     out = tmp_path / "coord"
     out.mkdir()
     notices = _decided_twice(out, "g1", config(notify=EVERY))
-    # attempt 2 then finds no sentinel: its failure, told once too
-    assert [e["event"] for e in notices] == ["teardown", "restart", "failed"], notices
+    # attempt 2 then finds no sentinel: each coordinator's start of it is a run of its
+    # own (named when it starts, chain.json keeps it for a successor), so each of the two
+    # failed starts is told, here where the test starts both
+    events = [e["event"] for e in notices]
+    assert events == ["teardown", "restart", "failed", "failed"], notices
+    assert len({e["run"] for e in notices[2:]}) == 2 and notices[2]["run"] != NEXT
 
 
 def test_a_notices_id_is_its_decisions(tmp_path: Path) -> None:
@@ -320,21 +324,25 @@ def test_notify_json_always_fits_the_managers_read(tmp_path: Path, reasons: str)
 # -- 7-9. node files that are not what they should be ------------------------------------
 
 
-def test_a_spares_script_over_the_bound_is_refused_not_cut_and_run(tmp_path: Path) -> None:
+def test_a_spares_template_over_the_bound_is_refused_not_cut_and_run(tmp_path: Path) -> None:
+    nonce = "0123456789abcdef"
     token = "@@MNTUI_RANK_0123456789abcdef@@"
     spare = config(node="s0", rank_token=token)
     attempts = tmp_path / "attempts"
     attempts.mkdir()
-    head = f"export NODE_RANK={token}\n"
-    (attempts / "1.sh").write_text(head + "#" * (spareattempt.MAX_SCRIPT - len(head)))
-    assert (
-        Path(spareattempt.script_for(str(tmp_path), 1, spare, 1))
-        .read_text()
-        .startswith("export NODE_RANK=1\n")
-    )
-    (attempts / "1.sh").write_text(head + "#" * (spareattempt.MAX_SCRIPT - len(head)) + "\nrm")
-    with pytest.raises(RuntimeError, match="over 4 MiB"):
-        spareattempt.script_for(str(tmp_path), 1, spare, 1)
+    run, count = attemptscript.run_token(nonce), attemptscript.count_token(nonce)
+    info = {"run": run, "tag": f"job/{run}/s0", "run_dir": f".mntui/runs/job/{run}/s0"}
+    (attempts / "next.json").write_text(json.dumps(info))
+    head = f"export NODE_RANK={token} MNTUI_RESTART_COUNT={count} MNTUI_RUN=job/{run}/s0\n"
+    (attempts / "next.sh").write_text(head + "#" * (attemptscript.MAX_SCRIPT - len(head)))
+    text = Path(attemptscript.render(str(tmp_path), 1, NEXT, spare, 1)).read_text()
+    assert text.startswith(f"export NODE_RANK=1 MNTUI_RESTART_COUNT=1 MNTUI_RUN=job/{NEXT}/s0\n")
+    (attempts / "next.sh").write_text(head + "#" * (attemptscript.MAX_SCRIPT - len(head)) + "\nrm")
+    with pytest.raises(RuntimeError, match="not the launch's"):
+        attemptscript.render(str(tmp_path), 1, NEXT, spare, 1)
+    (attempts / "next.sh").write_text(f"export NODE_RANK={token}\n")  # its run: not there
+    with pytest.raises(RuntimeError, match="not the launch's"):
+        attemptscript.render(str(tmp_path), 1, NEXT, spare, 1)
 
 
 def test_a_spares_process_count_is_never_a_nodes() -> None:

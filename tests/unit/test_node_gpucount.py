@@ -106,7 +106,7 @@ def _cfg(nproc: int = 4) -> WatchConfig:
         f"job: j\nnodes: [n0, n1]\ncommand: x\nnproc_per_node: {nproc}\nwatch: {{where: cluster}}\n"
     )
     return watch_config(parse_config(text), RUN, "n0", f"j/{RUN}/n0", "j-n0", ("n0", "n1"),
-                        "10.0.0.1", 0)  # fmt: skip
+                        "10.0.0.1", None)  # fmt: skip
 
 
 def test_the_watch_file_carries_each_nodes_processes_and_refuses_other_counts() -> None:
@@ -318,7 +318,7 @@ def test_a_restarts_new_attempt_never_takes_the_last_attempts_clock() -> None:
     run0, run1 = run_id(951), run_id(952)
     nodes = [NodeRecord("n0", "127.0.0.1", 0, "s", f"gr/{run0}/n0", f".mntui/runs/gr/{run0}/n0")]
     rec = RunRecord("gr", run0, "/x.yaml", "127.0.0.1", 1, nodes)
-    rec.watch_port, rec.cluster_attempts = 29501, [run1]
+    rec.watch_port = 29501
     rec.create()
     clock0 = {"first_step_at": 100.0, "first_step": 1, "last_step": 90, "last_step_at": 190.0,
               "gpus": 0, "gpu_nodes": 1}  # fmt: skip
@@ -351,7 +351,7 @@ def test_a_kill_before_this_machine_saw_the_restart_keeps_the_attempt_it_killed(
     run0, run1 = run_id(941), run_id(942)
     nodes = [NodeRecord("n0", "127.0.0.1", 0, "s", f"gk/{run0}/n0", f".mntui/runs/gk/{run0}/n0")]
     rec = RunRecord("gk", run0, "/x.yaml", "127.0.0.1", 1, nodes)
-    rec.watch_port, rec.cluster_attempts = 29501, [run1]
+    rec.watch_port = 29501
     rec.create()
     rec.update(lambda r: (setattr(r, "status", RunStatus.KILLED), r.note("kill", by="user")))
     killed_at = next(h["at"] for h in rec.history if h["what"] == "kill")
@@ -369,7 +369,6 @@ def test_a_kill_before_this_machine_saw_the_restart_keeps_the_attempt_it_killed(
     assert note["last_step_at"] == killed_at - 1
     # an attempt the coordinator started after the kill is not recorded here
     run2 = run_id(943)
-    rec.update(lambda r: r.cluster_attempts.append(run2))
     late = {"attempt": 2, "run": run2, "started_at": killed_at + 60}
     sync_chain(load_run("gk", run0) or rec,
                BoardView({"at": 1.0}, None, True, chain={**chain, "attempts": [

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,7 @@ def test_an_entry_reads_back_and_anything_else_is_refused() -> None:
 
 
 def test_the_watch_files_notify_is_read_strictly() -> None:
-    r = NotifyRules("https://hooks.example/T/B", frozenset({"teardown"}), 5.0, here=True)
+    r = NotifyRules("https://hooks.example/T/B", frozenset({"teardown"}), 5.0, "notify-send x")
     assert rules_of(json.loads(json.dumps(rules_json(r)))) == r
     assert rules_of(None) is None and rules_json(None) is None
     good = rules_json(r)
@@ -92,18 +93,21 @@ def test_the_watch_files_notify_is_read_strictly() -> None:
         {**good, "on": "teardown"},
         {**good, "timeout": 0},
         {**good, "timeout": True},
-        {**good, "here": 1},
+        {**good, "command": 1},
+        {**good, "command": ""},
+        {**good, "command": "echo \0"},
+        {**good, "command": "x" * (notifyhook.COMMAND_MOST + 1)},
     ):
         with pytest.raises(watchcfg.BadWatchFile, match="notify"):
             rules_of(bad, watchcfg.BadWatchFile)
 
 
-def test_the_coordinator_gets_the_webhook_never_the_command() -> None:
+def test_the_coordinator_gets_the_webhook_and_the_command() -> None:
     url = "https://hooks.example/T/B"
     both = for_coordinator(NotifyPolicy(url, "notify-send x", frozenset({NotifyEvent.FAILED})))
-    assert both == NotifyRules(url, frozenset({"failed"}), 5.0, here=True)
+    assert both == NotifyRules(url, frozenset({"failed"}), 5.0, "notify-send x")
     assert for_coordinator(NotifyPolicy(command="x")) == NotifyRules(
-        None, frozenset(str(e) for e in NotifyEvent), 5.0, here=True
+        None, frozenset(str(e) for e in NotifyEvent), 5.0, "x"
     )
     assert for_coordinator(NotifyPolicy(url, on=frozenset())) is None
     assert for_coordinator(NotifyPolicy()) is None
@@ -144,6 +148,51 @@ def test_the_outbox_posts_and_says_what_became_of_each(tmp_path: Path) -> None:
         ("notified", "sent"),
     ]
     assert SECRET not in json.dumps(board.file())
+
+
+def test_the_outbox_runs_the_command_on_the_main_with_the_notice_in_its_env(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """notify.command runs where the coordinator decides, with the notice in its
+    environment only (never the job's tag), beside the webhook, within the deadline; its
+    end is journaled and its last words go to the coordinator's log, controls stripped."""
+    board = Board(tmp_path)
+    got = tmp_path / "got"
+    command = (
+        f'printf "%s|%s|%s|%s|%s|%s" "$MNTUI_EVENT" "$MNTUI_JOB" "$MNTUI_RUN_ID" '
+        f'"$MNTUI_SUMMARY" "$MNTUI_REPORT" "${{MNTUI_RUN-untagged}}" >{got}; '
+        "printf 'told \\033[2Jx\\n'; exit 3"
+    )
+    with serving() as hook:
+        rules = NotifyRules(hook.url, frozenset({"teardown"}), 5.0, command)
+        box = notifysend.Outbox(rules, "j", 2, board)
+        box.send(NotifyEvent.TEARDOWN, "r1", "node1 exited 1; $(reboot)", 0)
+        box.close()
+        assert [b["summary"] for b in hook.bodies()] == ["node1 exited 1; $(reboot)"]
+    assert got.read_text() == "teardown|j|r1|node1 exited 1; $(reboot)||untagged"
+    said = [(x["kind"], x["data"].get("why")) for x in board.lines]
+    assert ("notify-command", "command exited 3") in said and ("notified", None) in said
+    log = capsys.readouterr().out
+    assert "notify: command for teardown" in log and "notify: | told x" in log, log
+    assert "\033" not in log
+    (entry,) = board.file()["notices"]
+    assert entry["webhook"] == "sent" and "here" not in board.file()
+
+
+def test_a_hanging_command_is_killed_at_the_deadline(tmp_path: Path) -> None:
+    board = Board(tmp_path)
+    pid = tmp_path / "pid"
+    rules = NotifyRules(None, frozenset({"failed"}), 1.0, f"echo $$ >{pid}; exec sleep 300")
+    box = notifysend.Outbox(rules, "j", 0, board)
+    t0 = time.monotonic()
+    box.send(NotifyEvent.FAILED, "r1", "x", 0)
+    box.close()
+    took = time.monotonic() - t0
+    assert 1.0 <= took < 5.0, took
+    why = [x["data"]["why"] for x in board.lines if x["kind"] == "notify-command"]
+    assert why == ["command still running after 1s: killed"], board.lines
+    stat = Path(f"/proc/{pid.read_text().strip()}/stat")
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
 
 
 def test_a_refused_post_is_failed(tmp_path: Path) -> None:
@@ -187,7 +236,7 @@ def test_a_predecessors_pending_notice_is_the_managers(tmp_path: Path) -> None:
     board = Board(tmp_path)
     n = Notice(NotifyEvent.TEARDOWN, "j", "r1", "s")
     pending = {**entry_of(n, "id1", 1.0), "webhook": "pending", "why": None}
-    board.write(notifykept.FILE, {"v": 1, "here": False, "notices": [pending]})
+    board.write(notifykept.FILE, {"v": 1, "notices": [pending]})
     notifysend.Outbox(None, "j", 0, board)
     (e,) = board.file()["notices"]
     assert e["webhook"] == "abandoned" and "started again" in e["why"]
@@ -195,7 +244,7 @@ def test_a_predecessors_pending_notice_is_the_managers(tmp_path: Path) -> None:
 
 def test_the_chains_decisions_say_the_managers_events(tmp_path: Path) -> None:
     board = Board(tmp_path)
-    rules = NotifyRules(None, frozenset(str(e) for e in NotifyEvent), 5.0, here=True)
+    rules = NotifyRules(None, frozenset(str(e) for e in NotifyEvent), 5.0)
     box = notifysend.Outbox(rules, "j", 3, board)
 
     class Out:
@@ -223,28 +272,29 @@ def test_the_chains_decisions_say_the_managers_events(tmp_path: Path) -> None:
     ]
 
 
-def _view(alive: bool, *entries: dict[str, Any], here: bool = False) -> BoardView:
-    return BoardView(None, None, alive, notify={"v": 1, "here": here, "notices": list(entries)})
+def _view(alive: bool, *entries: dict[str, Any]) -> BoardView:
+    return BoardView(None, None, alive, notify={"v": 1, "notices": list(entries)})
 
 
-def test_this_machine_sends_what_the_coordinator_will_not() -> None:
+def test_this_machine_posts_what_the_coordinator_will_not_and_runs_no_command() -> None:
     n = Notice(NotifyEvent.TEARDOWN, "j", "r1", "s")
     e = {**entry_of(n, "a1", 1.0), "why": None}
     states = ("sent", "failed", "dropped", "abandoned", "pending", "off")
     rows = [{**e, "id": f"id-{s}", "webhook": s} for s in states]
-    live = {nid for nid, _, _ in clusternotify.due(_view(True, *rows))}
+    live = {nid for nid, _ in clusternotify.due(_view(True, *rows))}
     assert live == {"id-failed", "id-dropped", "id-abandoned"}
-    gone = {nid for nid, _, _ in clusternotify.due(_view(False, *rows))}
+    gone = {nid for nid, _ in clusternotify.due(_view(False, *rows))}
     assert gone == {"id-failed", "id-dropped", "id-abandoned", "id-pending"}  # it died first
-    told = clusternotify.due(_view(True, *rows, {"id": "../x"}, here=True))
-    assert {nid: ch for nid, _, ch in told}["id-sent"] == ("command",)
-    assert {nid: ch for nid, _, ch in told}["id-failed"] == ("webhook", "command")
+    # a board of an older coordinator that left commands to this machine: posts only
+    old = BoardView(None, None, True, notify={"v": 1, "here": True, "notices": rows})
+    assert {nid for nid, _ in clusternotify.due(old)} == live
+    assert clusternotify.due(_view(True, {"id": "../x"})) == []
     assert clusternotify.due(None) == [] and clusternotify.due(BoardView(None, None, True)) == []
 
 
 def test_a_claim_is_made_once(tmp_path: Path) -> None:
     where = tmp_path / "notified"
-    assert clusternotify._claim(where, "a1", "webhook")
-    assert not clusternotify._claim(where, "a1", "webhook")
-    assert clusternotify._claim(where, "a1", "command")
+    assert clusternotify._claim(where, "a1")
+    assert not clusternotify._claim(where, "a1")
+    assert clusternotify._claim(where, "a2") and (where / "a1.webhook").exists()
     assert oct(where.stat().st_mode & 0o777) == "0o700"

@@ -235,7 +235,7 @@ class Successor:
         again = RestartRules(2, 0.1, 1.0, frozenset({"failed"}), None, frozenset(), 0.0)
         self.cfg = WatchConfig(
             "job", RUN, "node0", TAG, "s", "127.0.0.1", 1, rules, ("node0", "node1"),
-            0.5, 1.0, 0.5, (), 60.0, restart=again, attempts=2,
+            0.5, 1.0, 0.5, (), 60.0, restart=again, attempt_nonce="0123456789abcdef",
         )  # fmt: skip
         self.board = Board(self.cfg, str(out))
         self.done = threading.Event()

@@ -1,7 +1,7 @@
 """Restarts onto spares and around quarantines on the cluster (issue 30): where the
 coordinator places the next attempt (node/placing.py, the supervisor's rules), what the
 launch renders for a spare to take any worker's rank (one script per attempt, bounded
-at 128 nodes), how a sentinel puts the rank in, and the records the manager writes
+at 128 nodes, whatever the number of attempts), how a sentinel puts the rank in, and the records the manager writes
 from the chain (watch/sparesync.py). The run on real nodes is in
 tests/integration/test_cluster_restart.py."""
 
@@ -11,13 +11,14 @@ import json
 import re
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from mntui.sessions.config.jobconfig import parse_config
 from mntui.sessions.launch.plan import build_plan, describe, run_record
-from mntui.sessions.node import spareattempt
+from mntui.sessions.node import attemptscript
 from mntui.sessions.node.placing import Failure, QuarantineRule, past_quarantine, place, span
 from mntui.sessions.node.restarts import AttemptEnd
 from mntui.sessions.node.rules import NodeState
@@ -109,7 +110,7 @@ def test_every_watch_file_names_the_spares_and_a_spare_has_a_rank_to_take(
     assert wc.members == ("g0", "g1", "g2", "s0", "s1") and wc.nproc("s1") == 1
     spare, _ = _watch(tmp_path, node="s0")
     assert spare.node == "s0" and not spare.is_main and spare.rank_token is not None
-    assert spare.tag == "j/20261126-010203-abcd/s0" and spare.attempts == 3
+    assert spare.tag == "j/20261126-010203-abcd/s0" and spare.attempt_nonce is not None
     raw = json.loads(json.dumps({**json.loads(_to_json(spare)), "rank_token": "$(reboot)"}))
     with pytest.raises(BadWatchFile):
         parse(raw)
@@ -123,55 +124,78 @@ def _to_json(wc: WatchConfig) -> str:
     return to_json(wc)
 
 
-def test_a_spare_gets_one_script_per_attempt_and_the_sentinel_puts_the_rank_in(
+NEXT = "20261126-020304-beef"  # a restart's run id, as the coordinator names it
+
+
+def test_a_spare_gets_one_template_and_the_sentinel_puts_the_run_count_and_rank_in(
     tmp_path: Path,
 ) -> None:
-    """One script per attempt, the rank a token that only digits replace: it runs with
-    NODE_RANK and the command's `{node_rank}` of the rank the coordinator gave."""
+    """One template, whatever the number of attempts; the run id, the restart count and
+    the rank are tokens only a run id's shape and digits replace: attempt 2 runs with
+    NODE_RANK and the command's `{node_rank}` of the rank the coordinator gave, in a
+    run dir and with a tag of the run id it named."""
     spare, got = _watch(tmp_path, node="s0")
     plan, start = got["plan"], str(got["start"])
     assert [s.node for s in plan.spares] == ["s0", "s1"]  # type: ignore[attr-defined]
     assert "tmux" not in start.split("watch.json", maxsplit=1)[0]  # no job of its own at launch
-    token = spare.rank_token
-    assert token is not None and start.count(f"export NODE_RANK={token}") == 3
+    token, nonce = spare.rank_token, spare.attempt_nonce
+    assert token is not None and nonce is not None
+    assert start.count(f"export NODE_RANK={token}") == 1
     subprocess.run(["sh", "-c", f"d={tmp_path}\n" + _files_only(start)], check=True)
-    path = spareattempt.script_for(str(tmp_path), 2, spare, 1)
+    path = attemptscript.render(str(tmp_path), 2, NEXT, spare, 1)
     text = Path(path).read_text()
-    assert token not in text and "export NODE_RANK=1\n" in text and "--node_rank=1 " in text
-    assert "MNTUI_RESTART_COUNT=2" in text and "j/" in text and "/s0" in text
+    assert path == f"{tmp_path}/attempts/2.sh" and "@@MNTUI_" not in text
+    assert "export NODE_RANK=1\n" in text and "--node_rank=1 " in text
+    assert "export MNTUI_RESTART_COUNT=2\n" in text and f"MNTUI_RUN=j/{NEXT}/s0" in text
+    info = json.loads((tmp_path / "attempts" / "2.json").read_text())
+    assert info == {"run": NEXT, "tag": f"j/{NEXT}/s0", "run_dir": f".mntui/runs/j/{NEXT}/s0"}
     for bad in (0, 3, "1", "1; reboot", None, True, 1.0):
         with pytest.raises(RuntimeError):
-            spareattempt.script_for(str(tmp_path), 2, spare, bad)
-    node, _ = _watch(tmp_path)  # a node of the run takes its own rank, and no other
-    assert spareattempt.script_for("/x", 1, node, None) == "/x/attempts/1.sh"
-    assert spareattempt.script_for("/x", 1, node, 1) == "/x/attempts/1.sh"
+            attemptscript.render(str(tmp_path), 2, NEXT, spare, bad)
+    for run in (spare.run, "$(reboot)", "20261126-020304-BEEF", None, 7):
+        with pytest.raises(RuntimeError):
+            attemptscript.render(str(tmp_path), 2, run, spare, 1)
+    node, got = _watch(tmp_path, node="g1")  # a node of the run takes its own rank only
+    mine = tmp_path / "g1"
+    mine.mkdir()
+    subprocess.run(["sh", "-c", f"d={mine}\n" + _files_only(str(got["start"]))], check=True)
+    for rank in (None, 1):
+        text = Path(attemptscript.render(str(mine), 11, NEXT, node, rank)).read_text()
+        assert "export NODE_RANK=1\n" in text and "MNTUI_RESTART_COUNT=11\n" in text
     with pytest.raises(RuntimeError):
-        spareattempt.script_for("/x", 1, node, 2)
+        attemptscript.render(str(mine), 1, NEXT, node, 2)
+    with pytest.raises(RuntimeError):  # no restart rendered: nothing to start
+        attemptscript.render(str(mine), 1, NEXT, replace(node, attempt_nonce=None), None)
 
 
 def _files_only(start: str) -> str:
-    """The start script's heredocs that write the watch files and attempts, nothing it
-    would start (no bundle shipped, no sentinel)."""
+    """The start script's heredocs that write the watch files and the template, nothing
+    it would start (no interpreter asked, no bundle shipped, no sentinel)."""
     lines = start.split("\n", 3)
     assert lines[0] == "set -e" and lines[1].startswith("d=") and lines[2].startswith("mkdir")
-    return lines[3].split("python3 -I -S -c", maxsplit=1)[0]
+    return lines[3].split("mntui_pyok() {", maxsplit=1)[0]
 
 
-def test_the_spares_scripts_stay_small_at_128_nodes_and_10_attempts() -> None:
+def test_every_nodes_start_stays_the_same_size_however_many_restarts() -> None:
+    """128 nodes: a spare's start is a node's size (one template, not one per rank), and
+    neither grows with restart.max (one template, not one per attempt)."""
     names = ", ".join(f"g{i}" for i in range(128))
-    cfg = parse_config(
-        f"job: j\nnodes: [{names}]\nspares: [s0, s1]\ncommand: python3 train.py "
-        "--node_rank={node_rank}\nwatch: {where: cluster}\nlaunch: {ready: port}\n"
-        "restart: {max: 10}\n"
-    )
-    t0 = time.monotonic()
-    plan = build_plan(cfg, "20261126-010203-abcd", "10.0.0.1")
-    took = time.monotonic() - t0
-    worker = max(len(n.start_script) for n in plan.nodes)
-    spare = max(len(s.start_script) for s in plan.spares)
-    print(f"128 nodes x 10 attempts: a spare's start {spare} B, a worker's {worker} B, "
-          f"planned in {took:.2f}s")  # fmt: skip
-    assert spare < 1.1 * worker  # one script per attempt, not per rank: the bundle dominates
+    sizes = []
+    for most in (10, 1000):
+        cfg = parse_config(
+            f"job: j\nnodes: [{names}]\nspares: [s0, s1]\ncommand: python3 train.py "
+            f"--node_rank={{node_rank}}\nwatch: {{where: cluster}}\nrestart: {{max: {most}}}\n"
+        )
+        t0 = time.monotonic()
+        plan = build_plan(cfg, "20261126-010203-abcd", "10.0.0.1")
+        took = time.monotonic() - t0
+        worker = max(len(n.start_script) for n in plan.nodes)
+        spare = max(len(s.start_script) for s in plan.spares)
+        print(f"128 nodes, restart.max {most}: a spare's start {spare} B, a worker's "
+              f"{worker} B, planned in {took:.2f}s")  # fmt: skip
+        assert spare < 1.1 * worker  # the bundle dominates
+        sizes.append((worker, spare))
+    assert abs(sizes[0][0] - sizes[1][0]) < 8 and abs(sizes[0][1] - sizes[1][1]) < 8
 
 
 def test_the_dry_run_names_the_spares() -> None:
@@ -180,7 +204,7 @@ def test_the_dry_run_names_the_spares() -> None:
         "launch: {ready: port}\nrestart: {max: 2}\n"
     )
     said = describe(build_plan(cfg, "20261126-010203-abcd", "10.0.0.1"))
-    assert "== s0 (host s0, spare) an idle sentinel" in said and "(2 attempt script(s))" in said
+    assert "== s0 (host s0, spare) an idle sentinel" in said and "(one template" in said
 
 
 def test_no_spare_is_prepared_without_cluster_restarts() -> None:
@@ -273,7 +297,8 @@ class _Successor:
         again = RestartRules(2, 0.1, 1.0, frozenset({"failed"}), None, frozenset(), 0.0)
         self.cfg = WatchConfig(
             "job", RUN, "g0", f"job/{RUN}/g0", "s", "127.0.0.1", 1, rules, ("g0", "g1"),
-            0.5, 1.0, 0.5, (), 60.0, restart=again, attempts=2, spares=("s0",),
+            0.5, 1.0, 0.5, (), 60.0, restart=again, attempt_nonce="0123456789abcdef",
+            spares=("s0",),
         )  # fmt: skip
         self.board = Board(self.cfg, str(out))
         self.done = threading.Event()

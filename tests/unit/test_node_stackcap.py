@@ -177,7 +177,7 @@ def test_the_launch_renders_the_script_where_the_sentinel_looks_its_attempt_an_a
 
 def _watch(budget: float = 10.0, nonce: str | None = NONCE) -> WatchConfig:
     cfg = parse_config("job: j\nnodes: [n0, n1]\ncommand: x\nwatch: {where: cluster}\n")
-    wc = watch_config(cfg, RUN, "n0", f"j/{RUN}/n0", "j-n0", ("n0", "n1"), "10.0.0.1", 0)
+    wc = watch_config(cfg, RUN, "n0", f"j/{RUN}/n0", "j-n0", ("n0", "n1"), "10.0.0.1", None)
     return replace(wc, capture_budget=budget, stacks_nonce=nonce)
 
 

@@ -35,7 +35,7 @@ C10D = "/v/site-packages/torch/distributed/distributed_c10d.py"
 def _cfg(watch: str = "") -> WatchConfig:
     text = f"job: j\nnodes: [n0, n1]\ncommand: x\nwatch: {{where: cluster{watch}}}\n"
     return watch_config(parse_config(text), RUN, "n0", f"j/{RUN}/n0", "j-n0", ("n0", "n1"),
-                        "10.0.0.1", 0)  # fmt: skip
+                        "10.0.0.1", None)  # fmt: skip
 
 
 def test_one_rule_for_both_sides() -> None:

@@ -33,7 +33,8 @@ def _cfg(extra: str = ""):  # type: ignore[no-untyped-def]
     text = f"job: j\nnodes: [n0, n1]\ncommand: x\nwatch: {{where: cluster}}\n{extra}"
     cfg = parse_config(text)
     return watch_config(cfg, "20261125-101010-abcd", "n1", "j/20261125-101010-abcd/n1",
-                        "j-n1", ("n0", "n1"), "10.0.0.1", 2 if "restart" in extra else 0)  # fmt: skip
+                        "j-n1", ("n0", "n1"), "10.0.0.1",
+                        "0123456789abcdef" if "restart" in extra else None)  # fmt: skip
 
 
 def test_good_facts_are_read() -> None:
@@ -109,7 +110,7 @@ def test_a_watch_file_round_trips_and_restarts_ride_along() -> None:
     wc = _cfg("restart: {max: 2, backoff: 1}\n")
     back = parse(json.loads(to_json(wc)))
     assert back == wc and back.restart is not None and back.restart.max == 2
-    assert back.attempts == 2
+    assert back.attempt_nonce is not None and back.ready == "port"
 
 
 @pytest.mark.parametrize(
@@ -122,6 +123,12 @@ def test_a_watch_file_round_trips_and_restarts_ride_along() -> None:
         ({"coord_port": "29501"}, "coord_port"),
         ({"progress_pattern": "step (?P<x>\\d+)"}, "group `step`"),
         ({"restart": {"max": 2}}, "restart.on"),
+        ({"attempt_nonce": "$(reboot)"}, "attempt_nonce"),
+        ({"restart_base": -1}, "restart_base"),
+        ({"ready": "soon"}, "ready"),
+        ({"ready": "log", "ready_pattern": None}, "ready_pattern"),
+        ({"ready": "log", "ready_pattern": "a\0b"}, "ready_pattern"),
+        ({"ready_delay": -1}, "ready_delay"),
     ],
 )
 def test_a_watch_file_of_another_shape_is_refused_in_one_line(

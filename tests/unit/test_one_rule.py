@@ -1,8 +1,7 @@
 """Rules that were written twice, now one each (house: one rule lives in one pure module):
 the reason a `restart.quarantine_after` quarantine carries reads the same whether the
 coordinator counted it (node/swaps.py) or this machine's supervisor did
-(history/policy.py), and this machine's channels for a missed notice are one StrEnum.
-The spare choice (placing.place, here through recover/restart.place_here) is pinned in
+(history/policy.py). The spare choice (placing.place, here through recover/restart.place_here) is pinned in
 test_restart_policy.py and test_node_spares.py."""
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ import json
 import re
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,8 +28,6 @@ from mntui.sessions.poll import NodeState
 from mntui.sessions.recover import supervise
 from mntui.sessions.recover.restart import AttemptEnd
 from mntui.sessions.runs import NodeRecord, RunRecord, RunStatus, load_run
-from mntui.sessions.watch import clusternotify
-from mntui.sessions.watch.clusternotify import Channel
 
 RID = "20260101-000000-aaaa"
 
@@ -81,14 +77,6 @@ def test_one_quarantine_reads_the_same_from_the_coordinator_and_this_machine(
     why = f"caused 2 failures within {words} (restart.quarantine_after)"
     assert done.quarantine.why == why == _coordinator_says(within, now)
     assert quarantine_why(2, QuarantineAfter(2, within)) == why
-
-
-def test_the_channels_are_one_enum_naming_the_claim_files(tmp_path: Path) -> None:
-    assert [str(c) for c in Channel] == ["webhook", "command"]
-    where = tmp_path / clusternotify.CLAIMS
-    assert clusternotify._claim(where, "a1", Channel.WEBHOOK)
-    assert not clusternotify._claim(where, "a1", Channel.WEBHOOK)
-    assert sorted(p.name for p in where.iterdir()) == ["a1.webhook"]
 
 
 def _supervisor(extra: str, said: list[str]) -> supervise.Supervisor:

@@ -28,8 +28,10 @@ def sh(script: str, home: Path, path: str | None = None) -> str:
 
 SCRIPTS = {
     "ship": ship.ship_script(B),
+    "ship-py": "py=/opt/py/bin/python3\n" + ship.ship_script(B, '"$py"'),
     "presence": ship.presence_script(B),
     "python": ship.python_check_script(),
+    "sentinel-python": ship.sentinel_python_check('cd -- "$HOME"/w || exit 97\n. ./env'),
 }
 
 

@@ -25,6 +25,7 @@ from mntui.sessions.poll import pollscript
 from mntui.sessions.procs import SHELL_LIB, PortHolder
 from mntui.sessions.report.evidence import evidence_script
 from mntui.sessions.report.stacks import capture_script
+from mntui.sessions.watch import clusterfeed
 
 REPO = Path(__file__).resolve().parents[2]
 SHELLCHECK = Path(sys.executable).parent / "shellcheck"
@@ -110,6 +111,11 @@ def scripts() -> dict[str, tuple[str, str]]:
     wplan = launch.build_plan(watched, "20260101-000000-abcd", "10.0.0.1")
     for np in wplan.nodes:
         out[f"start-watched-{np.node}"] = ("sh", np.start_script)
+    spared = parse_config(port_ready + "watch: {where: cluster}\nrestart: {max: 2}\nspares: [s0]\n")
+    for sp in launch.build_plan(spared, "20260101-000000-abcd", "10.0.0.1").spares:
+        out[f"start-spare-{sp.node}"] = ("sh", sp.start_script)
+    first = run_record(wplan, watched.path)
+    out["feed"] = ("sh", clusterfeed.script(first, "0123456789abcdef"))
     out["board"] = ("sh", board.board_script(rec.run_dir))
     out["coord-kill"] = ("sh", coordkill.request_script(rec.run_dir, 2.5, "00ff"))
     out["coord-answer"] = ("sh", coordkill.answer_script(rec.run_dir, "00ff", 14.5))

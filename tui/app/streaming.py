@@ -118,7 +118,7 @@ class Streaming(AttemptLook):
             why = stream.silent or parser.last_noise or f"the ssh to the main ended ({code})"
             if not absent or shipped or generation != self.generation:
                 break
-            failed = clusterfeed.ship(self.cfg, ssh, host)
+            failed = clusterfeed.ship(self.cfg, ssh, host, record)
             if failed is not None:
                 why = failed
                 break

@@ -15,7 +15,7 @@ import time
 from typing import TYPE_CHECKING
 
 from mntui.sessions.config import JobConfig, load_config
-from mntui.sessions.errors import ExitCode, LaunchError
+from mntui.sessions.errors import ExitCode, LaunchError, LaunchRefused
 
 from .args import check_nodes, demo_config_path
 from .output import printer, say
@@ -170,6 +170,9 @@ def _launch(cfg: JobConfig, args: argparse.Namespace, spawned: list[Spawned]) ->
     t0 = time.time()
     try:
         result = launch.launch(cfg, on_event=printer(t0), restart=args.restart)
+    except LaunchRefused as exc:  # nothing started: the user's to change, one line
+        say(f"mntui: launch refused: {exc.message}", err=True)
+        return ExitCode.USAGE
     except LaunchError as exc:
         say(f"mntui: launch failed: {exc.message}", err=True)
         if exc.details:

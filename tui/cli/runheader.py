@@ -2,16 +2,16 @@
 it ended, and who (if anyone) guards it. Shared by `status` polled from here and
 `status` read from the cluster's coordinator (clusterstatus.py).
 
-A run is watched one way (launch/start.py chooses it before it starts): by the cluster
-(its record has a watch port; clusterstatus says so from the coordinator's board) or
-from this machine, which must then stay on: `status` says which, in text and JSON."""
+A run is watched one way, from its launch: by the cluster (its record has a watch
+port; clusterstatus says so from the coordinator's board), by nothing (`--no-watch`),
+or, with `watch.where: here`, from this machine, which must then stay on: `status`
+says which, in text and JSON."""
 
 from __future__ import annotations
 
 import time
 
 from mntui.sessions.runs import RunRecord
-from mntui.sessions.termsafe import one_line
 
 
 def status_header(record: RunRecord, progress: str, restarts: int = 0) -> str:
@@ -89,14 +89,11 @@ def watched_from(record: RunRecord) -> str | None:
 
 
 def here_line(record: RunRecord) -> str:
-    """For a live run watched from here (a `where: here` job, or a `where: cluster` one
-    a node could not run a sentinel for): this machine must stay on and connected, or a
-    failed or hung node is not torn down. Said after the lines for an unguarded run."""
+    """For a live run watched from here (a `where: here` job): this machine must stay on
+    and connected, or a failed or hung node is not torn down. Said after the lines for
+    an unguarded run."""
     if record.watch_port is not None or not record.status.is_live:
         return ""
-    from mntui.sessions.launch.clusterwatch import HERE_LINE, HERE_NOTE
+    from mntui.sessions.launch.clusterwatch import HERE_LINE
 
-    why = next((h.get("why") for h in record.history if h.get("what") == HERE_NOTE), None)
-    if isinstance(why, str) and why:  # the record's own note, bounded all the same
-        return f"{HERE_LINE} (the cluster cannot watch it: {one_line(why, 200)})"
     return HERE_LINE
