@@ -79,7 +79,7 @@ def test_cut_off_manager_a_rank_killed_the_cluster_tears_down_and_status_says_so
     nothing_left(fake, job, (port, wport))
     res = cfg.mntui(path, "status")
     assert "the coordinator tore the job down" in res.stdout, res.stdout
-    assert "node1 failed" in res.stdout, res.stdout
+    assert "node1 rank 1 failed" in res.stdout and "SIGKILL" in res.stdout, res.stdout
     assert "(torn-down)" in res.stdout, res.stdout
 
 
