@@ -23,6 +23,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from .node.members import RUNS
 from .termsafe import one_line
 
 TAG_VAR = "MNTUI_RUN"
@@ -41,7 +42,7 @@ _LISTEN = re.compile(
 )
 
 
-RUNS_DIR = ".mntui/runs"  # a node's run dirs, relative to the node user's $HOME
+RUNS_DIR = RUNS  # a node's run dirs, relative to the node user's $HOME (node/members.py)
 
 
 def run_tag(job: str, run_id: str, node: str) -> str:

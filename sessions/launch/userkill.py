@@ -22,12 +22,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from functools import partial
 
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import UsageError
-from mntui.sessions.events import Event
-from mntui.sessions.results import GroupResult
-from mntui.sessions.runs import RunRecord, RunStatus, live_runs
+from mntui.sessions.events import Event, Phase
+from mntui.sessions.results import GroupResult, Outcome
+from mntui.sessions.runs import MISSED_NOTE, RunRecord, RunStatus, live_runs
 from mntui.sessions.ssh import Cluster
 
 from .chains import ChainView, chain_of, check_nodes, idle_spares, run_config
@@ -142,15 +143,56 @@ def stop_job(
         names = [n.name for n in full.nodes]
         if asking is not None:  # a run the cluster watches: one request, the rest directly
             done = asking.result()
-            results.update(done)
+            results.update(_swept(full, cluster, done, grace, on_event))
             names = [n for n in names if n not in done]
             if asking.all_answered(names):
                 break  # its coordinator stopped the idle spares' sentinels too
             full, names = _with_idle_spares(cfg, full, names)
         results.update(_kill_on(full, cluster, names, grace, on_event))
+    missed = {n: [p.pid for p in r.missed] for n, r in results.succeeded.items() if r.missed}
     for record in marked.values():
         record.update(_killed)
+        if missed:  # `status` says so after the coordinator's account (watch/fromcluster.py)
+            record.update(partial(_note_missed, missed=missed))
     return results
+
+
+def _note_missed(r: RunRecord, missed: dict[str, list[int]]) -> None:
+    r.note(MISSED_NOTE, nodes={n: pids[:64] for n, pids in missed.items()})
+
+
+def _swept(
+    full: JobConfig,
+    cluster: Cluster,
+    answered: GroupResult[KillReport],
+    grace: float | None,
+    on_event: Callable[[Event], None],
+) -> GroupResult[KillReport]:
+    """The final sweep: every node whose sentinel reported a clean kill is killed again
+    from here, by the same rule, at once (a sentinel's report is its word: a bug or a
+    lie would leave the job running under a `clean`). A node where the sweep finds
+    nothing keeps its sentinel's report and says nothing more; one where it finds
+    something says so, and is clean only if the sweep left nothing. A node the sweep
+    cannot reach keeps its sentinel's report, and says that it was not checked."""
+    reports = answered.succeeded
+    names = list(reports)
+    if not names:
+        return answered
+    swept = _kill_on(full, cluster, names, grace, lambda e: None)  # said below, merged
+    ranks = {n.name: n.rank for n in full.nodes}
+    out: GroupResult[KillReport] = GroupResult()
+    for name in names:
+        said = reports[name]
+        got = swept.get(name)
+        if got is None or got.value is None:
+            why = got.error if got is not None else "not asked"
+            on_event(Event(name, ranks.get(name), Phase.KILLED, f"not checked from here: {why}"))
+        elif got.value.found or not got.value.clean:
+            said = said.swept(got.value)
+            phase = Phase.KILLED if said.clean else Phase.FAILED
+            on_event(Event(name, ranks.get(name), phase, said.summary()))
+        out[name] = Outcome(name, value=said)
+    return out
 
 
 def _with_idle_spares(

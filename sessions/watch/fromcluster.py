@@ -20,7 +20,7 @@ from mntui.sessions.launch.board import BoardView
 from mntui.sessions.node.chainstates import LIVE
 from mntui.sessions.node.runid import RUN_ID
 from mntui.sessions.report import finding_of, load_finding, save_finding
-from mntui.sessions.runs import RunRecord, RunStatus
+from mntui.sessions.runs import MISSED_NOTE, RunRecord, RunStatus
 from mntui.sessions.termsafe import one_line
 
 from .clusterchain import sync_chain
@@ -121,6 +121,22 @@ def decision_lines(view: BoardView | None, run: str | None = None) -> list[str]:
     if taken := stacks_line(kills):  # the sentinels' stacks before the kill
         lines.append(f"  {taken}")
     return lines
+
+
+def missed_lines(record: RunRecord) -> list[str]:
+    """What the user's kill found from here on a node whose sentinel had reported it
+    clean (launch/userkill.py's sweep): the coordinator's account above is then wrong."""
+    out = []
+    for h in record.history:
+        nodes = h.get("nodes") if h.get("what") == MISSED_NOTE else None
+        for node, pids in sorted(nodes.items()) if isinstance(nodes, dict) else ():
+            pids = [p for p in pids if type(p) is int] if isinstance(pids, list) else []
+            out.append(
+                f"  {_text(node, 64)}'s sentinel reported it clean, yet the kill's sweep from "
+                f"this machine found {len(pids)} process(es) of the job there "
+                f"({' '.join(map(str, pids[:8]))}) and stopped them"
+            )
+    return out
 
 
 def _kill_text(res: Any) -> str:
