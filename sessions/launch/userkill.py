@@ -18,6 +18,7 @@ back, and `mntui quarantine` is the word for keeping a node out.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -251,6 +252,9 @@ class _Asking:
 
             self.thread = threading.Thread(target=ask, daemon=True)
             self.thread.start()
+            # the final sweep's connections (_swept), opened while the sentinels kill
+            nodes = [n.node for r in self.runs for n in r.nodes if n.node in cluster.nodes]
+            threading.Thread(target=_warm, args=(cluster, nodes), daemon=True).start()
 
     def result(self) -> GroupResult[KillReport]:
         if self.thread is not None:
@@ -260,6 +264,12 @@ class _Asking:
     def all_answered(self, left: list[str]) -> bool:
         """Every run to stop is the cluster's, each answered clean on all its nodes."""
         return self.everyone and not left
+
+
+def _warm(cluster: Cluster, nodes: list[str]) -> None:
+    """Open the nodes' connections (a failure is the sweep's to say, not this one's)."""
+    with contextlib.suppress(Exception):
+        cluster.connect(list(dict.fromkeys(nodes)))
 
 
 def _to_stop(job: str) -> list[RunRecord]:
