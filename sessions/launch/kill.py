@@ -25,7 +25,7 @@ import glob
 import json
 import re
 import shlex
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -43,7 +43,8 @@ from mntui.sessions.procs import (
     unique_holders,
 )
 from mntui.sessions.results import GroupResult, NodeError
-from mntui.sessions.ssh import Cluster
+from mntui.sessions.ssh import Cluster, Node
+from mntui.sessions.ssh.nodeshell import Result
 from mntui.sessions.termsafe import one_line
 
 from . import tmux
@@ -311,6 +312,18 @@ def summarize(job: str, results: GroupResult[KillReport]) -> tuple[bool, str]:
     return True, f"clean: {total} process(es) of {job} stopped on {len(results)} node(s)"
 
 
+def _over(once: Node, script: str, timeout: float) -> Result | None:
+    """`script` over a connection started for it; None when that did not answer (the
+    node's own connection is tried then: a kill is safe to repeat)."""
+    try:
+        res = once.run(script, timeout=timeout)
+    except NodeError:
+        return None
+    finally:
+        once.close()
+    return res if res.ok else None
+
+
 def kill_job(
     cfg: JobConfig,
     cluster: Cluster,
@@ -319,10 +332,12 @@ def kill_job(
     grace: float | None = None,
     on_event: Callable[[Event], None] = lambda e: None,
     only: tuple[str, str] | None = None,
+    first: Mapping[str, Node] | None = None,
 ) -> GroupResult[KillReport]:
     """Kill the job on the given nodes (all by default), in parallel; one report per node.
     `only` = (run, the run its watchers are tagged with): that attempt alone, its
-    processes and its tmux session, never another run's."""
+    processes and its tmux session, never another run's. `first`: a connection already
+    started for a node (ssh/early.py), tried before the node's own."""
     grace = cfg.grace if grace is None else grace
     ranks = {n.name: n.rank for n in cfg.nodes}
     b = bundle()
@@ -330,7 +345,9 @@ def kill_job(
     def one(node) -> KillReport:  # type: ignore[no-untyped-def]
         on_event(Event(node.name, ranks[node.name], Phase.KILLING, ""))
         spec = kill_spec(cfg.job, node.name, cfg.all_ports, grace, only)
-        res = node.run(kill_script(spec, b), timeout=grace + 30)
+        script, once = kill_script(spec, b), (first or {}).get(node.name)
+        res = _over(once, script, grace + 30 + cfg.ssh.connect_timeout) if once else None
+        res = res or node.run(script, timeout=grace + 30)
         if NO_BUNDLE in res.stdout:  # this version's bundle is not there yet
             script = kill_script(spec, b, ship=True)
             res = node.run(script, timeout=grace + 30 + SHIP_SLACK)

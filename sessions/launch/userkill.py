@@ -18,10 +18,9 @@ back, and `mntui quarantine` is the word for keeping a node out.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from functools import partial
 
@@ -30,7 +29,7 @@ from mntui.sessions.errors import UsageError
 from mntui.sessions.events import Event, Phase
 from mntui.sessions.results import GroupResult, Outcome
 from mntui.sessions.runs import MISSED_NOTE, RunRecord, RunStatus, live_runs
-from mntui.sessions.ssh import Cluster
+from mntui.sessions.ssh import Cluster, Node
 
 from .chains import ChainView, chain_of, check_nodes, idle_spares, run_config
 from .coordkill import kill_via_coordinator
@@ -89,9 +88,11 @@ def _kill_on(
     names: list[str],
     grace: float | None,
     on_event: Callable[[Event], None],
+    early: Mapping[str, Node] | None = None,
 ) -> GroupResult[KillReport]:
-    """`names` over `cluster` where it reaches them, over connections of our own for the
-    rest (a spare, a replaced culprit), both at once."""
+    """`names` over `cluster` where it reaches them (first over an `early` connection
+    where one was started for it), over connections of our own for the rest (a spare,
+    a replaced culprit), both at once."""
     here = [n for n in names if n in cluster.nodes]
     there = [n for n in full.nodes if n.name in names and n.name not in cluster.nodes]
     extra: list[GroupResult[KillReport]] = []
@@ -103,7 +104,7 @@ def _kill_on(
     thread = threading.Thread(target=kill_there, daemon=True) if there else None
     if thread is not None:
         thread.start()
-    results = kill_job(full, cluster, names=here, grace=grace, on_event=on_event)
+    results = kill_job(full, cluster, names=here, grace=grace, on_event=on_event, first=early)
     if thread is not None:
         thread.join()
     merged: GroupResult[KillReport] = GroupResult()
@@ -179,7 +180,8 @@ def _swept(
     names = list(reports)
     if not names:
         return answered
-    swept = _kill_on(full, cluster, names, grace, lambda e: None)  # said below, merged
+    early = _early_sweeps(cluster, names)  # started with the request (tui/cli/prestart.py)
+    swept = _kill_on(full, cluster, names, grace, lambda e: None, early)  # said below
     ranks = {n.name: n.rank for n in full.nodes}
     out: GroupResult[KillReport] = GroupResult()
     for name in names:
@@ -193,6 +195,25 @@ def _swept(
             phase = Phase.KILLED if said.clean else Phase.FAILED
             on_event(Event(name, ranks.get(name), phase, said.summary()))
         out[name] = Outcome(name, value=said)
+    return out
+
+
+def _early_sweeps(cluster: Cluster, names: list[str]) -> dict[str, Node]:
+    """The sweep's connections a cold `mntui kill` started first thing, one per node,
+    each exactly the one the sweep would make (ssh/early.py); the others' sweep goes
+    over the cluster's own connections."""
+    if cluster.policy.password is not None:
+        return {}
+    from mntui.sessions.ssh import early
+    from mntui.sessions.ssh.openssh import oneshot_argv
+
+    argv = oneshot_argv(cluster.policy)
+    out: dict[str, Node] = {}
+    for name in names:
+        node = cluster.nodes.get(name)
+        once = early.take(node.host, argv, early.SWEEP) if node is not None else None
+        if once is not None:
+            out[name] = once
     return out
 
 
@@ -252,9 +273,6 @@ class _Asking:
 
             self.thread = threading.Thread(target=ask, daemon=True)
             self.thread.start()
-            # the final sweep's connections (_swept), opened while the sentinels kill
-            nodes = [n.node for r in self.runs for n in r.nodes if n.node in cluster.nodes]
-            threading.Thread(target=_warm, args=(cluster, nodes), daemon=True).start()
 
     def result(self) -> GroupResult[KillReport]:
         if self.thread is not None:
@@ -264,12 +282,6 @@ class _Asking:
     def all_answered(self, left: list[str]) -> bool:
         """Every run to stop is the cluster's, each answered clean on all its nodes."""
         return self.everyone and not left
-
-
-def _warm(cluster: Cluster, nodes: list[str]) -> None:
-    """Open the nodes' connections (a failure is the sweep's to say, not this one's)."""
-    with contextlib.suppress(Exception):
-        cluster.connect(list(dict.fromkeys(nodes)))
 
 
 def _to_stop(job: str) -> list[RunRecord]:
