@@ -6,6 +6,7 @@ import base64
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -271,3 +272,29 @@ def test_cleanup_cannot_be_steered_to_another_pid(tmp_path: Path) -> None:
             assert not gone(victim), "a PID that only a command line named was killed"
             assert [(h.port, h.pid) for h in found] == [(port, holder.pid)]
             assert parse_free(out) == ((holder.pid,), ())
+
+
+def test_a_node_whose_python3_is_too_old_kills_with_a_python_the_job_runs(tmp_path: Path) -> None:
+    """Bare python3 3.6 (the bundle refuses it: exit 3) and no python3.N on the PATH, as on
+    a node whose jobs run in a conda env their `setup` activates: the kill runs on the
+    interpreter a process of this user runs already (the job's own), and kills the job."""
+    tag = f"hp{os.getpid()}/r1/n1"
+    job = tag.split("/", maxsplit=1)[0]
+    assert parse_kill("n1", node_kill(job, [], 0.3, tmp_path)).found == ()  # ships the bundle
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("grep", "base64", "readlink", "tail"):
+        (bin_dir / tool).symlink_to(shutil.which(tool) or tool)
+    old = bin_dir / "python3"
+    old.write_text("#!/bin/sh\necho 'NODE_PYTHON 3.6: 3.9 or later needed'\nexit 3\n")
+    old.chmod(0o755)
+    spec = kill_spec(job, "n1", [], 0.3)
+    spec["session"] = None
+    env = {**os.environ, "HOME": str(tmp_path), "PATH": str(bin_dir)}
+    with child("", tag) as p:
+        script = kill_script(spec, bundle())
+        out = subprocess.run(["/bin/sh", "-s"], input=script, capture_output=True, text=True,
+                             env=env).stdout  # fmt: skip
+        r = parse_kill("n1", out)
+        assert [x.pid for x in r.found] == [p.pid] and r.clean, out
+        wait_for(lambda: gone(p), 5, what="the job's process gone")
