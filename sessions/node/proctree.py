@@ -227,7 +227,7 @@ class Follower:
         self._since = since
         self._uid = os.getuid()
         self._seeds: set[int] = set()
-        self._roots: dict[int, int | None] = {}  # pid -> its start (None: whichever)
+        self._roots: dict[int, int] = {}  # pid -> its start
         self._cgroups: tuple[str, ...] = ()
         self._known: dict[int, int] = {}  # member pid -> start
         self._watchers: set[int] = set()  # members by a watchers' tag alone
@@ -269,10 +269,17 @@ class Follower:
 
     def root(self, pid: int, start: int | None = None) -> None:
         """A process that is the job's whatever its environment, from the next sample:
-        the pane's process, or one seen as a member before (with its `start`: only that
-        very process, never another that took its pid)."""
-        if pid > 0 and len(self._roots) < MAX_PROCS:
-            self._roots[pid] = start
+        the pane's process, or one seen as a member before. Only that very process:
+        the one of `start`, else the one at `pid` now, never another that takes its pid
+        before the sample."""
+        if pid <= 0 or len(self._roots) >= MAX_PROCS:
+            return
+        if start is None:
+            line = self._stat(pid)
+            if line is None:
+                return
+            start = line.proc.start
+        self._roots[pid] = start
 
     @property
     def cgroups(self) -> tuple[str, ...]:
