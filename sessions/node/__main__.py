@@ -11,9 +11,7 @@ one kill on a node (killer.py), the manager's too.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
-import pkgutil
 import sys
 
 _PACKAGE = __package__ or "mntui.sessions.node"
@@ -23,6 +21,8 @@ USAGE = "usage: python3 -I -S bundle.pyz selftest | version | run|coord|guard|fe
 
 
 def selftest() -> int:
+    import pkgutil  # here: a kill on the node pays for what it imports (killer.py)
+
     package = importlib.import_module(_PACKAGE)
     names = sorted(m.name for m in pkgutil.iter_modules(package.__path__))
     for name in names:
@@ -36,6 +36,8 @@ def selftest() -> int:
 
 
 def version() -> int:
+    import hashlib
+
     archive = getattr(globals().get("__loader__"), "archive", None)  # a zipimporter: the .pyz
     if not isinstance(archive, str):
         print("VERSION source")
