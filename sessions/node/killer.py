@@ -145,8 +145,9 @@ def _tmux_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("MNTUI_") and k not in drop}
 
 
-def _tmux(tmux: Sequence[str], *args: str) -> str | None:
-    """tmux's answer, None when it failed or did not answer in TMUX_TIMEOUT."""
+def _tmux(tmux: Sequence[str], *args: str) -> tuple[int | None, str]:
+    """tmux's exit code and answer; None when it did not answer in TMUX_TIMEOUT (or
+    could not start): then nothing is known of the session."""
     try:
         done = subprocess.run(
             [*tmux, *args],
@@ -157,17 +158,20 @@ def _tmux(tmux: Sequence[str], *args: str) -> str | None:
             timeout=TMUX_TIMEOUT,
         )
     except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.decode(errors="replace") if done.returncode == 0 else None
+        return None, ""
+    return done.returncode, done.stdout.decode(errors="replace")
 
 
 def _pane(tmux: Sequence[str], session: str, session_dir: str | None) -> tuple[bool, int | None]:
-    """(the session is the run's to close, its live pane's pid): with `session_dir`, a
-    session started elsewhere (another run of the job) is neither closed nor followed."""
-    out = _tmux(tmux, "list-panes", "-t", f"={session}:", "-F",
-                "#{pane_dead} #{pane_pid} #{session_path}")  # fmt: skip
-    if out is None:
-        return session_dir is None, None  # no answer: the close may still find it
+    """(the session is there and the run's to close, its live pane's pid): with
+    `session_dir`, a session started elsewhere (another run of the job) is neither closed
+    nor followed. A tmux that did not answer leaves the close to try (and ask again)."""
+    rc, out = _tmux(tmux, "list-panes", "-t", f"={session}:", "-F",
+                    "#{pane_dead} #{pane_pid} #{session_path}")  # fmt: skip
+    if rc is None:
+        return session_dir is None, None
+    if rc != 0:
+        return False, None  # no such session (or no server): nothing to close
     dead, _, rest = out.split("\n", 1)[0].partition(" ")
     pid, _, path = rest.partition(" ")
     if session_dir is not None and os.path.normpath(path) != os.path.normpath(session_dir):
@@ -310,10 +314,10 @@ def _close_session(tmux: Sequence[str], session: str, tries: int = 3) -> bool:
     """Closes the session if it is there; a tmux slow to answer (a loaded node: each
     call has TMUX_TIMEOUT) is asked again rather than leaving a dead pane's session."""
     for _ in range(tries):  # the kill first: a session is there on almost every teardown
-        if _tmux(tmux, "kill-session", "-t", f"={session}") is not None:
+        if _tmux(tmux, "kill-session", "-t", f"={session}")[0] == 0:
             return True
-        if _tmux(tmux, "has-session", "-t", f"={session}") is None:
-            return False
+        if _tmux(tmux, "has-session", "-t", f"={session}")[0] not in (0, None):
+            return False  # gone (a has-session that did not answer: asked again)
     return False
 
 
