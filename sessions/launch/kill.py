@@ -92,6 +92,12 @@ class KillReport:
     # what the final sweep from here found after the node's sentinel reported it clean
     # (userkill.py): its report was wrong, and these were left running
     missed: tuple[ProcInfo, ...] = ()
+    watchers: tuple[int, ...] = ()  # of `found`, the run's watchers (found by their tag)
+
+    @property
+    def jobs(self) -> tuple[ProcInfo, ...]:
+        """What was found of the job itself, its watchers left out."""
+        return tuple(p for p in self.found if p.pid not in self.watchers)
 
     @property
     def clean(self) -> bool:
@@ -134,7 +140,8 @@ class KillReport:
             port_holders=sweep.port_holders,
             seconds=self.seconds + sweep.seconds,
             ports=sweep.ports,
-            missed=sweep.found,
+            missed=sweep.jobs,
+            watchers=self.watchers + sweep.watchers,
         )
 
 
@@ -239,7 +246,7 @@ def report_of(node: str, d: object, ports: Iterable[int] = ()) -> KillReport | N
     if not isinstance(d, dict):
         return None
     found, holders = d.get("found"), d.get("holders", [])
-    nums = [d.get(k) for k in ("sigkilled", "left", "port_holders")]
+    nums = [d.get(k) for k in ("sigkilled", "left", "port_holders")] + [d.get("watchers", [])]
     secs = d.get("seconds")
     ok = (
         isinstance(found, list)
@@ -252,7 +259,7 @@ def report_of(node: str, d: object, ports: Iterable[int] = ()) -> KillReport | N
     if not ok:
         return None
     assert isinstance(found, list) and isinstance(holders, list) and isinstance(secs, (int, float))
-    sigkilled, left, held = (tuple(v) for v in nums)  # type: ignore[arg-type]
+    sigkilled, left, held, watchers = (tuple(v) for v in nums)  # type: ignore[arg-type]
     said = [h for h in map(_holder, holders) if h is not None]
     said += [PortHolder(p, None, None, "") for p in held if all(h.port != p for h in said)]
     return KillReport(
@@ -264,6 +271,7 @@ def report_of(node: str, d: object, ports: Iterable[int] = ()) -> KillReport | N
         unique_holders(said),
         float(secs),
         ports=tuple(ports),
+        watchers=watchers,
     )
 
 

@@ -190,7 +190,7 @@ def _swept(
         if got is None or got.value is None:
             why = got.error if got is not None else "not asked"
             on_event(Event(name, ranks.get(name), Phase.KILLED, f"not checked from here: {why}"))
-        elif got.value.found or not got.value.clean:
+        elif got.value.jobs or not got.value.clean:  # its watchers may still be leaving
             said = said.swept(got.value)
             phase = Phase.KILLED if said.clean else Phase.FAILED
             on_event(Event(name, ranks.get(name), phase, said.summary()))

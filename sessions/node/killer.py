@@ -86,6 +86,7 @@ class KillResult:
     # report says which step was slow
     phases: tuple[tuple[str, float], ...] = ()
     holders: tuple[Holder, ...] = ()  # who holds `port_holders`
+    watchers: tuple[int, ...] = ()  # of `found`, those found by the watchers' tag alone
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -95,6 +96,7 @@ class KillResult:
             "session_killed": self.session_killed,
             "port_holders": list(self.port_holders),
             "holders": [[h.port, h.pid, h.uid, h.user, h.cmdline] for h in self.holders],
+            "watchers": list(self.watchers),
             "seconds": self.seconds,
             "phases": {k: round(v, 3) for k, v in self.phases},
         }
@@ -394,6 +396,7 @@ def kill(
         for p in early:
             f.root(p.pid, p.start)
         sampled = [k.hold(p.pid, p.start) for p in f.sample()]
+        watchers = set(f.watchers)
         first = [p for p in sampled if p is not None and p.pid not in {e.pid for e in early}]
         k.note(first)
         clock.done("scan")
@@ -411,6 +414,7 @@ def kill(
             wait for a CPU: the sweeps and the settling share theirs."""
             nonlocal left, held, swept
             now = [h for p in f.sample() if (h := k.hold(p.pid, p.start)) is not None]
+            watchers.update(f.watchers)
             alive = k.alive(now)
             if alive and swept < SWEEPS:
                 swept += 1
@@ -439,6 +443,7 @@ def kill(
             seconds=time.monotonic() - t0,
             phases=tuple(clock.spent),
             holders=holders(held, proc) if held else (),
+            watchers=tuple(sorted(p for p in watchers if p in k.found)),
         )
     finally:
         k.close()

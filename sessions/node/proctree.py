@@ -282,6 +282,11 @@ class Follower:
         self._roots[pid] = start
 
     @property
+    def watchers(self) -> frozenset[int]:
+        """The members at the last sample that are so by a watchers' tag alone."""
+        return frozenset(self._watchers)
+
+    @property
     def cgroups(self) -> tuple[str, ...]:
         return self._cgroups
 

@@ -298,3 +298,19 @@ def test_a_node_whose_python3_is_too_old_kills_with_a_python_the_job_runs(tmp_pa
         r = parse_kill("n1", out)
         assert [x.pid for x in r.found] == [p.pid] and r.clean, out
         wait_for(lambda: gone(p), 5, what="the job's process gone")
+
+
+def test_a_sweep_names_what_a_clean_report_left_and_never_a_leaving_watcher() -> None:
+    """The final sweep after a sentinel's clean report (launch/userkill.py): the job's
+    processes it finds are what the report missed; a watcher it finds (a sentinel still
+    leaving after the coordinator's stop) is not."""
+    clean = {"port_holders": [], "holders": []}
+    said = parse_kill("g1", result(found=[], sigkilled=[], **clean))
+    leaving = parse_kill("g1", result(found=[[7, "S", "python3 x.pyz run"]], watchers=[7], **clean))
+    assert leaving.jobs == () and leaving.watchers == (7,)
+    left = parse_kill("g1", result(found=[[7, "S", "w"], [9, "S", "train"]], watchers=[7], **clean))
+    merged = said.swept(left)
+    assert [p.pid for p in merged.missed] == [9] and merged.clean
+    assert "its sentinel reported it clean, yet 1 process(es) of the job were left (9)" in (
+        merged.summary()
+    )
