@@ -35,7 +35,7 @@ MIN_PYTHON = (3, 9)
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip entry can hold
 # Before anything of the package is read: an older python3 (3.6, 2.7: it cannot even
 # parse the package) says so in one line and exit code 3, which a kill tries the next
-# interpreter on (killship.py).
+# interpreter on (launch/kill.py).
 _ROOT_MAIN = b"""import sys
 
 if sys.version_info < (3, 9):
@@ -91,7 +91,7 @@ def remote_path(sha: str) -> str:
 
 
 # The digest: coreutils' sha256sum where the node has it, else the python3 that will run
-# the bundle (a kill may run it on another interpreter: killship.py).
+# the bundle (a kill may run it on another interpreter: launch/kill.py).
 _SUM = """mntui_sum() {
   if command -v sha256sum >/dev/null 2>&1; then
     sha256sum <"$1" 2>/dev/null | cut -d' ' -f1

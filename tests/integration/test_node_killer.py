@@ -20,11 +20,12 @@ from fakecluster import environ_of, free_port, wait_for
 
 from mntui.sessions.launch.kill import kill_script, kill_spec, parse_kill
 from mntui.sessions.launch.sentinelship import bundle
+from mntui.sessions.node import members
 from mntui.sessions.node.killer import KillResult, Target, kill, listening_ports
 from mntui.sessions.procs import job_node_pattern
 
 
-def kill_tagged(pattern: str, **kw: object) -> KillResult:
+def kill_by(pattern: str, **kw: object) -> KillResult:
     """A kill of the processes whose tag matches `pattern` (and of what descends from them)."""
     ports = tuple(kw.pop("ports", ()))  # type: ignore[call-overload]
     session = kw.pop("session", None)
@@ -134,9 +135,9 @@ def check_killed(ps: ProcSet, r: KillResult) -> None:
         assert alive(pid), f"{name} was killed"
 
 
-def test_kill_tagged_takes_the_tagged_and_nothing_else(tmp_path: Path) -> None:
+def test_the_kill_takes_the_tagged_and_nothing_else(tmp_path: Path) -> None:
     with proc_set(tmp_path) as ps:
-        r = kill_tagged(ps.pattern, grace=1.0, ports=[ps.port])
+        r = kill_by(ps.pattern, grace=1.0, ports=[ps.port])
         check_killed(ps, r)
         states = {ps.kind(pid): st for pid, st, _ in r.found}
         assert states["stopped"] == "T"
@@ -152,7 +153,7 @@ def test_known_pids_are_told_first_and_checked_like_any_other(tmp_path: Path) ->
     with proc_set(tmp_path) as ps:
         bash = next(p for p, k in ps.kinds.items() if k == "bash")
         known = [(bash, start(bash)), *((p, start(p) + 1) for p in ps.strays.values())]
-        r = kill_tagged(ps.pattern, grace=1.0, ports=[ps.port], known=known)
+        r = kill_by(ps.pattern, grace=1.0, ports=[ps.port], known=known)
         check_killed(ps, r)
         assert [name for name, _ in r.phases] == ["scan", "stop", "settle", "session"]
 
@@ -208,7 +209,7 @@ def test_the_managers_kill_is_the_nodes_kill(tmp_path: Path) -> None:
         managers = seen(ps, r := node_kill(ps, tmp_path))
         check_killed(ps, r)
     with proc_set(tmp_path) as ps:
-        here = seen(ps, r := kill_tagged(ps.pattern, grace=1.0, ports=[ps.port]))
+        here = seen(ps, r := kill_by(ps.pattern, grace=1.0, ports=[ps.port]))
         check_killed(ps, r)
     assert here == managers
     assert managers[0] == sorted([("bash", False), *((k, k == "stopped") for k in KINDS)])
@@ -267,13 +268,13 @@ def test_the_tmux_session_is_closed(tmp_path: Path) -> None:
     try:
         wait_for(ready.exists, 20, what="the pane's process")
         pid = int(ready.read_text().split()[1])
-        r = kill_tagged(job_node_pattern(job, "n1"), grace=0.3, session=session, tmux=tmux)
+        r = kill_by(job_node_pattern(job, "n1"), grace=0.3, session=session, tmux=tmux)
         assert r.session_killed and [p for p, _, _ in r.found] == [pid] and r.left == (), r
         assert r.sigkilled == (pid,)
         has = subprocess.run([*tmux, "has-session", "-t", f"={session}"], capture_output=True)
         assert has.returncode != 0
         wait_for(lambda: not alive(pid), 5, what="the pane's process gone")
-        again = kill_tagged(job_node_pattern(job, "n1"), grace=0.3, session=session, tmux=tmux)
+        again = kill_by(job_node_pattern(job, "n1"), grace=0.3, session=session, tmux=tmux)
         assert not again.session_killed and again.found == ()
     finally:
         if alive(server) and b"tmux" in Path(f"/proc/{server}/cmdline").read_bytes():
@@ -308,7 +309,7 @@ def test_an_environment_cut_short_never_matches_by_a_piece(tmp_path: Path) -> No
             FAKE_PID + 3: b"MNTUI_RUN=kj/r1/n10\0" + b"X" + tag + b"\0",  # no whole entry
         },
     )
-    r = kill_tagged(job_node_pattern("kj", "n1"), grace=0, proc=str(proc))
+    r = kill_by(job_node_pattern("kj", "n1"), grace=0, proc=str(proc))
     assert [(p, st) for p, st, _ in r.found] == [(FAKE_PID, "S")], r
     assert len(r.found[0][2].encode()) <= 300 + 2 and r.found[0][2].startswith(
         "fake x\x1b[2J\ufffd"
@@ -330,3 +331,26 @@ def test_listening_ports_reads_listen_rows_only(tmp_path: Path) -> None:
         + "   0: 00000000000000000000000000000000:0050 00000000000000000000000000000000:0000 0A\n"
     )
     assert listening_ports(str(tmp_path)) == {8080, 80}
+
+
+def test_what_a_sentinel_saw_is_killed_and_a_pid_taken_since_is_not(tmp_path: Path) -> None:
+    """A run dir's `members` file (node/members.py): a process it names by pid and start
+    time is the job's whatever it carries (the manager's kill, the sentinel gone); a pid
+    it names with another start time is another process now, never killed."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MNTUI_")}
+    seen = spawn([sys.executable, "-c", "import time; time.sleep(60)"], base)
+    other = spawn([sys.executable, "-c", "import time; time.sleep(60)"], base)
+    run = tmp_path / ".mntui" / "runs" / "km" / "r1" / "n1"
+    run.mkdir(parents=True)
+    try:
+        wait_for(lambda: alive(seen.pid) and alive(other.pid), 10, what="both sleeping")
+        members.write_members(str(run), [(seen.pid, start(seen.pid)), (other.pid, 1)])
+        target = Target(job="MNTUI_RUN=km/[^/]+/n1", runs=(str(tmp_path / ".mntui/runs/km/*/n1"),))
+        r = kill(target, grace=1.0)
+        assert [pid for pid, _, _ in r.found] == [seen.pid] and r.left == (), r
+        wait_for(lambda: seen.poll() is not None, 5, what="the member seen before gone")
+        assert other.poll() is None
+    finally:
+        for p in (seen, other):
+            p.kill()
+            p.wait()
