@@ -35,10 +35,10 @@ from mntui.sessions.node.killer import RESULT
 from mntui.sessions.node.members import run_dir
 from mntui.sessions.procs import (
     RUNS_DIR,
-    TAG_VAR,
     PortHolder,
     ProcInfo,
     b64_text,
+    kill_tags,
     node_lines,
     unique_holders,
 )
@@ -157,16 +157,15 @@ def kill_spec(
     """The node kill's spec (killer.main): any run of the job on `node` and its
     watchers, or with `only` = (run, the run its watchers are tagged with) that attempt
     alone, its processes and its tmux session, never another run's."""
-    j, n = re.escape(job), re.escape(node)
     runs = f"{RUNS_DIR}/{glob.escape(job)}/*/{glob.escape(node)}"
-    procs, watch_run, session_dir = f"[^/]+/{n}", "[^/]+", None
+    session_dir = None
     if only is not None:
-        procs, watch_run = f"{re.escape(only[0])}/{n}", re.escape(only[1])
         runs = run_dir(job, only[0], node)
         session_dir = f"{RUNS_DIR}/{job}/{only[0]}/{node}"
+    procs, watchers = kill_tags(job, node, only)
     return {
-        "job": f"{TAG_VAR}={j}/{procs}",
-        "watchers": f"{TAG_VAR}={j}/{watch_run}/{n}/(sentinel|coord|guard)",
+        "job": procs,
+        "watchers": watchers,
         "session": tmux.session_name(job, node),
         "session_dir": session_dir,
         "ports": list(ports),
