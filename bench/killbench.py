@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -62,6 +63,7 @@ def main() -> int:
                     ms[f"{tree}-{way}"].append(one(fc, root, tree, way, envs[tree]))
     finally:
         fc.stop()
+        shutil.rmtree(root, ignore_errors=True)
     print(f"killbench: A = {args.baseline}, B = this tree; {args.reps} pairs; "
           f"load {load0:.1f} -> {os.getloadavg()[0]:.1f}")  # fmt: skip
     for way in WAYS:
