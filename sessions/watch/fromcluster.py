@@ -21,7 +21,7 @@ from mntui.sessions.node import firstfail
 from mntui.sessions.node.chainstates import LIVE
 from mntui.sessions.node.restarts import attempt_label
 from mntui.sessions.report import load_finding
-from mntui.sessions.runs import RunRecord
+from mntui.sessions.runs import MISSED_NOTE, RunRecord
 from mntui.sessions.termsafe import one_line
 
 from .standbyhint import standby_hint
@@ -140,6 +140,22 @@ def blamed(d: dict[str, Any]) -> str | None:
     state = d.get("state") if d.get("node") == first.node else None
     verb = _text(state, 20) if isinstance(state, str) else "failed"
     return one_line(f"{first.who} {verb} first: {first.why}", 300)
+
+
+def missed_lines(record: RunRecord) -> list[str]:
+    """What the user's kill found from here on a node whose sentinel had reported it
+    clean (launch/userkill.py's sweep): the coordinator's account above is then wrong."""
+    out = []
+    for h in record.history:
+        nodes = h.get("nodes") if h.get("what") == MISSED_NOTE else None
+        for node, pids in sorted(nodes.items()) if isinstance(nodes, dict) else ():
+            pids = [p for p in pids if type(p) is int] if isinstance(pids, list) else []
+            out.append(
+                f"  {_text(node, 64)}'s sentinel reported it clean, yet the kill's sweep from "
+                f"this machine found {len(pids)} process(es) of the job there "
+                f"({' '.join(map(str, pids[:8]))}) and stopped them"
+            )
+    return out
 
 
 def _kill_text(res: Any) -> str:
