@@ -40,8 +40,9 @@ if ! mntui_coord_alive; then echo COORD gone; exit 0; fi
 # a coordinator that wrote nothing for STALE seconds is stopped or stuck: not asked
 at=$(stat -c %Y "$d/coord/status.json" 2>/dev/null || echo 0)
 if [ $(($(date +%s) - at)) -gt {int(STALE)} ]; then echo COORD stale; exit 0; fi
-printf '%s' {body} >"$d/coord/kill.tmp" &&
-  mv -f "$d/coord/kill.tmp" "$d/coord/kill" && echo COORD asked
+# a file of its own (mktemp: created new, never a FIFO or a link the job put there)
+t=$(mktemp "$d/coord/.kill.XXXXXX") && printf '%s' {body} >"$t" &&
+  mv -f "$t" "$d/coord/kill" && echo COORD asked
 """
 
 
