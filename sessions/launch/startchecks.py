@@ -84,7 +84,8 @@ def preflight(cfg: JobConfig, cluster: Cluster) -> GroupResult[Preflight]:
             parse_sentinel_python(text) if watched else None,
         )
 
-    return cluster.map(one)
+    # the job's own nodes: a doctor's pair runs on two of the cluster it was given
+    return cluster.map(one, [n.name for n in cfg.nodes])
 
 
 def ready_script(cfg: JobConfig, np: NodePlan) -> str:

@@ -138,8 +138,10 @@ class SlowWatch:
         for node in self.episodes.see(rates, now, cfg.slow_fraction, cfg.slow_after):
             rate = rates.get(node)
             median = statistics.median(r for r in rates.values() if r is not None)
+            layout = list(self.board.layout)  # one reference, swapped whole by chain.py
+            where = f" (node rank {layout.index(node)})" if node in layout else ""
             line = (
-                f"{node} is slow: below {cfg.slow_fraction:g}x the median step rate for "
+                f"{node} is slow{where}: below {cfg.slow_fraction:g}x the median step rate for "
                 f"{cfg.slow_after:g}s ({rate or 0.0:.2f} steps/s, the median {median:.2f})"
             )
             self.board.journal("slow", node, line=line)

@@ -95,7 +95,12 @@ def blame(board: Board, kill: dict[str, Any], t: NodeTrigger | None) -> NodeCaus
         hung = next((c for c in causes if c.node == t.node), None)
         why = one_line(t.why, firstfail.MAX_TEXT)
         return replace(hung, rank=None, cause=None, summary=why, secondary=False) if hung else None
-    return firstfail.first_failure(causes, t.node if t is not None else None)
+    first = firstfail.first_failure(causes, t.node if t is not None else None)
+    if first is None or t is None or first.node != t.node or first.summary or first.exit_code:
+        return first
+    # nothing in its log nor an exit: what the judge saw is the why (a straggler named
+    # by the wait samples, a node the rule found slow), not "no error in its log"
+    return replace(first, summary=one_line(t.why, firstfail.MAX_TEXT))
 
 
 def _verb(first: NodeCause, t: NodeTrigger) -> str:

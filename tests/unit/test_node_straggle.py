@@ -177,7 +177,9 @@ def test_a_node_slow_by_its_steps_is_journaled_not_killed(board: Board) -> None:
     board.steps.update({"n0": (100, 4.0), "n1": (40, 1.0)})
     assert slow.judge(0.0) == [] and slow.judge(6.0) == []
     journal = (Path(board.out) / "journal.jsonl").read_text()
-    assert '"kind": "slow"' in journal and "n1 is slow: below 0.5x the median" in journal
+    assert (
+        '"kind": "slow"' in journal and "n1 is slow (node rank 1): below 0.5x the median" in journal
+    )
 
 
 def test_the_coordinators_finding_is_the_reports() -> None:
@@ -305,3 +307,21 @@ def test_a_webhook_notifications_fate_and_a_workers_respawn_read_as_what_happene
     assert _event(sent) == "the webhook notification: sent"
     assert _event(failed) == "the webhook notification: failed (connection refused)"
     assert _event(again) == "n1's sentinel died and was started again"
+
+
+def test_a_straggler_torn_down_is_the_attempts_why_not_a_clean_log(board: Board) -> None:
+    """A straggler's log has no error and no exit code: the attempt's first failure says
+    what the judge saw (the chain's end, the report's `attempt N ended` line), while a
+    node whose own log broke first still wins over the judge's why."""
+    from mntui.sessions.node.judging import NodeTrigger
+    from mntui.sessions.node.teardown import blame
+
+    why = "straggler: rank 1 (n1) waits 0 % of the time, the other 50 %: it holds the job"
+    t = NodeTrigger("n1", NodeState.RUNNING, why, "kill_all")
+    clean = {"at": None, "exit_code": None, "rank": None, "cause": None, "summary": None,
+             "secondary": False, "mistake": False}  # fmt: skip
+    first = blame(board, {"n0": {"cause": clean}, "n1": {"cause": clean}}, t)
+    assert first is not None and (first.node, first.why) == ("n1", why)
+    broke = dict(clean, at=1.0, exit_code=1, summary="RuntimeError: boom")
+    first = blame(board, {"n0": {"cause": broke}, "n1": {"cause": clean}}, t)
+    assert first is not None and (first.node, first.why) == ("n0", "RuntimeError: boom")
