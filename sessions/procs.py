@@ -59,8 +59,8 @@ def attempt_pattern(job: str, run: str, watch_run: str, node: str) -> str:
     """One attempt of a run on `node`, and nothing else: its processes (`<job>/<run>/
     <node>`, exactly) and its watchers, tagged with the run whose dir its coordinator
     writes in (`<job>/<watch_run>/<node>/sentinel|coord|guard`). A stop of an old attempt
-    (recover/mainswap.py) matches this, never `job_node_pattern`: a node already running
-    a later attempt of the same job keeps it, even if the stop was misjudged."""
+    (launch/kill.py's `only=`) matches this, never `job_node_pattern`: a node already
+    running a later attempt of the same job keeps it, even if the stop was misjudged."""
     j, r, w, n = (re.escape(x) for x in (job, run, watch_run, node))
     return f"{TAG_VAR}={j}/({r}/{n}|{w}/{n}/(sentinel|coord|guard))"
 

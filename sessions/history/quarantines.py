@@ -6,8 +6,7 @@ this version cannot read is skipped (and counted), never a traceback and never a
 wrongly let in or kept out forever. A quarantine ends by itself at `until`: an expired
 one is no quarantine, and the next write or listing removes its file (mntui made it).
 A launch asks `route_around`: a quarantined node is replaced by a spare by the rule the
-supervisor and the coordinator place with (node/placing.py, through `place_here`), or
-refused in one line.
+coordinator places with (node/placing.py, through `place_here`), or refused in one line.
 """
 
 from __future__ import annotations

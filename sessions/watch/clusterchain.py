@@ -16,7 +16,6 @@ first record noted for it), and a node the chain quarantined is quarantined here
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -189,7 +188,7 @@ def _move(
     rec.update(change)
 
 
-STEPS_EVERY = REFRESH  # seconds a live attempt's note may lag: the here-watchdog's cadence
+STEPS_EVERY = REFRESH  # seconds a live attempt's note may lag (stepclock.py's cadence)
 
 
 def _steps_due(rec: RunRecord, plain: dict[str, Any], final: bool) -> bool:
@@ -197,8 +196,8 @@ def _steps_due(rec: RunRecord, plain: dict[str, Any], final: bool) -> bool:
     fsynced rewrite of the whole record (~10 ms for 128 nodes, on every cold `status`)
     for a step count the board shows anyway (a look shows the fresh one: fresh_steps).
     An ended attempt's, any change but the last step's, and a last step STEPS_EVERY
-    later are written (the here-watchdog's cadence): the ledger of a live attempt lags
-    by at most that much, an ended one's is exact."""
+    later are written: the ledger of a live attempt lags by at most that much, an ended
+    one's is exact."""
     old = next((h for h in rec.history if h.get("what") == "steps"), None)
     if old is None:
         return True
@@ -234,32 +233,6 @@ def _status_steps(view: BoardView | None, run: str) -> object:
     attempt's clock (the ledger would count its training twice)."""
     status = view.status if view is not None else None
     return status.get("steps") if status is not None and status.get("run") == run else None
-
-
-def keep_steps(record: RunRecord, steps: Mapping[str, dict[str, Any]]) -> None:
-    """The clock a look read last (fresh_steps, by run id) written into its attempt's
-    record as final: a lost main leaves no later look, so the stand-by writes it before
-    it goes on, else the ledger would miss up to STEPS_EVERY of the attempt's training.
-    Judged on the record as it is on disk: a `status` since may have written a later
-    clock of the attempt, which stays."""
-    plain = steps.get(record.run_id)
-    if plain is None or not _steps_due(record, plain, final=True):
-        return
-
-    def change(r: RunRecord) -> None:
-        old = next((h for h in r.history if h.get("what") == "steps"), None)
-        if old is None or not _newer(old, plain):
-            note_plain(r, plain=plain)
-
-    record.update(change)
-
-
-def _newer(old: dict[str, Any], plain: dict[str, Any]) -> bool:
-    """Whether the written note is a later clock of the same attempt than `plain`."""
-    then, now = old.get("last_step_at"), plain.get("last_step_at")
-    if not isinstance(then, (int, float)) or not isinstance(now, (int, float)):
-        return False
-    return old.get("first_step_at") == plain.get("first_step_at") and then > now
 
 
 def _mark(rec: RunRecord, status: RunStatus, cause: str | None, why: str) -> None:
