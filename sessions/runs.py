@@ -267,22 +267,6 @@ def _locked(run_dir: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def lock_held(path: Path) -> bool:
-    """Whether a process holds `path`'s flock now (a watchdog its run's `watch.lock`, a
-    supervisor its chain's): a lock outlives no process, so a dead holder reads free."""
-    try:
-        fh = open(path)  # noqa: SIM115 - closed below
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        fh.close()
-    return False
-
-
 def _read(path: Path) -> RunRecord | None:
     try:
         return RunRecord.load(path)

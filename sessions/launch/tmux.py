@@ -48,11 +48,6 @@ def tiled_session_name(job: str) -> str:
     return f"mntui@all-{_job_part(job)}"
 
 
-def watch_session_name(job: str) -> str:
-    """The local session running `job`'s detached watchdog."""
-    return f"mntui@watch-{_job_part(job)}"
-
-
 def exact(session: str) -> str:
     return f"={session}"
 

@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from .postmortem import report_now as report_now
     from .postmortem import save as save
     from .postmortem import saved_report as saved_report
-    from .postmortem import try_report as try_report
     from .snapshot import Shown as Shown
     from .snapshot import answer as answer
     from .snapshot import saved_cause as saved_cause

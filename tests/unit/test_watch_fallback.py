@@ -20,7 +20,8 @@ from mntui.sessions.launch.plan import build_plan, run_record
 from mntui.sessions.launch.sentinelship import parse_python
 from mntui.sessions.launch.startchecks import preflight_script
 from mntui.sessions.runs import RunStatus
-from mntui.tui.cli.runheader import here_line, status_header, watched_from
+from mntui.sessions.watch.reading import UNWATCHED_LINE, Reading, reading
+from mntui.tui.cli.runheader import status_header, unwatched_line
 
 CFG = "job: j\nnodes: [n0, n1]\ncommand: python train.py\nwatch: {where: %s}\n"
 
@@ -75,22 +76,19 @@ def test_the_preflight_asks_the_bare_python3_only_for_the_cluster(tmp_path: Path
     assert _preflight_python(CFG % "cluster", f"{tmp_path}:/usr/bin:/bin") is None
 
 
-def test_status_says_which_way_a_run_is_watched() -> None:
+def test_status_says_how_a_run_is_watched() -> None:
+    """By the cluster, or by nothing (issue 37: no watch runs on this machine): a live
+    unwatched run says so in one line, an ended one does not."""
     cfg = parse_config(CFG % "cluster")
     cluster = run_record(build_plan(cfg, "r1", "10.0.0.1"), "job.yaml")
     cluster.watch_port, cluster.status = cfg.watch_port, RunStatus.RUNNING
-    assert watched_from(cluster) == "cluster" and here_line(cluster) == ""
+    assert reading(cluster) is Reading.CLUSTER and unwatched_line(cluster) == ""
     here = run_record(build_plan(cw.watched_here(cfg), "r2", "10.0.0.1"), "job.yaml")
     here.status = RunStatus.RUNNING
-    here.note(cw.HERE_NOTE, why="node1: no python3 3.9 or later\x1b[2J")
-    line = here_line(here)
-    assert line == (
-        "watched from this machine: keep it on "
-        "(the cluster cannot watch it: node1: no python3 3.9 or later)"
-    ), line
+    assert reading(here) is Reading.UNWATCHED and unwatched_line(here) == UNWATCHED_LINE
+    assert UNWATCHED_LINE in status_header(here, "") and "\n" not in UNWATCHED_LINE
     here.status = RunStatus.FINISHED
-    assert here_line(here) == "" and watched_from(here) == "this machine"
-    assert "watched from" not in status_header(here, "")
+    assert unwatched_line(here) == "" and "unwatched" not in status_header(here, "")
 
 
 def test_auto_is_the_default_and_the_cluster_watches_what_it_can() -> None:
