@@ -153,14 +153,18 @@ def save_reports(
     """Each attempt `due` gets its report built and saved (report/endreport.py); how
     many were. One that cannot be built is logged and tried again at the next look."""
     from mntui.sessions.errors import log_exception
-    from mntui.sessions.report.endreport import build_saved, changes_of
+    from mntui.sessions.report.endreport import build_saved, changes_of, progress_of
 
     journal = view.journal if view is not None else ()
     saved = 0
     for rec, e in due(record, view):
         try:
             changes = changes_of(journal, rec.run_id, [n.node for n in rec.nodes])
-            build_saved(cfg, rec, cluster, e, changes)
+            ranks = {n.node: n.rank for n in rec.nodes}
+            ended = e.get("ended_at")
+            until = float(ended) if isinstance(ended, (int, float)) else None
+            progress = progress_of(journal, rec.run_id, ranks, until)
+            build_saved(cfg, rec, cluster, e, changes, progress)
             saved += 1
         except Exception as exc:  # never a verb that fails for its report
             log_exception(f"report of {rec.job} {rec.run_id}", exc)

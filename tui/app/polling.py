@@ -43,6 +43,7 @@ class Polling(Streaming):
     obs: Observations
     pace: Pace
     progress_line: str
+    asked_run: str | None = None  # the run whose record the last restart's sync looked for
 
     def attach_run(self, record: RunRecord) -> None:
         """Start showing `record`: through its coordinator's stream, or by our polls."""
@@ -185,6 +186,36 @@ class Polling(Streaming):
         self.splitters = {n: LineSplitter() for n in self.views}
         self.attach_run(newest)
         return True
+
+    def restarted(self, run: str | None) -> None:
+        """The stream's board is of another run than the one shown: the coordinator
+        restarted the job. The records are synced from its board as `status` syncs them
+        (watch/mirror.py), once a run, and the app shows the new attempt's record; the
+        stream goes on (the same coordinator)."""
+        rec = self.record
+        if rec is None or run is None or run in (rec.run_id, self.asked_run):
+            return
+        self.asked_run = run
+        self.sync_attempt(rec, run, self.generation)
+
+    @work(thread=True, group="sync", exit_on_error=False)
+    def sync_attempt(self, record: RunRecord, run: str, generation: int) -> None:
+        from mntui.sessions.runs import load_run
+        from mntui.sessions.watch.mirror import read_main, sync
+
+        assert self.cluster is not None
+        sync(record, read_main(record, self.cluster))
+        newest = load_run(record.job, run)
+        if newest is not None and newest.chain == (record.chain or record.run_id):
+            self.call_from_thread(self.show_attempt, newest, generation)
+
+    def show_attempt(self, record: RunRecord, generation: int) -> None:
+        if generation != self.generation or self.cluster is None:
+            return
+        self.record = record
+        self.poller = Poller(record, self.cluster)  # the one direct read after the end
+        self.log_event(f"attempt {record.attempt + 1}: following run {record.run_id}")
+        self.draw("header", self.refresh_header)
 
     def note_progress(
         self, progress: Mapping[str, NodeProgress] | None, summary: str | None

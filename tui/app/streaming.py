@@ -70,6 +70,9 @@ class Streaming(Panes):
     def follow_chain(self) -> bool:
         raise NotImplementedError
 
+    def restarted(self, run: str | None) -> None:
+        raise NotImplementedError
+
     def streams(self, record: RunRecord) -> bool:
         """A live run the cluster watches: followed through its coordinator."""
         return by_cluster(record) and record.status.is_live
@@ -189,6 +192,7 @@ class Streaming(Panes):
         if not stale:  # an earlier attempt's layout must not move the panes back
             self.fit_panes(news.ranks, f"the attempt of run {news.run or '?'}")
             self.feed_first = news.first  # the header names it, as status and report do
+            self.restarted(news.run)
         for node, snap in news.snaps.items():
             view = self.views.get(node)
             if view is None:
