@@ -110,7 +110,7 @@ class Cpu:
 async def phase(
     fc: FakeCluster, cfg: Path, job: str, stream: bool, window: float
 ) -> dict[str, object]:
-    app = Counted(load_config(cfg), watchdog=False, stream=stream)
+    app = Counted(load_config(cfg), stream=stream)
     async with app.run_test(size=(200, 60)) as pilot:
         end = time.monotonic() + WARMUP
         while min(len(app.snaps), len(app.logs)) < len(app.views) and time.monotonic() < end:

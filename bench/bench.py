@@ -276,7 +276,7 @@ def app_scale(ticks: int, nodes: int = 64, table: bool = False) -> dict[str, flo
 
     async def go() -> None:
         nonlocal cpu
-        app = MntuiApp(cfg, poll=False, watchdog=False)
+        app = MntuiApp(cfg, poll=False)
         async with app.run_test(size=(200, 60)) as pilot:
             if app.table_mode != table:
                 await pilot.press("t")

@@ -47,7 +47,7 @@ def record() -> RunRecord:
 
 async def shoot(name: str, size: tuple[int, int], keys: tuple[str, ...], out: Path) -> None:
     cfg = parse_config(CONFIG, "mntui.yaml")
-    app = MntuiApp(cfg, record=record(), poll=False, watchdog=False)
+    app = MntuiApp(cfg, record=record(), poll=False)
     async with app.run_test(size=size) as pilot:
         snaps = {
             n: h100_node(n, r, step=PROGRESS.get(n, (0, 0))[0] - 11, reachable=n != "g381")[0]
