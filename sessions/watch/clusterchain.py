@@ -169,7 +169,7 @@ def _move(
     elif end.get("state") == "finished":
         status = RunStatus.FINISHED
     else:
-        status = RunStatus.TORN_DOWN if end.get("culprit") else RunStatus.FAILED
+        status = RunStatus.TORN_DOWN if _torn_down(e, end) else RunStatus.FAILED
     if not (rec.status.is_live or _overtaken(rec, e)) or rec.status is status:
         return  # as the chain says already: no rewrite of the record on each look
 
@@ -233,6 +233,14 @@ def _status_steps(view: BoardView | None, run: str) -> object:
     attempt's clock (the ledger would count its training twice)."""
     status = view.status if view is not None else None
     return status.get("steps") if status is not None and status.get("run") == run else None
+
+
+def _torn_down(e: dict[str, Any], end: dict[str, Any]) -> bool:
+    """The coordinator decided the attempt's end (a teardown); one that failed by itself
+    (`on_failure: notify`, or every node gone at once) has a culprit too, its first
+    failure, and is `failed`. A chain.json without `kind` (before issue 37): its culprit."""
+    kind = e.get("kind")
+    return kind == OutcomeKind.TEARDOWN if kind is not None else bool(end.get("culprit"))
 
 
 def _mark(rec: RunRecord, status: RunStatus, cause: str | None, why: str) -> None:
