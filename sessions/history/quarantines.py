@@ -169,8 +169,8 @@ def refusal(stop: str, q: Quarantine, more: int = 0) -> str:
 
 def route_around(cfg: JobConfig, now: float | None = None) -> tuple[JobConfig, list[str]]:
     """`cfg` with each quarantined node replaced by a spare, by placing.place as the
-    supervisor and the coordinator place (a spare not quarantined, not in use, that runs
-    as many processes: another count would change the world size), and its lines;
+    coordinator places (a spare not quarantined, not in use, that runs as many
+    processes: another count would change the world size), and its lines;
     LaunchError, one line, when none fits one."""
     held = active_quarantines(now)
     if not any(n.name in held for n in cfg.nodes):

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 #   node session  <job'>-<node'>  job' = job with '-' -> '+', node' = node with '.' -> ','
 #                 (a character outside the names' alphabets -> its UTF-8 bytes as %XX)
 #   tiled view    mntui@all-<job'>
-#   watchdog      mntui@watch-<job'>
 # job' has no '-', so the first '-' splits a node session; '+', ',' and '%' appear only
 # as codes; '@' appears only in mntui's own sessions, which differ in their fixed prefix.
 # The common case reads as before: job `qwen`, node `g369` -> `qwen-g369`.

@@ -64,8 +64,10 @@ class NodeCause:
     def troubled(self) -> bool:
         """It broke: an error in its log, or an end that is no clean exit (a node that
         exited 0 first, its peer failing after, finished: it is no failure)."""
-        return self.summary is not None or bool(self.exit_code) or (
-            self.at is not None and self.exit_code is None
+        return (
+            self.summary is not None
+            or bool(self.exit_code)
+            or (self.at is not None and self.exit_code is None)
         )
 
     @property

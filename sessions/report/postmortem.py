@@ -1,4 +1,4 @@
-"""Turning what the watchdog saw, and what the nodes still hold, into a saved report.
+"""Turning what a look saw, and what the nodes still hold, into a report.
 
 The order matters: stacks of hung ranks are taken before the kill (they exist only
 while the processes do), the kill is not delayed by more than the capture budget,

@@ -3,10 +3,9 @@ its next contact.
 
 Why: `history`, the ledger, `status` and `report` read run records; the coordinator
 restarts while this machine may be asleep, so a restart has no record here until the
-manager reads `coord/chain.json`. Each attempt the coordinator started gets the record
-the supervisor would have written (its run id chosen at launch, its chain, its number,
-the earlier attempts' ends), and each attempt's end moves its record as the supervisor
-moves it (`restarting`, then `torn-down`, `failed`, `finished` or `gave-up`). A record
+manager reads `coord/chain.json`. Each attempt the coordinator started gets a record
+(its run id, its chain, its number, the earlier attempts' ends), and each attempt's end
+moves its record (`restarting`, then `torn-down`, `failed`, `finished` or `gave-up`). A record
 already ended here (a user's kill) keeps its ending. An attempt's record has the nodes
 the chain says it ran on (a spare swapped in takes its rank, reached at the host the
 first record noted for it), and a node the chain quarantined is quarantined here too

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["CLAIMS", "Channel", "due", "send_missed"]
 
 CLAIMS = "notified"  # in the chain's local dir: one file per notice and channel sent
-DRAIN = 10.0  # seconds a contact waits for what it sends, at most (as a supervisor's end)
+DRAIN = 10.0  # seconds a contact waits for what it sends, at most
 
 
 class Channel(StrEnum):

@@ -147,7 +147,7 @@ def cmd_app(args: argparse.Namespace) -> int:
 
 def cmd_status(cfg: JobConfig, args: argparse.Namespace) -> int:
     """No recorded run of the job is nothing running (exit 3), not a usage error; a
-    record that is there but cannot be read is no proof of that (the watchdog reads it
+    record that is there but cannot be read is no proof of that (every verb reads it
     as unknown too): that is said, exit 1."""
     from mntui.sessions.errors import state_dir
     from mntui.sessions.runs import latest

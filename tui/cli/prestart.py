@@ -114,6 +114,8 @@ def main_of(job: str) -> tuple[str, str] | None:
     """(node, host) of the main of the job's latest run when the cluster watches it,
     from its record read raw (the command reads it again, checked, before it takes the
     connection)."""
+    from mntui.sessions.watch.reading import raw_by_cluster  # no records' module: raw
+
     base = state_dir() / job
     try:
         run = (base / "latest").read_text().strip()
@@ -123,9 +125,9 @@ def main_of(job: str) -> tuple[str, str] | None:
             data = json.loads(f.read(RECORD_MAX))
     except (OSError, ValueError, RecursionError):
         return None
-    nodes = data.get("nodes") if isinstance(data, dict) else None
-    if not isinstance(nodes, list) or not nodes or type(data.get("watch_port")) is not int:
+    if not isinstance(data, dict) or not raw_by_cluster(data):
         return None
+    nodes = data["nodes"]
     # RunRecord.main's rule, on the raw record: the rank-0 node, else the first
     main = next((n for n in nodes if isinstance(n, dict) and n.get("rank") == 0), nodes[0])
     if not isinstance(main, dict):
