@@ -8,8 +8,8 @@ nodes updating every second).
 One cluster-watched launch (`watch.where: cluster`, the stdlib job printing `step N` at
 10 Hz on every node), then the headless app (Textual's run_test, 200x60) shown that run
 twice, in turn: once following the coordinator's stream (one ssh to the main), once with
-the stream turned off, as the app was before it: no agent answers, so it polls every node
-each `watch.interval`. Each phase waits until every pane has had a snapshot and a log
+the stream turned off, as the app was before it: it polls every node each
+`watch.interval`. Each phase waits until every pane has had a snapshot and a log
 read (and 2 s more: a pane's first read is its backlog, not the pace), then counts
 for `--window` seconds: each pane's snapshot updates and log updates (chunks with bytes)
 a second, the log lines it got, the Poller's rounds, and the manager's CPU: this
@@ -110,7 +110,7 @@ class Cpu:
 async def phase(
     fc: FakeCluster, cfg: Path, job: str, stream: bool, window: float
 ) -> dict[str, object]:
-    app = Counted(load_config(cfg), watchdog=False, stream=stream)
+    app = Counted(load_config(cfg), stream=stream)
     async with app.run_test(size=(200, 60)) as pilot:
         end = time.monotonic() + WARMUP
         while min(len(app.snaps), len(app.logs)) < len(app.views) and time.monotonic() < end:

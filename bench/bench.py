@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 
-from benchlib import isolate, job_config, make_tree, pdsh  # noqa: E402
+from benchlib import job_config, make_tree, pdsh  # noqa: E402
 from fakecluster import FakeCluster  # noqa: E402
 
 from mntui.sessions.config.jobconfig import parse_config  # noqa: E402
@@ -85,7 +85,7 @@ def cold_start(reps: int) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {"python -c pass": [], "import mntui CLI (headless)": []}
     check = (
         "import sys, mntui.tui.cli.entry, mntui.tui.cli.views, mntui.sessions.poll.poller, "
-        "mntui.sessions.watch.watchdog; "
+        "mntui.sessions.watch.mirror; "
         "assert 'textual' not in sys.modules, 'textual imported on a headless path'"
     )
     for _ in range(reps):
@@ -276,7 +276,7 @@ def app_scale(ticks: int, nodes: int = 64, table: bool = False) -> dict[str, flo
 
     async def go() -> None:
         nonlocal cpu
-        app = MntuiApp(cfg, poll=False, watchdog=False)
+        app = MntuiApp(cfg, poll=False)
         async with app.run_test(size=(200, 60)) as pilot:
             if app.table_mode != table:
                 await pilot.press("t")
@@ -373,10 +373,7 @@ def main() -> int:
     )
     ap.add_argument("--sync-nodes", type=int, default=0, help="nodes of the sync run (0: skip)")
     ap.add_argument("--sync-mb", type=int, default=50, help="MB of random files the sync copies")
-    _agent_args(ap)
     args = ap.parse_args()
-    if args.cold or args.faults:
-        return agent_main(args)
     nodes = args.nodes or ("8,32" if args.transports else "1,8,32,64")
     counts = [int(x) for x in nodes.split(",") if x.strip() and int(x) > 0]
     root = Path(tempfile.mkdtemp(prefix="mntui-bench-", dir=os.path.expanduser("~")))
@@ -414,51 +411,6 @@ def main() -> int:
     )
     print(f"mntui benchmark, {meta['date']}, {meta['machine']}, {args.reps} repetitions\n")
     print(table)
-    return 0
-
-
-# -- the run's agent (issue 13): cold commands and fault reaction, in agentbench.py ----
-
-
-def _agent_args(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--cold", default="", help="node counts for the cold-command rows, e.g. 8,32")
-    ap.add_argument("--cold-reps", type=int, default=5)
-    ap.add_argument("--faults", type=int, default=0, help="faults of each kind (0: skip)")
-    ap.add_argument("--fault-kinds", default="launcher,rank-exit,frozen,unreachable")
-
-
-def agent_main(args: argparse.Namespace) -> int:
-    import agentbench
-
-    root = Path(tempfile.mkdtemp(prefix="mntui-agentbench-", dir=os.path.expanduser("~")))
-    isolate(root)
-    cold = {}
-    for n in [int(x) for x in args.cold.split(",") if x]:
-        print(f"== cold commands, N={n}", file=sys.stderr, flush=True)
-        cold[n] = agentbench.cold_n(root, n, args.cold_reps)
-    faults: dict[str, list[float]] = {}
-    decided: dict[str, list[float]] = {}
-    if args.faults:
-        print("== faults", file=sys.stderr, flush=True)
-        faults, decided = agentbench.faults(root, args.faults, args.fault_kinds.split(","))
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    load = os.getloadavg()
-    (Path(args.out) / f"agent-{stamp}.json").write_text(
-        json.dumps(
-            {
-                "date": time.strftime("%Y-%m-%d"),
-                "cold": cold,
-                "faults": faults,
-                "decided": decided,  # fault -> the watchdog's teardown line, per kind
-                "load_at_end": load,
-            },
-            indent=2,
-        )
-    )
-    print(agentbench.table(cold, faults, decided))
-    print(f"\nload average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    shutil.rmtree(root, ignore_errors=True)
     return 0
 
 

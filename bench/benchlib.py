@@ -1,7 +1,7 @@
 """What the benchmarks share: the fake cluster's idle job, pdsh (the baseline of every
 fan-out row), a source tree of random files, a campaign's own state and tmux server,
-and a deadline. Its own module, so bench.py,
-agentbench.py and syncbench.py import it and not each other.
+and a deadline. Its own module, so bench.py, hangs_run.py, chaos_job.py and syncbench.py
+import it and not each other.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ command: >-
   print('up', flush=True); time.sleep(3600)" {{node_rank}}
 launch: {{ready_timeout: 60}}
 kill: {{grace: 2}}
-watch: {{where: here}}
+watch: {{where: here}}  # no watch at all: what is measured is the poll's own cost
 ssh: {{config: {fc.ssh_config}, connect_timeout: 10}}
 """
 
@@ -59,7 +59,7 @@ def make_tree(root: Path, mb: int, file_kb: int = 50) -> list[Path]:
 
 
 def isolate(root: Path) -> None:
-    """Run records and the supervisors' local tmux server of a bench are its own. A bench
+    """Run records and the local tmux server of a bench are its own. A bench
     started with SIGINT ignored (`nohup ... &`) would pass that on to the `mntui` it
     starts (chaos's Ctrl+C faults) and could not be stopped itself: handle it."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:

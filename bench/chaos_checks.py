@@ -28,18 +28,12 @@ TERMINAL = frozenset(
         RunStatus.ABORTED,
     }
 )
-# The line `mntui status` must print once the chain's supervisor died (issue 18): it names
-# the supervisor (or watchdog) and says it is gone. The exact words are the lead's; this
-# accepts any of them.
-ORPHAN_LINE = re.compile(
-    r"(?im)^.*\b(supervisor|watchdog)\b.*\b(died|dead|gone|killed|not running|orphan\w*)\b.*$"
-)
 MNTUI_HOME = ".mntui"  # a node's run dirs live in ~/.mntui/runs/<job>/<run>/<node>
 
 
 @dataclass(frozen=True)
 class Violation:
-    invariant: str  # processes, ports, sessions, chain, restart, orphan-line, files, ...
+    invariant: str  # processes, ports, sessions, chain, restart, files, decision, ...
     node: str | None
     detail: str
     phase: str = ""  # when it was seen: "at the end", "after mntui kill", ...
@@ -74,29 +68,6 @@ def check_run_processes(job: str, run_id: str, nodes: Iterable[str]) -> list[Vio
     return out
 
 
-def check_teardown_nodes(record: RunRecord) -> list[Violation]:
-    """The watchdog's teardown of `record` killed on the nodes the attempt ran on, each
-    of them, and on no other (a quarantined node instead of the spare that took its
-    place). A run with no teardown note passes: whether one was due is the caller's."""
-    note = next((h for h in record.history if h.get("what") == "watchdog-teardown"), None)
-    if note is None:
-        return []
-    results = note.get("results")
-    reached = set(results) if isinstance(results, dict) else set()
-    ran = {n.node for n in record.nodes}
-    where = f"attempt {record.attempt} (run {record.run_id}, on {','.join(sorted(ran))})"
-    out = [
-        Violation("teardown", n, f"the teardown of {where} never killed on it; it killed on "
-                  f"{','.join(sorted(reached)) or 'no node'}")
-        for n in sorted(ran - reached)
-    ]  # fmt: skip
-    out += [
-        Violation("teardown", n, f"the teardown of {where} killed on it, a node it does not run on")
-        for n in sorted(reached - ran)
-    ]
-    return out
-
-
 def check_quarantined_out(record: RunRecord, held: Mapping[str, float]) -> list[Violation]:
     """`held`: node -> when it was quarantined. An attempt created after a node's
     quarantine does not run on it (a spare takes its place, or the launch refuses)."""
@@ -122,7 +93,7 @@ def user_kill_at(records: Sequence[RunRecord]) -> float | None:
 
 def check_kill_recorded(records: Sequence[RunRecord], since: float) -> list[Violation]:
     """A user's `mntui kill` at `since` left its word on the chain (a note, or the run
-    killed): a supervisor deciding on the chain afterwards reads it there."""
+    killed)."""
     at = user_kill_at(records)
     if at is not None and at >= since:
         return []
@@ -174,7 +145,7 @@ def check_sessions(found: Mapping[str, Sequence[str]]) -> list[Violation]:
 
 def check_chain(records: Sequence[RunRecord]) -> list[Violation]:
     """The chain ended: its latest attempt in a terminal state, every earlier one terminal
-    or `restarting` with a later attempt after it (what the supervisor leaves). Called with
+    or `restarting` with a later attempt after it (a restart's). Called with
     no record only where the fault's launch recorded a run (a Ctrl+C before the record
     leaves none, by design: start.py records a run once its nodes are reached and checked)."""
     if not records:
@@ -209,15 +180,6 @@ def check_no_restart_after(
             f"{r.created_at - since:.1f}s after {what}",
         )
         for r in late
-    ]
-
-
-def check_orphan_line(status_text: str) -> list[Violation]:
-    if ORPHAN_LINE.search(status_text):
-        return []
-    head = " | ".join(status_text.strip().splitlines()[:2])[:160]
-    return [
-        Violation("orphan-line", None, f"`mntui status` does not say the supervisor died: {head}")
     ]
 
 

@@ -1,13 +1,10 @@
-"""The chaos campaign's job: its config, the CLI run on it, its chain of runs, waits with
+"""The chaos campaign's job: its config, the CLI run on it, its run records, waits with
 deadlines, and the cleanup by tag after each fault.
 
 The job is tests/jobs/faulty_train.py under real torchrun (gloo, CPU, one rank a node) on
-the first nodes of the fake cluster; the last node is the spare. A profile says how the
-chain may go on after a failure: `plain` (no restart), `restart` (up to 2, a spare
-listed), `spare` (node1 breaks on the first two attempts, so attempt 2 runs on the spare). A
-fault may add to the restart policy (`restart.quarantine_after`) and to the config (a
-node's env); the quarantines a fault leaves (the state dir is the campaign's) are
-released after it.
+the first nodes of the fake cluster (the last is left out), watched by the cluster (the
+one profile, `cluster`: no restart, unless the kind needs one, chaos_attack.RESTARTS). The quarantines a fault leaves (the state dir is the
+campaign's) are released after it.
 """
 
 from __future__ import annotations
@@ -28,7 +25,7 @@ from benchlib import Deadline, torchrun_job
 from fakecluster import FakeCluster, alive, cmdline, free_port, pids_with_env, tagged
 
 from mntui.sessions.errors import state_dir
-from mntui.sessions.launch import session_name, watch_session_name
+from mntui.sessions.launch import session_name
 from mntui.sessions.runs import RunRecord, load_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,13 +35,9 @@ T = TypeVar("T")
 
 
 class Profile(StrEnum):
-    PLAIN = "plain"
-    RESTART = "restart"
-    SPARE = "spare"
     CLUSTER = "cluster"  # the watch on the cluster (issue 30): bench/chaos_cluster.py
 
 
-LOCAL = (Profile.PLAIN, Profile.RESTART, Profile.SPARE)  # the manager's own watchdog
 # unreachable_after 5, frozen_after 2; the cluster does not restart (restart.max 0)
 CLUSTER_WATCH = ("watch: {{where: cluster, port: {port}, capture_budget: 0, frozen_after: 2, "
                  "unreachable_after: 5}}")  # fmt: skip
@@ -69,33 +62,15 @@ def until(cond: Callable[[], T], timeout: float, dl: Deadline, interval: float =
         time.sleep(interval)
 
 
-def job_yaml(fc: FakeCluster, work: Path, job: str, profile: Profile, args: str,
-             backoff: float = 2, restart: str = "", extra: tuple[str, ...] = ()) -> str:  # fmt: skip
+def job_yaml(fc: FakeCluster, work: Path, job: str, args: str, restart: str = "") -> str:
     names = [n.name for n in fc.nodes]
-    nodes, spare = (names[:-1], names[-1]) if len(names) >= 3 else (names, None)
-    if profile is Profile.SPARE:
-        args = "--fail-if-env BREAK_HERE --fail-step 2 --how exit3 --fail-attempts 2 " + args
+    nodes = names[:-1] if len(names) >= 3 else names
     lines = [
         *torchrun_job(job, nodes, work, f"faulty_train.py --interval 0.3 --timeout 600 {args}"),
-        CLUSTER_WATCH.format(port=free_port())
-        if profile is Profile.CLUSTER
-        else "watch: {where: here, capture_budget: 0, frozen_after: 3, unreachable_after: 4}",
+        CLUSTER_WATCH.format(port=free_port()),
+        f"restart: {{{restart or 'max: 0'}}}",  # a kind's own (chaos_attack.RESTARTS)
+        f"ssh: {{config: {fc.ssh_config}, connect_timeout: 5}}",
     ]
-    if profile is Profile.CLUSTER:  # `restart`: the whole policy here (chaos_attack.RESTARTS)
-        lines.append(f"restart: {{{restart or 'max: 0'}}}")
-    elif profile is not Profile.PLAIN:
-        lines.append(
-            # backoff_max: every backoff as long as the first (no fault aims past it; a
-            # doubled one only made each chain's later attempts seconds slower)
-            f"restart: {{max: {3 if profile is Profile.SPARE else 2}, backoff: {backoff}, "
-            f"backoff_max: {backoff}"
-            f"{', ' + restart if restart else ''}}}"
-        )
-        lines += [f"spares: [{spare}]"] if spare else []
-    if profile is Profile.SPARE:
-        lines.append("overrides: {node1: {env: {BREAK_HERE: '1'}}}")
-    lines += extra
-    lines.append(f"ssh: {{config: {fc.ssh_config}, connect_timeout: 5}}")
     return "\n".join(lines) + "\n"
 
 
@@ -103,13 +78,13 @@ class Job:
     """One chain of runs of one job name (a fresh name per fault)."""
 
     def __init__(self, fc: FakeCluster, root: Path, job: str, profile: Profile, args: str = "",
-                 backoff: float = 2, restart: str = "", extra: tuple[str, ...] = ()) -> None:  # fmt: skip
-        self.fc, self.job, self.profile, self.backoff = fc, job, profile, backoff
+                 restart: str = "") -> None:  # fmt: skip
+        self.fc, self.job, self.profile = fc, job, profile
         work = root / "work"
         work.mkdir(exist_ok=True)
         shutil.copy(FAULTY, work / "faulty_train.py")
         self.cfg = root / f"{job}.yaml"
-        self.cfg.write_text(job_yaml(fc, work, job, profile, args, backoff, restart, extra))
+        self.cfg.write_text(job_yaml(fc, work, job, args, restart))
         self.port = int(re.search(r"master_port: (\d+)", self.cfg.read_text())[1])  # type: ignore[index]
         self.started: list[subprocess.Popen[bytes]] = []  # ours: killed by PID at the end
         self.stopped: list[int] = []  # SIGSTOPped sshd trees, SIGCONTed at the end
@@ -133,26 +108,6 @@ class Job:
         proc = subprocess.Popen([*CLI, "-c", str(self.cfg), *args], stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)  # fmt: skip
-        self.started.append(proc)
-        return proc
-
-    def armed(self, *args: str, log: Path) -> subprocess.Popen[bytes]:
-        """`mntui ARGS` with its imports done, waiting for a line on stdin: a user's command
-        that lands within milliseconds of the harness's cue (a fresh process takes most
-        of a second to start, longer than the windows some faults aim at)."""
-        argv = ["-c", str(self.cfg), *args]
-        code = (
-            "import sys\n"
-            "from mntui.tui.cli.entry import main\n"
-            "import mntui.sessions.agent, mntui.sessions.launch, mntui.sessions.ssh\n"
-            "import mntui.tui.cli.job_verbs\n"
-            "sys.stdout.write('armed\\n'); sys.stdout.flush()\n"
-            "sys.stdin.readline()\n"
-            f"sys.exit(main({argv!r}))\n"
-        )
-        out = open(log, "ab")  # noqa: SIM115 - the child's
-        proc = subprocess.Popen([sys.executable, "-c", code], stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.PIPE, start_new_session=True)  # fmt: skip
         self.started.append(proc)
         return proc
 
@@ -181,22 +136,6 @@ class Job:
         counts = [len(re.findall(r"(?m)^step \d+ ", self.log(rec, n.node))) for n in rec.nodes]
         return rec if all(c >= steps for c in counts) else None
 
-    def supervisor(self) -> int | None:
-        """The chain's `mntui watch` process: the PID in the chain's supervisor.lock (in
-        its first run's dir) or a run's watch.lock, if that process is alive and is a
-        `mntui watch` (PIDs are reused)."""
-        recs = self.records()
-        locks = [r.dir / "supervisor.lock" for r in recs[:1]]
-        for path in [*locks, *(r.dir / "watch.lock" for r in reversed(recs))]:
-            try:
-                pid = int(path.read_text().strip())
-            except (OSError, ValueError):
-                continue
-            line = cmdline(pid)
-            if alive([pid]) and "mntui.tui.cli" in line and " watch" in line:
-                return pid
-        return None
-
     def procs(self, rec: RunRecord, node: str, launcher: bool) -> list[int]:
         """Torchrun (launcher) or its workers of `rec` on `node`, by the run's tag."""
         pids = alive(pids_with_env(f"MNTUI_RUN={re.escape(f'{self.job}/{rec.run_id}/{node}')}"))
@@ -221,10 +160,6 @@ class Job:
                 found.append(f"our mntui pid {proc.pid}")
                 _signal(proc.pid, signal.SIGKILL)
                 proc.wait(10)
-        sup = self.supervisor()
-        if sup is not None:
-            found.append(f"supervisor {sup}")
-            _signal(sup, signal.SIGKILL)
         left = tagged(self.job)
         found += [f"{len(left)} tagged process(es)"] if left else []
         for pid in left:
@@ -234,8 +169,6 @@ class Job:
             for name in names:
                 found.append(f"session {name} on {node}")
                 self.fc.node(node).tmux("kill-session", "-t", f"={name}")
-        subprocess.run(["tmux", "kill-session", "-t", f"={watch_session_name(self.job)}"],
-                       capture_output=True)  # fmt: skip
         end = time.monotonic() + 10
         while tagged(self.job) and time.monotonic() < end:
             time.sleep(0.1)

@@ -7,8 +7,8 @@
 
 The job is stdlib (one python3 a node printing `step N` at 10 Hz; torch x 128 would
 measure the 2 cores). Each repetition runs every contender once, in turn: a cluster-
-watched run (`watch.where: cluster`) and the same job watched from here with its
-watchdog off (`--no-watch`: the direct path), against the floor, a fresh `ssh` to the
+watched run (`watch.where: cluster`) and the same job unwatched (`--no-watch`: the
+direct path), against the floor, a fresh `ssh` to the
 main node. After the first cluster launch of each N, a window (20 s) measures what the
 manager still spends (every process that inherited this bench's state dir, outside the
 fake nodes) and the sentinels' and the coordinator's CPU, from /proc.
@@ -77,7 +77,7 @@ TARGET = {ST_C: "≤ 1.5× floor", KILL_C_CLEAN: "≤ 1.5 s at 64"}
 
 def config(fc: FakeCluster, n: int, job: str, port: int, wport: int | None) -> str:
     nodes = ", ".join(f"node{i}" for i in range(n))
-    # today's path: the watch from this machine (`auto`, the default, would be the cluster's)
+    # the direct path: no watch (`auto`, the default, would be the cluster's)
     watch = f"watch: {{where: cluster, port: {wport}}}\n" if wport else "watch: {where: here}\n"
     return f"""job: {job}
 nodes: [{nodes}]

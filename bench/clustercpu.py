@@ -1,8 +1,8 @@
 """What a cluster-watched run costs while it runs, read from /proc (clusterbench's window).
 
 The manager is every process that inherited this bench's `XDG_STATE_HOME` (whatever
-`mntui` left behind: a watchdog, an agent, a supervisor) or carries the job's tag,
-outside the fake nodes: a fake node's processes carry `MNTUI_FAKE_NODE`, and its sshd
+`mntui` left behind: nothing, since issue 37, which is what it checks) or carries the
+job's tag, outside the fake nodes: a fake node's processes carry `MNTUI_FAKE_NODE`, and its sshd
 listener and connection processes (which inherited the bench's environment) sit under
 the listener's PID. The fake nodes share this machine's /proc, so the sentinels and the
 coordinator are read there too, by their own tag.

@@ -1,16 +1,16 @@
 """Hang campaign (issue 20): injected hangs on real sshd nodes with real torchrun, and
-whether the watchdog's report names the rank that hangs the job.
+whether the report of the cluster's teardown names the rank that hangs the job.
 
     .venv/bin/python bench/hangs.py --seed 20 --hangs 42
     .venv/bin/python bench/hangs.py --hangs 2 --kinds sleep,barrier --nodes 2
 
 Kinds (bench/hangs_run.py): one rank never reaches collective i, sleeping in "data
 loading" (`sleep`), busy-looping in Python (`busy`), waiting on a lock (`lock`), entering
-a barrier while the others all-reduce (`barrier`), SIGSTOPped (`sigstop`), or its node's
-sshd SIGSTOPped (`sshd-stop`). For each: was the culprit named right (the report's first
-culprit is exactly that rank on that node), seconds from the injection to the watchdog's
-decision and from the decision to report.txt (written while the kill runs; the kill's
-end completes it, a column of its own). A share of the stalls run with
+a barrier while the others all-reduce (`barrier`), or SIGSTOPped (`sigstop`). For each:
+was the culprit named right (the report's first culprit is exactly that rank on that
+node), seconds from the injection to the coordinator's decision, and from the decision
+to its evidence saved on the nodes (the sentinels' stacks, before the kill; the kill's
+end, a column of its own). A share of the stalls run with
 `stall_after: auto` (the learnt threshold, max(60 s, 10 × the step interval)): their
 decision must come within the threshold they learnt plus a second (a poll and the
 others' last step). A hang whose job never reached training (a loaded machine) is a

@@ -1,11 +1,13 @@
-"""One injected hang of bench/hangs.py: launch the job, hang one rank (or stop its node's
-sshd), wait for the watchdog's report, and score it.
+"""One injected hang of bench/hangs.py: launch the job, hang one rank, wait for the
+coordinator's decision and the report the first look after it saves, and score it.
 
 The job is tests/jobs/hang_train.py under real torchrun (gloo, CPU, one rank a node) on
-real sshd nodes (tests/fakecluster.py), watched by the detached watchdog `mntui launch
---no-ui` starts, with short watch settings so a hang takes seconds. In-job hangs (sleep,
-busy, lock, barrier) print `hang: <how> at <time>` just before; SIGSTOP and the stopped
-sshd are done here. Everything of the job is cleaned up by tag afterwards (chaos_job).
+real sshd nodes (tests/fakecluster.py), watched by the cluster (its sentinels and its
+coordinator, `mntui launch --no-ui`), with short watch settings so a hang takes
+seconds. In-job hangs (sleep, busy, lock, barrier) print `hang: <how> at <time>` just
+before; SIGSTOP is done here. (A node's sshd stopped is no hang to the cluster's watch:
+only this machine loses the node.) Everything of the job is cleaned up by tag
+afterwards (chaos_job).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from benchlib import Deadline, torchrun_job
-from fakecluster import FakeCluster, alive, cmdline, pids_with_env, process_tree, tagged
+from fakecluster import FakeCluster, alive, cmdline, free_port, pids_with_env, tagged
 
 from mntui.sessions.errors import state_dir
 from mntui.sessions.runs import RunRecord, load_run
@@ -31,10 +33,11 @@ from mntui.sessions.runs import RunRecord, load_run
 REPO = Path(__file__).resolve().parents[1]
 JOB = REPO / "tests" / "jobs" / "hang_train.py"
 IN_JOB = ("sleep", "busy", "lock", "barrier")
-KINDS = (*IN_JOB, "sigstop", "sshd-stop")
+KINDS = (*IN_JOB, "sigstop")
 CLI = [sys.executable, "-m", "mntui.tui.cli"]
 INTERVAL = 0.3  # the job's sleep between steps
-STALL = 4  # watch.stall_after when not auto: seconds without output
+STALL = 10  # watch.stall_after when not auto: seconds without output (the sentinels judge
+# from the ranks' start: torch's init on a loaded machine outlasted 4 s)
 
 
 T = TypeVar("T")
@@ -73,11 +76,11 @@ class Result:
     job: str = ""  # the job's name: its run records are under the state dir by it
     named: bool = False  # the report's first culprit is exactly the injected rank and node
     named_as: str = ""
-    decided_s: float | None = None  # injection -> the watchdog's decision
-    report_s: float | None = None  # decision -> report.txt written (the kill may still run)
-    final_s: float | None = None  # decision -> the kill ended and the report completed with it
+    decided_s: float | None = None  # injection -> the coordinator's decision
+    report_s: float | None = None  # decision -> its evidence saved (the sentinels' stacks)
+    final_s: float | None = None  # decision -> the kill ended (decision.json's ended_at)
     capture_s: float | None = None  # stacks and Flight Recorder dumps, before the kill
-    kill_s: float | None = None  # the kill, between the capture and the report
+    kill_s: float | None = None  # the kill, after the capture
     threshold: float | None = None  # the stall threshold in force (auto: learnt)
     headline: str = ""
     error: str | None = None
@@ -93,8 +96,8 @@ def job_yaml(fc: FakeCluster, work: Path, job: str, plan: Plan) -> str:
     stall = "auto" if plan.auto else STALL
     return "\n".join([
         *torchrun_job(job, names, work, f"hang_train.py {args}"),
-        f"watch: {{where: here, stall_after: {stall}, on_stall: kill_all, frozen_after: 2,"
-        " unreachable_after: 4, interval: 0.5, capture_budget: 10}",
+        f"watch: {{where: cluster, port: {free_port()}, stall_after: {stall}, on_stall: kill_all,"
+        " frozen_after: 2, unreachable_after: 4, capture_budget: 10}",
         f"ssh: {{config: {fc.ssh_config}, connect_timeout: 5}}",
     ]) + "\n"  # fmt: skip
 
@@ -114,7 +117,6 @@ class HangRun:
         self.cfg = root / f"{self.job}.yaml"
         self.cfg.write_text(job_yaml(fc, work, self.job, plan))
         self.node = fc.nodes[plan.rank].name
-        self.stopped: list[int] = []
         self.out = Result(plan, self.job)
         self.harness = False  # the error was the harness's, before any hang
 
@@ -134,12 +136,24 @@ class HangRun:
             return None
         return load_run(self.job, run_id)
 
+    def run_dir(self, rec: RunRecord, node: str) -> Path:
+        return self.fc.node(node).home / ".mntui" / "runs" / self.job / rec.run_id / node
+
     def log(self, rec: RunRecord, node: str) -> str:
-        path = self.fc.node(node).home / ".mntui" / "runs" / self.job / rec.run_id / node
         try:
-            return (path / "output.log").read_text(errors="replace")
+            return (self.run_dir(rec, node) / "output.log").read_text(errors="replace")
         except OSError:
             return ""
+
+    def decision(self, rec: RunRecord) -> dict[str, Any] | None:
+        """The coordinator's decision on the main, once its kill ended (`ended_at`)."""
+        d = _read_json(self.run_dir(rec, rec.main.node) / "coord" / "decision.json")
+        return d if d is not None and "ended_at" in d else None
+
+    def saved(self, rec: RunRecord) -> dict[str, Any] | None:
+        """The report a look saves once the coordinator ended (watch/mirror.py)."""
+        self.mntui("report")
+        return _read_json(rec.dir / "report.json")
 
     def training(self, steps: int = 2) -> RunRecord | None:
         rec = self.record()
@@ -174,12 +188,7 @@ class HangRun:
                 raise RuntimeError(f"no worker on {self.node}")
             os.kill(pids[0], signal.SIGSTOP)
             return time.time()
-        sshd = self.fc.node(self.node).proc
-        assert sshd is not None
-        self.stopped = process_tree(sshd.pid)
-        for pid in self.stopped:
-            _signal(pid, signal.SIGSTOP)
-        return time.time()
+        raise RuntimeError(f"no such hang: {self.plan.kind}")
 
     def run(self, limit: float) -> Result:
         dl = Deadline(limit)
@@ -190,10 +199,13 @@ class HangRun:
             if rec is None:
                 raise HarnessError(f"the job never trained: {self.where()}")
             injected = self.inject(rec, dl)
-            report = until(lambda: _read_json(rec.dir / "report.json"), limit, dl, 0.2)
+            decision = until(lambda: self.decision(rec), limit, dl, 0.2)
+            if decision is None:
+                raise RuntimeError("no decision")
+            report = until(lambda: self.saved(rec), 60, dl, 0.5)
             if report is None:
                 raise RuntimeError("no report")
-            self.score(rec, report, injected)
+            self.score(rec, report, decision, injected)
         except Exception as exc:  # a harness failure: logged, cleaned up, next hang
             self.out.error = f"{type(exc).__name__}: {exc}"
             self.harness = isinstance(exc, HarnessError)
@@ -201,7 +213,9 @@ class HangRun:
             self.cleanup()
         return self.out
 
-    def score(self, rec: RunRecord, report: dict[str, Any], injected: float) -> None:
+    def score(
+        self, rec: RunRecord, report: dict[str, Any], decision: dict[str, Any], injected: float
+    ) -> None:
         out = self.out
         out.headline = str(report.get("headline", ""))
         culprits = report.get("culprits") or []
@@ -209,22 +223,34 @@ class HangRun:
         ranks, nodes = list(first.get("ranks", [])), list(first.get("nodes", []))
         out.named_as = f"ranks {ranks} nodes {nodes} ({first.get('role', 'none')})"
         out.named = ranks == [self.plan.rank] and nodes == [self.node]
-        end = until(lambda: _teardown_note(self.record()), 30, Deadline(40), 0.2)
-        if end is not None:
-            out.decided_s = float(end["decided_at"]) - injected
-            out.report_s = float(end["report_at"]) - float(end["decided_at"])
-            if isinstance(end.get("killed_at"), (int, float)):
-                out.final_s = float(end["killed_at"]) - float(end["decided_at"])
-            out.capture_s = end.get("stack_seconds")
-            out.kill_s = end.get("kill_seconds")
-        now = self.record()
-        notes = [h for h in (now.history if now else []) if h.get("what") == "stall-threshold"]
-        out.threshold = float(notes[-1]["seconds"]) if notes else None
+        decided = float(decision["decided_at"])
+        out.decided_s = decided - injected
+        out.final_s = float(decision["ended_at"]) - decided
+        took = [_read_json(self.run_dir(rec, n.node) / "stacks.json") for n in rec.nodes]
+        seconds = [float(t["seconds"]) for t in took if t and isinstance(t.get("seconds"), float)]
+        out.capture_s = max(seconds) if seconds else None
+        out.report_s = out.capture_s  # the evidence the report reads, saved before the kill
+        out.kill_s = out.final_s - out.capture_s if out.capture_s is not None else None
+        out.threshold = self.learnt(rec)
+
+    def learnt(self, rec: RunRecord) -> float | None:
+        """The stall threshold the coordinator journaled last (`stall_after: auto`)."""
+        try:
+            lines = (self.run_dir(rec, rec.main.node) / "coord" / "journal.jsonl").read_text()
+        except OSError:
+            return None
+        seen = None
+        for line in lines.splitlines():
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(e, dict) and e.get("kind") == "stall-threshold":
+                seen = e.get("data", {}).get("seconds")
+        return float(seen) if isinstance(seen, (int, float)) else None
 
     def cleanup(self) -> None:
-        for pid in self.stopped:
-            _signal(pid, signal.SIGCONT)
-        self.stopped = []
+        self.mntui("kill")  # the coordinator's too, if it still runs
         for pid in tagged(self.job):
             _signal(pid, signal.SIGCONT)
             _signal(pid, signal.SIGKILL)
@@ -232,21 +258,9 @@ class HangRun:
             for name in node.sessions():
                 if name.startswith(f"mntui-{self.job}") or self.job in name:
                     node.tmux("kill-session", "-t", f"={name}")
-        import subprocess
-
-        from mntui.sessions.launch import watch_session_name
-
-        subprocess.run(["tmux", "kill-session", "-t", f"={watch_session_name(self.job)}"],
-                       capture_output=True)  # fmt: skip
         end = time.monotonic() + 10
         while tagged(self.job) and time.monotonic() < end:
             time.sleep(0.1)
-
-
-def _teardown_note(rec: RunRecord | None) -> dict[str, Any] | None:
-    if rec is None:
-        return None
-    return next((h for h in rec.history if h.get("what") == "watchdog-teardown"), None)
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

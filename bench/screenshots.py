@@ -1,7 +1,7 @@
 """The app's screenshots for the docs, made by the app itself: `python bench/screenshots.py`.
 
 Textual exports what it draws as SVG; this feeds the app recorded 8-GPU data (the
-snapshot tests' tests/recorded.py) and a progress reading like a run's agent sends,
+snapshot tests' tests/recorded.py) and a progress reading like the cluster's stream sends,
 then saves docs/img/app.svg (the grid) and docs/img/table.svg. Run it after a change to
 what the app shows; tests/tui/test_screenshots.py runs it into a temporary directory.
 """
@@ -29,7 +29,7 @@ job: qwen-sft
 nodes: [g369, g375, g380, g381]
 nproc_per_node: 8
 command: torchrun train.py
-watch: {where: here, slow_after: 0.001}
+watch: {slow_after: 0.001}
 """
 NODES = ("g369", "g375", "g380", "g381")
 # (step, steps/s): g380 is a straggler; g381 does not answer.
@@ -41,13 +41,14 @@ def record() -> RunRecord:
     nodes = [NodeRecord(n, n, r, f"qwen+sft-{n}", "t", "d") for r, n in enumerate(NODES)]
     rec = RunRecord("qwen-sft", "20261124-081500-3fa9", "mntui.yaml", "g369", 29500, nodes)
     rec.status = RunStatus.RUNNING
+    rec.watch_port = 29501  # the cluster watches it: the header says so (no stream: poll=False)
     rec.created_at = time.time() - 3723
     return rec
 
 
 async def shoot(name: str, size: tuple[int, int], keys: tuple[str, ...], out: Path) -> None:
     cfg = parse_config(CONFIG, "mntui.yaml")
-    app = MntuiApp(cfg, record=record(), poll=False, watchdog=False)
+    app = MntuiApp(cfg, record=record(), poll=False)
     async with app.run_test(size=size) as pilot:
         snaps = {
             n: h100_node(n, r, step=PROGRESS.get(n, (0, 0))[0] - 11, reachable=n != "g381")[0]

@@ -3,8 +3,8 @@ what the sampling costs the job, and `doctor --pairs` naming a throttled node.
 
 `.venv/bin/python bench/stragglers.py` (the full bench, ~15 min on 2 cores); `--quick`
 for the suite's short version. Every run is a real straggler_train.py job (tests/jobs)
-on 2-4 fake sshd nodes, watched by a real Watchdog whose sampler dumps every rank with
-py-spy every SAMPLE_EVERY seconds. Slowdowns: one rank computes 1.3x, 2x or 4x longer per
+on 2-4 fake sshd nodes, watched by the cluster: each sentinel dumps its ranks with py-spy
+every SAMPLE_EVERY seconds and the coordinator names the suspect (node/slowness.py). Slowdowns: one rank computes 1.3x, 2x or 4x longer per
 step (the slow rank cycles through every rank position), clean runs none; and a node made
 slow for real: its sshd in a cgroup v1 `cpu` child with a CFS quota (tests/straggle.py),
 so the job's ranks there inherit it. A run ends a second after a suspect is named or
@@ -14,7 +14,6 @@ after LIMIT seconds. Prints a markdown table; writes bench/results/stragglers-<s
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import shutil
@@ -115,15 +114,12 @@ def step_rate(times: list[float], skip: float = 3.0) -> float | None:
 COST = {"off": 0.0, "every 1s": 1.0, "every 10s (default)": 10.0}
 
 
-def cost(
-    fake: FakeCluster, root: Path, reps: int, seconds: float
-) -> tuple[dict[str, list[float]], list[float]]:
+def cost(fake: FakeCluster, root: Path, reps: int, seconds: float) -> dict[str, list[float]]:
     """Clean 2-node runs with sampling off, every second (ten times the default's rate:
     a cost large enough to see on this host) and at the default, in ABBA order so that a
     drift of the host's load falls on every setting alike. Returns the step rates of
-    each setting, and the extra step time each round of the 1 s runs cost (round_cost)."""
+    each setting (the sentinels' rounds are not timed from here: no cost per round)."""
     rates: dict[str, list[float]] = {name: [] for name in COST}
-    per_round: list[float] = []
     for r in range(reps):
         order = list(COST.items())
         for name, every in order if r % 2 == 0 else order[::-1]:
@@ -136,32 +132,10 @@ def cost(
             rate = step_rate(times)
             if rate is not None:
                 rates[name].append(rate)
-            extra = round_cost(times, run.rounds or []) if every == 1.0 else None
-            if extra is not None:
-                per_round.append(extra)
-    return rates, per_round
+    return rates
 
 
-def round_cost(
-    times: list[float], rounds: list[tuple[float, float]], skip: float = 3.0
-) -> float | None:
-    """Seconds of training one sampling round costs, measured inside one run: the steps
-    whose interval overlaps a round, against the median step that overlaps none (the same
-    run, so the host's drift between runs does not enter), summed, per round."""
-    steps = [(a, b) for a, b in itertools.pairwise(times) if a >= times[0] + skip]
-    if not steps:
-        return None
-    hit = [any(a < e and s < b for s, e in rounds) for a, b in steps]
-    clear = [b - a for (a, b), h in zip(steps, hit, strict=True) if not h]
-    counted = [r for r in rounds if r[0] >= steps[0][0] and r[1] <= steps[-1][1]]
-    if len(clear) < 10 or not counted:
-        return None
-    base = statistics.median(clear)
-    extra = sum((b - a) - base for (a, b), h in zip(steps, hit, strict=True) if h)
-    return extra / len(counted)
-
-
-def cost_table(rates: dict[str, list[float]], per_round: list[float]) -> list[str]:
+def cost_table(rates: dict[str, list[float]]) -> list[str]:
     base = statistics.median(rates["off"]) if rates["off"] else None
     out = ["", "| sampling | runs | steps/s, median (min–max) | vs off |", "|---|---:|---:|---:|"]
     for name, xs in rates.items():
@@ -170,16 +144,6 @@ def cost_table(rates: dict[str, list[float]], per_round: list[float]) -> list[st
         med = statistics.median(xs)
         vs = f"{100 * (med / base - 1):+.1f} %" if base and name != "off" else ""
         out.append(f"| {name} | {len(xs)} | {med:.2f} ({min(xs):.2f}–{max(xs):.2f}) | {vs} |")
-    if per_round:
-        c = statistics.median(per_round)
-        out += [
-            "",
-            f"One round (py-spy on every rank, nvidia-smi) costs the job {1000 * c:.1f} ms of "
-            f"training (median of {len(per_round)} runs sampled every 1 s, "
-            f"{1000 * min(per_round):.1f}–{1000 * max(per_round):.1f} ms; steps that overlap "
-            f"a round against those that do not, in the same run): {100 * c / 1.0:.2f} % of "
-            f"the job at 1 s, {100 * c / 10.0:.2f} % at the default 10 s.",
-        ]
     return out
 
 
@@ -257,7 +221,7 @@ def main() -> int:
                     outs.append(one(fake, root, i, case, nodes, factor, limit))
                     print(outs[-1], flush=True)
                     i += 1
-            rates, per_round = ({}, []) if args.quick else cost(fake, root, 3, 20.0)
+            rates = {} if args.quick else cost(fake, root, 3, 20.0)
         if straggle.can_throttle() and not args.quick:
             for k in range(4):
                 outs.append(cgroup_run(root, 100 + k, 0.5))
@@ -271,7 +235,7 @@ def main() -> int:
         shutil.rmtree(root, ignore_errors=True)
     out = table(outs)
     if rates:
-        out += cost_table(rates, per_round)
+        out += cost_table(rates)
     if pairs:
         out += ["", "| doctor --pairs, 4 nodes | right | s | its line |", "|---|---|---:|---|"]
         for quota, line, took, right in pairs:
@@ -288,7 +252,6 @@ def main() -> int:
         data = {
             "outcomes": [o.__dict__ for o in outs],
             "rates": rates,
-            "cost_per_round_s": per_round,
             "pairs": [list(p) for p in pairs],
             "table": out,
         }

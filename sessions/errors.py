@@ -51,18 +51,9 @@ def state_dir() -> Path:
     return Path(base) / "mntui"
 
 
-def runtime_dir() -> Path:
-    """Where the agents' sockets live: $XDG_RUNTIME_DIR/mntui, or /tmp/mntui-<uid> where
-    there is none. Here, with state_dir, for whatever must know mntui's own places."""
-    base = os.environ.get("XDG_RUNTIME_DIR")
-    if base and os.path.isdir(base) and len(base) < 60:
-        return Path(base) / "mntui"
-    return Path(f"/tmp/mntui-{os.getuid()}")
-
-
 def private_dir(path: Path) -> Path:
-    """Create `path` (and parents) readable by the user alone: run records hold log lines,
-    the watchdog's lock and, later, the agent's socket."""
+    """Create `path` (and parents) readable by the user alone: run records hold log lines
+    and reports."""
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     if path.stat().st_mode & 0o077:
         path.chmod(0o700)

@@ -1,13 +1,12 @@
 """Reading JSON that this mntui may not have written, in the one shape its reader uses.
 
 A record or report may come from an older or newer mntui, a hand edit, or a disk that
-kept the syntax and lost the sense; the run records are read by every verb and by the
-watchdog, and the history reads every job's records inside the supervisor, between a
-teardown and its restart: one odd file must not stop either. So every value is taken
-here, once, in the shape its reader uses, or is missing (None); what comes out can be
-used without a further check. A number is finite
-and within 2**53 (a float() of 10**400 overflows, a localtime() of 1e17 fails, NaN and
-Infinity parse), and nesting deeper than the parser recurses is a file it cannot read.
+kept the syntax and lost the sense; the run records are read by every verb and the app,
+and the history reads every job's records: one odd file must not stop either. So every
+value is taken here, once, in the shape its reader uses, or is missing (None); what
+comes out can be used without a further check. A number is finite and within 2**53 (a
+float() of 10**400 overflows, a localtime() of 1e17 fails, NaN and Infinity parse), and
+nesting deeper than the parser recurses is a file it cannot read.
 """
 
 from __future__ import annotations

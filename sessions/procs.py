@@ -61,9 +61,9 @@ def kill_tags(job: str, node: str, only: tuple[str, str] | None = None) -> tuple
     kill (launch/kill.py): any run of the job (a leftover from last night's run is ours
     too), or with `only` = (run, the run whose dir its coordinator writes in) one attempt
     and nothing else: its processes (`<job>/<run>/<node>`, exactly) and its watchers
-    (`<job>/<watch_run>/<node>/sentinel|coord|guard`). A stop of an old attempt
-    (recover/mainswap.py) takes `only`: a node already running a later attempt of the
-    same job keeps it, even if the stop was misjudged."""
+    (`<job>/<watch_run>/<node>/sentinel|coord|guard`). A stop of one attempt takes
+    `only`: a node already running a later attempt of the same job keeps it, even if
+    the stop was misjudged."""
     j, n = re.escape(job), re.escape(node)
     run, watch = ("[^/]+", "[^/]+") if only is None else (re.escape(only[0]), re.escape(only[1]))
     return f"{TAG_VAR}={j}/{run}/{n}", f"{TAG_VAR}={j}/{watch}/{n}/(sentinel|coord|guard)"

@@ -1,10 +1,10 @@
 """The local record of runs, so `kill`, `logs`, `status` and `attach` need no flags.
 
 Kept under $XDG_STATE_HOME/mntui/<job>/<run_id>/run.json. Several processes write it
-(the launch, the watchdog, a user's `mntui kill`, the app), so every write goes to a
-temp file of its own, is fsynced and renamed into place, and every read-modify-write
-holds the run's lock: a half-written or lost record must never hide a live job, and
-the watchdog reads an unreadable record as "unknown", never as "stand down".
+(the launch, the records' sync of every look, a user's `mntui kill`, the app), so every
+write goes to a temp file of its own, is fsynced and renamed into place, and every
+read-modify-write holds the run's lock: a half-written or lost record must never hide a
+live job, and an unreadable record reads as "unknown", never as "ended".
 Directories are 0700 and files 0600: records hold the job's log lines.
 """
 
@@ -59,15 +59,15 @@ class RunStatus(StrEnum):
     KILLING = "killing"  # a user's kill is under way
     KILLED = "killed"  # by the user: nobody restarts or reports it
     ABORTED = "aborted"  # the launch failed and stopped what it had started
-    TORN_DOWN = "torn-down"  # the watchdog took it down
+    TORN_DOWN = "torn-down"  # the cluster's watch took it down
     FINISHED = "finished"  # every node exited 0
     FAILED = "failed"  # ended by itself, a node with a non-zero exit code
-    RESTARTING = "restarting"  # ended, and its supervisor will launch the next attempt
+    RESTARTING = "restarting"  # ended, and its coordinator starts the next attempt
     GAVE_UP = "gave-up"  # ended, and the restart policy's `max` is spent
 
     @property
     def is_live(self) -> bool:
-        """The job may hold processes that a watchdog must guard."""
+        """The job may hold processes (a watch guards them, or nothing does)."""
         return self in (RunStatus.LAUNCHING, RunStatus.RUNNING, RunStatus.RESTARTING)
 
     @property
@@ -199,7 +199,7 @@ class RunRecord:
         if seen not in _SHAPED:
             if not shaped(data, _RUN):
                 raise ValueError(f"{path}: not a run record this mntui can read")
-            if len(_SHAPED) >= SHAPED_MAX:  # a watchdog reads for days
+            if len(_SHAPED) >= SHAPED_MAX:  # the app reads for days
                 _SHAPED.clear()
             _SHAPED.add(seen)
         data.pop("cluster_attempts", None)
@@ -269,22 +269,6 @@ def _locked(run_dir: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def lock_held(path: Path) -> bool:
-    """Whether a process holds `path`'s flock now (a watchdog its run's `watch.lock`, a
-    supervisor its chain's): a lock outlives no process, so a dead holder reads free."""
-    try:
-        fh = open(path)  # noqa: SIM115 - closed below
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        fh.close()
-    return False
-
-
 def _read(path: Path) -> RunRecord | None:
     try:
         return RunRecord.load(path)
@@ -297,8 +281,8 @@ def load_run(job: str, run_id: str) -> RunRecord | None:
 
 
 def read_status(job: str, run_id: str) -> RunStatus | None:
-    """The run's status, or None when it cannot be read: unknown, which is not a reason
-    for a watchdog to stop guarding the job."""
+    """The run's status, or None when it cannot be read: unknown, which is no proof
+    that the job ended."""
     record = load_run(job, run_id)
     return record.status if record is not None else None
 

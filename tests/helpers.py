@@ -51,7 +51,7 @@ class Cfg:
     def mntui(
         self, cfg: Path, *args: str, timeout: float = 120, watch: bool = False, **kw: object
     ) -> subprocess.CompletedProcess[str]:
-        """Runs the CLI; `launch` goes without the watchdog unless the test asks for it."""
+        """Runs the CLI; `launch` goes without the watch unless the test asks for it."""
         if args and args[0] == "launch" and not watch and "--dry-run" not in args:
             args = (*args, "--no-watch")
         return subprocess.run(
@@ -139,8 +139,6 @@ def steps_job(
     """
 
 
-# The watchdog on this machine (`watch.where: here`), for the tests of it: without a
-# `where`, a launch with its watch is the cluster's (`auto`).
 FAULTY = REPO / "tests" / "jobs" / "faulty_train.py"
 
 
@@ -165,16 +163,15 @@ def faulty_job(job: str, work: Path, port: int, args: str, extra: str = "") -> s
     """
 
 
-HERE_WATCH = "watch: {where: here}"
-
-
-def here(extra: str = "") -> str:
+def on_cluster(extra: str = "") -> str:
     """A job's last YAML lines (a flow-style `watch:` among them, if any, as the tests
-    write it) watched from this machine: for the tests of its watchdog, its automatic
-    report and its supervisor."""
+    write it) watched by the cluster, its coordinator on a port of its own: for the
+    tests of its teardowns, reports and restarts. `where: cluster` said: with a notify
+    command `auto` does not watch (until the ports of issue 37 land)."""
+    where = f"where: cluster, port: {free_port()}"
     if "watch: {" in extra:
-        return extra.replace("watch: {", "watch: {where: here, ", 1)
-    return f"{extra}\n    {HERE_WATCH}" if extra else HERE_WATCH
+        return extra.replace("watch: {", f"watch: {{{where}, ", 1)
+    return f"{extra}\n    watch: {{{where}}}" if extra else f"watch: {{{where}}}"
 
 
 def step_count(log: str) -> int:
@@ -183,13 +180,12 @@ def step_count(log: str) -> int:
 
 __all__ = [
     "FAULTY",
-    "HERE_WATCH",
     "Cfg",
     "faulty_job",
     "free_port",
-    "here",
     "line_of",
     "listener_job",
+    "on_cluster",
     "os",
     "step_count",
     "steps_job",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from mntui.sessions.config import WatchPolicy
+from mntui.sessions.node import judging
 from mntui.sessions.poll import NodeSnapshot
 
 
@@ -20,3 +22,17 @@ def snap(node: str = "n", **kw: object) -> NodeSnapshot:
     }
     base.update(kw)
     return NodeSnapshot(**base)  # type: ignore[arg-type]
+
+
+def judge_of(policy: WatchPolicy | None = None) -> judging.Judge:
+    """The coordinator's judge (node/judging.py) with the rules the launch sends it from
+    `watch:` (launch/clusterwatch.py's watch_config): the one judge there is."""
+    p = policy if policy is not None else WatchPolicy()
+    rules = judging.Rules(
+        frozen_after=p.frozen_after,
+        unreachable_after=p.unreachable_after,
+        on_failure=str(p.on_failure),
+        on_stall=str(p.on_stall),
+        stall_after=p.stall_after,
+    )
+    return judging.Judge(rules)

@@ -5,31 +5,30 @@ bench/stragglers.py.
 everything it starts afterwards (the node's tmux server, the job's ranks) inherits the
 quota: a node slow for real, not by a flag of our own job. The cgroup is ours (created
 here under a unique name) and removed after, its processes moved back to the parent
-first. `run_once`: a straggler_train.py job on the given nodes, watched in-process by a
-real Watchdog with its sampler, until the sampler names a suspect or `seconds` run out.
+first. `run_once`: a straggler_train.py job on the given nodes, launched with the
+cluster's watch (each sentinel samples its ranks with py-spy, the coordinator names the
+suspect: node/slowness.py), read from the coordinator's files on the main until it
+names a suspect or `seconds` run out.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fakecluster import FakeCluster, free_port, wait_for
 
-from mntui.sessions.config import load_config
-from mntui.sessions.events import Event, Phase
-from mntui.sessions.report import Finding, Suspect
+from mntui.sessions.report import Finding, Suspect, finding_of
 from mntui.sessions.runs import latest
-from mntui.sessions.ssh import Cluster
-from mntui.sessions.watch import Watchdog, WatchEnd
 
 CPU_CGROUP = Path("/sys/fs/cgroup/cpu")
 JOB_SCRIPT = Path(__file__).resolve().parent / "jobs" / "straggler_train.py"
@@ -71,9 +70,9 @@ def cpu_quota(
 def job_yaml(
     job: str, nodes: list[str], port: int, work_dir: Path, args: str, watch: str, extra: str = ""
 ) -> str:
-    """Watched from this machine unless `watch` says where: the straggler rule is measured
-    on the watchdog that runs in this process."""
-    where = "" if "where:" in watch else "where: here, "
+    """Watched by the cluster (`where: cluster` unless `watch` says where: a notify
+    command would take `auto` elsewhere until issue 37's ports land)."""
+    where = "" if "where:" in watch else "where: cluster, "
     return f"""
     job: {job}
     nodes: [{", ".join(nodes)}]
@@ -94,12 +93,11 @@ def job_yaml(
 @dataclass
 class Run:
     suspect: Suspect | None = None
-    named_after: float | None = None  # seconds from the watchdog's start
+    named_after: float | None = None  # seconds from the launch's return
     finding: Finding | None = None
-    notices: list[str] | None = None
-    end: WatchEnd | None = None
+    notices: list[str] | None = None  # the coordinator's journal: each straggler it named
+    decision: dict[str, Any] | None = None  # its teardown (`on_slow: kill_all`), if any
     steps: dict[str, list[float]] | None = None  # node -> its rank 0's step times
-    rounds: list[tuple[float, float]] | None = None  # the sampler's rounds, wall clock
 
 
 def step_times(log: str) -> list[float]:
@@ -115,67 +113,65 @@ def step_times(log: str) -> list[float]:
 
 
 def run_once(fake: FakeCluster, path: Path, job: str, seconds: float, stop_early: bool) -> Run:
-    """Launch (no watchdog of its own), watch in this process for `seconds` (or until a
-    suspect when `stop_early`), then kill the job."""
-    import subprocess
-    import sys
-
+    """Launch with the cluster's watch, read its coordinator's straggler.json and
+    journal on the main for `seconds` (or until a second after it names a suspect, when
+    `stop_early`, or it tears the job down), then kill the job."""
     res = subprocess.run(
-        [sys.executable, "-m", "mntui.tui.cli", "-c", str(path), "launch", "--no-ui", "--no-watch"],
+        [sys.executable, "-m", "mntui.tui.cli", "-c", str(path), "launch", "--no-ui"],
         capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
-    config, record = load_config(path), latest(job)
+    assert "watched by the cluster" in res.stdout, res.stdout
+    record = latest(job)
     assert record is not None
+    coord = fake.node(record.main.node).run_dirs(job)[-1] / "coord"
     run = Run(notices=[])
     t0 = time.monotonic()
-
-    def on_event(e: Event) -> None:
-        if e.phase is Phase.NOTICE and e.message.startswith(("straggler", "throttled")):
-            assert run.notices is not None
-            run.notices.append(e.message)
-
-    cluster = Cluster(config.nodes, config.ssh)
-    with cluster:
-        dog = Watchdog(config, record, cluster, on_event)
-        seen = dog.sampler.on_finding
-
-        def found(f: Finding, new: Suspect | None) -> None:
-            run.finding = f
-            if new is not None and run.suspect is None:
-                run.suspect, run.named_after = new, time.monotonic() - t0
-            seen(f, new)
-
-        dog.sampler.on_finding = found
-        run.rounds = []
-        sample = dog.sampler.round
-
-        def timed() -> Finding:
-            """Each round's span, for bench/stragglers.py's cost per round."""
-            t = time.time()
-            try:
-                return sample()
-            finally:
-                assert run.rounds is not None
-                run.rounds.append((t, time.time()))
-
-        dog.sampler.round = timed  # type: ignore[method-assign]
-        deadline = t0 + seconds
-        stop = threading.Event()
-
-        def until() -> bool:
-            """With `stop_early`, a second after the naming: the poll loop tells it."""
-            named = run.named_after is not None and time.monotonic() - t0 > run.named_after + 1
-            return stop.is_set() or time.monotonic() > deadline or (stop_early and named)
-
-        run.end = dog.run(until)
-        names = {n.node for n in record.nodes}
-        run.steps = {n.name: step_times(n.log(job)) for n in fake.nodes if n.name in names}
-        subprocess.run(
-            [sys.executable, "-m", "mntui.tui.cli", "-c", str(path), "kill"],
-            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+    while True:
+        _read(coord, run, t0)
+        named = run.named_after is not None and time.monotonic() - t0 > run.named_after + 1
+        if time.monotonic() - t0 > seconds or run.decision is not None or (stop_early and named):
+            break
+        time.sleep(0.2)
+    names = {n.node for n in record.nodes}
+    run.steps = {n.name: step_times(n.log(job)) for n in fake.nodes if n.name in names}
+    subprocess.run(
+        [sys.executable, "-m", "mntui.tui.cli", "-c", str(path), "kill"],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
     return run
+
+
+def _read(coord: Path, run: Run, t0: float) -> None:
+    """What the coordinator wrote so far (node/slowness.py: straggler.json, the journal's
+    `straggler` lines; decision.json at a teardown); a file being replaced is read at
+    the next look."""
+    data = _json(coord / "straggler.json")
+    if isinstance(data, dict):
+        run.finding = finding_of(data.get("finding")) or run.finding
+    if run.finding is not None and run.finding.suspect is not None and run.suspect is None:
+        run.suspect, run.named_after = run.finding.suspect, time.monotonic() - t0
+    decision = _json(coord / "decision.json")
+    run.decision = decision if isinstance(decision, dict) else None
+    try:
+        lines = (coord / "journal.jsonl").read_text().splitlines()
+    except OSError:
+        lines = []
+    run.notices = []
+    for line in lines:
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue  # a line being written
+        if isinstance(e, dict) and e.get("kind") == "straggler":
+            run.notices.append(f"straggler: {e['data'].get('line')}")
+
+
+def _json(path: Path) -> object:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def sshd_pid(fake: FakeCluster, node: str) -> int:

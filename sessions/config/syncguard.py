@@ -6,7 +6,7 @@ The refusal is decided three times, each where the facts are known:
 - on the config text (jobchecks.workdir), for every place a workdir is written: `/`,
   the home (`~`, `~/`, `.`, `~/x/..`, or this machine's home written out), an ancestor
   of it, or a directory at, in or above mntui's own (`~/.mntui` on the nodes; the run
-  records and the agent's sockets here); and a workdir the node may read otherwise than
+  records here); and a workdir the node may read otherwise than
   the checks do (`$HOME`, a glob: literal_refusal), refused again just before rsync;
 - on a local node, just before rsync, on the real paths (a symlink to the home);
 - on a remote node, in the same connection, just before rsync (GUARD_SCRIPT): only the
@@ -70,9 +70,9 @@ def refusal(path: str, home: str, owned: Sequence[str] = ()) -> str | None:
 
 
 def _owned_here(home: str) -> list[str]:
-    from mntui.sessions.errors import runtime_dir, state_dir
+    from mntui.sessions.errors import state_dir
 
-    return [posixpath.join(home, NODE_DIR), str(state_dir()), str(runtime_dir())]
+    return [posixpath.join(home, NODE_DIR), str(state_dir())]
 
 
 # What the node may read otherwise than written, while the checks here and the node's

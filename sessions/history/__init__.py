@@ -1,7 +1,7 @@
 """Across runs: each node's failure history (blame.py) from every record, report and
-doctor result (records.py), quarantines with expiry (quarantines.py, policy.py), and
-the goodput ledger of each restart chain (ledger.py, its values and text goodput.py, fed
-by the watchdog's stepclock.py).
+doctor result (records.py), quarantines with expiry (quarantines.py), and the goodput
+ledger of each restart chain (ledger.py, its values and text goodput.py; the step clock
+of stepclock.py).
 Imports config and the ground only: pure readers and small atomic writers.
 """
 
@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from .ledger import chain_line as chain_line
     from .ledger import ledger_of as ledger_of
     from .ledger import ledgers as ledgers
-    from .policy import apply_policy as apply_policy
     from .quarantines import Quarantine as Quarantine
     from .quarantines import active_quarantines as active_quarantines
     from .quarantines import prune_quarantines as prune_quarantines

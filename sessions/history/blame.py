@@ -1,7 +1,7 @@
 """Which node keeps breaking my jobs: every run's ending folded into a history per node.
 
 A run's ending names one node as its cause (the failure report's root cause, else the
-node the watchdog tore the job down for) and the others that only showed the fault's
+node the watch tore the job down for) and the others that only showed the fault's
 consequences (collective timeouts, a peer gone). A node that a user killed is never
 blamed for what followed. Pure: it folds what records.scan read, each value already
 in its shape (sessions/jsonshape.py), so nothing here converts or raises.
@@ -76,7 +76,7 @@ def failure_of(run: RunView) -> Failure | None:
         return None
     if report is not None and report.mistake:  # the job's own mistake: never the node's
         return None
-    # a run the supervisor chose to restart had ended by itself, even if a user's kill in
+    # a run its chain chose to restart had ended by itself, even if a user's kill in
     # its backoff marked it `killed` afterwards
     if teardown is None and run.status not in ENDED and run.last_note("restart") is None:
         return None

@@ -2,7 +2,7 @@
 a chain's ledger (ChainLedger), the line a chain ends with, and `mntui history`'s text.
 
 Apart from ledger.py, which derives these values from the run records (records.scan's
-views, blame's failures, the watchdog's notes), because the arithmetic of a loss and
+views, blame's failures, the teardown notes), because the arithmetic of a loss and
 the text of a ledger need only the values: they are tested and read without a record
 on disk, and the words (a CPU job costs no GPU-hours, an unseen GPU count is "?", never
 a guess) live in one place for the status, the report, the notification and history.

@@ -1,16 +1,16 @@
 """The goodput ledger: for each restart chain, the time it trained and the time failures
 cost, split the way one fixes them.
 
-Detection is fault → teardown (the report's first problem to the watchdog's teardown
-note): a slow watchdog. Recovery is teardown → the next attempt's first step (backoff,
+Detection is fault → teardown (the report's first problem to the teardown note): a
+slow watch. Recovery is teardown → the next attempt's first step (backoff,
 relaunch, rendezvous, data loading): a slow restart. Lost work is the training since the
 last checkpoint (the job's checkpoint lines): checkpoints too far apart. GPU-hours lost
-multiply each by the GPUs the attempt held, as the watchdog saw them in nvidia-smi on
+multiply each by the GPUs the attempt held, as the sentinels saw them in nvidia-smi on
 every node (stepclock.py): a job on nodes with no GPU is a CPU job and costs no GPU-hours,
 and an attempt whose GPUs were not seen on every node (an older record, a node never
 reached) costs "?" GPU-hours, never a count guessed from its processes. Training is
-first to last step of each attempt as the watchdog's `steps` note has them; the watchdog
-keeps that note current while the job runs, so a live chain's line is right too. Pure
+first to last step of each attempt as its `steps` note has them; each look keeps that
+note current while the job runs, so a live chain's line is right too. Pure
 arithmetic over records.scan's views; a missing time makes its part unknown, never a guess.
 The values and their text are goodput.py's; this module reads them off the records.
 """
@@ -59,7 +59,7 @@ def trained(run: RunView) -> float:
 
 
 def gpus(run: RunView) -> int | None:
-    """The GPUs the attempt held, when the watchdog saw every node's; 0: CPU only."""
+    """The GPUs the attempt held, when the watch saw every node's; 0: CPU only."""
     note = _steps(run)
     seen = count(note.get("gpu_nodes")) if note is not None else None
     held = count(note.get("gpus")) if note is not None else None

@@ -6,8 +6,7 @@ this version cannot read is skipped (and counted), never a traceback and never a
 wrongly let in or kept out forever. A quarantine ends by itself at `until`: an expired
 one is no quarantine, and the next write or listing removes its file (mntui made it).
 A launch asks `route_around`: a quarantined node is replaced by a spare by the rule the
-supervisor and the coordinator place with (node/placing.py, through `place_here`), or
-refused in one line.
+coordinator places with (node/placing.py, through `place_here`), or refused in one line.
 """
 
 from __future__ import annotations
@@ -170,8 +169,8 @@ def refusal(stop: str, q: Quarantine, more: int = 0) -> str:
 
 def route_around(cfg: JobConfig, now: float | None = None) -> tuple[JobConfig, list[str]]:
     """`cfg` with each quarantined node replaced by a spare, by placing.place as the
-    supervisor and the coordinator place (a spare not quarantined, not in use, that runs
-    as many processes: another count would change the world size), and its lines;
+    coordinator places (a spare not quarantined, not in use, that runs as many
+    processes: another count would change the world size), and its lines;
     LaunchError, one line, when none fits one."""
     held = active_quarantines(now)
     if not any(n.name in held for n in cfg.nodes):

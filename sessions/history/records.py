@@ -2,7 +2,7 @@
 
 Records outlive the mntui that wrote them: an older run.json lacks keys this version
 added, a newer one has keys it does not know, a crash may have left one unreadable.
-`RunRecord.load` rightly refuses all of those (a watchdog must not guess); a history
+`RunRecord.load` rightly refuses all of those (a verb must not guess); a history
 takes what each file holds, skips what it cannot read and counts it, and never raises.
 Each run is read into a small frozen view of the facts a history needs, no more, each
 in its one shape (sessions/jsonshape.py): a value of another shape is missing, never a raise later.

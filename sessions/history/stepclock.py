@@ -1,19 +1,18 @@
 """When an attempt trained and on what: its first and last step, its last checkpoint and
 the GPUs it held, for the ledger.
 
-The watchdog already follows every node's step; this keeps the few times the goodput
-ledger needs, and the watchdog writes them into the run record as one `steps` note, kept
-current: at once when the first step (or the nodes' GPUs) is seen, every REFRESH seconds
-of stepping after that, and when the attempt ends, however it ends (torn down, ended by
-itself, killed by a user, left by a quitting app). A live `mntui status` and a run killed
-under the watchdog both read how long it trained from there, so a note written only at
-the first step would say 0 s for both. GPUs are counted by node/gpucount.py's rule (the
-coordinator's too): what nvidia-smi listed on each node, at most one per process there;
-a node with no nvidia-smi (or none listed) holds none: a CPU job is priced in no
-GPU-hours, never in one GPU per process. A checkpoint is a log line matching
-the config's `checkpoint_pattern` (its group `step`, if it has one, names the step
-saved; else the step reached when the line was seen). Lines are node data: looked at
-through a 4,000-character cap, and nothing in them makes this raise.
+The cluster's coordinator follows every node's step; this keeps the few times the
+goodput ledger needs, and a look writes them into the run record as one `steps` note
+(watch/clusterchain.py, from the coordinator's clock: `coordinator_clock`), kept
+current: a live attempt's every REFRESH seconds of stepping, an ended one's whole. A
+live `mntui status` and a killed run both read how long it trained from there, so a note
+written only at the first step would say 0 s for both. GPUs are counted by
+node/gpucount.py's rule (the coordinator's too): what nvidia-smi listed on each node, at
+most one per process there; a node with no nvidia-smi (or none listed) holds none: a CPU
+job is priced in no GPU-hours, never in one GPU per process. A checkpoint is a log line
+matching the config's `checkpoint_pattern` (its group `step`, if it has one, names the
+step saved; else the step reached when the line was seen). Lines are node data: looked
+at through a 4,000-character cap, and nothing in them makes this raise.
 """
 
 from __future__ import annotations
@@ -134,7 +133,7 @@ def coordinator_clock(steps: object) -> dict[str, Any] | None:
 
 def note_plain(record: RunRecord, *, plain: dict[str, Any]) -> None:
     """The one `steps` note into `record` (inside its update), replacing the last, so a
-    long run's record does not grow with it: the watchdog's clock and the coordinator's."""
+    long run's record does not grow with it: this clock's and the coordinator's."""
     record.history[:] = [h for h in record.history if h.get("what") != "steps"]
     record.note("steps", **plain)
 

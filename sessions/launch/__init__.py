@@ -17,10 +17,6 @@ if TYPE_CHECKING:
     from .chains import ChainView as ChainView
     from .chains import chain_of as chain_of
     from .chains import check_nodes as check_nodes
-    from .chains import guard_chain as guard_chain
-    from .chains import guarded as guarded
-    from .chains import heartbeat as heartbeat
-    from .chains import orphaned as orphaned
     from .chains import run_config as run_config
     from .kill import kill_job as kill_job
     from .kill import not_clean as not_clean
@@ -38,7 +34,6 @@ if TYPE_CHECKING:
     from .ports import free_ports as free_ports
     from .ports import port_holders as port_holders
     from .ports import still_held as still_held
-    from .start import Attempt as Attempt
     from .start import launch as launch
     from .start import make_plan as make_plan
     from .start import master_addr as master_addr
@@ -49,7 +44,6 @@ if TYPE_CHECKING:
     from .tmux import pane_status as pane_status
     from .tmux import parse_pane_status as parse_pane_status
     from .tmux import session_name as session_name
-    from .tmux import watch_session_name as watch_session_name
     from .userkill import stop_job as stop_job
 else:
     __getattr__ = lazy_exports(__name__, __file__)

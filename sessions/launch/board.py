@@ -25,13 +25,15 @@ if TYPE_CHECKING:
     from mntui.sessions.runs import RunRecord
     from mntui.sessions.ssh import Node
 
-SWAP_NOTE = "main-swap"  # a record this machine launched onto a new main (recover/mainswap.py)
+# a record launched onto a new main by the stand-by this machine ran before issue 37:
+# its records are still read right
+SWAP_NOTE = "main-swap"
 
 
 def board_dir(record: RunRecord) -> str:
     """The coordinator's run dir on the main: the chain's first attempt's, which every
-    restart on the cluster keeps (the main does not move); a new main this machine put in
-    (SWAP_NOTE) has a new coordinator, in its own attempt's dir."""
+    restart on the cluster keeps (the main does not move); a new main put in from here
+    before (SWAP_NOTE) has a new coordinator, in its own attempt's dir."""
     parts = record.main.run_dir.split("/")  # .mntui/runs/<job>/<run>/<node>
     parts[-2] = coord_run(record)
     return "/".join(parts)

@@ -4,52 +4,24 @@ The config names the nodes of a new launch only. Once a run exists, a restart ma
 have swapped a spare in, an allocation may have moved, or the file may have been
 edited since: a kill or a status built from the config would miss the spare and say
 `clean` while the job runs on. So every verb that acts on a running job (kill,
-status, logs, attach, cleanup, report, the app and the agent) asks `run_config` for
-a config whose nodes are the chain's, and the config only lends how to reach them.
-
-A chain that no supervisor guards any more (it was SIGKILLed while watching, in the
-backoff or mid-relaunch) is `orphaned`: status says so and `mntui watch` resumes it.
+status, logs, attach, cleanup, report and the app) asks `run_config` for a config
+whose nodes are the chain's, and the config only lends how to reach them.
 """
 
 from __future__ import annotations
 
-import fcntl
-import os
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
-from mntui.sessions.errors import UsageError, private_dir, state_dir
-from mntui.sessions.runs import (
-    RUN_ID_RE,
-    NodeRecord,
-    RunRecord,
-    RunStatus,
-    latest,
-    load_run,
-    lock_held,
-)
+from mntui.sessions.errors import UsageError, state_dir
+from mntui.sessions.runs import RUN_ID_RE, NodeRecord, RunRecord, latest, load_run
 
 from .sparenote import spares_of
 
 if TYPE_CHECKING:  # a status reads chains without loading the config's checks
     from mntui.sessions.config import JobConfig, NodeSpec
 
-__all__ = [
-    "ChainView",
-    "chain_of",
-    "check_nodes",
-    "guard_chain",
-    "guarded",
-    "orphaned",
-    "run_config",
-]
-
-SUPERVISOR_LOCK = "supervisor.lock"
+__all__ = ["ChainView", "chain_of", "check_nodes", "idle_spares", "run_config"]
 
 
 @dataclass(frozen=True)
@@ -116,11 +88,10 @@ def _spec(cfg: JobConfig, n: NodeRecord) -> NodeSpec:
 
 
 def run_config(cfg: JobConfig, view: ChainView | None) -> JobConfig:
-    """`cfg` with the chain's nodes, main and port: what a kill or a status must reach,
-    and, for one attempt's view, what its watchdog watches and tears down. A main that
-    moved (a spare took its place) takes the master with it, as in a swap; the watch is
-    the one the records say (a coordinator's port, or none: `where: auto` in the config
-    decides nothing about a run already launched, `--no-watch` or fallen back).
+    """`cfg` with the chain's nodes, main and port: what a kill or a status must reach.
+    A main that moved (a spare took its place) takes the master with it, as in a swap;
+    the watch is the one the records say (a coordinator's port, or none: `where: auto`
+    in the config decides nothing about a run already launched with `--no-watch`).
     With no recorded run the config is all there is."""
     if view is None:
         return cfg
@@ -160,92 +131,3 @@ def check_nodes(cfg: JobConfig, names: list[str] | tuple[str, ...]) -> list[str]
         if name not in known:
             raise UsageError(f"unknown node {name!r}; nodes are {', '.join(known)}")
     return list(names)
-
-
-# -- who guards the chain -------------------------------------------------------------
-
-
-def _lock_path(view: ChainView) -> Path:
-    return view.first.dir / SUPERVISOR_LOCK
-
-
-@contextmanager
-def guard_chain(record: RunRecord) -> Iterator[IO[str] | None]:
-    """Held by a supervisor for its whole life, across attempts and backoffs: a free lock
-    on a live chain means nobody guards it. Yields None when another holds it. The
-    lock's mtime is the supervisor's heartbeat (`heartbeat`)."""
-    first = record.dir.parent / (record.chain or record.run_id)
-    private_dir(first)
-    fh = open(first / SUPERVISOR_LOCK, "a+")  # noqa: SIM115 - held for the context
-    try:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield None
-            return
-        fh.seek(0)
-        fh.truncate()
-        fh.write(f"{os.getpid()}\n")
-        fh.flush()
-        yield fh
-    finally:
-        fh.close()
-
-
-BEAT = 1.0  # seconds between a supervisor's heartbeats
-
-
-def _beat(fh: IO[str]) -> None:
-    try:
-        os.utime(fh.fileno())
-    except OSError:
-        pass
-
-
-@contextmanager
-def heartbeat(guard: IO[str]) -> Iterator[None]:
-    """Touch the chain's lock every BEAT seconds from a thread of our own while the
-    supervisor lives, so a status can say since when a dead one has been gone."""
-    stop = threading.Event()
-
-    def loop() -> None:
-        while not stop.wait(BEAT):
-            _beat(guard)
-
-    _beat(guard)
-    thread = threading.Thread(target=loop, name="mntui-heartbeat", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(2 * BEAT)
-
-
-@dataclass(frozen=True)
-class Orphan:
-    since: float  # the last sign of its supervisor
-    pid: str
-
-
-def guarded(view: ChainView) -> bool:
-    """A watchdog holds the chain (its supervisor) or its latest run (the app, or a
-    `mntui watch`) now. A live run launched with --no-watch, or whose watchdog never
-    came up, has neither: nothing tears it down."""
-    return lock_held(_lock_path(view)) or lock_held(view.latest.dir / "watch.lock")
-
-
-def orphaned(view: ChainView) -> Orphan | None:
-    """A live chain whose supervisor is gone: not guarded by the chain's lock, nor by a
-    watchdog on its latest run (the app's, or `mntui watch` of an older version)."""
-    if not view.live or view.latest.status is RunStatus.KILLING:
-        return None
-    path = _lock_path(view)
-    if not path.exists() or lock_held(path) or lock_held(view.latest.dir / "watch.lock"):
-        return None
-    try:
-        since = path.stat().st_mtime
-        pid = path.read_text().strip() or "?"
-    except OSError:
-        since, pid = time.time(), "?"
-    return Orphan(since, pid)

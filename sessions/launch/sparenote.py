@@ -2,10 +2,10 @@
 run the cluster restarts onto a spare, and its idle spares, are known from the record.
 
 Why a module of its own, in the launch wing: the launch writes the note (plan.py), and
-three readers above it need it without its weight (the cold `status` loads no
-launch plan): the records of the cluster's attempts (watch/sparesync.py), the main
-swap from here (recover/mainswap.py), and the user's kill, whose direct path must reach
-an idle spare's sentinel when no coordinator is there to stop it (userkill.py).
+two readers above it need it without its weight (the cold `status` loads no launch
+plan): the records of the cluster's attempts (watch/sparesync.py), and the user's kill,
+whose direct path must reach an idle spare's sentinel when no coordinator is there to
+stop it (userkill.py).
 """
 
 from __future__ import annotations

@@ -28,7 +28,6 @@ from mntui.sessions.ssh import Cluster, Node, resolve
 from mntui.sessions.termsafe import one_line
 
 from . import clusterwatch, sparestart
-from .board import SWAP_NOTE
 from .kill import kill_job
 from .nodeplan import NodePlan
 from .plan import Plan, build_plan, run_record
@@ -63,21 +62,8 @@ def local_env(cfg: JobConfig) -> dict[str, dict[str, str]]:
     return {n.name: keep for n in cfg.nodes if n.is_local}
 
 
-def make_plan(cfg: JobConfig, run_id: str | None = None, restart_count: int = 0) -> Plan:
-    return build_plan(
-        cfg, run_id or new_run_id(), master_addr(cfg), local_env(cfg), restart_count=restart_count
-    )
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """Which attempt of a restart chain a launch is: the supervisor's relaunches pass
-    one, so the run record links to the chain and the job learns its restart count."""
-
-    number: int
-    chain: str
-    earlier: tuple[dict[str, object], ...] = ()
-    cluster: bool = False  # watched by the cluster again: a new main (recover/mainswap.py)
+def make_plan(cfg: JobConfig, run_id: str | None = None) -> Plan:
+    return build_plan(cfg, run_id or new_run_id(), master_addr(cfg), local_env(cfg))
 
 
 def _start(node: Node, np: NodePlan) -> float:
@@ -101,22 +87,19 @@ def launch(
     restart: bool = False,
     cluster: Cluster | None = None,
     plan: Plan | None = None,
-    attempt: Attempt | None = None,
 ) -> LaunchResult:
-    """Launch the job; raises LaunchError with nothing of this run left running."""
-    check_nodes_fresh(cfg, attempt)
+    """Launch the job; raises LaunchError with nothing of this run left running. Its
+    restarts are its coordinator's, on the cluster (node/chain.py), never a launch's."""
+    check_nodes_fresh(cfg)
     cfg, routed = route_around(cfg)  # a quarantined node: refused, or a spare
     for said in routed:
         on_event(Event(None, None, Phase.NOTICE, said))
     cluster = None if routed else cluster  # the caller's reaches the config's nodes
-    if attempt is not None and not attempt.cluster:  # this machine's supervisor watches it
-        cfg = clusterwatch.watched_here(cfg)
     own = cluster is None
     cluster = cluster or Cluster(cfg.nodes, cfg.ssh)
-    count = attempt.number if attempt is not None else 0
     try:
-        plan = plan or make_plan(cfg, restart_count=count)
-        return _launch(cfg, cluster, on_event, restart, plan, attempt)
+        plan = plan or make_plan(cfg)
+        return _launch(cfg, cluster, on_event, restart, plan)
     finally:
         if own:
             cluster.close()
@@ -128,21 +111,16 @@ def _launch(
     on_event: EventSink,
     restart: bool,
     plan: Plan,
-    attempt: Attempt | None,
 ) -> LaunchResult:
     _connect(cluster, plan, on_event)
     checks = _check_nodes(cfg, cluster, plan, restart, on_event)
     _check_ports(cfg, plan, checks, on_event)
-    if cfg.sync is not None and attempt is None:  # a restart runs the code it ran before
+    if cfg.sync is not None:
         _sync(cfg, on_event)
     record = run_record(plan, cfg.path)
     record.node_source = cfg.nodes_from.to_record() if cfg.nodes_from is not None else None
-    record.chain = attempt.chain if attempt is not None else plan.run_id
-    record.attempt = attempt.number if attempt is not None else 0
-    record.attempts = [dict(e) for e in attempt.earlier] if attempt is not None else []
+    record.chain = plan.run_id
     record.watch_port = cfg.watch_port
-    if attempt is not None and attempt.cluster and cfg.watch_port is not None:
-        record.note(SWAP_NOTE, main=plan.main.node, run=plan.run_id)  # board_dir
     record.create()
     started: dict[str, float] = {}
     attempted: list[str] = []  # an interrupted start may have started the node: abort kills it too
@@ -202,11 +180,11 @@ def _confirm_watch(cfg: JobConfig, cluster: Cluster, plan: Plan, on_event: Event
     on_event(Event(None, None, Phase.NOTICE, said))
 
 
-def check_nodes_fresh(cfg: JobConfig, attempt: Attempt | None) -> None:
+def check_nodes_fresh(cfg: JobConfig) -> None:
     """A new run goes to the nodes its source gives now; the nodes an earlier run
     recorded serve that run's commands, and its restarts, only."""
     source = cfg.nodes_from
-    if attempt is None and source is not None and source.run is not None:
+    if source is not None and source.run is not None:
         raise LaunchError(
             f"nodes: not launching on the nodes run {source.run} recorded: {source.why}"
         )

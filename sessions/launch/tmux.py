@@ -20,7 +20,6 @@ from dataclasses import dataclass
 #   node session  <job'>-<node'>  job' = job with '-' -> '+', node' = node with '.' -> ','
 #                 (a character outside the names' alphabets -> its UTF-8 bytes as %XX)
 #   tiled view    mntui@all-<job'>
-#   watchdog      mntui@watch-<job'>
 # job' has no '-', so the first '-' splits a node session; '+', ',' and '%' appear only
 # as codes; '@' appears only in mntui's own sessions, which differ in their fixed prefix.
 # The common case reads as before: job `qwen`, node `g369` -> `qwen-g369`.
@@ -46,11 +45,6 @@ def session_name(job: str, node: str) -> str:
 def tiled_session_name(job: str) -> str:
     """The local `attach --all` view of `job`."""
     return f"mntui@all-{_job_part(job)}"
-
-
-def watch_session_name(job: str) -> str:
-    """The local session running `job`'s detached watchdog."""
-    return f"mntui@watch-{_job_part(job)}"
 
 
 def exact(session: str) -> str:

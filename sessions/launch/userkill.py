@@ -1,13 +1,14 @@
 """A user's kill: every process the chain ever started, on every node it used, and
 the user's intent written down before anything is killed.
 
-Marking comes first so a watchdog stands down instead of reporting the kill as a
-failure, and so a supervisor never restarts after it: at every moment, a run that had
-already ended (the seconds between a teardown and the `restarting` mark) included. The
-nodes come from the chain's records (chains.run_config), never from the config alone:
-after a spare was swapped in, or with the supervisor dead, the config would miss where
-the job runs. A relaunch that was already under way when the kill began is caught by
-looking again after it. Only a chain's latest run is marked: its earlier attempts ended
+Marking comes first so `status` says the user's word, a run that had already ended (its
+chain in its backoff) included. A run the cluster watches is stopped by one request to
+its coordinator, which takes the request as the user's word (no restart after it); the
+nodes it does not answer for, and an unwatched run's, are killed directly by tag. The
+nodes come from the chain's records (chains.run_config, synced from the coordinator's
+answer), never from the config alone: after a spare was swapped in the config would
+miss where the job runs. A run that appeared while the kill began is caught by looking
+again after it. Only a chain's latest run is marked: its earlier attempts ended
 before the kill, and their failures stay in the history.
 
 A partial kill (`mntui kill g375`) is recorded on the run that uses the node, as the
@@ -246,13 +247,11 @@ def _refuse_partial_on_cluster(view: ChainView | None, nodes: list[str]) -> None
 
 class _Asking:
     """The coordinators' kills, asked on a thread of their own while this one marks the
-    runs: a run the cluster watches has no watchdog here to stand down, and its
-    coordinator takes the request itself as the user's word (the record's mark is for
-    `status`), so the request need not wait for the marks: 0.1-0.3 s of a 64-node
-    kill were record reads and writes under load. Only a run whose coordinator
-    answered for every node of the run ends the sweeps: its relaunches are the
-    coordinator's, which the request stopped; this machine's supervisor relaunches
-    only runs it watches."""
+    runs: its coordinator takes the request itself as the user's word (the record's
+    mark is for `status`), so the request need not wait for the marks: 0.1-0.3 s of a
+    64-node kill were record reads and writes under load. Only a run whose coordinator
+    answered for every node of the run ends the sweeps: its restarts are the
+    coordinator's, which the request stopped."""
 
     def __init__(
         self,

@@ -62,7 +62,13 @@ class NodeCause:
 
     @property
     def troubled(self) -> bool:
-        return self.summary is not None or self.at is not None or bool(self.exit_code)
+        """It broke: an error in its log, or an end that is no clean exit (a node that
+        exited 0 first, its peer failing after, finished: it is no failure)."""
+        return (
+            self.summary is not None
+            or bool(self.exit_code)
+            or (self.at is not None and self.exit_code is None)
+        )
 
     @property
     def why(self) -> str:
@@ -172,7 +178,7 @@ def first_failure(causes: Sequence[NodeCause], decided: str | None) -> NodeCause
     primary = [c for c in causes if c.summary is not None and not c.secondary]
     if primary:
         return min(primary, key=when)
-    troubled = [c for c in causes if c.at is not None]
+    troubled = [c for c in causes if c.at is not None and c.troubled]
     if troubled:
         return min(troubled, key=when)
     return next((c for c in causes if c.node == decided), None)

@@ -1,7 +1,8 @@
 """Notifications: what a notice says (notices.py: the policy, a command's environment;
 the words and a webhook's body are node/notifytext.py's, which the cluster's
 coordinator sends with too) and its delivery (notifier.py, webhookpost.py). Imports
-only the ground: the config reads its policy, the watchdog and the app send.
+only the ground: the config reads its policy, watch/clusternotify.py sends what the
+coordinator could not.
 """
 
 from typing import TYPE_CHECKING

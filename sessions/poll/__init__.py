@@ -16,8 +16,6 @@ if TYPE_CHECKING:
     from .progress import ProgressTracker as ProgressTracker
     from .snapshot import NodeSnapshot as NodeSnapshot
     from .snapshot import snapshot_dict as snapshot_dict
-    from .snapshot import snapshot_from_wire as snapshot_from_wire
-    from .snapshot import snapshot_wire as snapshot_wire
     from .standing import NodeProgress as NodeProgress
     from .standing import Pace as Pace
     from .standing import describe as describe
@@ -25,9 +23,5 @@ if TYPE_CHECKING:
     from .states import Verdict as Verdict
     from .states import derive as derive
     from .states import may_still_run as may_still_run
-    from .throttle import THROTTLE_QUERY as THROTTLE_QUERY
-    from .throttle import GpuClock as GpuClock
-    from .throttle import parse_clocks as parse_clocks
-    from .throttle import throttled as throttled
 else:
     __getattr__ = lazy_exports(__name__, __file__)

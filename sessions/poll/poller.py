@@ -50,7 +50,7 @@ class Poller:
 
     def offsets(self) -> dict[str, int]:
         """Where each log's next read starts: between two polls, the end of what the
-        snapshots so far carried (an agent's subscriber gets the bytes before it)."""
+        snapshots so far carried."""
         return {n: max(0, st.offset) for n, st in self._state.items()}
 
     def tail_from_end(self) -> None:
@@ -92,19 +92,14 @@ class Poller:
         return snap
 
     def poll(
-        self,
-        on_node: Callable[[NodeSnapshot], object] | None = None,
-        *,
-        late_until: Mapping[str, float] | None = None,
+        self, on_node: Callable[[NodeSnapshot], object] | None = None
     ) -> dict[str, NodeSnapshot]:
         """Poll every node at once; `on_node` gets each snapshot the moment it arrives.
 
         A node that has not answered within `round_wait` holds back no one: it is
         unreachable for this round, and its poll, still running, is not sent again;
         its answer (log bytes included) comes with the first round after it returns.
-        A hung sshd once held every round, and so the watchdog, for the 20 s timeout.
-        `late_until` (time.monotonic()) waits less for such a node whose poll is still
-        out: the watchdog decides an unreachable node at its deadline, not 5 s later."""
+        A hung sshd once held every round, and so every status, for the 20 s timeout."""
         self.polls += 1
         pending: dict[Future[NodeSnapshot], str] = {}
         cut: dict[Future[NodeSnapshot], float] = {}
@@ -114,8 +109,6 @@ class Poller:
             limit = start + self.round_wait
             if fut is None:
                 fut = self._inflight[n.node] = self._submit(n.node)
-            elif late_until is not None and n.node in late_until:
-                limit = min(limit, late_until[n.node])
             pending[fut], cut[fut] = n.node, limit
         out = self._gather(pending, cut, on_node)
         return {n.node: out[n.node] for n in self.record.nodes}
@@ -149,11 +142,6 @@ class Poller:
             if on_node:
                 on_node(out[name])
         return out
-
-    def asked(self) -> dict[str, float]:
-        """When each node's latest poll was sent (time.monotonic()): after a round, for a
-        node that answered, the earliest moment its answer can describe."""
-        return dict(self._sent)
 
     def _submit(self, name: str) -> Future[NodeSnapshot]:
         """One node's poll on a daemon thread: a hung node never keeps a command from

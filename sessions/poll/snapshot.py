@@ -1,10 +1,10 @@
 """What one poll saw on one node, frozen, and the forms it travels in.
 
-A NodeSnapshot is what every consumer of polling reads (states, the judge, the
-watchdog, the agent, the CLI and the app); `status` and the agent's clients read
-snapshots without polling, so this module needs none of the poll's machinery, and
-none of the ssh wing. Its JSON form is for people (`status --json`), its wire form
-for the agent: every field, log bytes exact.
+A NodeSnapshot is what every consumer of polling reads (states, reports, the CLI and
+the app, and the cluster's board read back as one: watch/nodeseen.py); `status` of a
+run the cluster watches reads snapshots without polling, so this module needs none of
+the poll's machinery, and none of the ssh wing. Its JSON form is for people (`status
+--json`).
 """
 
 from __future__ import annotations
@@ -89,17 +89,3 @@ def _plain(v: Any) -> Any:
     if cls is dict:
         return {k: _plain(x) for k, x in v.items()}
     return v
-
-
-def snapshot_wire(s: NodeSnapshot) -> Any:
-    """The agent's form of a snapshot: every field, log bytes as base64 (exact bytes)."""
-    from mntui.sessions.wire import encode
-
-    return encode(s)
-
-
-def snapshot_from_wire(data: Any) -> NodeSnapshot:
-    """The same NodeSnapshot back, or wire.WireError: checked field by field."""
-    from mntui.sessions.wire import decode
-
-    return decode(NodeSnapshot, data)

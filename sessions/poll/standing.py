@@ -3,9 +3,9 @@ and the one line that says it.
 
 Apart from the tracker (node/steps.py, where NodeProgress and Pace are made), which
 reads log lines into these values, because what is said about them has readers of its
-own: the agent's stream carries NodeProgress to the app, and the watchdog's
-observations put the line in its report and the app's header; none of them needs the
-log parsing. Pure, and the clock is an argument, as in the tracker.
+own: the cluster's stream carries NodeProgress to the app, and a look's observations put
+the line in a report and the app's header; none of them needs the log parsing. Pure, and
+the clock is an argument, as in the tracker.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What went wrong: evidence and stacks gathered from the nodes, log lines classified into
 causes (node/classify.py, node/logrules.py: the coordinator names the first failure by
 the same rules), the failure report (failure.py) and the post-mortem that writes it.
-Imports poll and below; never the agent or the watchdog.
+Imports poll and below; never the watch wing.
 """
 
 from typing import TYPE_CHECKING
@@ -12,7 +12,6 @@ if TYPE_CHECKING:
     from .consensus import waits_in as waits_in
     from .failure import Ending as Ending
     from .failure import FailureReport as FailureReport
-    from .failure import by_user as by_user
     from .failure import killed_at as killed_at
     from .failure import render as render
     from .failure import to_json as to_json
@@ -24,7 +23,6 @@ if TYPE_CHECKING:
     from .postmortem import report_now as report_now
     from .postmortem import save as save
     from .postmortem import saved_report as saved_report
-    from .postmortem import try_report as try_report
     from .snapshot import Shown as Shown
     from .snapshot import answer as answer
     from .snapshot import saved_cause as saved_cause

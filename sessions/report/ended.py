@@ -1,8 +1,8 @@
 """Whether one poll proves a run over: what a live report (`report_now`) needs before it
 says "ended" instead of taking the ranks' stacks.
 
-The watchdog calls a run over after two polls in a row in which nothing may still run
-(watch/watchdog.py); a report has one poll, so it asks for positive evidence instead: on
+The cluster's coordinator calls an attempt over when its judge sees nothing that may
+still run; a report has one poll, so it asks for positive evidence instead: on
 every node, an answer read whole that shows the job's end. The absence of evidence is no
 end. A fresh poller's first poll meets a just-started node between tmux's fork and
 `exec env MNTUI_RUN=... bash ./launch.sh` (launch/plan.py): its pane lives, no process

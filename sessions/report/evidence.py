@@ -153,7 +153,7 @@ def gather(
 
     got = cluster.map(one, [n.node for n in record.nodes if n.node not in skip])
     for node in sorted(skip):
-        got[node] = Outcome(node, error="not read: the watchdog found it unreachable")
+        got[node] = Outcome(node, error="not read: the watch found it unreachable")
     return got
 
 

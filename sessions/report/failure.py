@@ -2,7 +2,7 @@
 
 After a teardown every rank's log is a wall of errors, and most of them are only the
 others noticing: collective timeouts, "connection closed by peer". The report puts
-the root cause first (the earliest node with a primary error, by the watchdog's own
+the root cause first (the earliest node with a primary error, by the watch's own
 observations corrected with the node's clock where the node wrote one), groups the
 other nodes' errors under it as consequences, and keeps the stacks of hung ranks and
 each node's last lines. Building it is pure; `evidence` and `stacks` did the IO. What
@@ -27,7 +27,7 @@ from .evidence import NodeEvidence
 from .stacks import NodeStacks, RankStack
 from .verdict import Conclusion, Suspect
 
-# A conclusion from stacks and dumps leads only where the watchdog saw a hang (or on a
+# A conclusion from stacks and dumps leads only where the judge saw a hang (or on a
 # live run): a failed rank's own error says more than what the others wait in.
 CONCLUDES = frozenset({NodeState.FROZEN, NodeState.STALLED, NodeState.UNREACHABLE})
 
@@ -42,14 +42,14 @@ LAST_LINES = 20
 
 
 class Ending(StrEnum):
-    TORN_DOWN = "torn-down"  # the watchdog killed it
+    TORN_DOWN = "torn-down"  # the cluster's watch killed it
     ENDED = "ended"  # it exited by itself
     LIVE = "live"  # an on-demand report of a run still going (or hung)
 
 
 @dataclass(frozen=True)
 class Change:
-    """A node's state as the watchdog first saw it (local wall time)."""
+    """A node's state as the watch first saw it (its wall clock)."""
 
     node: str
     state: NodeState
@@ -91,7 +91,7 @@ class FailureReport:
     stack_consensus: tuple[str, ...] = ()  # the ranks' stacks folded, odd ones first
     flight: tuple[str, ...] = ()  # what the Flight Recorder dumps say
     culprits: tuple[Suspect, ...] = ()  # who holds the job, the likeliest first
-    watchdog: str = ""  # what the watchdog saw first, when a conclusion leads instead
+    watchdog: str = ""  # what the judge saw first, when a conclusion leads instead
     slow: tuple[str, ...] = ()  # the straggler the sampler named while the job ran
 
 
@@ -329,24 +329,3 @@ def render(report: FailureReport) -> str:
 
 def to_json(report: FailureReport) -> dict[str, Any]:
     return asdict(report)
-
-
-def by_user(built: FailureReport, killed: Sequence[str], at: float | None) -> FailureReport:
-    """The report of a run a user's `mntui kill NODE` ended: the user's action is the
-    cause, and what the other ranks did after losing their peer is its consequence,
-    never a failure of theirs (nor of the killed node)."""
-    node = killed[0]
-    when = f" at {_clock(at)}" if at is not None else ""
-    cause = f"killed by the user{when} (`mntui kill {' '.join(killed)}`)"
-    others = [n.node for n in built.nodes if n.node not in killed]
-    head = f"{', '.join(killed)} killed by the user{when}"
-    if others:
-        head += f"; {', '.join(others)} ended as a consequence"
-    consequences = tuple(
-        f"{n.node} (node rank {n.rank}): {_node_cause(n, n.state)} — a consequence"
-        for n in built.nodes
-        if n.node not in killed and (n.finding or n.first_problem_at)
-    )
-    return replace(
-        built, headline=head, cause=cause, cause_node=node, first_at=at, consequences=consequences
-    )

@@ -2,8 +2,9 @@
 
 Every part of a dump is bounded once it is unpickled (frparse.py), but unpickling is
 not: a dict keyed by a tuple that the pickle's memo shares with itself sixty levels
-deep costs 2**60 hashes, inside C code that never lets go of the GIL. In the watchdog's
-process that would stop every thread, the kill's among them, from a 163-byte file. So
+deep costs 2**60 hashes, inside C code that never lets go of the GIL. In the process
+that builds a report (a verb, the app) that would stop every thread from a 163-byte
+file. So
 the report's dumps are parsed by a child (`python -m mntui.sessions.report.frchild`),
 one after another, each answered on a line of its own: a dump that takes longer than
 PER_DUMP, or that the child dies on, is counted as malformed, the child is killed (by

@@ -1,4 +1,4 @@
-"""Turning what the watchdog saw, and what the nodes still hold, into a saved report.
+"""Turning what a look saw, and what the nodes still hold, into a report.
 
 The order matters: stacks of hung ranks are taken before the kill (they exist only
 while the processes do), the kill is not delayed by more than the capture budget,
@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mntui.sessions.config import JobConfig, compile_pattern
-from mntui.sessions.errors import log_exception
 from mntui.sessions.history import StepClock, compile_checkpoint
 from mntui.sessions.launch import LineSplitter
 from mntui.sessions.node import teardown as coordinator
@@ -48,8 +47,9 @@ HUNG = coordinator.HUNG
 
 @dataclass
 class Observations:
-    """What a watchdog (or the app) saw of a run: state changes with the local time
-    they were first seen, each node's clock offset, its latest state and progress."""
+    """What a look saw of a run (the app's polls, a report's poll, the coordinator's
+    journal): state changes with the time they were first seen, each node's clock
+    offset, its latest state and progress."""
 
     changes: list[Change] = field(default_factory=list)
     offsets: dict[str, float] = field(default_factory=dict)  # node clock - local clock
@@ -150,17 +150,15 @@ def make_report(
     taken: Stacks | None,
     ended_at: float | None,
     ending: Ending,
-    keep_dumps: bool = False,
 ) -> FailureReport:
     """Read every node's evidence (one round trip each, in parallel) and build. Saving
-    is the watchdog's (`try_report`, which keeps the Flight Recorder dumps in the run dir
-    too): a snapshot is never the run's conclusion, nor writes beside it."""
+    is the mirror's (endreport.build_saved, which keeps the Flight Recorder dumps in the
+    run dir too): a snapshot is never the run's conclusion, nor writes beside it."""
     lost = trigger[0] if trigger is not None and trigger[1] is NodeState.UNREACHABLE else None
     found = gather_all(cfg, record, cluster, frozenset({lost} if lost else ()))
     return assemble(
-        cfg, record, obs, found, trigger=trigger, taken=taken, ended_at=ended_at, ending=ending,
-        keep_dumps=keep_dumps,
-    )  # fmt: skip
+        cfg, record, obs, found, trigger=trigger, taken=taken, ended_at=ended_at, ending=ending
+    )
 
 
 def gather_all(
@@ -249,32 +247,6 @@ def _conclusion(
     if by_node:  # a capture ran: a node it did not reach is named too
         missing.update({n.node: "not reached" for n in record.nodes if n.node not in by_node})
     return conclude(trigger, all_stacks, missing, ranks, reading)
-
-
-def try_report(
-    cfg: JobConfig,
-    record: RunRecord,
-    cluster: Cluster,
-    obs: Observations,
-    *,
-    trigger: tuple[str, NodeState, str] | None,
-    taken: Stacks | None,
-    ended_at: float | None,
-    ending: Ending,
-) -> FailureReport | None:
-    """`make_report` for a watchdog, saved: the run's conclusion is written by the one
-    that saw its end. A report that cannot be built is logged, never a reason for the
-    watchdog (and the job's guard) to die."""
-    try:
-        built = make_report(
-            cfg, record, cluster, obs, trigger=trigger, taken=taken, ended_at=ended_at,
-            ending=ending, keep_dumps=True,
-        )  # fmt: skip
-        save(record, built)
-        return built
-    except Exception as exc:
-        log_exception(f"report of {record.job} {record.run_id}", exc)
-        return None
 
 
 def save(record: RunRecord, built: FailureReport) -> Path:

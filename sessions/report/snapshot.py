@@ -1,44 +1,40 @@
-"""What `mntui report` and the app's `R` show: the report a run's watchdog saved, or a
+"""What `mntui report` and the app's `R` show: the report saved of a run's end, or a
 snapshot of a run still going, and never the one for the other.
 
 A saved report is the run's conclusion (`report.txt`, `report.json`, the record's
-`cause`), and only the watchdog that saw the end writes it (postmortem.try_report). A
-snapshot is what the nodes hold now: taken after the end, it shows dead ranks without
-stacks and says the job runs on, which is no conclusion; it once overwrote a correct
-report and a run's cause (issue 29). So a snapshot is shown and never saved. Between
-the end and the report (the watchdog notices the end a poll or two later, then reads
-the nodes) the run has neither: the answer says the report is being written, when a
-watchdog holds the run's lock, or that none will come, with what the nodes hold now.
+`cause`), built once from what the cluster's coordinator recorded at the first look
+after the end (watch/mirror.py, endreport.py). A snapshot is what the nodes hold now:
+taken after the end, it shows dead ranks without stacks and says the job runs on,
+which is no conclusion; it once overwrote a correct report and a run's cause (issue
+29). So a snapshot is shown and never saved. An unwatched run's end gets no report: the
+answer says so, with what the nodes hold now.
 
 The record is read from disk here, never taken from the caller: the app holds the record
-it launched, which says `running` long after the run's watchdog ended it.
+it launched, which says `running` long after the run's coordinator ended it.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from mntui.sessions.jsonshape import load, number, text
-from mntui.sessions.runs import RunRecord, RunStatus, load_run, lock_held
+from mntui.sessions.jsonshape import load, text
+from mntui.sessions.runs import RunRecord, RunStatus, load_run
 
 from .failure import Ending
 from .postmortem import saved_report
 
-# A snapshot: its text and its JSON (failure.to_json), taken by the caller's means (the
-# run's agent, or its own connections).
+# A snapshot: its text and its JSON (failure.to_json), taken over the caller's connections.
 Take = Callable[[], tuple[str, dict[str, Any]]]
 
 
 class Shown(StrEnum):
-    SAVED = "saved"  # the watchdog's report, as it wrote it
-    WRITING = "writing"  # the run ended; its watchdog is writing the report now
+    SAVED = "saved"  # the report saved of the run's end, as it was written
     NONE = "none"  # the run ended without a report, and none will come
     LIVE = "live"  # a snapshot of a run still going: shown, never saved
 
@@ -53,7 +49,7 @@ class Answer:
 
 def answer(record: RunRecord, take: Take) -> Answer:
     """The run's report if it ended, a snapshot if it runs. A run whose nodes all ended
-    while its record still says running has ended: its watchdog has not seen it yet."""
+    while its record still says running has ended: no look has synced its end yet."""
     current = load_run(record.job, record.run_id) or record
     if not current.status.is_live:
         return _ended(current, None, take)
@@ -73,11 +69,6 @@ def _ended(record: RunRecord, taken: tuple[str, dict[str, Any]] | None, take: Ta
     if not _reported(record, taken):
         note = f"{run} {_ended_how(record)} without a failure report"
         return Answer(Shown.NONE, "", None, note)
-    if watched(record):
-        ago = _ended_ago(record, taken)
-        when = f" (ended {ago:.0f} s ago)" if ago is not None else ""
-        note = f"the watchdog is writing the report of {run}{when}; "
-        return Answer(Shown.WRITING, "", None, note + "run `mntui report` again in a moment")
     text_, data = taken if taken is not None else take()
     if record.watch_port is not None:  # the cluster watched it: its coordinator decided
         cause = f": {record.cause}" if record.cause else ""
@@ -87,7 +78,7 @@ def _ended(record: RunRecord, taken: tuple[str, dict[str, Any]] | None, take: Ta
             held = "the stacks its sentinels took before the kill and " + held
         note += f"(`mntui status` shows its decision); {held} (not saved):"
         return Answer(Shown.NONE, text_, json.dumps(data, indent=2), note)
-    note = f"{run} {_ended_how(record)} and no watchdog guards it: no report will come; "
+    note = f"{run} {_ended_how(record)} unwatched: no report is saved of it; "
     note += "what its nodes hold now (not saved):"
     return Answer(Shown.NONE, text_, json.dumps(data, indent=2), note)
 
@@ -98,34 +89,13 @@ def _ended_how(record: RunRecord) -> str:
 
 
 def _reported(record: RunRecord, taken: tuple[str, dict[str, Any]] | None) -> bool:
-    """An end a watchdog reports: a failure (its own, or one a user's kill of a node
+    """An end a report explains: a failure (its own, or one a user's kill of a node
     caused), or a teardown. A finished job or a user's kill of the whole job has none."""
     if record.status.is_live:  # the nodes ended first: did one fail?
         return taken is not None and taken[1].get("cause_node") is not None
     if record.status is RunStatus.KILLED:
         return bool(record.killed_nodes)
     return record.status in (RunStatus.FAILED, RunStatus.TORN_DOWN)
-
-
-def watched(record: RunRecord) -> bool:
-    """A watchdog guards the run now: every one holds the run's watch lock for its life,
-    the writing of the report included (watch/watchdog.py: acquire_lock)."""
-    return lock_held(record.dir / "watch.lock")
-
-
-def _ended_ago(record: RunRecord, taken: tuple[str, dict[str, Any]] | None) -> float | None:
-    """Seconds since the end: the nodes' last failure, as the snapshot read it, else the
-    record's last write (the watchdog marks the end, then writes the report)."""
-    if taken is not None:
-        nodes = taken[1].get("nodes")
-        nodes = nodes if isinstance(nodes, list) else []
-        times = [number(n.get("first_problem_at")) for n in nodes if isinstance(n, dict)]
-        last = max((t for t in times if t is not None), default=None)
-        return max(0.0, time.time() - last) if last is not None else None
-    try:
-        return max(0.0, time.time() - (record.dir / "run.json").stat().st_mtime)
-    except OSError:
-        return None
 
 
 def saved_cause(run_dir: Path) -> str | None:

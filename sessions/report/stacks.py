@@ -1,4 +1,5 @@
-"""Python stacks of a hung job's ranks, taken with py-spy before the watchdog kills them.
+"""Python stacks of a hung job's ranks, taken with py-spy (a live `mntui report`; the
+sentinels run the same script before a teardown's kill: stackscript.py).
 
 A hang killed without a trace comes back: the evidence (which rank waits in which
 collective, which one is stopped) exists only while the processes do. So before a

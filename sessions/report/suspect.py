@@ -1,12 +1,13 @@
-"""The straggler a run's watchdog named, kept in the run's directory for `status`, the app
-and the report.
+"""The straggler a run's coordinator named, kept in the run's directory for `status`,
+the app and the report.
 
 In synchronous training a slow rank makes every other rank wait for it in a collective,
 so nothing fails and the step rates are all equal: the evidence is how much of their
-time the ranks spend waiting. The watchdog's sampler (watch wing) judges that; this
-module only keeps its finding (`straggler.json`, next to run.json) and says it in one
-line: "rank 3 (g372) waits 4 % of the time, the others 61–66 %: it holds the job".
-Kept here, below the watchdog, so that the report can read it too.
+time the ranks spend waiting. The coordinator judges that (node/slowness.py); this
+module only keeps its finding, as the records' sync copies it here (`straggler.json`,
+next to run.json), and says it in one line: "rank 3 (g372) waits 4 % of the time, the
+others 61–66 %: it holds the job". Kept in the report wing, so that the report can read
+it too.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 The stacks say what each rank does now; the dumps say which collective each reached.
 Either can be missing (no py-spy, ptrace refused, a stopped rank that cannot dump, a
 node out of reach), so each is used alone when the other has nothing, and the report
-says where they agree. A node the watchdog found unreachable is the culprit whatever
+says where they agree. A node the judge found unreachable is the culprit whatever
 the other ranks show: nothing else can be learnt from it.
 """
 

@@ -3,20 +3,18 @@ its next contact.
 
 Why: `history`, the ledger, `status` and `report` read run records; the coordinator
 restarts while this machine may be asleep, so a restart has no record here until the
-manager reads `coord/chain.json`. Each attempt the coordinator started gets the record
-the supervisor would have written (its run id, named by the coordinator by the
-launch's rule, node/runid.py; its chain, its number, the earlier attempts' ends), and
-each attempt's end moves its record as the supervisor moves it (`restarting`, then
-`torn-down`, `failed`, `finished` or `gave-up`). A record already ended here (a user's
-kill) keeps its ending. An attempt's record has the nodes the chain says it ran on (a
-spare swapped in takes its rank, reached at the host the first record noted for it),
-and a node the chain quarantined is quarantined here too (sparesync.py).
+manager reads `coord/chain.json`. Each attempt the coordinator started gets a record
+(its run id, its chain, its number, the earlier attempts' ends), and each attempt's end
+moves its record (`restarting`, then `torn-down`, `failed`, `finished` or `gave-up`). A record
+already ended here (a user's kill) keeps its ending. An attempt's record has the nodes
+the chain says it ran on (a spare swapped in takes its rank, reached at the host the
+first record noted for it), and a node the chain quarantined is quarantined here too
+(sparesync.py).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -172,7 +170,7 @@ def _move(
     elif end.get("state") == "finished":
         status = RunStatus.FINISHED
     else:
-        status = RunStatus.TORN_DOWN if end.get("culprit") else RunStatus.FAILED
+        status = RunStatus.TORN_DOWN if _torn_down(e, end) else RunStatus.FAILED
     if not (rec.status.is_live or _overtaken(rec, e)) or rec.status is status:
         return  # as the chain says already: no rewrite of the record on each look
 
@@ -194,7 +192,7 @@ def _move(
     rec.update(change)
 
 
-STEPS_EVERY = REFRESH  # seconds a live attempt's note may lag: the here-watchdog's cadence
+STEPS_EVERY = REFRESH  # seconds a live attempt's note may lag (stepclock.py's cadence)
 
 
 def _steps_due(rec: RunRecord, plain: dict[str, Any], final: bool) -> bool:
@@ -202,8 +200,8 @@ def _steps_due(rec: RunRecord, plain: dict[str, Any], final: bool) -> bool:
     fsynced rewrite of the whole record (~10 ms for 128 nodes, on every cold `status`)
     for a step count the board shows anyway (a look shows the fresh one: fresh_steps).
     An ended attempt's, any change but the last step's, and a last step STEPS_EVERY
-    later are written (the here-watchdog's cadence): the ledger of a live attempt lags
-    by at most that much, an ended one's is exact."""
+    later are written: the ledger of a live attempt lags by at most that much, an ended
+    one's is exact."""
     old = next((h for h in rec.history if h.get("what") == "steps"), None)
     if old is None:
         return True
@@ -241,30 +239,12 @@ def _status_steps(view: BoardView | None, run: str) -> object:
     return status.get("steps") if status is not None and status.get("run") == run else None
 
 
-def keep_steps(record: RunRecord, steps: Mapping[str, dict[str, Any]]) -> None:
-    """The clock a look read last (fresh_steps, by run id) written into its attempt's
-    record as final: a lost main leaves no later look, so the stand-by writes it before
-    it goes on, else the ledger would miss up to STEPS_EVERY of the attempt's training.
-    Judged on the record as it is on disk: a `status` since may have written a later
-    clock of the attempt, which stays."""
-    plain = steps.get(record.run_id)
-    if plain is None or not _steps_due(record, plain, final=True):
-        return
-
-    def change(r: RunRecord) -> None:
-        old = next((h for h in r.history if h.get("what") == "steps"), None)
-        if old is None or not _newer(old, plain):
-            note_plain(r, plain=plain)
-
-    record.update(change)
-
-
-def _newer(old: dict[str, Any], plain: dict[str, Any]) -> bool:
-    """Whether the written note is a later clock of the same attempt than `plain`."""
-    then, now = old.get("last_step_at"), plain.get("last_step_at")
-    if not isinstance(then, (int, float)) or not isinstance(now, (int, float)):
-        return False
-    return old.get("first_step_at") == plain.get("first_step_at") and then > now
+def _torn_down(e: dict[str, Any], end: dict[str, Any]) -> bool:
+    """The coordinator decided the attempt's end (a teardown); one that failed by itself
+    (`on_failure: notify`, or every node gone at once) has a culprit too, its first
+    failure, and is `failed`. A chain.json without `kind` (before issue 37): its culprit."""
+    kind = e.get("kind")
+    return kind == OutcomeKind.TEARDOWN if kind is not None else bool(end.get("culprit"))
 
 
 def _mark(rec: RunRecord, status: RunStatus, cause: str | None, why: str) -> None:

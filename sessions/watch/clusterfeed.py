@@ -154,8 +154,8 @@ def ship(cfg: JobConfig, ssh: list[str], host: str, record: RunRecord) -> str | 
 
 
 def newer_attempt(record: RunRecord) -> RunRecord | None:
-    """The chain's attempt after `record`, when this machine recorded one (its stand-by
-    moved the main to a spare: another coordinator, another feed to follow); else None.
+    """The chain's attempt after `record`, when this machine recorded one (a look synced
+    the coordinator's next attempt: watch/mirror.py); else None.
     Cheap enough to ask every few seconds: one small file read here while the latest run
     is `record`, no ssh."""
     from mntui.sessions.runs import RUN_ID_RE, load_run, state_dir

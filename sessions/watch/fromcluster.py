@@ -24,7 +24,7 @@ from mntui.sessions.report import load_finding
 from mntui.sessions.runs import MISSED_NOTE, RunRecord
 from mntui.sessions.termsafe import one_line
 
-from .standbyhint import standby_hint
+from .reading import coordinator
 
 
 def _hms(t: object) -> str:
@@ -39,11 +39,12 @@ def _text(v: object, limit: int = 200) -> str:
 
 def watch_line(record: RunRecord, view: BoardView | None) -> str:
     """Who watches this run, and whether they are there."""
-    main = record.main.node if record.nodes else "?"
-    where = f"{main}:{record.watch_port}"
-    if view is None:
-        hint = standby_hint(record)  # standbyhint.py: what to do, the coordinator gone
-        return f"watch: the cluster (coordinator on {where}); the main did not answer{hint}"
+    where = coordinator(record) or "?"
+    if view is None:  # nothing here replaces a lost main: its workers end the job
+        return (
+            f"watch: the cluster (coordinator on {where}); the main did not answer: if it "
+            "stays lost, its sentinels tear the job down; `mntui kill` stops what is left"
+        )
     nodes = (view.status or {}).get("nodes")
     total = len(nodes) if isinstance(nodes, dict) else len(record.nodes)
     if view.alive and not view.fresh and not coordinator_done(view):

@@ -6,7 +6,8 @@ journal). This machine's records are a mirror of that, written here and only her
 every verb and the app before they speak (`sync`); reading a record never writes
 anything else, so what a verb prints does not depend on which verb ran before it. An
 attempt that ended gets its saved report at the first look after its end
-(`save_reports`, report/endreport.py), never rebuilt after.
+(`save_reports`, report/endreport.py), never rebuilt after: `look` is both, for `mntui
+report` and the app's `R`.
 """
 
 from __future__ import annotations
@@ -29,6 +30,28 @@ if TYPE_CHECKING:
 
 # the ends of an attempt that a report explains (a user's kill and a clean end need none)
 EXPLAINED = frozenset({RunStatus.TORN_DOWN, RunStatus.FAILED, RunStatus.GAVE_UP})
+
+
+def read_main(record: RunRecord, cluster: Cluster) -> BoardView | None:
+    """The board of the record's coordinator, over the cluster's connection to its main;
+    None when it cannot be read (unreachable, never written)."""
+    from mntui.sessions.launch.board import board_dir, read_board
+    from mntui.sessions.results import NodeError
+
+    try:
+        view = read_board(cluster.nodes[record.main.node], board_dir(record), gpus=True)
+    except (NodeError, KeyError):
+        return None
+    return view if view.status is not None else None
+
+
+def look(cfg: JobConfig, record: RunRecord, cluster: Cluster) -> RunRecord:
+    """One look at a run the cluster watches: its board read, synced into the records,
+    and the reports of its attempts that ended since saved; the chain's latest record."""
+    view = read_main(record, cluster)
+    latest = sync(record, view)
+    save_reports(cfg, latest, view, cluster)
+    return latest
 
 
 def sync(record: RunRecord, view: BoardView | None) -> RunRecord:
@@ -130,14 +153,18 @@ def save_reports(
     """Each attempt `due` gets its report built and saved (report/endreport.py); how
     many were. One that cannot be built is logged and tried again at the next look."""
     from mntui.sessions.errors import log_exception
-    from mntui.sessions.report.endreport import build_saved, changes_of
+    from mntui.sessions.report.endreport import build_saved, changes_of, progress_of
 
     journal = view.journal if view is not None else ()
     saved = 0
     for rec, e in due(record, view):
         try:
             changes = changes_of(journal, rec.run_id, [n.node for n in rec.nodes])
-            build_saved(cfg, rec, cluster, e, changes)
+            ranks = {n.node: n.rank for n in rec.nodes}
+            ended = e.get("ended_at")
+            until = float(ended) if isinstance(ended, (int, float)) else None
+            progress = progress_of(journal, rec.run_id, ranks, until)
+            build_saved(cfg, rec, cluster, e, changes, progress)
             saved += 1
         except Exception as exc:  # never a verb that fails for its report
             log_exception(f"report of {rec.job} {rec.run_id}", exc)

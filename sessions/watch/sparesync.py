@@ -6,8 +6,8 @@ Why: `status`, `kill`, `report` and `history` take a run's nodes from its record
 the record of an attempt the coordinator started on a spare must name the spare, at
 the host the launch noted for it (the coordinator knows node names only). And a node
 the coordinator stopped using by `restart.quarantine_after` is kept out of the next
-launch from here too, as this machine's supervisor would have quarantined it: once
-(a quarantine the user released is not written again at the next contact).
+launch from here too: once (a quarantine the user released is not written again at
+the next contact).
 """
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ def test_the_app_follows_a_cluster_watched_run_over_one_stream(fake: FakeCluster
     seen: dict[str, Any] = {}
 
     async def go() -> None:
-        app = MntuiApp(load_config(path), launch_now=True, watchdog=True)
+        app = MntuiApp(load_config(path), launch_now=True)
         async with app.run_test(size=(200, 48)) as pilot:
             await until(pilot, lambda: app.record is not None and app.busy is None, 90,
                         "the launch done")  # fmt: skip

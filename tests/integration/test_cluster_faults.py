@@ -391,7 +391,7 @@ def test_a_job_that_ends_by_itself_stops_the_watch_and_is_finished(
         assert re.search(r"\bfinished\b", res.stdout), res.stdout
         assert not dead_panes, (
             f"the coordinator saw the job end and the watch exited, leaving the sessions "
-            f"{dead_panes} with dead panes on the nodes; the manager's watchdog closes them "
-            "when a job ends by itself (watchdog.finish -> close_sessions)"
+            f"{dead_panes} with dead panes on the nodes; a job that ends by itself has its "
+            "sessions closed (the coordinator's kill_everywhere, grace 0)"
         )
         nothing_left(fake, job, (port, wport))

@@ -1,11 +1,12 @@
-"""`status` of a run the cluster watches says all that a run watched from here says: the
-same keys of the same types in each node's row (snapshot_dict's: processes, ports, the
-pane, load, memory...), from what its sentinels sent, and the same columns in the table,
-on the cold path and the ordinary one alike (issue 30, `watch.where: auto` by default).
+"""`status` of a run the cluster watches says all that an unwatched run's (polled
+directly) says: the same keys of the same types in each node's row (snapshot_dict's:
+processes, ports, the pane, load, memory...), from what its sentinels sent, and the
+same columns in the table, on the cold path and the ordinary one alike (issue 30,
+`watch.where: auto` by default).
 
 Real parts: sshd fake nodes, tmux, the sentinels and the coordinator shipped and run on
 the nodes' bare `python3`, one light 2-node job (plain python3 steps, listening on its
-master port) launched twice: watched from here, then by the cluster.
+master port) launched twice: unwatched (`--no-watch`), then by the cluster.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def test_a_cluster_status_has_every_key_and_column_of_a_here_status(
 ) -> None:
     here_job, there_job = "parity-here", "parity-there"
     here_port, there_port, wport = free_port(), free_port(), free_port()
-    here_path = cfg.write(steps_job(here_job, here_port, extra="watch: {where: here}"), "h.yaml")
+    here_path = cfg.write(steps_job(here_job, here_port), "h.yaml")
     there = steps_job(there_job, there_port, extra=f"watch: {{where: cluster, port: {wport}}}")
     there_path = cfg.write(there, "c.yaml")
     try:

@@ -31,7 +31,7 @@ from fakecluster import (
 )
 from helpers import Cfg, step_count, steps_job, tagged_anywhere, torch_job
 
-from mntui.sessions.launch.tmux import session_name, watch_session_name
+from mntui.sessions.launch.tmux import session_name
 from mntui.sessions.runs import latest
 from mntui.sessions.watch import clusterfeed
 from mntui.sessions.watch.clusterfeed import FeedStream
@@ -101,7 +101,7 @@ def test_kill_leaves_no_rank_sentinel_coordinator_session_or_port(
     data = wait_for(judged, 20, interval=0.2, what="both nodes judged on the board")
     assert isinstance(data, dict)
     assert data["via"] == "coordinator", data  # one connection, to the main only
-    assert data["watched_from"] == "cluster", data
+    assert data["watch"] == "cluster", data
     assert "2 of 2 sentinel(s) connected" in data["watchdog"], data
     assert [n["state"] for n in data["nodes"]] == ["running", "running"], data
     res = cfg.mntui(path, "kill")
@@ -175,9 +175,10 @@ def local_sessions() -> list[str]:
     return res.stdout.split()
 
 
-def watched_here_then_killed(cfg: Cfg, path: Path, job: str, fake: FakeCluster) -> str:
-    """A run watched from this machine: it trains, `status` (text and JSON) says so, and
-    `mntui kill` ends it and its watchdog here. The status text, for the caller."""
+def unwatched_then_killed(cfg: Cfg, path: Path, job: str, fake: FakeCluster) -> str:
+    """A run nothing watches (no watch runs on this machine: issue 37): it trains,
+    `status` (text and JSON) says it is unwatched, nothing of mntui runs here, and `mntui
+    kill` ends it. The status text, for the caller."""
     wait_for(
         lambda: all(step_count(fake.node(n).log(job)) >= 2 for n in ("node0", "node1")),
         60,
@@ -185,13 +186,13 @@ def watched_here_then_killed(cfg: Cfg, path: Path, job: str, fake: FakeCluster) 
     )
     status = cfg.mntui(path, "status")
     assert status.returncode == 0, status.stdout + status.stderr
-    assert "watched from this machine: keep it on" in status.stdout, status.stdout
+    assert "unwatched (launched without the cluster's watch)" in status.stdout, status.stdout
     assert "watched by the cluster" not in status.stdout, status.stdout
     data = json.loads(cfg.mntui(path, "status", "--json").stdout)
-    assert data["watched_from"] == "this machine" and data["watchdog"] is None, data
+    assert data["watch"] == "unwatched" and data["watchdog"].startswith("unwatched"), data
+    assert not [s for s in local_sessions() if s.startswith("mntui@")], local_sessions()
     res = cfg.mntui(path, "kill")
     assert res.returncode == 0, res.stdout + res.stderr
-    wait_for(lambda: watch_session_name(job) not in local_sessions(), 30, what="its watchdog gone")
     return status.stdout
 
 
@@ -313,28 +314,22 @@ def test_a_node_no_interpreter_fits_refuses_the_launch_in_one_line_exit_2(
         assert not [s for n in NODES if (s := session_name(job, n)) in fake.node(n).sessions()]
         res = cfg.mntui(path, "launch", "--no-ui")  # the test harness adds --no-watch
         assert res.returncode == 0, res.stdout + res.stderr
-        wait_for(
-            lambda: all(step_count(fake.node(n).log(job)) >= 2 for n in NODES),
-            60,
-            what="both nodes training, unwatched",
-        )
-        status = cfg.mntui(path, "status")
-        assert "watchdog: none guards this run" in status.stdout, status.stdout
-        data = json.loads(cfg.mntui(path, "status", "--json").stdout)
-        assert data["watched_from"] is None, data
         assert not watchers(job, "sentinel") and not watchers(job, "coord")
-        assert cfg.mntui(path, "kill").returncode == 0
+        unwatched_then_killed(cfg, path, job, fake)
     nothing_left(fake, job, (port,))
 
 
-def test_a_run_watched_here_says_so_in_status(fake: FakeCluster, cfg: Cfg) -> None:
+def test_a_run_with_where_here_is_unwatched_and_says_so(fake: FakeCluster, cfg: Cfg) -> None:
+    """`watch.where: here` asked for this machine's watchdog, which is no more: the run
+    starts with no watch, and the launch and `status` say it is unwatched."""
     job = "cw-here"
     port = free_port()
     path = cfg.write(steps_job(job, port, extra="watch: {where: here, interval: 0.5}"))
     res = cfg.mntui(path, "launch", "--no-ui", watch=True)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "the cluster cannot watch" not in res.stdout + res.stderr
-    watched_here_then_killed(cfg, path, job, fake)
+    assert "is unwatched" in res.stdout, res.stdout
+    unwatched_then_killed(cfg, path, job, fake)
     nothing_left(fake, job, (port,))
 
 
@@ -350,7 +345,7 @@ def test_by_default_the_cluster_watches_and_no_watch_starts_no_watch_at_all(
     rec = latest(job)
     assert rec is not None and rec.watch_port == port + 1, rec
     status = json.loads(cfg.mntui(path, "status", "--json").stdout)
-    assert status["watched_from"] == "cluster" and status["via"] == "coordinator", status
+    assert status["watch"] == "cluster" and status["via"] == "coordinator", status
     res = cfg.mntui(path, "kill")
     assert res.returncode == 0 and "asked the coordinator on node0" in res.stdout, res.stdout
     nothing_left(fake, job, (port, port + 1))
@@ -361,6 +356,6 @@ def test_by_default_the_cluster_watches_and_no_watch_starts_no_watch_at_all(
     rec = latest(job)
     assert rec is not None and rec.watch_port is None, rec
     assert not watchers(job, "sentinel") and not watchers(job, "coord")
-    assert watch_session_name(job) not in local_sessions()
+    assert not [s for s in local_sessions() if s.startswith("mntui@")], local_sessions()
     assert cfg.mntui(path, "kill").returncode == 0
     nothing_left(fake, job, (port,))

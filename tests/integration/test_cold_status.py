@@ -92,7 +92,7 @@ def test_a_cold_status_reads_the_board_over_one_ssh_without_loading_the_config(
         )
         ordinary = json.loads(res.stdout)
         assert {k: quick[k] for k in SAME} == {k: ordinary[k] for k in SAME}
-        assert quick["via"] == "coordinator" and quick["watched_from"] == "cluster"
+        assert quick["via"] == "coordinator" and quick["watch"] == "cluster"
         assert quick.keys() == ordinary.keys()
         assert quick["watchdog"] == ordinary["watchdog"], (quick, ordinary)
         for a, b in zip(quick["nodes"], ordinary["nodes"], strict=True):

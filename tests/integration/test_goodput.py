@@ -56,7 +56,7 @@ def test_a_killed_cpu_run_counts_its_training_live_and_after_with_no_gpus(
     assert rec is not None and rec.status.value == "killed"
     wait_for(lambda: any(h["what"] == "steps" and h.get("last_step", 0) >= 10
                          for h in (latest(job) or rec).history), 10,
-             what="the watchdog's last steps note")  # fmt: skip
+             what="the last steps note")  # fmt: skip
     res = cfg.mntui(path, "history", "--job", job, "--json")
     assert res.returncode == 0, res.stderr
     (ledger,) = json.loads(res.stdout)["chains"]

@@ -1,5 +1,5 @@
 """The hang campaign, short (bench/hangs.py runs the full one): three hangs drawn from a
-fixed seed on real sshd nodes with real torchrun, each of which the watchdog's report
+fixed seed on real sshd nodes with real torchrun, each of which the cluster's report
 must pin on the right rank and node: a rank asleep in data loading (the stacks say it is
 not in a collective), a rank in a barrier while the other all-reduces (two ranks: the tie
 is settled by the Flight Recorder's history), and a SIGSTOPped rank. About 40 s here.
@@ -42,7 +42,8 @@ def test_a_short_fixed_seed_campaign_names_every_culprit(tmp_path: Path) -> None
     assert sorted(h["plan"]["kind"] for h in hangs) == sorted(KINDS), report
     assert [h["error"] for h in hangs] == [None] * 3, report
     assert all(h["named"] for h in hangs), report
-    # The report is complete within 2 s of the decision (the goal of issue 20).
+    # The evidence is saved within 2 s of the decision (the goal of issue 20): the
+    # sentinels' stacks, taken before the kill.
     assert all(h["report_s"] is not None and h["report_s"] <= 2.0 for h in hangs), report
     first = {h["plan"]["kind"]: h["headline"] for h in hangs}
     assert "is not in a collective: in `next_batch`" in first["sleep"], report
@@ -55,7 +56,7 @@ def test_report_on_a_live_hung_job_leads_with_the_culprit_and_kills_nothing(
     fake: FakeCluster, cfg: Cfg
 ) -> None:
     """`mntui report` while the job hangs (on_stall: notify, so nothing tears it down):
-    through the watchdog's agent, the stacks and the Flight Recorder dumps asked for now."""
+    over its own connections, the stacks and the Flight Recorder dumps asked for now."""
     work = cfg.tmp / "work"
     work.mkdir()
     shutil.copy(REPO / "tests" / "jobs" / "hang_train.py", work / "hang_train.py")

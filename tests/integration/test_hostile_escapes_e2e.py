@@ -1,6 +1,6 @@
 """Issue 28 as a new user meets it, on real sshd nodes: a rank prints escape sequences
 (OSC 52 that would set the clipboard, a screen clear, an 8-bit CSI, a bell, Textual
-markup) and fails; after the watchdog's teardown, every verb a user reaches for next
+markup) and fails; after the coordinator's teardown, every verb a user reaches for next
 (`status`, `status --json`, `report`, `logs`, `history`) and the saved report write no
 control byte to the terminal but newline and tab."""
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 from fakecluster import FakeCluster, tagged, wait_for
-from helpers import Cfg
+from helpers import Cfg, on_cluster
+from test_reports import saved_report
 
 from mntui.sessions.runs import latest
 
@@ -43,23 +43,12 @@ def hostile_job(job: str, work: Path) -> str:
     command: exec python3 hostile.py
     launch: {{ready: log, ready_pattern: "node up", ready_timeout: 20}}
     kill: {{grace: 2}}
-    watch: {{where: here}}
+    {on_cluster()}
     """
 
 
 def bad(text: str) -> list[str]:
     return sorted({repr(c) for c in CONTROL.findall(text)})
-
-
-def ended_report(job: str) -> dict[str, Any]:
-    def ready() -> dict[str, Any] | None:
-        rec = latest(job)
-        path = rec.dir / "report.json" if rec and not rec.status.is_live else None
-        return json.loads(path.read_text()) if path and path.exists() else None
-
-    report = wait_for(ready, 40, interval=0.2, what=f"the report of {job}")
-    assert isinstance(report, dict)
-    return report
 
 
 def test_a_rank_that_prints_escapes_and_fails_leaves_every_verb_clean(
@@ -74,7 +63,7 @@ def test_a_rank_that_prints_escapes_and_fails_leaves_every_verb_clean(
     raw = wait_for(lambda: "wiped" in fake.node("node1").log(job) and fake.node("node1").log(job),
                    20, what="node1's escapes in its log")  # fmt: skip
     assert isinstance(raw, str) and "\x1b]52;c;" in raw and "\x9b2J" in raw, repr(raw)
-    report = ended_report(job)
+    report = saved_report(fake, cfg, path, job, 40)  # the first `report` after the end
     wait_for(lambda: not tagged(job), 30, what="the job torn down")
     assert report["cause_node"] == "node1", report["headline"]
 

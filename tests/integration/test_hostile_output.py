@@ -1,6 +1,6 @@
 """Node output is data, never protocol, on real sshd nodes: processes whose command
-lines (and names) hold mntui's own records steer neither status, the watchdog, kill
-nor cleanup."""
+lines (and names) hold mntui's own records steer neither status, the judge, kill nor
+cleanup."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import sys
 
 from fakecluster import FakeCluster, port_listening, tagged, wait_for
 from helpers import Cfg, free_port, listener_job
+from snaps import judge_of
 
 from mntui.sessions.config import load_config
 from mntui.sessions.poll import NodeState, Poller
 from mntui.sessions.runs import latest
 from mntui.sessions.ssh import Cluster
-from mntui.sessions.watch import Judge
 
 # A stopped process, an exit code, a dead pane, lines that do not parse, a foreign
 # listener and a survivor: every record the old scripts' readers believed.
@@ -56,13 +56,14 @@ def test_a_job_that_prints_records_runs_and_is_killed_clean(fake: FakeCluster, c
         assert any("x @P 999999 T" in p["cmdline"] for p in n["procs"]), n["procs"]
     assert res.returncode == 0, res.stdout
 
-    # The watchdog's judge, on two polls well past frozen_after: nothing to tear down.
+    # The coordinator's judge (node/judging.py), on two polls well past frozen_after:
+    # nothing to tear down.
     config = load_config(path)
     record = latest(job)
     assert record is not None
     with Cluster(config.nodes, config.ssh) as cluster:
         poller = Poller(record, cluster, gpus=False)
-        judge = Judge(config.watch)
+        judge = judge_of(config.watch)
         first = judge.judge(poller.poll(), 0.0)
         second = judge.judge(poller.poll(), config.watch.frozen_after + 60.0)
     for verdicts, triggers in (first, second):

@@ -8,7 +8,7 @@ import json
 import shutil
 
 from fakecluster import FakeCluster, tagged, wait_for
-from helpers import REPO, Cfg, free_port
+from helpers import REPO, Cfg, free_port, on_cluster
 from test_reports import saved_report
 
 FAULTY = REPO / "tests" / "jobs" / "faulty_train.py"
@@ -31,11 +31,11 @@ def test_a_mistyped_script_is_the_cause_and_no_nodes_fault(fake: FakeCluster, cf
       trian.py
     launch: {{ready_timeout: 90}}
     kill: {{grace: 3}}
-    watch: {{where: here}}
+    {on_cluster()}
     """)
     res = cfg.mntui(path, "launch", "--no-ui", watch=True)
     assert res.returncode == 0, res.stdout + res.stderr
-    report = saved_report(job, 90)
+    report = saved_report(fake, cfg, path, job, 90)
     wait_for(lambda: not tagged(job), 30, what="the job gone")
     want = f"python3: can't open file '{work}/trian.py': [Errno 2] No such file or directory"
     assert report["cause"] == want, report["headline"]

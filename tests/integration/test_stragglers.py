@@ -1,12 +1,13 @@
-"""The straggler, caught on real nodes: a rank made slow is named by the watchdog's
-sampler (py-spy on every rank), told, shown by `status` and `report`; a node made slow
-for real (its sshd in a CPU-quota cgroup) is named and, with `on_slow: kill_all`, the job
-is taken down; `doctor --pairs` names the throttled node; the bench's short version."""
+"""The straggler, caught on real nodes by the cluster's watch: a rank made slow is named
+by the coordinator (its sentinels sample every rank with py-spy), told, shown by
+`status` and `report`; a node made slow for real (its sshd in a CPU-quota cgroup) is
+named and, with `on_slow: kill_all`, the job is taken down with its report saved;
+`doctor --pairs` names the throttled node; the bench's short version. (A GPU's throttle
+reasons were the local sampler's: the sentinels sample no clocks yet, issue 37 item 16.)"""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -21,7 +22,6 @@ from helpers import Cfg
 
 from mntui.sessions.doctor.pairs import Pair, conclude, node_rows
 from mntui.sessions.runs import latest
-from mntui.sessions.watch import WatchOutcome
 
 REPO = Path(__file__).resolve().parents[2]
 needs_cgroup = pytest.mark.skipif(not straggle.can_throttle(), reason="no writable cgroup v1 cpu")
@@ -52,11 +52,11 @@ def test_a_slow_rank_is_named_told_and_shown(fake: FakeCluster, cfg: Cfg) -> Non
     assert run.suspect is not None, run.finding
     assert (run.suspect.rank, run.suspect.node) == (1, "node1")
     assert run.notices and run.notices[0].startswith("straggler: rank 1 (node1) waits ")
-    assert run.notices[0].endswith("it holds the job (on_slow: notify)")
-    assert run.end is not None and run.end.outcome is WatchOutcome.STOPPED  # notify: no kill
+    assert run.notices[0].endswith("it holds the job"), run.notices
+    assert run.decision is None  # on_slow: notify: no kill
+    status = cfg.mntui(path, "status")  # the notice the main could not run, sent from here
     wait_for(lambda: told.exists() and "\n" in told.read_text(), 10, what="the notice")
     assert told.read_text().startswith("slow|straggler: rank 1 (node1) waits ")
-    status = cfg.mntui(path, "status")
     line = next(x for x in status.stdout.splitlines() if x.startswith("straggler: "))
     print(line)  # the README quotes it
     assert "rank 1 (node1) waits" in line
@@ -70,15 +70,8 @@ def test_a_slow_rank_is_named_told_and_shown(fake: FakeCluster, cfg: Cfg) -> Non
 @pytest.fixture(scope="module")
 def fresh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeCluster]:
     """Nodes of our own: a quota on a node's sshd reaches only what it starts afterwards
-    (the session's nodes' tmux servers are already running). node3 has a GPU held by its
-    power cap: a recorded real nvidia-smi answer (tests/data/nvidia-smi)."""
-    data = REPO / "tests" / "data"
-    path = os.pathsep.join(
-        [str(data / "fakebin"), str(Path(sys.executable).parent), "/usr/bin", "/bin"]
-    )
-    smi = str(data / "nvidia-smi" / "h100-powercap.throttle.csv")
-    env = {"node3": {"PATH": path, "FAKE_NVIDIA_SMI_GPU": smi}}
-    with FakeCluster(tmp_path_factory.mktemp("strag"), 4, node_env=env).start() as cluster:
+    (the session's nodes' tmux servers are already running)."""
+    with FakeCluster(tmp_path_factory.mktemp("strag"), 4).start() as cluster:
         yield cluster
 
 
@@ -90,18 +83,6 @@ def swept(fresh: FakeCluster) -> FakeCluster:
     outside the cgroup."""
     fresh.stop_jobs()
     return fresh
-
-
-def test_a_throttled_gpu_is_named_with_its_reason(fresh: FakeCluster, tmp_path: Path) -> None:
-    cfg = Cfg(fresh, tmp_path)
-    job = "stragsmi"
-    path = job_file(cfg, job, ["node2", "node3"], "--work 0.1", "sample_every: 0.5", fresh)
-    run = straggle.run_once(fresh, path, job, 4, stop_early=False)
-    line = "a GPU of node3 is throttled at 1590/1980 MHz: power cap (SW) (700 W, 71 °C)"
-    assert run.notices == [f"throttled: {line}"]  # once, however many rounds saw it
-    assert run.suspect is None
-    status = cfg.mntui(path, "status").stdout
-    assert f"throttled: {line}" in status.splitlines()
 
 
 @needs_cgroup
@@ -120,17 +101,17 @@ def test_a_node_at_half_a_cpu_is_named_and_on_slow_kill_all_takes_the_job_down(
     ):
         run = straggle.run_once(swept, path, job, 60, stop_early=False)
     assert run.suspect is not None and run.suspect.node == "node1", run.finding
-    assert run.end is not None and run.end.outcome is WatchOutcome.TORN_DOWN
-    assert run.end.trigger is not None and run.end.trigger.why.startswith("straggler: rank 1")
-    # the saved report carries the straggler, in its text and its JSON
+    assert run.decision is not None and run.decision["why"].startswith("straggler: rank 1")
+    # the report saved at the first look after the end carries the straggler, in its
+    # text and its JSON
+    shown = cfg.mntui(path, "report", timeout=180).stdout
+    assert shown.count("Slow node (sampled") == 1, shown
     rec = latest(job)
     assert rec is not None
     text = (rec.dir / "report.txt").read_text()
     assert "Slow node (sampled while the job ran):\n  straggler: rank 1 (node1) waits" in text
     slow = json.loads((rec.dir / "report.json").read_text())["slow"]
     assert slow[1].startswith("  straggler: rank 1 (node1) waits"), slow
-    shown = cfg.mntui(path, "report").stdout
-    assert shown.count("Slow node (sampled") == 1, shown
 
 
 @needs_cgroup

@@ -52,7 +52,7 @@ OVER_OPENSSH: list[Callable[..., None]] = [
     monitoring.test_status_logs_and_fetch,
     monitoring.test_logs_follow_prints_new_lines,
     monitoring.test_unreachable_node_does_not_delay_the_others,
-    monitoring.test_watchdog_tears_down_a_frozen_job,
+    monitoring.test_the_cluster_tears_down_a_frozen_job,
 ]
 
 

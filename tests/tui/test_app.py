@@ -34,7 +34,7 @@ def test_app_launches_shows_nodes_and_kills_all(fake: FakeCluster, cfg: Cfg) -> 
     config = load_config(path)
 
     async def go() -> None:
-        app = MntuiApp(config, launch_now=True, watchdog=False)
+        app = MntuiApp(config, launch_now=True)
         async with app.run_test(size=(160, 48)) as pilot:
             await until(
                 pilot,
@@ -91,7 +91,7 @@ def test_cleanup_names_holder_and_quit_leaves_job_running(fake: FakeCluster, cfg
     config = load_config(path)
 
     async def go() -> None:
-        app = MntuiApp(config, watchdog=False)
+        app = MntuiApp(config)
         async with app.run_test(size=(160, 48)) as pilot:
             await until(
                 pilot,
@@ -146,7 +146,7 @@ def test_help_screen_and_table_toggle(fake: FakeCluster, cfg: Cfg) -> None:
     config = load_config(path)
 
     async def go() -> None:
-        app = MntuiApp(config, poll=False, watchdog=False)
+        app = MntuiApp(config, poll=False)
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.press("question_mark")
             assert "kill every process of the job" in str(app.screen.query_one("#help").render())
@@ -182,7 +182,7 @@ def test_relaunch_over_a_recorded_run_shows_each_line_once(fake: FakeCluster, cf
     config = load_config(path)
 
     async def go() -> None:
-        app = MntuiApp(config, launch_now=True, restart=True, watchdog=False)
+        app = MntuiApp(config, launch_now=True, restart=True)
         async with app.run_test(size=(160, 48)) as pilot:
             await until(
                 pilot,

@@ -46,7 +46,7 @@ def logs(chunks: dict[str, tuple[bytes, int, bool]]) -> bytes:
 
 def test_a_spare_swapped_in_gets_a_pane_and_the_node_it_replaced_is_shown_out() -> None:
     cfg = parse_config(CONFIG, "sw.yaml")
-    app = MntuiApp(cfg, poll=False, watchdog=False)
+    app = MntuiApp(cfg, poll=False)
     parser = FeedParser({"node0": 0, "node1": 1}, frozenset({"node2"}))
 
     async def go() -> None:
@@ -91,7 +91,7 @@ def test_held_log_is_bounded_and_a_cut_is_said_as_skipped() -> None:
     """A node's chunks held past HOLD: the oldest bytes go, counted as skipped (said when
     the pane shows them), the start stays a start; however many chunks come, empty ones
     included, one chunk of at most HOLD bytes is kept."""
-    app = MntuiApp(parse_config(CONFIG, "sw.yaml"), poll=False, watchdog=False)
+    app = MntuiApp(parse_config(CONFIG, "sw.yaml"), poll=False)
     big = b"x" * (HOLD // 2)
     app.hold(LogNews("node2", big, 0, True))
     app.hold(LogNews("node2", big, 0, False))

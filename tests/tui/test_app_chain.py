@@ -1,7 +1,6 @@
-"""The app shows a restart chain: when the headless supervisor relaunches the job, the
-app moves on to the new attempt by itself. Watched from this machine (`where: here`):
-`auto` is the cluster's watch for this config since issue 37, and the app moving its
-record on to the coordinator's next attempt is the mirror's (issue 37, not yet)."""
+"""The app shows a restart chain: when the coordinator restarts the job on the cluster,
+the app moves on to the new attempt by itself (its records synced as `status` syncs
+them), its panes showing the new attempt's output."""
 
 from __future__ import annotations
 
@@ -26,11 +25,14 @@ def test_the_app_follows_the_next_attempt(fake: FakeCluster, cfg: Cfg) -> None:
     command: >-
       echo "attempt $MNTUI_RESTART_COUNT on {{node}}";
       if [ "$MNTUI_RESTART_COUNT" = 0 ] && [ {{node_rank}} = 1 ]; then sleep 2; exit 3; fi;
-      exec sleep 300
-    launch: {{ready: log, ready_pattern: "attempt", ready_timeout: 20}}
+      exec python3 -c "import socket, sys, time; s = socket.socket();
+      s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1);
+      sys.argv[1] == '0' and (s.bind(('127.0.0.1', {port})), s.listen()); time.sleep(300)"
+      {{node_rank}}
+    launch: {{ready_timeout: 20}}
     restart: {{max: 1, backoff: 1}}
     kill: {{grace: 2}}
-    watch: {{where: here}}
+    watch: {{where: cluster, port: {free_port()}}}
     """)
     assert cfg.mntui(str(path), "launch", "--no-ui", watch=True).returncode == 0
     first = latest("tchain")

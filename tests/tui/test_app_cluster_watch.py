@@ -1,7 +1,7 @@
-"""Issue 30, in the app: a run the cluster watches is shown, never judged here. The
-header says who watches (`watchdog cluster`), the app holds no watch lock (nothing here
-decides a teardown), and quitting hands nothing over: no local watchdog is started, the
-job trains on guarded by its coordinator."""
+"""Issues 30 and 37, in the app: a run the cluster watches is shown, never judged here.
+The header says who watches (`watched by the cluster`), the app follows the
+coordinator's stream (no poll of its own), and quitting starts nothing here: the job
+trains on, guarded by its coordinator. An unwatched run (`--no-watch`) says so."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from fakecluster import FakeCluster, alive, pids_with_env, tagged
 from helpers import Cfg, free_port, listener_job, until
 
 from mntui.sessions.config import load_config
-from mntui.sessions.runs import lock_held
+from mntui.sessions.launch.clusterwatch import watched_here
 from mntui.tui.app.main import MntuiApp
 
 
@@ -25,7 +25,7 @@ def test_the_app_shows_a_cluster_watched_run_and_quits_without_a_local_watchdog(
     config = load_config(path)
 
     async def go() -> None:
-        app = MntuiApp(config, launch_now=True, watchdog=True)
+        app = MntuiApp(config, launch_now=True)
 
         def header() -> str:
             return str(app.query_one("#header").render())
@@ -33,13 +33,11 @@ def test_the_app_shows_a_cluster_watched_run_and_quits_without_a_local_watchdog(
         async with app.run_test(size=(200, 48)) as pilot:
             await until(pilot, lambda: app.record is not None and app.busy is None, 90,
                         "the launch done")  # fmt: skip
-            await until(pilot, lambda: "[watchdog cluster: on failure kill_all" in header(),
+            await until(pilot, lambda: "[watched by the cluster: on failure kill_all" in header(),
                         10, "the header saying the cluster watches")  # fmt: skip
-            assert app.lock is None and app.watcher == "cluster"
             assert app.record is not None and app.record.watch_port is not None
-            assert not lock_held(app.record.dir / "watch.lock")
+            assert app.subscribed and app.poll_inflight is False  # the stream, no poll
             await pilot.press("q")
-        assert app.handed is None and app.left_unwatched is None
 
     asyncio.run(go())
     sentinels = alive(pids_with_env(f"MNTUI_RUN={re.escape(job)}/[^/]+/[^/]+/sentinel"))
@@ -47,3 +45,31 @@ def test_the_app_shows_a_cluster_watched_run_and_quits_without_a_local_watchdog(
     res = cfg.mntui(path, "kill")
     assert res.returncode == 0, res.stdout + res.stderr
     assert not alive(pids_with_env(f"MNTUI_RUN={re.escape(job)}/.*"))
+
+
+def test_the_app_says_an_unwatched_run_is_unwatched(fake: FakeCluster, cfg: Cfg) -> None:
+    """Launched with no watch: no sentinel starts, the app polls the nodes itself, and
+    the header and the event log say the run is unwatched."""
+    job = "cwnone"
+    path = cfg.write(listener_job(job, free_port()))
+    config = watched_here(load_config(path))  # as `launch --no-watch` makes it
+
+    async def go() -> None:
+        app = MntuiApp(config, launch_now=True)
+
+        def header() -> str:
+            return str(app.query_one("#header").render())
+
+        async with app.run_test(size=(200, 48)) as pilot:
+            await until(pilot, lambda: app.record is not None and app.busy is None, 90,
+                        "the launch done")  # fmt: skip
+            await until(pilot, lambda: "[unwatched" in header(), 10, "the header")
+            assert app.record is not None and app.record.watch_port is None
+            assert not app.subscribed
+            await pilot.press("q")
+
+    asyncio.run(go())
+    assert not alive(pids_with_env(f"MNTUI_RUN={re.escape(job)}/[^/]+/[^/]+/sentinel"))
+    assert tagged(job, "node0") and tagged(job, "node1")
+    res = cfg.mntui(path, "kill")
+    assert res.returncode == 0, res.stdout + res.stderr

@@ -30,7 +30,7 @@ def test_the_header_leads_with_the_first_failure_not_the_main(fake: FakeCluster,
     )
 
     async def go() -> list[str]:
-        app = MntuiApp(load_config(path), launch_now=True, watchdog=True)
+        app = MntuiApp(load_config(path), launch_now=True)
 
         def header() -> str:
             return str(app.query_one("#header").render())
@@ -71,7 +71,7 @@ def test_a_launch_over_a_failed_run_never_shows_its_failure(fake: FakeCluster, c
     flag.touch()
 
     async def go() -> list[str]:
-        app = MntuiApp(load_config(path), watchdog=False)
+        app = MntuiApp(load_config(path))
         header = lambda: str(app.header.render())  # noqa: E731
         async with app.run_test(size=(200, 48)) as pilot:
             await until(pilot, lambda: "FAILED on" in header(), 30, "the first run's failure")

@@ -1,5 +1,6 @@
-"""The app's watchdog against real fake-sshd nodes, with views that fail to draw: a bug
-in drawing must never stop the poll, the judge or the teardown."""
+"""The app following a run the cluster watches, against real fake-sshd nodes, with views
+that fail to draw: a bug in drawing must never stop the stream, and the coordinator's
+teardown reaches the app's panes all the same."""
 
 from __future__ import annotations
 
@@ -22,12 +23,12 @@ HOSTILE = [
 
 
 class BrokenViews(MntuiApp):
-    """Once the app guards the run, every way it draws a poll's results raises."""
+    """Once the app follows the run's stream, every way it draws a board raises."""
 
     draws = 0
 
     def broke(self, what: str) -> None:
-        if self.watcher == "here":
+        if self.subscribed and self.feed_boards > 0:
             self.draws += 1
             raise RuntimeError(f"{what} broke")
 
@@ -44,8 +45,8 @@ class BrokenViews(MntuiApp):
         super().redraw_node(view, new_lines)
 
 
-def test_failing_views_do_not_stop_the_apps_watchdog(fake: FakeCluster, cfg: Cfg) -> None:
-    port = free_port()
+def test_failing_views_do_not_stop_the_apps_stream(fake: FakeCluster, cfg: Cfg) -> None:
+    port, wport = free_port(), free_port()
     lines = ", ".join(f"print({line!r})" for line in HOSTILE)
     go_file = cfg.tmp / "fail-now"  # rank 1 fails once the app's drawing has failed a few
     # times (a fixed 6 s sleep once stood for that): at most 60 s, polled every 50 ms
@@ -62,16 +63,17 @@ def test_failing_views_do_not_stop_the_apps_watchdog(fake: FakeCluster, cfg: Cfg
       r == 1 and ({lines}, sys.stdout.flush(), sys.exit(3)); time.sleep(600)" {{node_rank}}
     launch: {{ready_timeout: 20}}
     kill: {{grace: 2}}
+    watch: {{port: {wport}}}
     """)
-    res = cfg.mntui(path, "launch", "--no-ui")
+    res = cfg.mntui(path, "launch", "--no-ui", watch=True)
     assert res.returncode == 0, res.stdout + res.stderr
     config = load_config(path)
     assert tagged("tbroken", "node0") and tagged("tbroken", "node1")
 
     async def go() -> None:
-        app = BrokenViews(config, watchdog=True)  # opens on the run, and guards it
+        app = BrokenViews(config)  # opens on the run, and follows its coordinator
         async with app.run_test(size=(160, 48), notifications=True) as pilot:
-            await until(pilot, lambda: app.watcher == "here", 10, "the app's watchdog")
+            await until(pilot, lambda: app.feed_boards > 0, 30, "the coordinator's stream")
             await until(pilot, lambda: app.draws > 3, 20, "the views failing to draw")
             go_file.touch()
             before = app.draws
@@ -85,13 +87,16 @@ def test_failing_views_do_not_stop_the_apps_watchdog(fake: FakeCluster, cfg: Cfg
                 "node1 failed",
             )
             await until(pilot, lambda: not tagged("tbroken", "node0"), 30, "node0 torn down")
-            await until(pilot, lambda: app.busy is None, 20, "teardown finished")
             assert app.draws > before > 3  # drawing kept failing the whole time
-            log = app.views["node1"].log or []
-            assert all(line in log for line in HOSTILE), log
+
+            def shown() -> bool:
+                return all(line in (app.views["node1"].log or []) for line in HOSTILE)
+
+            await until(pilot, shown, 30, "node1's last lines in its pane")
         assert app._exception is None, app._exception
 
     asyncio.run(go())
+    cfg.mntui(path, "status")  # the records' sync (watch/mirror.py)
     record = latest("tbroken")
-    assert record is not None and record.status is RunStatus.TORN_DOWN
-    assert record.error is not None and record.error.startswith("node1 failed")
+    assert record is not None and record.status is RunStatus.TORN_DOWN, record.status
+    assert record.cause is not None and record.cause.startswith("node1"), record.cause

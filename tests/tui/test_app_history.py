@@ -50,7 +50,7 @@ def test_h_shows_a_nodes_history_and_H_the_ledger_and_the_culprit_is_marked() ->
     rec = _failed_run()
 
     async def run() -> tuple[str, str, str]:
-        app = MntuiApp(cfg, record=rec, poll=False, watchdog=False)
+        app = MntuiApp(cfg, record=rec, poll=False)
         async with app.run_test() as pilot:
             deadline = time.monotonic() + 20
             while app.panes["b"].border_subtitle is None:

@@ -34,7 +34,6 @@ def test_long_log_lines_wrap_and_a_cut_is_marked() -> None:
     app = MntuiApp(
         parse_config("job: wrap\nnodes: [node0, node1]\ncommand: x\n", "w.yaml"),
         poll=False,
-        watchdog=False,
     )
     words = [f"tok{i}{'x' * (i % 7)}" for i in range(120)]
     long = " ".join(words)  # ~1,000 characters: more than 3 rows of a 70-column pane
@@ -106,7 +105,7 @@ def test_a_dead_nodes_pane_shows_no_rate_and_no_ports(
     config = load_config(cfg.write(_stepper("tdead", port, tmp_path)))
 
     async def go() -> None:
-        app = MntuiApp(config, launch_now=True, watchdog=False)
+        app = MntuiApp(config, launch_now=True)
         async with app.run_test(size=(160, 48)) as pilot:
             pane = app.query_one("#pane-node0", NodePane)
             try:
@@ -155,7 +154,7 @@ def test_panes_before_a_launch_show_each_node(fake: FakeCluster, cfg: Cfg, tmp_p
     config = load_config(path)
 
     async def go() -> None:
-        app = MntuiApp(config, watchdog=False)
+        app = MntuiApp(config)
         assert app.record is None
         async with app.run_test(size=(200, 48)) as pilot:
             panes = {n: app.query_one(f"#pane-{n}", NodePane) for n in app.views}
@@ -202,7 +201,6 @@ def test_a_snapshot_of_a_node_without_a_pane_is_not_a_crash() -> None:
     app = MntuiApp(
         parse_config("job: sp\nnodes: [node0, node1]\ncommand: x\n", "sp.yaml"),
         poll=False,
-        watchdog=False,
     )
 
     async def go() -> None:

@@ -25,7 +25,7 @@ from mntui.tui.app.messages import PollDone
 def make(n: int) -> tuple[MntuiApp, list[str]]:
     names = [f"gpu-node-{i:03d}" for i in range(n)]
     body = f"job: big\nnodes: [{', '.join(names)}]\nnproc_per_node: 8\ncommand: x\n"
-    return MntuiApp(parse_config(body, "big.yaml"), poll=False, watchdog=False), names
+    return MntuiApp(parse_config(body, "big.yaml"), poll=False), names
 
 
 def snaps(names: list[str], gpu: bool) -> dict[str, NodeSnapshot]:

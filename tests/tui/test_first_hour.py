@@ -1,14 +1,11 @@
-"""Issue 23, the first hour with the app: each line once when the agent takes over, the
-training step and rate where people look, the kill dialog naming the real sessions, and
-a live report that says what it did."""
+"""Issue 23, the first hour with the app: each line once, the training step and rate
+where people look, the kill dialog naming the real sessions, and a live report that
+says what it did."""
 
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import re
-import signal
 from collections.abc import Awaitable
 from typing import Any
 
@@ -34,11 +31,10 @@ def _numbers(log: list[str]) -> list[int]:
     return [int(m.group(1)) for line in log if (m := re.match(r"step (\d+) on ", line))]
 
 
-def test_each_line_once_when_the_agent_takes_over(fake: FakeCluster, cfg: Cfg) -> None:
-    """The app polls the new run itself until the watchdog's agent serves, then follows
-    it: the panes start over from its backlog, so no line shows twice and none is
-    skipped (they once showed the first lines twice: the agent's stream from its
-    offsets, appended to what our own polls had shown)."""
+def test_each_line_once_in_the_apps_own_polls(fake: FakeCluster, cfg: Cfg) -> None:
+    """An unwatched run (nothing on the cluster to stream it): the app polls it itself,
+    from the start of each log, each line once and none skipped, the step and rate in
+    each pane from its own tracker; the kill dialog names the real sessions."""
     path = cfg.write("""
     job: t-once
     nodes: [node0, node1]
@@ -49,37 +45,16 @@ def test_each_line_once_when_the_agent_takes_over(fake: FakeCluster, cfg: Cfg) -
     config = load_config(path)
 
     async def go() -> None:
-        app = MntuiApp(config, launch_now=True, watchdog=True)
+        app = MntuiApp(config, launch_now=True)
         async with app.run_test(size=(160, 48)) as pilot:
             await until(
                 pilot,
-                lambda: app.watcher == "headless (agent)" and app.agent_snaps >= 4,
+                lambda: app.record is not None and app.poller is not None and app.poller.polls >= 4,
                 60,
-                "the app following the watchdog's agent",
+                "the app polling the run",
             )
-            for v in app.views.values():
-                nums = _numbers(v.log or [])
-                assert nums and nums[0] == 1, f"{v.node}: the run's first line is not shown"
-                twice = sorted({n for n in nums if nums.count(n) > 1})
-                assert not twice, f"{v.node}: steps {twice[:5]} shown twice"
-                assert nums == list(range(1, len(nums) + 1)), f"{v.node}: a line skipped"
-            # What the agent read, the panes show: step and rate, and the job's progress.
-            await until(
-                pilot,
-                lambda: all(
-                    re.search(r"step \d+ @[\d.]+/s", str(p.render())) for p in app.panes.values()
-                ),
-                20,
-                "each pane's step and rate",
-            )
-            assert "progress: " in str(app.query_one("#header").render())
-            # The agent goes away (its watchdog stopped): the panes start over from our own
-            # read near each log's end, and go on with each line once.
-            assert app.record is not None
-            agent = json.loads((app.record.dir / "agent.json").read_text())["pid"]
-            os.kill(agent, signal.SIGTERM)  # the watchdog the app started for this run
-            await until(pilot, lambda: app.watcher == "none", 30, "the app polling directly")
-            seen = {n: max(_numbers(v.log or [])) for n, v in app.views.items()}
+            assert app.record is not None and not app.subscribed  # unwatched: no stream
+            seen = {n: max(_numbers(v.log or []), default=0) for n, v in app.views.items()}
             await until(
                 pilot,
                 lambda: all(max(_numbers(v.log or []), default=0) > seen[n] + 20
@@ -89,7 +64,10 @@ def test_each_line_once_when_the_agent_takes_over(fake: FakeCluster, cfg: Cfg) -
             )  # fmt: skip
             for v in app.views.values():
                 nums = _numbers(v.log or [])
-                assert nums == list(range(nums[0], nums[0] + len(nums))), f"{v.node}: {nums}"
+                assert nums and nums[0] == 1, f"{v.node}: the run's first line is not shown"
+                twice = sorted({n for n in nums if nums.count(n) > 1})
+                assert not twice, f"{v.node}: steps {twice[:5]} shown twice"
+                assert nums == list(range(1, len(nums) + 1)), f"{v.node}: a line skipped"
             # Our own polls' tracker keeps the step and rate in the panes.
             await until(
                 pilot,
@@ -101,6 +79,7 @@ def test_each_line_once_when_the_agent_takes_over(fake: FakeCluster, cfg: Cfg) -
                 20,
                 "each pane's step, from our own polls",
             )
+            assert "progress: " in str(app.query_one("#header").render())
             # The kill dialog names the tmux sessions the nodes really have.
             await pilot.press("K")
             await until(
@@ -144,7 +123,7 @@ watch: {slow_after: 1}
 def test_panes_table_and_header_show_progress_as_status_does() -> None:
     """Step and rate in each pane's header and the table, SLOW on a straggler, and the
     progress line `mntui status` prints, in the app's header."""
-    app = MntuiApp(parse_config(PROGRESS_CFG), poll=False, watchdog=False)
+    app = MntuiApp(parse_config(PROGRESS_CFG), poll=False)
     snaps = {n: h100_node(n, r)[0] for r, n in enumerate(("g369", "g375"))}
     progress = {
         "g369": NodeProgress("g369", 34, 2.0, 0.0),
@@ -183,7 +162,7 @@ def test_a_live_report_says_the_stacks_are_taken_now(fake: FakeCluster, cfg: Cfg
     config = load_config(path)
 
     async def go() -> None:
-        app = MntuiApp(config, poll=False, watchdog=False)
+        app = MntuiApp(config, poll=False)
         async with app.run_test(size=(160, 48)) as pilot:
             await pilot.press("R")
             await until(

@@ -51,7 +51,6 @@ def test_a_log_line_reaches_the_pane_and_the_log_screen_without_escapes() -> Non
     app = MntuiApp(
         parse_config("job: esc\nnodes: [node0, node1]\ncommand: x\n", "esc.yaml"),
         poll=False,
-        watchdog=False,
     )
 
     async def go() -> None:
@@ -106,7 +105,6 @@ def test_a_failures_cause_reaches_the_events_a_toast_and_the_report_without_esca
     app = MntuiApp(
         parse_config("job: esc\nnodes: [node0, node1]\ncommand: x\n", "esc.yaml"),
         poll=False,
-        watchdog=False,
     )
     built = failure_report()
     holder = PortHolder(29500, 4242, "bob", f"python3 {HOSTILE}x.py")

@@ -54,7 +54,7 @@ class Recording(MntuiApp):
 
 
 def make(cls: type[MntuiApp] = MntuiApp) -> MntuiApp:
-    return cls(parse_config(CONFIG, "hostile.yaml"), poll=False, watchdog=False)
+    return cls(parse_config(CONFIG, "hostile.yaml"), poll=False)
 
 
 def run(app: MntuiApp, body: Callable[[Any], Awaitable[None]], **kw: Any) -> None:

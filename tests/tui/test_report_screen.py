@@ -1,19 +1,19 @@
-"""The failure report in the app (`R`) and `mntui report`: an ended run's saved report,
-shown as written and never rewritten; a live run's snapshot, shown and never saved."""
+"""The failure report in the app (`R`) and `mntui report`: an ended run's saved report
+(saved at the first look after the coordinator's end, watch/mirror.py), shown as
+written and never rewritten; a live run's snapshot, shown and never saved; an unwatched
+run's end, no report."""
 
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import json
 import shutil
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
+from clusterwatch import run_dir
 from fakecluster import FakeCluster, free_port, tagged, wait_for
-from helpers import REPO, Cfg, listener_job, showing, until
+from helpers import REPO, Cfg, listener_job, showing, tagged_anywhere, until
 
 from mntui.sessions.config import load_config
 from mntui.sessions.config.jobconfig import parse_config
@@ -37,7 +37,7 @@ def test_r_shows_the_saved_report_literally() -> None:
     (rec.dir / "report.json").write_text(json.dumps({"headline": HEADLINE}))
 
     async def run() -> str:
-        app = MntuiApp(cfg, record=rec, poll=False, watchdog=False)
+        app = MntuiApp(cfg, record=rec, poll=False)
         async with app.run_test() as pilot:
             await pilot.press("R")
             deadline = time.monotonic() + 20
@@ -64,16 +64,13 @@ def _saved(rec: RunRecord) -> tuple[bytes, bytes, str | None]:
     )
 
 
-@contextmanager
-def watch_lock(rec: RunRecord) -> Iterator[None]:
-    """Stands in for the run's watchdog at the moment it writes the report: it holds the
-    run's watch lock, as every watchdog does for its life (watch/watchdog.py)."""
-    fh = open(rec.dir / "watch.lock", "a+")  # noqa: SIM115 - closed below
-    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+def decision(fake: FakeCluster, job: str) -> dict[str, Any] | None:
+    """The coordinator's decision.json on the main, once complete (its `ended_at`)."""
     try:
-        yield
-    finally:
-        fh.close()
+        d = json.loads((run_dir(fake, job, "node0") / "coord" / "decision.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return d if isinstance(d, dict) and "ended_at" in d else None
 
 
 async def _report_screen(app: MntuiApp, pilot: Any) -> tuple[str, str]:
@@ -92,9 +89,11 @@ async def _report_screen(app: MntuiApp, pilot: Any) -> tuple[str, str]:
     return shown
 
 
-def test_report_before_the_watchdogs_is_said_to_be_coming(fake: FakeCluster, cfg: Cfg) -> None:
-    """The moment between the job's end and its report, made still: the nodes ended, the
-    record says running (the watchdog has not noticed yet), then failed (it writes now)."""
+def test_an_unwatched_runs_end_has_no_report_only_what_its_nodes_hold(
+    fake: FakeCluster, cfg: Cfg
+) -> None:
+    """Nothing watched the run: its end is shown from its nodes, never saved as its
+    report, and the record keeps no cause."""
     path = cfg.write("""
     job: rpending
     nodes: [node0, node1]
@@ -105,17 +104,8 @@ def test_report_before_the_watchdogs_is_said_to_be_coming(fake: FakeCluster, cfg
     rec = latest("rpending")
     assert rec is not None and rec.status.is_live
     wait_for(lambda: not tagged("rpending"), 20, what="the job ended by itself")
-    with watch_lock(rec):
-        res = cfg.mntui(path, "report")
-        assert "the watchdog is writing the report of run" in res.stdout + res.stderr, res
-        assert not (rec.dir / "report.txt").exists() and not (rec.dir / "report.json").exists()
-        rec.update(lambda r: setattr(r, "status", RunStatus.FAILED))
-        res = cfg.mntui(path, "report")
-        out = res.stdout + res.stderr
-        assert res.returncode == 3 and f"writing the report of run {rec.run_id}" in out, out
-        assert "ago); run `mntui report` again in a moment" in out, out
-    res = cfg.mntui(path, "report")  # no watchdog: none will come; what can be shown is
-    assert "no watchdog guards it: no report will come" in res.stderr, res
+    res = cfg.mntui(path, "report")
+    assert "unwatched: no report is saved of it" in res.stderr, res
     assert "exit code 3" in res.stdout, res.stdout
     assert not (rec.dir / "report.txt").exists() and load_run("rpending", rec.run_id).cause is None  # type: ignore[union-attr]
 
@@ -129,7 +119,7 @@ def test_r_on_a_live_run_saves_nothing_then_a_kill_leaves_no_cause(
     assert rec is not None
 
     async def go() -> tuple[str, str]:
-        app = MntuiApp(load_config(path), watchdog=False)
+        app = MntuiApp(load_config(path))
         async with app.run_test(size=(160, 48)) as pilot:
             return await _report_screen(app, pilot)
 
@@ -145,8 +135,9 @@ def test_r_on_a_live_run_saves_nothing_then_a_kill_leaves_no_cause(
 def test_a_crash_keeps_its_report_and_the_header_names_its_cause(
     fake: FakeCluster, cfg: Cfg
 ) -> None:
-    """The app holds the record it launched (running) while the headless watchdog ends
-    the run and writes its report; `R` and `mntui report` after that change nothing."""
+    """The app holds the record it launched (running) while the coordinator ends the
+    run; the first look after the end (`mntui report`) saves its report; `R` and
+    `mntui report` after that change nothing."""
     work = cfg.tmp / "work"
     work.mkdir()
     shutil.copy(REPO / "tests" / "jobs" / "faulty_train.py", work)
@@ -162,17 +153,15 @@ def test_a_crash_keeps_its_report_and_the_header_names_its_cause(
       faulty_train.py --fail-rank 1 --fail-step 3 --how exit3
     launch: {{ready_timeout: 90}}
     kill: {{grace: 3}}
-    watch: {{where: here}}
+    watch: {{where: cluster, port: {free_port()}}}
     """)
     assert cfg.mntui(path, "launch", "--no-ui", watch=True).returncode == 0
     held = latest("rcrash")  # as the app holds it: launched, running
     assert held is not None and held.status.is_live
-
-    def reported() -> bool:
-        rec = load_run("rcrash", held.run_id)
-        return rec is not None and rec.cause is not None and not rec.status.is_live
-
-    wait_for(reported, 90, interval=0.2, what="the watchdog's report")
+    wait_for(lambda: decision(fake, "rcrash"), 90, interval=0.2, what="the coordinator's end")
+    wait_for(lambda: not tagged_anywhere("rcrash"), 30, what="the job gone")
+    first = cfg.mntui(path, "report")  # the first look after the end: saved
+    assert (held.dir / "report.json").exists(), first.stdout + first.stderr
     before = _saved(held)
     report = json.loads(before[0])
     assert report["cause_node"] == "node1", report["headline"]
@@ -180,7 +169,7 @@ def test_a_crash_keeps_its_report_and_the_header_names_its_cause(
         assert cfg.mntui(path, "report").stdout.startswith(before[1].decode())
 
     async def go() -> tuple[str, str]:
-        app = MntuiApp(load_config(path), record=held, watchdog=False)
+        app = MntuiApp(load_config(path), record=held)
         async with app.run_test(size=(160, 48)) as pilot:
             await until(pilot, lambda: all(v.verdict for v in app.views.values()), 30, "a poll")
             app.refresh_header()
@@ -197,23 +186,29 @@ def test_the_header_names_the_node_the_report_blames(fake: FakeCluster, cfg: Cfg
     """Both nodes end failed, node1 first (`on_failure: notify`: nothing kills node0
     before its own exit): the header leads with node1, as the report does, not with
     node0 for being listed first (the main)."""
-    path = cfg.write("""
+    flag = cfg.tmp / "node1-failed"  # node0 exits once node1 has: no race with the start
+    path = cfg.write(f"""
     job: rblame
     nodes: [node0, node1]
     command: >-
-      echo "up {node}"; if [ {node_rank} = 1 ]; then sleep 1;
-      echo "RuntimeError: injected crash at step 30 (train.py:23)"; exit 3; fi; sleep 3; exit 1
-    launch: {ready: log, ready_pattern: up, ready_timeout: 20}
-    watch: {where: here, on_failure: notify}
+      echo "up {{node}}"; if [ {{node_rank}} = 1 ]; then sleep 1;
+      echo "RuntimeError: injected crash at step 30 (train.py:23)"; touch {flag}; exit 3; fi;
+      while [ ! -e {flag} ]; do sleep 0.1; done; sleep 1; exit 1
+    launch: {{ready: log, ready_pattern: up, ready_timeout: 20}}
+    watch: {{where: cluster, port: {free_port()}, on_failure: notify}}
     """)
-    assert cfg.mntui(path, "launch", "--no-ui", watch=True).returncode == 0
+    res = cfg.mntui(path, "launch", "--no-ui", watch=True)
+    assert res.returncode == 0, res.stdout + res.stderr
     rec = latest("rblame")
     assert rec is not None
-    wait_for(lambda: load_run("rblame", rec.run_id).cause, 40, what="the report")  # type: ignore[union-attr]
-    assert json.loads((rec.dir / "report.json").read_text())["cause_node"] == "node1"
+    wait_for(lambda: decision(fake, "rblame"), 40, what="the coordinator's end")
+    assert cfg.mntui(path, "report").returncode == 0  # the first look after the end: saved
+    wait_for(lambda: load_run("rblame", rec.run_id).cause, 10, what="the report")  # type: ignore[union-attr]
+    got = json.loads((rec.dir / "report.json").read_text())
+    assert got["cause_node"] == "node1", got["headline"]
 
     async def go() -> None:
-        app = MntuiApp(load_config(path), watchdog=False)
+        app = MntuiApp(load_config(path))
         async with app.run_test(size=(160, 48)) as pilot:
             failed = lambda: all(  # noqa: E731
                 v.verdict and v.verdict.state is NodeState.FAILED for v in app.views.values()
@@ -244,11 +239,11 @@ def test_a_new_launch_never_shows_the_previous_runs_failure(fake: FakeCluster, c
     shown: list[tuple[str, str]] = []  # (run on screen, overall state) after each attach
 
     async def go() -> None:
-        app = MntuiApp(load_config(path), watchdog=False)
+        app = MntuiApp(load_config(path))
         attach = app.attach_run
 
-        def attach_and_look(record: RunRecord, watch_here: bool) -> None:
-            attach(record, watch_here)
+        def attach_and_look(record: RunRecord) -> None:
+            attach(record)
             shown.append((record.run_id, overall_state(list(app.views.values()), True)))
 
         app.attach_run = attach_and_look  # type: ignore[method-assign]

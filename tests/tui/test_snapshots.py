@@ -19,7 +19,7 @@ command: torchrun train.py
 
 
 def make_app() -> MntuiApp:
-    return MntuiApp(parse_config(CONFIG, "configs/qwen.yaml"), poll=False, watchdog=False)
+    return MntuiApp(parse_config(CONFIG, "configs/qwen.yaml"), poll=False)
 
 
 async def feed(pilot: Any) -> None:

@@ -410,14 +410,16 @@ def test_the_step_clock_keeps_first_last_and_checkpoint() -> None:
     assert clock.due and not StepClock().due
 
 
-def test_the_supervisor_never_swaps_a_quarantined_spare_in() -> None:
+def test_a_quarantined_spare_is_never_swapped_in() -> None:
+    """The one placing rule (node/placing.py), as a launch here routes by it."""
+    from mntui.sessions.history.quarantines import place_here
+    from mntui.sessions.node.restarts import AttemptEnd
     from mntui.sessions.poll import NodeState
-    from mntui.sessions.recover.restart import AttemptEnd, place_here
 
     cfg = parse_config(JOB.format(extra="spares: [s1, s2]"))
     quarantines.quarantine_node("s1", 3600, "bad PSU", who="a@b")
     ends = tuple(AttemptEnd(i, None, NodeState.FAILED, "g2") for i in range(2))
-    new, placed = place_here(cfg, ends, quarantines.active_quarantines())  # as supervise.py
+    new, placed = place_here(cfg, ends, quarantines.active_quarantines())
     assert [n.name for n in new.nodes] == ["g1", "s2"] and "spare s2" in placed.said[0]
 
 

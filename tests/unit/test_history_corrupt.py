@@ -3,9 +3,8 @@
 records.py promises "a history takes what each file holds, skips what it cannot read
 and counts it, and never raises". Valid JSON of another shape (an older or newer mntui,
 a hand edit, a disk bit flip that keeps JSON valid) made scan() raise, and scan runs
-inside the supervisor (apply_policy for restart.quarantine_after, chain_line on
-gave-up/finish) over *every job's* records: one odd record of another job killed a
-chain's supervisor between the teardown and the restart. Each value is now taken in its
+over *every job's* records (`history`, `nodes --history`, the chain's line of `status`
+and `report`): one odd record of another job broke them all. Each value is now taken in its
 one shape where the JSON becomes typed data (history/shape.py); these tests put odd
 values at every key a reader looks at and run every reader over them.
 """
@@ -19,10 +18,8 @@ from typing import Any
 
 import pytest
 
-from mntui.sessions.config import QuarantineAfter
 from mntui.sessions.errors import private_dir, state_dir
 from mntui.sessions.history import (
-    apply_policy,
     chain_line,
     fold,
     format_histories,
@@ -54,14 +51,13 @@ def rid(i: int) -> str:
 
 
 def every_reader() -> None:
-    """What the supervisor, `mntui history` and `mntui nodes --history` run."""
+    """What `mntui history`, `mntui nodes --history`, `status` and a quarantine run."""
     now = time.time()
     found = scan()
     format_histories(fold(found))
     format_ledgers(ledgers(found, now))
     fold(scan(since=3600, now=now))
     chain_line("other", RID)
-    apply_policy("n0", QuarantineAfter(count=1, within=3600.0, hold=3600.0), now=now)
     quarantines.quarantine_listing(now)
 
 
@@ -83,15 +79,6 @@ def test_an_odd_record_is_skipped_never_raised(name: str, text: str) -> None:
         scan()
     except Exception as exc:
         pytest.fail(f"scan() raised {type(exc).__name__}: {str(exc)[:80]}")
-
-
-def test_the_supervisors_quarantine_policy_survives_another_jobs_odd_record() -> None:
-    put("other", "run.json", json.dumps({**GOOD, "history": 5}))
-    rule = QuarantineAfter(count=3, within=3600.0, hold=3600.0)
-    try:
-        apply_policy("n0", rule)
-    except Exception as exc:
-        pytest.fail(f"apply_policy raised {type(exc).__name__}: {exc}")
 
 
 def test_what_cannot_be_read_is_counted_and_the_rest_kept() -> None:

@@ -1,4 +1,5 @@
-"""GPU parsing on recorded real nvidia-smi output, state derivation, the watchdog's judge."""
+"""GPU parsing on recorded real nvidia-smi output, the poll script and its parser, state
+derivation, and the judge the coordinator runs (node/judging.py) on what a poll reads."""
 
 from __future__ import annotations
 
@@ -6,10 +7,11 @@ import base64
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
-from snaps import snap
+from snaps import judge_of, snap
 
 from mntui.sessions.config import Action, WatchPolicy
 from mntui.sessions.poll import NodeState, derive, may_still_run
@@ -18,7 +20,6 @@ from mntui.sessions.poll.pollscript import poll_script
 from mntui.sessions.poll.pollstate import PollState, parse_poll
 from mntui.sessions.poll.snapshot import JobProc, NodeSnapshot
 from mntui.sessions.runs import NodeRecord
-from mntui.sessions.watch import Judge
 
 SMI = Path(__file__).resolve().parents[1] / "data" / "nvidia-smi"
 
@@ -91,38 +92,38 @@ def test_state_derivation(s: NodeSnapshot, state: NodeState) -> None:
 
 
 def test_judge_waits_for_frozen_after_and_unreachable_after() -> None:
-    j = Judge(WatchPolicy(frozen_after=3, unreachable_after=30))
+    j = judge_of(WatchPolicy(frozen_after=3, unreachable_after=30))
     frozen = {"a": snap(procs=(proc(10, 1, "T"),)), "b": snap(node="b", procs=HEALTHY)}
     assert j.judge(frozen, 100.0)[1] == []
     assert j.judge(frozen, 102.9)[1] == []
     (t,) = j.judge(frozen, 103.0)[1]
-    assert (t.node, t.state, t.action) == ("a", NodeState.FROZEN, Action.KILL_ALL)
+    assert (t.node, t.state, t.action) == ("a", NodeState.FROZEN, Action.KILL_ALL.value)
     gone = {"a": snap(reachable=False, error="x"), "b": snap(node="b", procs=HEALTHY)}
-    j = Judge(WatchPolicy())
+    j = judge_of()
     assert j.judge(gone, 0.0)[1] == [] and j.judge(gone, 29.0)[1] == []
     assert j.judge(gone, 30.0)[1][0].state is NodeState.UNREACHABLE
 
 
 def test_judge_failure_now_stall_notifies_once_and_finished_job_is_left_alone() -> None:
-    j = Judge(WatchPolicy())
+    j = judge_of()
     failed = {"a": snap(procs=(), exit_code=1, pane_dead=True), "b": snap(node="b", procs=HEALTHY)}
-    assert [t.action for t in j.judge(failed, 0.0)[1]] == [Action.KILL_ALL]
+    assert [t.action for t in j.judge(failed, 0.0)[1]] == [Action.KILL_ALL.value]
     stalled = {"a": snap(procs=HEALTHY, output_age=400.0)}
-    j = Judge(WatchPolicy())
-    assert [t.action for t in j.judge(stalled, 0.0)[1]] == [Action.NOTIFY]
+    j = judge_of()
+    assert [t.action for t in j.judge(stalled, 0.0)[1]] == [Action.NOTIFY.value]
     assert j.judge(stalled, 1.0)[1] == []
     # Every node is done and one failed: nothing left running to tear down.
     done = {
         "a": snap(procs=(), exit_code=1, pane_dead=True),
         "b": snap(node="b", procs=(), exit_code=0),
     }
-    assert Judge(WatchPolicy()).judge(done, 0.0)[1] == []
+    assert judge_of().judge(done, 0.0)[1] == []
 
 
 def test_a_job_whose_nodes_do_not_answer_is_never_taken_for_ended() -> None:
     """Every node unreachable, or one unreachable beside one that ended without a clean
     exit: the job may still run there, so unreachable_after tears it down (it was dropped,
-    no node being "active", and the watchdog then exited as if the job had ended). Beside
+    no node being "active", and the judge then acted as if the job had ended). Beside
     a clean exit, the silence is the end of an allocation: no teardown, no restart."""
     assert may_still_run([NodeState.UNREACHABLE, NodeState.UNREACHABLE])
     assert may_still_run([NodeState.UNREACHABLE, NodeState.FAILED])
@@ -138,11 +139,11 @@ def test_a_job_whose_nodes_do_not_answer_is_never_taken_for_ended() -> None:
         (beside_failed, ["b"], ["a", "b"]),  # b's failure acts at once, a's silence after 30 s
         (beside_done, [], []),
     ):
-        j = Judge(WatchPolicy(unreachable_after=30))
+        j = judge_of(WatchPolicy(unreachable_after=30))
         assert [t.node for t in j.judge(snaps, 0.0)[1]] == at_once
         triggers = j.judge(snaps, 30.0)[1]
         assert sorted(t.node for t in triggers) == later
-        assert all(t.action is Action.KILL_ALL for t in triggers)
+        assert all(t.action == Action.KILL_ALL.value for t in triggers)
 
 
 LAUNCH64 = base64.b64encode(b"bash\0./launch.sh\0").decode()  # as the node sends a command line
@@ -179,38 +180,6 @@ def test_parse_poll_sections_and_cpu() -> None:
         s2.procs[0].cpu_percent == pytest.approx(50.0) and s2.procs[0].cmdline == "bash ./launch.sh"
     )
     assert s2.output_age is not None and s2.output_age < 0.5 and s2.ports == (29500,)
-
-
-def test_two_watchdogs_never_both_hold_a_run(tmp_path: Path) -> None:
-    """The lock is per run and dies with its holder; a second taker is told who holds it."""
-    import subprocess
-    import sys
-
-    from mntui.sessions.runs import RunRecord
-    from mntui.sessions.watch import LockHeld, acquire_lock
-
-    rec = RunRecord("j", "r1", "cfg.yaml", "m", 1, [NodeRecord("n", "h", 0, "j-n", "j/r1/n", "d")])
-    lock = acquire_lock(rec)
-    code = (
-        "import sys; from mntui.sessions.runs import RunRecord, NodeRecord\n"
-        "from mntui.sessions.watch import acquire_lock, LockHeld\n"
-        "rec = RunRecord('j', 'r1', 'cfg.yaml', 'm', 1, [])\n"
-        "try:\n    acquire_lock(rec)\nexcept LockHeld as e:\n    print('HELD', e.holder); sys.exit(3)\n"
-    )
-    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert other.returncode == 3 and other.stdout.split() == [
-        "HELD",
-        str(__import__("os").getpid()),
-    ]
-    lock.close()
-    again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert again.returncode == 0, again.stdout + again.stderr
-    with pytest.raises(LockHeld):
-        held = acquire_lock(rec)
-        try:
-            acquire_lock(rec)
-        finally:
-            held.close()
 
 
 # -- node output is data ---------------------------------------------------------------
@@ -255,7 +224,7 @@ def test_records_end_at_newline_only() -> None:
 def test_poll_reads_lying_processes_as_data(tmp_path: Path) -> None:
     """The real poll script, run here by sh, on a tagged process whose command line holds
     a whole stopped process (`@P 999999 T ...`) and whose name holds `) T`: the old
-    poll saw a frozen job and the watchdog killed it."""
+    poll saw a frozen job and the judge killed it."""
     tag = f"hp{os.getpid()}/r1/n1"
     forged = f"x\n@P 999999 T {' '.join(['1'] * 21)}\n@EXIT 1\n@PANE 1 1 1\n@END"
     code = "import sys, time; open('/proc/self/comm', 'w').write('x) T 1 1 1 1 1'); "
@@ -273,7 +242,7 @@ def test_poll_reads_lying_processes_as_data(tmp_path: Path) -> None:
         env = {**os.environ, "HOME": str(tmp_path)}
         out = subprocess.run(["sh", "-s"], input=script, capture_output=True, text=True, env=env)
         s = parse_poll(rec, out.stdout, PollState(), 0.01, gpus=False)
-        judge = Judge(WatchPolicy(frozen_after=1))
+        judge = judge_of(WatchPolicy(frozen_after=1))
         assert judge.judge({"n1": s}, 0.0)[1] == [] and judge.judge({"n1": s}, 60.0)[1] == []
         assert [(x.pid, x.state, x.ppid) for x in s.procs] == [(p.pid, "S", os.getpid())]
         assert derive(s, stall_after=300).state is NodeState.STARTING and s.exit_code is None
@@ -281,3 +250,56 @@ def test_poll_reads_lying_processes_as_data(tmp_path: Path) -> None:
     finally:
         p.kill()
         p.wait()
+
+
+def test_a_late_viewer_reads_exactly_the_last_bytes_before_the_size(tmp_path: Path) -> None:
+    """`status` and the app start near the end of each log: the first poll carries the
+    last `keep` bytes (STEP on a one-shot status), and the next one follows from the size."""
+    from mntui.sessions.poll.pollscript import parse_answer, poll_script
+    from mntui.sessions.runs import NodeRecord
+
+    run = tmp_path / "run"
+    run.mkdir()
+    data = bytes(range(256)) * 40 + b"step 7\npartial"
+    (run / "output.log").write_bytes(data)
+    rec = NodeRecord("n1", "h", 0, "none", "tag/none", "run")
+    env = {**os.environ, "HOME": str(tmp_path)}
+    for keep, want in ((100, data[-100:]), (0, b""), (10**6, data)):
+        script = poll_script(rec, 0, frozenset(), True, gpus=False, ports=False, keep=keep)
+        assert subprocess.run(["dash", "-n"], input=script, text=True).returncode == 0
+        check = subprocess.run(
+            [str(Path(sys.executable).parent / "shellcheck"), "-s", "sh", "-"],
+            input=script,
+            capture_output=True,
+            text=True,
+        )
+        assert check.returncode == 0, check.stdout
+        out = subprocess.run(["dash", "-s"], input=script, capture_output=True, text=True, env=env)
+        a = parse_answer(out.stdout)
+        assert a.log_size == len(data) and a.log == want[-65536:] and a.malformed == 0
+
+
+def test_the_poll_tree_descends_into_children(tmp_path: Path) -> None:
+    """/proc/PID/task/TID/children ends without a newline: `read` sees EOF on it, and
+    the old walk in lib.sh (`read ... && ...`) therefore never descended."""
+    from mntui.sessions.poll.pollscript import TREE
+
+    parent = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60 & wait"])
+    try:
+        kids: list[str] = []
+        for _ in range(100):
+            kids = Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split()
+            if len(kids) == 2:
+                break
+            threading.Event().wait(0.02)
+        out = subprocess.run(
+            ["dash", "-c", f"{TREE}\nmntui_poll_tree {parent.pid} 999999999"],
+            capture_output=True,
+            text=True,
+        )
+        assert sorted(out.stdout.split()) == sorted([str(parent.pid), *kids]), out
+    finally:
+        for kid in Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split():
+            os.kill(int(kid), 9)
+        parent.kill()
+        parent.wait()

@@ -14,7 +14,7 @@ import pytest
 
 from mntui.sessions.config import ConfigError
 from mntui.sessions.config.jobconfig import parse_config
-from mntui.sessions.launch.tmux import session_name, tiled_session_name, watch_session_name
+from mntui.sessions.launch.tmux import session_name, tiled_session_name
 
 JOB_CHARS = string.ascii_letters + string.digits + "_-"
 NODE_CHARS = JOB_CHARS + "."
@@ -30,15 +30,13 @@ def decode(session: str) -> tuple[str, str]:
 def test_the_reported_collisions_are_gone() -> None:
     assert session_name("a", "b-c") != session_name("a-b", "c")
     assert session_name("job", "n.0") != session_name("job", "n_0")
-    assert watch_session_name("a") != tiled_session_name("watch-a")
-    assert watch_session_name("a") not in {session_name("mntui", "watch-a")}
+    assert tiled_session_name("a") not in {session_name("mntui", "all-a")}
 
 
 def test_common_names_read_as_before() -> None:
     assert session_name("qwen", "g369") == "qwen-g369"
     assert session_name("qwen-sft", "gpu1.example.com") == "qwen+sft-gpu1,example,com"
     assert tiled_session_name("qwen-sft") == "mntui@all-qwen+sft"
-    assert watch_session_name("qwen-sft") == "mntui@watch-qwen+sft"
 
 
 def _names(chars: str, first: str, longest: int) -> list[str]:
@@ -57,10 +55,8 @@ def test_injective_and_disjoint_over_every_short_name() -> None:
     sessions = {session_name(j, n): (j, n) for j in jobs for n in nodes}
     assert len(sessions) == len(jobs) * len(nodes)
     assert all(decode(s) == jn for s, jn in sessions.items())
-    watch = {watch_session_name(j) for j in jobs}
     tiled = {tiled_session_name(j) for j in jobs}
-    assert len(watch) == len(tiled) == len(jobs)
-    assert not (watch & tiled) and not (watch & sessions.keys()) and not (tiled & sessions.keys())
+    assert len(tiled) == len(jobs) and not (tiled & sessions.keys())
 
 
 def test_injective_over_random_valid_names() -> None:
@@ -73,7 +69,6 @@ def test_injective_over_random_valid_names() -> None:
         assert decode(s) == (job, node)
         assert seen.setdefault(s, (job, node)) == (job, node)
         assert "@" not in s  # mntui's own sessions, and only they, have '@'
-        assert watch_session_name(job).startswith("mntui@watch-")
         assert tiled_session_name(job).startswith("mntui@all-")
 
 
@@ -93,7 +88,7 @@ ADVERSARIAL = [("a", "b-c"), ("a-b", "c"), ("j", "n.0"), ("j", "n_0"), ("j", "n,
 def test_tmux_keeps_every_name_as_given_and_targets_it_exactly() -> None:
     """On a real tmux server (private to the test), each name is its own session."""
     names = [session_name(j, n) for j, n in ADVERSARIAL[:4]]
-    names += [watch_session_name("a"), tiled_session_name("watch-a")]
+    names += [tiled_session_name("a"), tiled_session_name("all-a")]
     for name in names:
         subprocess.run(["tmux", "new-session", "-d", "-s", name, "sleep 60"], check=True)
     listed = subprocess.run(

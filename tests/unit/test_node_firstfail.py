@@ -60,6 +60,16 @@ def test_with_no_primary_error_the_earliest_trouble_then_the_judges_node() -> No
     assert first_failure(tie, decided=None) == tie[1]  # the lower node rank
 
 
+def test_a_node_that_finished_first_is_no_failure() -> None:
+    """The main ran its last step and exited 0; its peer failed a moment after (exit 3,
+    no error line): the peer broke first, not the main for exiting sooner."""
+    done = NodeCause("main", 0, 10.0, 0, None, None, None)
+    broke = NodeCause("worker", 1, 11.0, 3, None, None, None)
+    assert not done.troubled and broke.troubled
+    assert first_failure([done, broke], decided=None) == broke
+    assert first_failure([done], decided=None) is None
+
+
 def test_what_a_sentinel_sends_is_read_strictly() -> None:
     good = NodeCause("n1", 1, 1.5, 1, 3, Cause.CUDA_OOM, "CUDA out of memory").to_wire()
     assert from_wire("n1", 1, good, None) == NodeCause(

@@ -259,58 +259,10 @@ def test_a_killed_chains_last_attempt_gets_its_final_steps_at_once() -> None:
     assert final is not None and final["last_step_at"] == end
 
 
-def test_a_lost_mains_attempt_keeps_the_last_clock_the_stand_by_read() -> None:
-    """A lost main leaves no later look: the record's clock lagged by up to STEPS_EVERY
-    of training, for good. The stand-by writes the last one it read (keep_steps) before
-    it goes on; an older or another run's clock changes nothing."""
-    from mntui.sessions.launch.board import BoardView
-    from mntui.sessions.runs import load_run
-    from mntui.sessions.watch.clusterchain import fresh_steps, keep_steps, sync_chain
-
-    run = run_id(934)
-    rec = RunRecord("gc", run, "/x.yaml", "127.0.0.1", 1, [])
-    rec.watch_port = 29501
-    rec.create()
-
-    def view(last_at: float) -> BoardView:
-        clock = {"first_step_at": 100.0, "first_step": 1, "gpus": 0, "gpu_nodes": 0,
-                 "last_step": int(last_at), "last_step_at": last_at}  # fmt: skip
-        chain = {"chain": run, "status": "running", "attempts": [{"attempt": 0, "run": run,
-                                                                  "steps": clock}]}  # fmt: skip
-        return BoardView({"at": 1.0}, None, True, chain=chain)
-
-    def saved() -> float:
-        got = load_run("gc", run)
-        assert got is not None
-        return next(h for h in got.history if h.get("what") == "steps")["last_step_at"]
-
-    read: dict[str, dict[str, Any]] = {}
-    for last_at in (200.0, 200.0 + STEPS_EVERY / 2):  # two looks, then the main is lost
-        got = sync_chain(rec, view(last_at))
-        read.update(fresh_steps(got, view(last_at)))
-    assert saved() == 200.0  # live: the second look's clock not written yet
-    keep_steps(rec, {"20261126-000000-ffff": read[run]})  # another run's: nothing
-    assert saved() == 200.0
-    keep_steps(rec, read)
-    assert saved() == 200.0 + STEPS_EVERY / 2
-    mine = load_run("gc", run)
-    assert mine is not None
-    keep_steps(mine, {run: {**read[run], "last_step_at": 200.0 + STEPS_EVERY / 2}})  # the same
-    assert load_run("gc", run) == mine
-    # a `status` since wrote a later clock than the stand-by's copy knows: it stays
-    later = {**read[run], "last_step": 260, "last_step_at": 200.0 + STEPS_EVERY * 2}
-    sync_chain(mine, view(200.0 + STEPS_EVERY * 2))
-    assert saved() == later["last_step_at"]
-    older = {**read[run], "last_step_at": 200.0 + STEPS_EVERY}
-    keep_steps(rec, {run: older})  # `rec` still holds the first look's note
-    assert saved() == later["last_step_at"]
-
-
 def test_a_restarts_new_attempt_never_takes_the_last_attempts_clock() -> None:
     """The coordinator puts a new attempt into chain.json before it next writes
     status.json, which still carries the last attempt's run and clock: that clock was
-    taken as the new attempt's (its ledger counted the last one's training twice), and
-    a main lost then made it final (keep_steps)."""
+    taken as the new attempt's (its ledger counted the last one's training twice)."""
     from mntui.sessions.launch.board import BoardView
     from mntui.sessions.runs import NodeRecord, load_run
     from mntui.sessions.watch.clusterchain import fresh_steps, sync_chain

@@ -1,6 +1,7 @@
-"""One judge on both sides: the node package's rules and judge are what the manager's
-watchdog runs (poll/states.py, watch/judge.py and config's stall threshold only adapt
-them), and they judge a sentinel's plain facts exactly as a polled NodeSnapshot."""
+"""One set of rules on both sides: the node package's rules are what the manager derives
+a poll's states with (poll/states.py and config's stall threshold only adapt them), and
+the coordinator's judge decides on a sentinel's plain facts exactly as on a polled
+NodeSnapshot."""
 
 from __future__ import annotations
 
@@ -9,13 +10,12 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 import pytest
-from snaps import snap
+from snaps import judge_of, snap
 
 from mntui.sessions.config import Action, WatchPolicy
 from mntui.sessions.node import judging, rules, steps
 from mntui.sessions.poll import NodeSnapshot, progress, states
 from mntui.sessions.poll.snapshot import JobProc
-from mntui.sessions.watch import judge as watch_judge
 
 
 @dataclass(frozen=True)
@@ -61,9 +61,7 @@ def test_the_manager_imports_the_node_rules_not_a_copy() -> None:
     assert states.NodeState is rules.NodeState
     assert states.derive is rules.derive and states.Verdict is rules.Verdict
     assert states.may_still_run is rules.may_still_run and states.PROBLEMS is rules.PROBLEMS
-    assert watch_judge.next_poll is judging.next_poll and watch_judge.Deadline is judging.Deadline
     assert progress.ProgressTracker is steps.ProgressTracker and progress.Pace is steps.Pace
-    assert type(watch_judge.Judge(WatchPolicy()).core) is judging.Judge
 
 
 @pytest.mark.parametrize("s", list(rules.NodeState))
@@ -136,12 +134,14 @@ TIMELINE = [
 
 
 @pytest.mark.parametrize("policy", RULES_OF)
-def test_the_watchdog_decides_what_the_node_judge_decides(policy: WatchPolicy) -> None:
-    """The manager's Judge over snapshots and the coordinator's over plain facts: the
-    same verdicts, triggers (the manager's with its Action) and deadlines, round after
-    round, asked a little before each round's end."""
-    manager = watch_judge.Judge(policy)
-    node = judging.Judge(watch_judge.rules_of(policy))
+def test_the_judge_decides_on_a_snapshot_what_it_decides_on_plain_facts(
+    policy: WatchPolicy,
+) -> None:
+    """The coordinator's judge over polled snapshots and over a sentinel's plain facts:
+    the same verdicts, triggers (each action one of the config's) and deadlines, round
+    after round, asked a little before each round's end."""
+    manager = judge_of(policy)
+    node = judge_of(policy)
     pace = steps.Pace(step_interval=0.5, longest_gap=40.0, gaps=9)
     assert manager.learn(pace) == node.learn(pace)
     assert manager.stall_after == node.stall_after
@@ -153,15 +153,15 @@ def test_the_watchdog_decides_what_the_node_judge_decides(policy: WatchPolicy) -
         nv, nt = node.judge(facts, now, asked)
         assert mv == nv
         assert [(t.node, t.state, t.why, t.action) for t in mt] == [
-            (t.node, t.state, t.why, Action(t.action)) for t in nt
+            (t.node, t.state, t.why, t.action) for t in nt
         ]
-        assert all(type(t.action) is Action for t in mt)
+        assert all(Action(t.action) in Action for t in mt)
         assert manager.deadlines(snaps, mv, now) == node.deadlines(facts, nv, now)
 
 
 def test_an_ended_job_keeps_only_its_notifications() -> None:
     """Every node finished or failed: nothing is left to kill, on either side."""
-    j = judging.Judge(watch_judge.rules_of(WatchPolicy()))
+    j = judge_of()
     ended = {"a": Facts(live_procs=(), exit_code=1), "b": Facts(live_procs=(), exit_code=0)}
     verdicts, triggers = j.judge(ended, 10.0)
     assert verdicts["a"].state is rules.NodeState.FAILED and triggers == []
@@ -187,8 +187,9 @@ def test_the_stall_threshold_is_one_rule(
 
 
 def test_rules_take_plain_strings_as_a_node_reads_them_from_json() -> None:
-    r = judging.Rules(**json.loads(json.dumps(watch_judge.rules_of(WatchPolicy()).__dict__)))
-    assert r == watch_judge.rules_of(WatchPolicy())
+    sent = judge_of().rules
+    r = judging.Rules(**json.loads(json.dumps(sent.__dict__)))
+    assert r == sent
     assert r.on_failure == Action.KILL_ALL and r.on_stall == Action.NOTIFY
     with pytest.raises(ValueError, match="auto"):
         rules.stall_threshold("sometimes")

@@ -23,10 +23,8 @@ from mntui.sessions.node.facts import ProcFact
 from mntui.sessions.node.rules import NodeState
 from mntui.sessions.node.slowness import FILE, SlowWatch
 from mntui.sessions.node.watchcfg import BadWatchFile, WatchConfig, parse, to_json
-from mntui.sessions.report import RankWait, Suspect, finding_of, slow_section
-from mntui.sessions.report.consensus import waits_in
+from mntui.sessions.report import RankWait, finding_of, slow_section
 from mntui.sessions.report.stacks import Frame
-from mntui.sessions.watch import straggler
 
 RUN = "20261125-101010-abcd"
 C10D = "/v/site-packages/torch/distributed/distributed_c10d.py"
@@ -36,12 +34,6 @@ def _cfg(watch: str = "") -> WatchConfig:
     text = f"job: j\nnodes: [n0, n1]\ncommand: x\nwatch: {{where: cluster{watch}}}\n"
     return watch_config(parse_config(text), RUN, "n0", f"j/{RUN}/n0", "j-n0", ("n0", "n1"),
                         "10.0.0.1", None)  # fmt: skip
-
-
-def test_one_rule_for_both_sides() -> None:
-    assert straggler.name_suspect is straggle.name_suspect and straggler.Tally is straggle.Tally
-    assert RankWait is straggle.RankWait and Suspect is straggle.Suspect
-    assert waits_in is waits.waits_in and Frame is waits.Frame
 
 
 def test_a_sample_is_a_wait_a_work_or_nothing() -> None:
@@ -246,11 +238,11 @@ def _board(straggler: object, now: float) -> str:
     return board_text({"status.json": status, "straggler.json": straggler}, now=now)
 
 
-def test_status_of_a_cluster_run_shows_the_coordinators_straggler_as_a_here_watched_runs(
+def test_status_of_a_cluster_run_shows_the_coordinators_straggler(
     tmp_path: Path,
 ) -> None:
-    """The board's finding is adopted into the run's directory and said in the line a
-    here-watched run's status says; one about nodes not of this run is never believed."""
+    """The board's finding is synced into the run's directory and said in its status;
+    one about nodes not of this run is never believed."""
     import time
 
     from mntui.sessions.launch.board import parse_board

@@ -234,14 +234,14 @@ def test_recorded_nodes_serve_the_run_and_a_launch_refuses_them(tmp_path: Path) 
     assert [n.name for n in during.nodes] == ["a", "b"] and during.world_size == 3
     assert during.nodes_from is not None and during.nodes_from.run == "20260101-000000-abcd"
     with pytest.raises(LaunchError, match=r"not launching on the nodes run 20260101-000000-abcd"):
-        check_nodes_fresh(during, None)
+        check_nodes_fresh(during)
     text = format_listing(listing(during))
     assert "as recorded by run 20260101-000000-abcd: hostfile" in text and "gives c,d now" in text
     record.update(lambda r: setattr(r, "status", RunStatus.KILLED))
     after = load_config(path)
     assert [n.name for n in after.nodes] == ["c", "d"] and after.nodes_from is not None
     assert after.nodes_from.run is None
-    check_nodes_fresh(after, None)
+    check_nodes_fresh(after)
     (tmp_path / "hosts").unlink()  # the source fails: the ended run's nodes are still shown
     gone = load_config(path)
     assert [n.name for n in gone.nodes] == ["a", "b"] and "cannot read hostfile" in str(

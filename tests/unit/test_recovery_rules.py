@@ -1,5 +1,6 @@
 """Recovery rules that need no node: `reset_after` counts steps, not output (finding 5),
-and a tmux start that meets the server on its way out is tried again (finding 10)."""
+as the coordinator's chain measures it, and a tmux start that meets the server on its
+way out is tried again (finding 10)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from mntui.sessions.config import RestartPolicy, compile_pattern
 from mntui.sessions.launch.nodeplan import start_script
-from mntui.sessions.poll import NodeSnapshot, progress
-from mntui.sessions.recover.restart import decide
-from mntui.sessions.recover.supervise import Chain, attempt_end
-from mntui.sessions.report import Ending, FailureReport, postmortem
-from mntui.sessions.runs import NodeRecord, RunRecord, RunStatus
-from mntui.sessions.watch import WatchEnd, WatchOutcome
+from mntui.sessions.node import steps
+from mntui.sessions.node.restarts import AttemptEnd, decide
+from mntui.sessions.poll import NodeState
 
 TRACEBACK = (
     b"step 0 loss 1.0\n"
@@ -26,34 +22,30 @@ TRACEBACK = (
 )
 
 
-def test_a_job_that_always_hangs_then_times_out_gives_up(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_job_that_always_hangs_then_times_out_gives_up() -> None:
     """Each attempt prints step 0, hangs 30 min silently, then its collective timeout's
-    traceback: output, not progress, so the failures count and the chain gives up."""
+    traceback: output, not progress, so the failures count and the chain gives up. The
+    attempt's progress is measured as the coordinator measures it (coordstate.py's
+    progressed_since): from its start to when a node's step last advanced, as the
+    node's tracker says (node/steps.py, fed by its sentinel's log tail)."""
     policy = RestartPolicy(max=3, reset_after=1800)
-    history = []
-    clock = [1_000_000.0]
-    monkeypatch.setattr(postmortem.time, "time", lambda: clock[0])
+    history: list[AttemptEnd] = []
+    clock = 1_000_000.0
     for attempt in range(20):
-        t0 = clock[0]
-        rec = RunRecord("j", f"20260101-000000-{attempt:04x}", "/c", "a", 1,
-                        [NodeRecord("n0", "h", 0, "s", "t", "/d")], created_at=t0,
-                        status=RunStatus.FAILED, attempt=attempt, finished_launch_at=t0)  # fmt: skip
-        obs = postmortem.Observations(
-            tracker=progress.ProgressTracker(compile_pattern(progress.DEFAULT_PATTERN))
-        )
-        snap = NodeSnapshot("n0", 0, t0, True, new_output=TRACEBACK[:16])
-        postmortem.observe(obs, {"n0": snap}, {})
-        clock[0] = t0 + 1801
-        late = NodeSnapshot("n0", 0, clock[0], True, new_output=TRACEBACK[16:])
-        postmortem.observe(obs, {"n0": late}, {})
-        rep = FailureReport("j", rec.run_id, "n0 failed", "timeout", "n0", None, (), (), (),
-                            None, Ending.ENDED)  # fmt: skip
-        end = WatchEnd(WatchOutcome.FAILED, report=rep)
-        history.append(attempt_end(Chain(None, rec), end, obs.last_progress))  # type: ignore[arg-type]
+        t0 = clock
+        tracker = steps.ProgressTracker(compile_pattern(steps.DEFAULT_PATTERN))
+        last_step_at = t0
+        for at, text in ((t0, TRACEBACK[:16]), (t0 + 1801, TRACEBACK[16:])):
+            if tracker.feed("n0", text.decode().splitlines(), at):
+                last_step_at = at
+        clock = t0 + 1801
+        run = f"20260101-000000-{attempt:04x}"
+        end = AttemptEnd(attempt, run, NodeState.FAILED, "n0", (1,), last_step_at - t0, "timeout")
+        history.append(end)
         d = decide(policy, history)
         if not d.restart:
             break
-        clock[0] += d.delay
+        clock += d.delay
     assert not d.restart and d.gave_up, f"still restarting after {len(history)} identical failures"
     assert len(history) == policy.max + 1
 

@@ -176,3 +176,27 @@ def test_no_primary_error_falls_back_to_the_earliest_problem_and_live_reports_sa
     assert build("j", "r", quiet, [], trigger=None, ended_at=None, ending=Ending.LIVE).headline == (
         "no node has a problem yet"
     )
+
+
+def test_a_saved_reports_progress_is_the_steps_the_coordinator_journaled() -> None:
+    """Where the ranks stood at the end, from the journal's `steps` lines of that attempt
+    only (a later attempt's are not its): the line a poll's tracker would have said."""
+    from mntui.sessions.report.endreport import progress_of
+
+    def steps(t: float, **at: int) -> dict[str, object]:
+        return {"t": t, "kind": "steps", "node": None, "data": {"steps": at}}
+
+    journal = [
+        steps(100.0, a=1, b=1),
+        steps(105.0, a=40, b=40),
+        steps(110.0, a=41, b=40),  # b stopped at 40
+        steps(115.0, a=41, b=40),
+        {"t": 130.0, "kind": "attempt", "node": None, "data": {"run": "r2"}},
+        steps(135.0, a=2, b=2),
+    ]
+    ranks = {"a": 0, "b": 1}
+    assert (
+        progress_of(journal, "r1", ranks, 129.0) == "rank 1 stopped at step 40; rank 0 reached 41"
+    )
+    assert progress_of(journal, "r2", ranks, 136.0) == "ranks 0-1 at step 2"
+    assert progress_of([], "r1", ranks, None) == ""

@@ -8,8 +8,9 @@ import pytest
 
 from mntui.sessions.config import RestartPolicy
 from mntui.sessions.config.jobconfig import parse_config
+from mntui.sessions.history.quarantines import place_here
+from mntui.sessions.node.restarts import AttemptEnd, decide, repeat_culprit
 from mntui.sessions.poll import NodeState
-from mntui.sessions.recover.restart import AttemptEnd, decide, place_here, repeat_culprit
 
 F, FROZEN, STALLED = NodeState.FAILED, NodeState.FROZEN, NodeState.STALLED
 POLICY = RestartPolicy(max=2, backoff=5, backoff_max=12)
@@ -94,7 +95,7 @@ def test_a_node_that_broke_twice_is_swapped_for_a_spare_keeping_ranks() -> None:
     assert once == cfg and p.said == ()
 
 
-def test_here_a_spare_must_fit_and_not_be_quarantined_as_on_the_cluster() -> None:
+def test_a_launch_here_places_spares_as_the_cluster_does() -> None:
     """The rule the cluster applies, here too: a spare of another process count is
     refused (the world size stays), a quarantined one is never swapped in, and a
     quarantined node with no spare left ends the chain with the cluster's line."""

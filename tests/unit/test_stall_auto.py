@@ -1,21 +1,26 @@
 """`watch.stall_after: auto`: a stall threshold learnt from the job's own steps, read from
-the config, computed from the progress tracker's pace, and used by the judge."""
+the config, computed from the progress tracker's pace, used by the coordinator's judge
+(node/judging.py), and said by `status` as the coordinator journaled it."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
+from snaps import judge_of
 from snaps import snap as base_snap
 
 from mntui.sessions.config import ConfigError
 from mntui.sessions.config.jobconfig import parse_config
 from mntui.sessions.config.settings import AUTO_UNKNOWN, Action, WatchPolicy
+from mntui.sessions.launch.board import BoardView, parse_board
+from mntui.sessions.node.judging import Deadline
 from mntui.sessions.poll import NodeState, Pace
 from mntui.sessions.poll.progress import DEFAULT_PATTERN, ProgressTracker
 from mntui.sessions.poll.snapshot import JobProc
 from mntui.sessions.runs import RunRecord, RunStatus
-from mntui.sessions.watch.judge import Deadline, Judge, threshold_text
+from mntui.tui.cli.clusterstatus import learnt_threshold
 from mntui.tui.cli.runheader import status_header
 
 MINIMAL = "job: j\nnodes: [a]\ncommand: x\n"
@@ -69,9 +74,9 @@ def test_pace_is_learnt_from_finished_gaps_only() -> None:
     assert bunched.pace() == Pace(pytest.approx(1 / 3), 0.5, 6)  # type: ignore[arg-type]
 
 
-def test_the_judge_stalls_at_the_learnt_threshold_and_says_so() -> None:
-    j = Judge(AUTO)
-    assert j.stall_after == AUTO_UNKNOWN and "not known yet" in threshold_text(j)
+def test_the_judge_stalls_at_the_learnt_threshold() -> None:
+    j = judge_of(AUTO)
+    assert j.stall_after == AUTO_UNKNOWN
     assert j.learn(Pace(0.35, 1.0, 12)) and j.stall_after == 60.0
     assert not j.learn(Pace(0.36, 1.1, 13))  # a move under a tenth is not news
     quiet = {"a": base_snap("a", procs=RUNNING, output_age=59.0)}
@@ -80,16 +85,26 @@ def test_the_judge_stalls_at_the_learnt_threshold_and_says_so() -> None:
     assert j.deadlines(quiet, verdicts, 10.0) == (Deadline("a", NodeState.STALLED, 11.0),)
     verdicts, triggers = j.judge({"a": base_snap("a", procs=RUNNING, output_age=60.5)}, 11.5)
     assert [(t.node, t.state) for t in triggers] == [("a", NodeState.STALLED)]
-    assert threshold_text(j).startswith("60 s (auto: max(60 s, 10 × 0.36 s a step")
-    fixed = Judge(WatchPolicy(stall_after=20))
-    assert not fixed.learn(Pace(0.35, 1.0, 12)) and threshold_text(fixed) == "20 s"
+    fixed = judge_of(WatchPolicy(stall_after=20))
+    assert not fixed.learn(Pace(0.35, 1.0, 12)) and fixed.stall_after == 20
 
 
-def test_status_shows_the_threshold_the_watchdog_noted_while_the_run_lives() -> None:
+def test_status_shows_the_threshold_the_coordinator_journaled_while_the_run_lives() -> None:
+    """node/coordinator.py journals each move of the learnt threshold; `status` of the
+    run says the last one, and only while the run lives."""
+    from boardtext import board_text
+
+    def view(*seconds: float) -> BoardView:
+        lines = [{"t": 1.0 + i, "kind": "stall-threshold", "node": None, "data": {"seconds": s}}
+                 for i, s in enumerate(seconds)]  # fmt: skip
+        journal = "".join(json.dumps(e) + "\n" for e in lines).encode()
+        files = {"status.json": {"at": 9.0}, "journal.jsonl": journal or None}
+        return parse_board(board_text(files, now=9.0))
+
     rec = RunRecord("j", "r1", "c.yaml", "127.0.0.1", 29500, [], status=RunStatus.RUNNING)
-    assert "stall threshold" not in status_header(rec, "")
-    rec.note("stall-threshold", seconds=300.0, text="300 s (auto: the job's steps not known yet)")
-    rec.note("stall-threshold", seconds=60.0, text="60 s (auto: max(60 s, 10 × 0.33 s a step))")
-    assert "stall threshold: 60 s (auto: max(60 s, 10 × 0.33 s a step))" in status_header(rec, "")
+    assert learnt_threshold(view()) is None
+    stall = learnt_threshold(view(300.0, 60.4))
+    assert stall is not None and stall.startswith("60 s (auto")
+    assert f"stall threshold: {stall}" in status_header(rec, "", stall=stall)
     rec.status = RunStatus.TORN_DOWN
-    assert "stall threshold" not in status_header(rec, "")
+    assert "stall threshold" not in status_header(rec, "", stall=stall)

@@ -1,6 +1,5 @@
-"""The straggler rule on tallies, the sampler's parsing of a node's answer, GPU throttle
-reasons from a recorded real nvidia-smi answer, the finding kept for `status`, and
-`doctor --pairs`' two rounds."""
+"""The straggler rule on tallies (node/straggle.py, the coordinator's), the finding kept
+for `status`, and `doctor --pairs`' two rounds."""
 
 from __future__ import annotations
 
@@ -9,27 +8,9 @@ from pathlib import Path
 import pytest
 
 from mntui.sessions.config import Action, ConfigError, WatchPolicy, load_config
-from mntui.sessions.doctor.pairs import (
-    Pair,
-    Verdict,
-    conclude,
-    judge_pairs,
-    node_rows,
-    round_one,
-)
-from mntui.sessions.poll import parse_clocks, throttled
-from mntui.sessions.report import (
-    Finding,
-    RankWait,
-    capture_script,
-    load_finding,
-    save_finding,
-    slow_section,
-)
-from mntui.sessions.report.stacks import Frame, NodeStacks, RankStack
-from mntui.sessions.watch import Tally, name_suspect
-from mntui.sessions.watch.sampler import parse_round, round_script, samples_of
-from mntui.sessions.watch.straggler import Sample, chance
+from mntui.sessions.doctor.pairs import Pair, Verdict, conclude, judge_pairs, node_rows, round_one
+from mntui.sessions.node.straggle import Sample, Tally, chance, name_suspect
+from mntui.sessions.report import Finding, RankWait, load_finding, save_finding, slow_section
 
 SMI = Path(__file__).resolve().parents[1] / "data" / "nvidia-smi"
 
@@ -70,18 +51,6 @@ def test_a_difference_that_may_be_luck_names_nobody() -> None:
     assert s is not None and s.rank == 1
 
 
-def test_a_rank_still_joining_the_job_is_no_sample() -> None:
-    def stack(rank: int, *names: str) -> RankStack:
-        frames = [
-            Frame(n, "/v/site-packages/torch/distributed/distributed_c10d.py", 9) for n in names
-        ]
-        return RankStack("g1", 100 + rank, rank, "S", (*frames, Frame("main", "/w/t.py", 3)))
-
-    got = NodeStacks("g1", (stack(0, "barrier", "init_process_group"), stack(1, "all_reduce"),
-                            stack(2, "compute")))  # fmt: skip
-    assert samples_of(got) == [Sample(1, "g1", True), Sample(2, "g1", False)]
-
-
 def test_a_slow_node_of_several_ranks_is_named_by_its_lowest_rank() -> None:
     s = name_suspect(ranks(("g1", 0.6), ("g1", 0.6), ("g2", 0.1), ("g2", 0.0)), 1, 0)
     assert s is not None and (s.rank, s.node) == (3, "g2")
@@ -92,36 +61,6 @@ def test_the_tally_keeps_a_window() -> None:
     for waiting in (True, True, True, True, False, False):
         t.add([Sample(0, "g1", waiting)])
     assert t.ranks() == (RankWait(0, "g1", 4, 2),)
-
-
-def test_throttle_reasons_from_a_recorded_answer() -> None:
-    gpus, bad = parse_clocks((SMI / "h100-powercap.throttle.csv").read_text())
-    assert bad == 0 and len(gpus) == 1
-    (g,) = throttled(gpus)
-    assert (g.sm_clock, g.max_clock, g.reasons) == (1590.0, 1980.0, ("power cap (SW)",))
-    # the poll's own recording has no throttle column: nothing is throttled, nothing invented
-    gpus, bad = parse_clocks((SMI / "h100x8.gpu.csv").read_text())
-    assert len(gpus) == 8 and throttled(gpus) == () and bad == 0
-
-
-def test_a_round_parses_stacks_and_gpus_and_counts_garbage() -> None:
-    nonce = "ab12cd34"
-    smi = "\n".join(
-        line for line in (SMI / "h100-powercap.throttle.csv").read_text().splitlines()
-        if not line.startswith("#")
-    )  # fmt: skip
-    out = (
-        "Welcome (noise from .bashrc)\n"
-        f"@{nonce}RANK 4242 1 S\n@{nonce}bogus\n"
-        f"@{nonce}GPU\n{smi}\nclocks_throttle_reasons.active, index\nnot-a-mask, 0\n"
-    )
-    stacks, held, bad = parse_round("g9", out, nonce)
-    assert stacks.malformed == 1 and [s.rank for s in stacks.stacks] == [1]
-    assert samples_of(stacks) == []  # a rank py-spy gave no stack for is no sample
-    assert [t.line for t in held] == [
-        "a GPU of g9 is throttled at 1590/1980 MHz: power cap (SW) (700 W, 71 °C)"
-    ]
-    assert bad == 2  # a second header is no data, and a mask that is not hex
 
 
 def test_the_finding_round_trips_and_makes_the_report_section(tmp_path: Path) -> None:
@@ -283,55 +222,3 @@ def test_a_node_throttled_inside_its_collectives_is_named_against_busy_waiters()
     assert s is not None and s.node == "g1"
     assert name_suspect(ranks(("g0", 0.9), ("g1", 0.6), n=30), 1, 0) is None
     assert name_suspect(ranks(("g0", 0.5), ("g1", 0.25), n=30), 1, 0) is None  # not busy
-
-
-def test_a_sample_never_stops_a_rank() -> None:
-    """py-spy's blocking dump ptrace-stops the rank: a pause in its step, and a `t` state
-    that a poll reads as frozen. Every sample reads with --nonblocking."""
-    script = round_script("MNTUI_RUN=x", 2.0, "ab12cd34")
-    assert "*) nb=--nonblocking ;;" in script and "*) nb= ;;" not in script
-    # the teardown's capture reads a running rank whole (it is about to die anyway)
-    assert "*) nb= ;;" in capture_script("MNTUI_RUN=x", 2.0, "ab12cd34")
-
-
-def test_a_straggler_that_comes_and_goes_is_told_once(tmp_path: Path) -> None:
-    """The sampler's judging, fed samples by hand: named, let go, named again: one notice."""
-    from types import SimpleNamespace
-
-    from mntui.sessions.watch import Sampler
-
-    told: list[int] = []
-    record = SimpleNamespace(dir=tmp_path, nodes=[])
-    cfg = SimpleNamespace(watch=WatchPolicy(sample_every=0))
-    sampler = Sampler(cfg, record, None, lambda f, new: new and told.append(new.rank))  # type: ignore[arg-type]
-    slow = [Sample(0, "g0", True), Sample(1, "g1", False)]
-    clean = [Sample(0, "g0", False), Sample(1, "g1", False)]
-    for samples in [slow] * 8 + [clean] * 30 + [slow] * 30:
-        sampler.judge(samples, ())
-    assert told == [1]
-    found = load_finding(tmp_path)
-    assert found is not None and found.suspect is not None and found.suspect.rank == 1
-
-
-def test_a_round_ending_after_the_sampler_stopped_leaves_the_finding_acted_on(
-    tmp_path: Path,
-) -> None:
-    """The watchdog stops the sampler before it acts (kill_all on slow) and tears down; a
-    round still under way then must not replace the named suspect with a later tally
-    that names nobody: the report reads the finding the watchdog acted on."""
-    from types import SimpleNamespace
-
-    from mntui.sessions.watch import Sampler
-
-    record = SimpleNamespace(dir=tmp_path, nodes=[])
-    cfg = SimpleNamespace(watch=WatchPolicy(sample_every=0))
-    sampler = Sampler(cfg, record, None)  # type: ignore[arg-type]
-    for waits in [True] * 7 + [False] * 3:  # rank 0 waits 7 of 10, rank 1 never: named
-        named = sampler.judge([Sample(0, "g0", waits), Sample(1, "g1", False)], ())
-    assert named.suspect is not None and named.suspect.rank == 1
-    sampler.stop()
-    late = sampler.judge([Sample(0, "g0", False), Sample(1, "g1", True)], ())
-    assert late.suspect is None  # 7 of 11 against 1 of 11 could be luck (p = 0.012)
-    found = load_finding(tmp_path)
-    assert found is not None and found.suspect is not None and found.suspect.rank == 1
-    assert found.rounds == 10

@@ -1,14 +1,16 @@
-"""The watchdog's schedule: a poll just after a deadline, never a decision on stale data."""
+"""The judge's schedule (node/judging.py, the coordinator's): a look just after a deadline,
+never a decision on stale data."""
 
 from __future__ import annotations
 
 import pytest
+from snaps import judge_of
 from snaps import snap as base_snap
 
 from mntui.sessions.config import Action, WatchPolicy
+from mntui.sessions.node.judging import MIN_GAP, WAKE_MARGIN, Deadline, Judge, next_poll
 from mntui.sessions.poll import NodeState
 from mntui.sessions.poll.snapshot import JobProc, NodeSnapshot
-from mntui.sessions.watch.judge import MIN_GAP, WAKE_MARGIN, Deadline, Judge, next_poll
 
 RUNNING = (JobProc(10, 1, "S", None, 1.0, "x"), JobProc(11, 10, "S", None, 1.0, "x"))
 
@@ -50,7 +52,7 @@ def test_next_poll(last: float, interval: float, deadlines: list[float], wake: f
 
 
 def test_a_freeze_is_decided_by_the_first_poll_asked_after_frozen_after() -> None:
-    j = Judge(WatchPolicy(frozen_after=3, interval=1))
+    j = judge_of(WatchPolicy(frozen_after=3, interval=1))
     assert j.judge(FROZEN, 100.0, {"a": 99.9, "b": 99.9})[1] == []  # first seen: 100.0
     assert due(j, FROZEN, 100.0) == (Deadline("a", NodeState.FROZEN, 103.0),)
     # The tick asked at 102.9 answers at 103.2: its evidence may predate the deadline.
@@ -61,13 +63,13 @@ def test_a_freeze_is_decided_by_the_first_poll_asked_after_frozen_after() -> Non
     assert next_poll(101.9, 1.0, [frozen.at]) == pytest.approx(103.0 + WAKE_MARGIN)  # one round
     triggers = j.judge(FROZEN, wake + 0.02, {"a": wake, "b": wake})[1]
     assert [(t.node, t.state, t.action) for t in triggers] == [
-        ("a", NodeState.FROZEN, Action.KILL_ALL)
+        ("a", NodeState.FROZEN, Action.KILL_ALL.value)
     ]
     assert due(j, FROZEN, wake + 0.02) == ()  # decided: nothing more due
 
 
 def test_a_freeze_that_ends_before_its_deadline_is_forgotten() -> None:
-    j = Judge(WatchPolicy(frozen_after=3))
+    j = judge_of(WatchPolicy(frozen_after=3))
     j.judge(FROZEN, 100.0, {"a": 99.9})
     running = {"a": snap("a"), "b": HEALTHY}
     assert j.judge(running, 101.0, {"a": 100.9})[1] == []  # py-spy let go of it
@@ -78,7 +80,7 @@ def test_a_freeze_that_ends_before_its_deadline_is_forgotten() -> None:
 
 def test_unreachable_counts_to_the_end_of_the_round() -> None:
     """Its evidence is the silence up to the round's end, however early the poll was sent."""
-    j = Judge(WatchPolicy(unreachable_after=3))
+    j = judge_of(WatchPolicy(unreachable_after=3))
     j.judge(GONE, 10.0, {"a": 5.0})
     assert due(j, GONE, 10.0) == (Deadline("a", NodeState.UNREACHABLE, 13.0),)
     assert j.judge(GONE, 12.9, {"a": 5.0})[1] == []
@@ -88,29 +90,29 @@ def test_unreachable_counts_to_the_end_of_the_round() -> None:
 
 
 def test_zero_hold_decides_at_first_sight() -> None:
-    j = Judge(WatchPolicy(frozen_after=0))
+    j = judge_of(WatchPolicy(frozen_after=0))
     assert [t.state for t in j.judge(FROZEN, 100.0, {"a": 99.9})[1]] == [NodeState.FROZEN]
 
 
 def test_stall_deadline_from_the_output_age_and_only_while_it_would_act() -> None:
     quiet = {"a": snap("a", output_age=290.0), "b": snap("b", output_age=0.5)}
-    j = Judge(WatchPolicy(stall_after=300, on_stall=Action.NOTIFY))
+    j = judge_of(WatchPolicy(stall_after=300, on_stall=Action.NOTIFY))
     verdicts, _ = j.judge(quiet, 50.0)
     due = {d.node: d for d in j.deadlines(quiet, verdicts, 50.0)}
     assert due["a"] == Deadline("a", NodeState.STALLED, 60.0)
     assert due["b"].at == pytest.approx(349.5)  # far beyond the next tick: no extra poll
     stalled = {"a": snap("a", output_age=300.1), "b": snap("b", output_age=0.5)}
     verdicts, triggers = j.judge(stalled, 60.1)
-    assert [(t.node, t.action) for t in triggers] == [("a", Action.NOTIFY)]
+    assert [(t.node, t.action) for t in triggers] == [("a", Action.NOTIFY.value)]
     verdicts, _ = j.judge(quiet, 61.0)  # it printed again, then went quiet again
     assert [d.node for d in j.deadlines(quiet, verdicts, 61.0)] == ["b"]  # told once already
 
 
 def test_notify_only_failures_are_due_once() -> None:
-    j = Judge(WatchPolicy(frozen_after=3, on_failure=Action.NOTIFY))
+    j = judge_of(WatchPolicy(frozen_after=3, on_failure=Action.NOTIFY))
     j.judge(FROZEN, 0.0)
     assert due(j, FROZEN, 0.0) == (Deadline("a", NodeState.FROZEN, 3.0),)
-    assert [t.action for t in j.judge(FROZEN, 3.0)[1]] == [Action.NOTIFY]
+    assert [t.action for t in j.judge(FROZEN, 3.0)[1]] == [Action.NOTIFY.value]
     j.judge({"a": snap("a"), "b": HEALTHY}, 4.0)
     j.judge(FROZEN, 5.0)  # frozen again: already told, so no poll for it
     assert due(j, FROZEN, 5.0) == ()

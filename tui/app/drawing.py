@@ -1,9 +1,9 @@
 """The app's drawing: the node panes, the table, the header and the event log.
 
 A base class of the app, kept apart so the app module stays one concept. Drawing is never
-allowed to stop the watchdog: every view update runs through `draw`, which logs a failure
-instead of raising it. Widgets are held by reference, and a widget that is gone (the app
-is closing) is skipped, never looked up.
+allowed to stop the stream or the polls: every view update runs through `draw`, which
+logs a failure instead of raising it. Widgets are held by reference, and a widget that
+is gone (the app is closing) is skipped, never looked up.
 """
 
 from __future__ import annotations
@@ -17,16 +17,17 @@ from textual.widgets import DataTable, RichLog
 from mntui.sessions.errors import log_exception
 from mntui.sessions.events import Event
 from mntui.sessions.report import load_finding, saved_cause
+from mntui.sessions.runs import RunRecord
 from mntui.sessions.termsafe import clean
-from mntui.sessions.watch import Judge, threshold_text
+from mntui.sessions.watch.reading import by_cluster
 
-from .following import Following
 from .messages import EngineEvent
+from .ops import Operations
 from .render import overall_state, step_cell, table_row
 from .widgets import HeaderBar, LogScreen, NodePane, NodeView
 
 
-class Drawing(Following):
+class Drawing(Operations):
     """The views of MntuiApp; the app keeps the state named here."""
 
     header: HeaderBar
@@ -38,8 +39,9 @@ class Drawing(Following):
     events: RichLog
     draw_failed: set[str]
     started: float
-    judge: Judge
     progress_line: str
+    views: dict[str, NodeView]
+    generation: int  # the run shown: moved on when another run (or none) replaces it
     feed_first: str | None  # the coordinator's first failure (streaming.py)
 
     def post_event(self, event: Event) -> None:
@@ -60,7 +62,7 @@ class Drawing(Following):
 
     def draw(self, what: str, update: Callable[[], object]) -> None:
         """Run a view update; a failure is written to the error log and shown once per
-        kind, never raised: the poll chain and the watchdog must outlive any drawing bug."""
+        kind, never raised: the stream and the poll chain must outlive any drawing bug."""
         try:
             update()
         except Exception as exc:
@@ -136,21 +138,31 @@ class Drawing(Following):
         if rec is not None:
             secs = int(time.time() - rec.created_at)
             elapsed = f"  {secs // 3600}:{secs // 60 % 60:02d}:{secs % 60:02d}"
-        who = f"watchdog {self.watcher}"
         # of the run on screen only: its saved report's, else its coordinator's first failure
         cause = (saved_cause(rec.dir) or self.feed_first) if rec is not None else None
         state = overall_state(self.in_attempt(), rec is not None, cause)
         if self.busy == "launch":  # the run on screen is not the one starting
             state, rec, elapsed = "launching", None, ""
-        w = self.cfg.watch
         progress = f"progress: {self.progress_line}  " if self.progress_line else ""
         text = (
             f"{self.cfg.job}  run {rec.run_id if rec else '-'}{elapsed}  {state}  {progress}"
-            f"[{who}: on failure {w.on_failure.value}, on stall {w.on_stall.value}"
-            f" after {threshold_text(self.judge, short=True)}]"
+            + self.watch_text(rec)
             + (f"  {self.busy}..." if self.busy else "")
         )
         if rec is not None and (slow := load_finding(rec.dir)) is not None and slow.lines:
-            text += "  " + "; ".join(slow.lines)  # the sampler's, here or headless
+            text += "  " + "; ".join(slow.lines)  # the coordinator's straggler
         if self.header.is_attached:
             self.header.set_text(text)
+
+    def watch_text(self, rec: RunRecord | None) -> str:
+        """Who watches the run shown (watch/reading.py), and by which rules."""
+        if rec is None:
+            return ""
+        if not by_cluster(rec):
+            return "[unwatched: nothing tears it down]"
+        w = self.cfg.watch
+        stall = "auto" if w.stall_after == "auto" else f"{w.stall_after:g} s"
+        return (
+            f"[watched by the cluster: on failure {w.on_failure.value}, "
+            f"on stall {w.on_stall.value} after {stall}]"
+        )

@@ -1,19 +1,18 @@
 """The app's launch, kill all and restart.
 
 A base class of the app, kept apart so the app module stays one concept. Each runs its
-IO in a thread worker and reports through a typed message; a kill goes through the run's
-agent while the app follows it (a kill is safe to repeat, so our own connections take
-over if the agent goes away midway).
+IO in a thread worker and reports through a typed message; a kill is the one `mntui
+kill` makes (launch/userkill.py: a request to the coordinator of a run the cluster
+watches, by tag directly on the nodes it does not answer for).
 """
 
 from __future__ import annotations
 
 from textual import work
 
-from mntui.sessions.agent import AgentUnavailable, try_connect
 from mntui.sessions.errors import LaunchError
-from mntui.sessions.events import Event, Phase
 from mntui.sessions.launch import LineSplitter
+from mntui.sessions.watch.reading import UNWATCHED_LINE, by_cluster
 
 from .messages import KillDone, LaunchDone
 from .polling import Polling
@@ -23,9 +22,6 @@ from .widgets import ConfirmScreen
 
 class JobControl(Polling):
     """The job's operations of MntuiApp; the app keeps the state named here."""
-
-    watchdog_enabled: bool
-    unwatched: str | None = None  # why the launch's headless watchdog did not start
 
     def action_launch(self, restart: bool = False) -> None:
         if not self.claim("launch"):
@@ -49,7 +45,6 @@ class JobControl(Polling):
     def do_launch(self, restart: bool) -> None:
         from mntui.sessions import launch
         from mntui.sessions.results import NodeError
-        from mntui.sessions.watch import WatcherFailed, start_detached
 
         assert self.cluster is not None
         try:
@@ -59,15 +54,6 @@ class JobControl(Polling):
         except (LaunchError, NodeError) as exc:
             self.post_message(LaunchDone(None, str(exc)))
             return
-        self.unwatched = None
-        if result.record.watch_port is not None:
-            self.watcher = "cluster"  # the coordinator decides; nothing to start here
-        elif self.watchdog_enabled:
-            try:  # keeps watching after the app quits; "headless" once it has polled
-                start_detached(self.cfg, result.record)
-                self.watcher = "headless"
-            except WatcherFailed as exc:
-                self.unwatched = str(exc)
         self.post_message(LaunchDone(result.record, None))
 
     def on_launch_done(self, message: LaunchDone) -> None:
@@ -83,14 +69,9 @@ class JobControl(Polling):
         for v in self.views.values():
             v.log = []
         self.splitters = {n: LineSplitter() for n in self.views}
-        failed, self.unwatched = self.unwatched, None
-        if failed is not None:  # then this app guards the job while it is open
-            text = f"the headless watchdog did not start: {failed}"
-            self.notify(
-                text + "; watching from this app", title="watchdog", severity="error", timeout=30
-            )
-            self.log_event(text)
-        self.attach_run(message.record, watch_here=failed is not None)
+        if not by_cluster(message.record):  # --no-watch, or `watch.where: here`
+            self.log_event(f"run {message.record.run_id} is {UNWATCHED_LINE}")
+        self.attach_run(message.record)
 
     def action_kill_all(self, then_launch: bool = False) -> None:
         if not self.claim(None):  # `busy` only once the user says yes
@@ -99,7 +80,6 @@ class JobControl(Polling):
         def answered(yes: bool | None) -> None:
             if yes:
                 self.busy = "kill"
-                self.release_lock()
                 self.do_kill(then_launch)
 
         verb = "Restart" if then_launch else "Kill"
@@ -115,31 +95,18 @@ class JobControl(Polling):
 
     @work(thread=True, exclusive=True, group="ops", exit_on_error=False)
     def do_kill(self, then_launch: bool) -> None:
-        """On the agent's open connections while we follow it; else (or if it goes away
-        midway: a kill is safe to repeat) on ours."""
-        from mntui.sessions.agent import kill as kill_via_agent
+        """`mntui kill`'s own: what the coordinator answered is synced into the records
+        first (watch/mirror.py), so the kill names the attempt it stopped."""
         from mntui.sessions.launch import stop_job, summarize
+        from mntui.sessions.watch import sync
 
         assert self.cluster is not None
-        if self.subscribed and self.record is not None:
-            client, _ = try_connect(self.record.dir)
-            if client is not None:
-                with client:
-                    try:
-                        done = kill_via_agent(client, None, self.cfg.grace, self.post_event)
-                        self.post_message(KillDone(*done, then_launch))
-                        return
-                    except AgentUnavailable as exc:
-                        self.post_event(Event(None, None, Phase.NOTICE, f"agent: {exc}"))
-        clean, summary = summarize(
-            self.cfg.job, stop_job(self.cfg, self.cluster, on_event=self.post_event)
-        )
+        done = stop_job(self.cfg, self.cluster, on_event=self.post_event, mirror=sync)
+        clean, summary = summarize(self.cfg.job, done)
         self.post_message(KillDone(clean, summary, then_launch))
 
     def on_kill_done(self, message: KillDone) -> None:
         self.busy = None
-        self.release_lock()
-        self.watcher = "none"
         self.notify(
             message.summary,
             title="kill",

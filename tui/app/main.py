@@ -1,31 +1,28 @@
 """The Textual app: a view and a remote control over the engine, never a second engine.
 
 All IO runs in thread workers that call `mntui.sessions` and post typed messages;
-handlers on the UI thread only update views. A poll is re-armed when the previous one
-has finished, so a slow node can never stack polls up. The watchdog runs here too,
-under the same lock as `mntui watch`, so the two never both act.
+handlers on the UI thread only update views. The app reads a run the one way every
+verb does (watch/reading.py): a run the cluster watches through its coordinator's
+stream (one ssh to the main; its coordinator decides, nothing here judges or acts), an
+unwatched one by polling its nodes, each poll re-armed when the previous one has
+finished, so a slow node can never stack polls up. Quitting stops nothing: the job, and
+its watch on the cluster, go on.
 
-One poll stream per run: when a headless watchdog watches the run, the app subscribes
-to its agent (sessions/agent/server.py) and only renders what that agent polled; it polls the
-nodes itself only when no agent answers (and tries the agent again now and then).
-
-Drawing is never allowed to stop the watchdog: on each poll the judge decides (and a
-teardown starts) before any view is touched, and every view update runs through
-`draw`, which logs a failure instead of raising it. Widgets are held by reference, and
-a widget that is gone (the app is closing) is skipped, never looked up.
+Every view update runs through `draw`, which logs a failure instead of raising it: a
+drawing bug never stops the stream or the polls. Widgets are held by reference, and a
+widget that is gone (the app is closing) is skipped, never looked up.
 
 The app is a chain of base classes, one concept each: ops.py (cleanup, doctor, report),
-following.py (the agent's stream), drawing.py (the views), watching.py (the watchdog),
-polling.py (the poll chain), jobcontrol.py (launch, kill all, restart), nodekeys.py (attach,
-log, grid or table, help, quit). This module keeps the state they name, the layout and the
-order of each poll's work.
+drawing.py (the views), panes.py (the attempt's panes), streaming.py (the cluster's
+stream), polling.py (the poll chain), jobcontrol.py (launch, kill all, restart),
+nodekeys.py (attach, log, grid or table, help, quit). This module keeps the state they
+name, the layout and the order of each poll's work.
 """
 
 from __future__ import annotations
 
-import sys
 import time
-from typing import IO, Any
+from typing import Any
 
 import libtmux  # noqa: F401  imported before Textual swaps stdout: its import reads stdout.encoding
 from textual.app import ComposeResult
@@ -35,7 +32,6 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Footer, RichLog
 from textual.worker import Worker, WorkerState
 
-from mntui.sessions.agent import AgentClient
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import ExitCode
 from mntui.sessions.launch import LineSplitter
@@ -43,7 +39,6 @@ from mntui.sessions.poll import Poller
 from mntui.sessions.report import Observations
 from mntui.sessions.runs import RunRecord, latest
 from mntui.sessions.ssh import Cluster
-from mntui.sessions.watch import Deadline, Judge, make_notifier
 from mntui.sessions.watch.feedparse import LogNews
 
 from .historyops import HistoryOps
@@ -89,33 +84,23 @@ class MntuiApp(NodeKeys, JobControl, HistoryOps, Probing):
         launch_now: bool = False,
         restart: bool = False,
         poll: bool = True,
-        watchdog: bool = True,
     ) -> None:
         super().__init__()
         self.cfg = cfg
         self.record = record if record is not None else latest(cfg.job)
         self.launch_now, self.restart = launch_now, restart
-        self.polling_enabled, self.watchdog_enabled = poll, watchdog
+        self.polling_enabled = poll
         self.views = {n.name: NodeView(n.name, n.rank, log=[]) for n in cfg.nodes}
         self.splitters = {n.name: LineSplitter() for n in cfg.nodes}
         self.held: dict[str, LogNews] = {}  # log of nodes without a pane yet
         self.cluster: Cluster | None = None
         self.poller: Poller | None = None
-        self.judge = Judge(cfg.watch)
-        self.due: tuple[Deadline, ...] = ()  # the judge's deadlines after the last poll
         self.obs = Observations()
-        self.notifier = make_notifier(cfg)
-        self.lock: IO[str] | None = None
-        self.watcher = "none"  # who watches the run: "here", "headless (pid N)" or "none"
         self.busy: str | None = None  # launch / kill / cleanup in progress
         self.generation = 0  # bumped when a new poller replaces the old one
         self.poll_timer_pending = False
         self.poll_inflight = False
-        self.subscribed = False  # the agent's stream feeds the views: no polls of our own
-        self.agent_tried = 0.0  # monotonic time of the last try to reach the agent
-        self.agent_snaps = 0  # snapshots that came from the agent
-        self.agent_client: AgentClient | None = None
-        self.agent_fed = False  # the panes show the agent's backlog and stream
+        self.subscribed = False  # the cluster's stream feeds the views: no polls of our own
         self.fresh: set[str] = set()  # nodes whose next read of ours starts their pane over
         self.pace = Pace()  # the slow marks
         self.progress_line = ""  # `ranks 0-1 at step 34`, as `mntui status` says it
@@ -156,7 +141,7 @@ class MntuiApp(NodeKeys, JobControl, HistoryOps, Probing):
         self.draw("views", self.refresh_views)
         self.header_timer = self.set_interval(1.0, self.tick)
         if self.record is not None:
-            self.attach_run(self.record, watch_here=self.watchdog_enabled)
+            self.attach_run(self.record)
         if self.launch_now:
             self.action_launch(self.restart)
         elif self.record is None:
@@ -169,12 +154,11 @@ class MntuiApp(NodeKeys, JobControl, HistoryOps, Probing):
     def on_unmount(self) -> None:
         if self.header_timer is not None:
             self.header_timer.stop()
-        self.hand_over_watchdog()
         self.stop_following()
         if self.cluster is not None:
             self.cluster.close()
 
-    # -- each poll: the watchdog first, then the views --------------------------------
+    # -- each poll: what it saw, then the views ----------------------------------------
     def on_poll_done(self, message: PollDone) -> None:
         if message.generation is not None:
             self.poll_inflight = False
@@ -185,13 +169,11 @@ class MntuiApp(NodeKeys, JobControl, HistoryOps, Probing):
             return
         try:
             if message.snaps:
-                self.watch_over(message.snaps, message.asked)
+                self.observe_poll(message.snaps)
                 self.note_progress(message.progress, message.summary)
-        finally:
-            # Between two polls of ours: the agent, if it answers, takes over from here;
-            # else the next poll is armed only now that this one is done.
-            if message.generation is not None and not self.retry_agent():
-                self.schedule_poll(self.next_poll_delay())
+        finally:  # the next poll is armed only now that this one is done
+            if message.generation is not None:
+                self.schedule_poll(self.cfg.watch.interval)
         if self.table_mode:
             self.draw("table", self.refresh_table)
         self.draw("header", self.refresh_header)
@@ -214,26 +196,12 @@ class MntuiApp(NodeKeys, JobControl, HistoryOps, Probing):
                 self.schedule_poll(self.cfg.watch.interval)
 
 
-def run_app(
-    cfg: JobConfig, *, launch_now: bool = False, restart: bool = False, watchdog: bool = True
-) -> int:
+def run_app(cfg: JobConfig, *, launch_now: bool = False, restart: bool = False) -> int:
     if not launch_now:  # a live chain is shown where it runs (a spare), not where the file says
         from mntui.sessions.launch import chain_of, run_config
 
         view = chain_of(cfg.job)
         cfg = run_config(cfg, view) if view is not None and view.live else cfg
-    app = MntuiApp(cfg, launch_now=launch_now, restart=restart, watchdog=watchdog)
+    app = MntuiApp(cfg, launch_now=launch_now, restart=restart)
     app.run()
-    if app.handed is not None:  # quitting handed the job over: is its watchdog up?
-        from mntui.sessions.watch import CONFIRM, WatcherFailed, confirm
-
-        from .watching import unwatched
-
-        try:
-            confirm(*app.handed, CONFIRM)
-        except WatcherFailed as exc:
-            app.left_unwatched = unwatched(cfg.job, exc)
-    if app.left_unwatched:  # quitting handed the job to a watchdog that did not start
-        print(app.left_unwatched, file=sys.stderr)
-        return ExitCode.FAILED
     return app.return_code or ExitCode.OK

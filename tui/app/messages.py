@@ -23,23 +23,22 @@ class NodeSnap(Message):
 
 class PollDone(Message):
     """`generation` names the poller that produced it: a reply from a poller that was
-    replaced (a new run was attached) is dropped. None: the current one (or the agent's).
+    replaced (a new run was attached) is dropped. None: the run shown now, whatever
+    polled it (a bench's or a test's snapshots).
 
-    `progress` and `summary` are the agent's, who has read every line since the launch;
-    None: a poll of our own, whose progress the app's tracker reads from the snapshots."""
+    `progress` and `summary`: given by whoever read every line of the logs (a bench);
+    None: a poll of the app's own, whose progress its tracker reads from the snapshots."""
 
     def __init__(
         self,
         snaps: dict[str, NodeSnapshot],
         generation: int | None = None,
-        asked: dict[str, float] | None = None,
         *,
         progress: Mapping[str, NodeProgress] | None = None,
         summary: str | None = None,
     ) -> None:
         super().__init__()
         self.snaps, self.generation = snaps, generation
-        self.asked = asked  # when each node's poll was sent: what the judge may count
         self.progress, self.summary = progress, summary
 
 
@@ -93,26 +92,6 @@ class ReportReady(Message):
         self.title, self.text = title, text
 
 
-class AgentBacklog(Message):
-    """The bytes of each log before the agent's stream starts."""
-
-    def __init__(self, logs: dict[str, bytes], generation: int) -> None:
-        super().__init__()
-        self.logs, self.generation = logs, generation
-
-
-class AgentFollowing(Message):
-    def __init__(self, generation: int, via: str) -> None:
-        super().__init__()
-        self.generation, self.via = generation, via
-
-
-class AgentGone(Message):
-    def __init__(self, generation: int, why: str) -> None:
-        super().__init__()
-        self.generation, self.why = generation, why
-
-
 class FeedNews(Message):
     """One line of the cluster's stream, parsed (sessions/watch/feedparse.py)."""
 
@@ -127,12 +106,3 @@ class FeedBroken(Message):
     def __init__(self, generation: int, why: str, final: bool = False) -> None:
         super().__init__()
         self.generation, self.why, self.final = generation, why, final
-
-
-class AttemptMoved(Message):
-    """This machine recorded the chain's next attempt (a main swapped in from here): the
-    stream goes to its main now, not at the old stream's next break."""
-
-    def __init__(self, generation: int, record: RunRecord) -> None:
-        super().__init__()
-        self.generation, self.record = generation, record

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 
 REPORT_TITLE = {
     "saved": "report",
-    "writing": "report being written",
     "none": "no report",
     "live": "live report (a snapshot, not saved)",
 }
@@ -176,12 +175,18 @@ class Operations(App[None]):
 
     @work(thread=True, exclusive=True, group="ops", exit_on_error=False)
     def make_report(self, record: RunRecord) -> None:
-        """The record on disk decides, not ours: the one the app launched says running
-        long after its watchdog ended it and wrote the report (issue 29)."""
+        """As `mntui report` does: a run the cluster watches is synced first and the
+        reports of its attempts that ended are saved (watch/mirror.py); then the record
+        on disk decides, not ours: the one the app launched says running long after its
+        coordinator ended it (issue 29)."""
         from mntui.sessions.report import answer, render, report_now, to_json
+        from mntui.sessions.watch.mirror import look
+        from mntui.sessions.watch.reading import by_cluster
 
         cluster = self.cluster
         assert cluster is not None
+        if by_cluster(record):
+            look(self.cfg, record, cluster)
 
         def take() -> tuple[str, dict[str, Any]]:
             built = report_now(self.cfg, record, cluster)

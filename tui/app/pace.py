@@ -1,6 +1,6 @@
-"""Which nodes the app marks slow: the watchdog's straggler rule, as a standing mark.
+"""Which nodes the app marks slow: the slow-node rule, as a standing mark.
 
-The watchdog reports a straggler once per episode (poll/progress.py's `slow`); a view
+The coordinator reports a slow node once per episode (node/slowrate.py); a view
 needs the state instead, for as long as it lasts: a node whose step rate has stayed
 below `fraction` × the median rate of all nodes for `after` seconds. Pure: the clock is
 an argument, so the rule is tested without sleeping.

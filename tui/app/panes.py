@@ -71,6 +71,12 @@ class Panes(Drawing):
         self.draw("views", self.refresh_views)
         self.show_logs(held for node in added if (held := self.held.pop(node, None)) is not None)
 
+    def apply_log(self, node: str, data: bytes) -> None:
+        raise NotImplementedError
+
+    def restart_log(self, node: str, data: bytes) -> None:
+        raise NotImplementedError
+
     def reflow_grid(self) -> None:
         """As many 64-column panes per row as fit, rows sharing the height."""
         cols = min(max(1, self.size.width // 64), max(1, len(self.views)))

@@ -1,10 +1,12 @@
-"""The app's poll chain.
+"""The app's poll chain: how it reads a run nothing on the cluster watches.
 
-A base class of the app, kept apart so the app module stays one concept. A poll runs in
-a thread worker and is re-armed only when the previous one has finished, so a slow node
-can never stack polls up; when the run's agent feeds the views (tui/app/following.py), no
-poll of our own runs. The watchdog that judges each poll is the base below
-(watching.py): under the same lock as `mntui watch`, so the two never both act.
+A base class of the app, kept apart so the app module stays one concept. A run the
+cluster watches is followed through its coordinator's stream (streaming.py), and none of
+these polls runs for it but one, after its coordinator ended. An unwatched run
+(`launch --no-watch`) is polled directly: a poll runs in a thread worker and is re-armed
+only when the previous one has finished, so a slow node can never stack polls up. Each
+node's state is derived from what the poll saw (node/rules.py); nothing is judged and
+nothing acts on it: no watch runs on this machine (watch/reading.py).
 """
 
 from __future__ import annotations
@@ -16,73 +18,65 @@ from functools import partial
 from textual import work
 
 from mntui.sessions.launch import LineSplitter
-from mntui.sessions.poll import NodeProgress, NodeSnapshot, Poller, Verdict
-from mntui.sessions.report import observations
+from mntui.sessions.poll import NodeProgress, NodeSnapshot, Poller, Verdict, derive
+from mntui.sessions.report import Observations, observations, observe
 from mntui.sessions.runs import RunRecord
-from mntui.sessions.watch import Judge, Sampler, clusterfeed, next_poll
+from mntui.sessions.watch import clusterfeed
 
-from .following import START_BACK
 from .messages import NodeSnap, Notice, PollDone
 from .pace import Pace
 from .streaming import Streaming
-from .watching import Watching
 
 LOG_KEEP = 5000  # lines of log kept per node in the app
+START_BACK = 16 * 1024  # bytes of each log a pane starts from on a new source
 
 
-class Polling(Watching, Streaming):
+class Polling(Streaming):
     """The polling side of MntuiApp; the app keeps the state named here."""
 
     splitters: dict[str, LineSplitter]
     polling_enabled: bool
     poll_timer_pending: bool
     poll_inflight: bool
+    poller: Poller | None
+    generation: int
+    obs: Observations
     pace: Pace
     progress_line: str
+    asked_run: str | None = None  # the run whose record the last restart's sync looked for
 
-    def attach_run(self, record: RunRecord, watch_here: bool) -> None:
-        """Start showing `record`; act as its watchdog if none is watching it already."""
+    def attach_run(self, record: RunRecord) -> None:
+        """Start showing `record`: through its coordinator's stream, or by our polls."""
         assert self.cluster is not None
         self.record = record
         self.poller = Poller(record, self.cluster)
         self.poller.start_near_end(START_BACK)
-        self.judge = Judge(self.cfg.watch)
-        self.due = ()
         self.obs = observations(self.cfg, record)
         self.pace, self.progress_line = Pace(), ""
         for view in self.views.values():  # nothing of the run shown before stays on screen
             view.progress, view.slow, view.snap, view.verdict = None, False, None, None
         self.draw("views", self.refresh_views)
         self.draw("header", self.refresh_header)
-        self.release_lock()
         self.fitted = None  # every view's verdict was cleared above: fit them again
         # a spare a launch routed in (a quarantine) gets a pane; it has no connection
-        # here: a run watched from here is the headless watchdog's, which reads the record
+        # here: an unwatched run's polls do not reach it
         unseen = [n.node for n in record.nodes if n.node not in self.cluster.nodes]
         self.fit_panes({n.node: n.rank for n in record.nodes}, f"attempt {record.attempt + 1}")
         if unseen and not self.streams(record):
             self.log_event(f"{', '.join(unseen)} run(s) this attempt and are not polled from "
                            "here: `mntui` again polls every node of the run")  # fmt: skip
-        if watch_here and record.status.is_live:
-            self.take_watch(record)
-            if self.lock is not None and (self.cfg.restart.max > 0 or unseen):
-                self.release_lock()  # restarts are the headless supervisor's
-                self.watcher = "headless (starting)"
-                self.hand_over(record, self.generation + 1)
-        if self.lock is not None:
-            self.sampler = Sampler(self.cfg, record, self.cluster, self.sampled)
-            self.sampler.start()
-        self.stand_by(record)  # the cluster's run: a lost main is replaced from here
         self.generation += 1
         self.subscribed = False
         self.fresh = set(self.views)
-        self.stop_following()
+        self.stop_stream()
         if self.polling_enabled and self.streams(record):
             self.follow_cluster()  # one stream from the main, no poll of any node
-        elif self.lock is None and self.polling_enabled:
-            self.try_agent()
         else:
             self.schedule_poll(0)
+
+    def stop_following(self) -> None:
+        """End what feeds the views now (closing the app, another run)."""
+        self.stop_stream()
 
     def after_board(self) -> None:
         """A board from the cluster's stream shown: the table and header, as after a poll."""
@@ -99,14 +93,9 @@ class Polling(Watching, Streaming):
             self.poll_inflight = True
             self.poll(self.poller, self.generation)
 
-    def next_poll_delay(self) -> float:
-        """The regular interval, or sooner when a deadline of the judge runs out first."""
-        interval, now = self.cfg.watch.interval, time.monotonic()
-        return max(0.0, next_poll(now, interval, (d.at for d in self.due)) - now)
-
     def schedule_poll(self, delay: float) -> None:
         """One poll chain only: a poll starts when none is running or already scheduled,
-        and none while the agent's stream feeds the views."""
+        and none while the cluster's stream feeds the views."""
         if self.subscribed or not self.polling_enabled:
             return
         if self.poll_timer_pending or self.poll_inflight:
@@ -120,7 +109,7 @@ class Polling(Watching, Streaming):
     def _start_poll(self) -> None:
         self.poll_timer_pending = False
         if self.poll_inflight or self.poller is None or self.subscribed:
-            return  # a timer armed before the agent's stream took over stays unused
+            return  # a timer armed before the stream took over stays unused
         self.poll_inflight = True
         self.poll(self.poller, self.generation)
 
@@ -131,18 +120,33 @@ class Polling(Watching, Streaming):
         except Exception as exc:  # never let one bad poll kill the polling
             self.post_message(Notice(f"poll failed: {exc}", "error"))
             snaps = {}
-        self.post_message(PollDone(snaps, generation, poller.asked()))
+        self.post_message(PollDone(snaps, generation))
 
     def on_node_snap(self, message: NodeSnap) -> None:
         if message.generation in (None, self.generation):
             self.apply_snapshot(message.snap)
 
+    def observe_poll(self, snaps: Mapping[str, NodeSnapshot]) -> None:
+        """A poll's states and output into the run's observations: its steps and pace,
+        the progress line (report/postmortem.py's Observations, as `report` reads them)."""
+        stall = self.stall_after()
+        observe(self.obs, snaps, {n: derive(s, stall) for n, s in snaps.items()})
+
+    def stall_after(self) -> float:
+        """The stall threshold a poll's states are derived with: the config's, or, with
+        `auto`, learnt from the steps the app has read (as `status` derives them)."""
+        tracker = self.obs.tracker
+        pace = tracker.pace() if tracker is not None else None
+        learnt = (pace.step_interval, pace.longest_gap) if pace is not None else (None, None)
+        return self.cfg.watch.stall_threshold(*learnt)
+
     def apply_snapshot(self, snap: NodeSnapshot, verdict: Verdict | None = None) -> None:
+        """`verdict`: the coordinator's (the stream's); a poll's state is derived here."""
         view = self.views.get(snap.node)
         if view is None:  # a node of the run without a pane here (attach_run said so)
             return
         view.snap = snap
-        view.verdict = verdict or self.judge.verdicts({snap.node: snap})[snap.node]
+        view.verdict = verdict or derive(snap, self.stall_after())
         if snap.node in self.fresh and snap.reachable:  # our first read of this log
             self.fresh.discard(snap.node)
             self.restart_log(snap.node, snap.new_output)
@@ -166,10 +170,10 @@ class Polling(Watching, Streaming):
         self.draw("node pane", lambda: self.redraw_node(view, True, restart=True))
 
     def follow_chain(self) -> bool:
-        """A restart's next attempt (same chain, a newer run) replaces the run shown; the
-        headless supervisor launched it, and its agent serves the new run too."""
+        """The chain's next attempt, once this machine recorded it (the mirror's sync, at
+        a `status` or a kill), replaces the run shown: its coordinator restarted the job."""
         rec = self.record
-        if rec is None or rec.chain is None or self.lock is not None:
+        if rec is None or rec.chain is None:
             return False
         newest = clusterfeed.newer_attempt(rec)
         if newest is None:
@@ -180,14 +184,44 @@ class Polling(Watching, Streaming):
         for v in self.views.values():
             v.log = []
         self.splitters = {n: LineSplitter() for n in self.views}
-        self.attach_run(newest, watch_here=False)
+        self.attach_run(newest)
         return True
+
+    def restarted(self, run: str | None) -> None:
+        """The stream's board is of another run than the one shown: the coordinator
+        restarted the job. The records are synced from its board as `status` syncs them
+        (watch/mirror.py), once a run, and the app shows the new attempt's record; the
+        stream goes on (the same coordinator)."""
+        rec = self.record
+        if rec is None or run is None or run in (rec.run_id, self.asked_run):
+            return
+        self.asked_run = run
+        self.sync_attempt(rec, run, self.generation)
+
+    @work(thread=True, group="sync", exit_on_error=False)
+    def sync_attempt(self, record: RunRecord, run: str, generation: int) -> None:
+        from mntui.sessions.runs import load_run
+        from mntui.sessions.watch.mirror import read_main, sync
+
+        assert self.cluster is not None
+        sync(record, read_main(record, self.cluster))
+        newest = load_run(record.job, run)
+        if newest is not None and newest.chain == (record.chain or record.run_id):
+            self.call_from_thread(self.show_attempt, newest, generation)
+
+    def show_attempt(self, record: RunRecord, generation: int) -> None:
+        if generation != self.generation or self.cluster is None:
+            return
+        self.record = record
+        self.poller = Poller(record, self.cluster)  # the one direct read after the end
+        self.log_event(f"attempt {record.attempt + 1}: following run {record.run_id}")
+        self.draw("header", self.refresh_header)
 
     def note_progress(
         self, progress: Mapping[str, NodeProgress] | None, summary: str | None
     ) -> None:
-        """Each node's step, rate and slow mark, and the job's progress line: the agent's
-        when it sent them (it read every line since the launch), else our tracker's."""
+        """Each node's step, rate and slow mark, and the job's progress line: the
+        stream's when it sent them, else our tracker's."""
         tracker = self.obs.tracker
         if progress is None:
             progress = tracker.snapshot() if tracker is not None else {}

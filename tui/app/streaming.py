@@ -10,8 +10,7 @@ snapshots are shown with the coordinator's verdicts (nothing is judged here: the
 coordinator decides), its log chunks go through apply_log / restart_log as a poll's do.
 
 A broken stream (this machine cut off, the main lost) is said in the event log and
-started again with backoff; the nodes are never polled instead. A main replaced from
-this machine moves the stream at once (attemptlook.py), not at its next try. When the
+started again with backoff; the nodes are never polled instead. When the
 coordinator said goodbye (the chain is over), the stream ends and one direct poll shows
 the nodes as they were left (their panes' exit codes), as the app shows any ended run,
 and none after it. The panes follow each attempt's nodes (panes.py).
@@ -20,7 +19,7 @@ and none after it. The panes follow each attempt's nodes (panes.py).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 from textual import work
 
@@ -36,16 +35,17 @@ from mntui.sessions.watch.feedparse import (
     LogNews,
     LogsNews,
 )
+from mntui.sessions.watch.reading import by_cluster
 
-from .attemptlook import AttemptLook
 from .messages import FeedBroken, FeedNews
+from .panes import Panes
 
 RETRY_FIRST = 1.0  # seconds before the first try again, doubled each time
 RETRY_MAX = 30.0
 UNJUDGED = Verdict(NodeState.STARTING, "the coordinator has not judged it yet")
 
 
-class Streaming(AttemptLook):
+class Streaming(Panes):
     """The cluster's stream for MntuiApp; its state has defaults here."""
 
     feed: clusterfeed.FeedStream | None = None
@@ -61,32 +61,32 @@ class Streaming(AttemptLook):
     feed_attempt: int | None = None  # the coordinator's attempt (its restarts)
     feed_first: str | None = None  # the node its coordinator named first to fail
     held: dict[str, LogNews]
+    subscribed: bool  # the stream feeds the views: no poll of ours runs
+    fresh: set[str]  # nodes whose next read of ours starts their pane over
 
     def apply_snapshot(self, snap: NodeSnapshot, verdict: Verdict | None = None) -> None:
         raise NotImplementedError
 
-    def fit_panes(self, ranks: Mapping[str, int], attempt: str) -> None:
+    def follow_chain(self) -> bool:
         raise NotImplementedError
 
-    def show_logs(self, chunks: Iterable[LogNews]) -> None:
+    def restarted(self, run: str | None) -> None:
         raise NotImplementedError
 
     def streams(self, record: RunRecord) -> bool:
         """A live run the cluster watches: followed through its coordinator."""
-        return record.watch_port is not None and record.status.is_live
+        return by_cluster(record) and record.status.is_live
 
     def follow_cluster(self) -> None:
         """The stream replaces every poll: none of ours runs while it is on, and its
         first chunk of each log starts that pane over (no line twice)."""
         assert self.record is not None
         self.subscribed = True
-        self.agent_fed = False
         self.fresh.clear()
         self.feed_ended = self.feed_attempt = self.feed_first = None
         self.feed_tries = 0  # another main's stream: its backoff starts over
         self.held.clear()  # a new stream: each log's first chunk comes again
         self.stream_cluster(self.record, self.generation)
-        self.start_look(self.record, self.generation)  # a main moved from here: at once
 
     @work(thread=True, group="feed", exit_on_error=False)
     def stream_cluster(self, record: RunRecord, generation: int) -> None:
@@ -154,7 +154,6 @@ class Streaming(AttemptLook):
     def stop_stream(self) -> None:
         with self.feed_lock:
             feed, self.feed = self.feed, None
-        self.stop_look()
         if feed is not None:
             feed.close()
 
@@ -168,7 +167,6 @@ class Streaming(AttemptLook):
             self.show_logs(news.chunks)  # a node's with no pane yet held until it has one
         elif isinstance(news, HelloNews):
             self.feed_pid = news.pid
-            self.watcher = "cluster"
             self.log_event("following the run through its coordinator (one ssh to the main)")
         elif isinstance(news, LinkNews) and news.up != self.feed_link:
             self.feed_link = news.up
@@ -194,6 +192,7 @@ class Streaming(AttemptLook):
         if not stale:  # an earlier attempt's layout must not move the panes back
             self.fit_panes(news.ranks, f"the attempt of run {news.run or '?'}")
             self.feed_first = news.first  # the header names it, as status and report do
+            self.restarted(news.run)
         for node, snap in news.snaps.items():
             view = self.views.get(node)
             if view is None:
@@ -218,17 +217,15 @@ class Streaming(AttemptLook):
         one last direct read of the nodes."""
         if message.generation != self.generation or self.record is None:
             return
-        if self.follow_chain():  # a newer attempt (a main replaced from here: its stand-by)
+        if self.follow_chain():  # a newer attempt of the chain recorded here (the mirror)
             return
         self.feed = None
         self.feed_link = None
         if self.feed_ended is not None:
-            self.stop_look()  # the chain is over here: no next attempt to look for
             self.log_event("cluster stream over; one last read of the nodes")
             self.final_poll()
             return
         if message.final:
-            self.stop_look()
             self.log_event(f"cluster stream: {message.why}")
             return
         self.feed_tries += 1

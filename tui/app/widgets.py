@@ -173,7 +173,7 @@ mntui: one pane per node; the job keeps running when you quit.
   /        filter the log (log view)
   Ctrl+P   command palette
   ?        this help
-  q        quit (the job keeps running; the watchdog keeps watching)
+  q        quit (the job keeps running, and so does its watch on the cluster)
 
 States: starting, running, finished, failed, orphaned (launcher gone, workers alive),
 stalled (no output), frozen (processes stopped), unreachable, not-running.

@@ -193,8 +193,8 @@ def _launch_verbs(verb: Verb) -> None:
     p.add_argument(
         "--no-watch",
         action="store_true",
-        help="no watch: neither the cluster's sentinels nor this machine's watchdog tears "
-        "the job down when a node fails",
+        help="no watch: no sentinel or coordinator starts, nothing tears the job down when "
+        "a node fails and no report is saved; `status` says the run is unwatched",
     )
     p.add_argument("--no-sync", action="store_true", help="skip the config's code sync")
 
@@ -244,19 +244,16 @@ def _watch_verbs(verb: Verb) -> None:
     p.add_argument("--run", help="a run id (default: the latest)")
     _verbose(p)
 
-    p = verb("watch", "the watchdog, in the foreground")
-    p.add_argument("--run", help="a run id (default: the latest)")
-
     p = verb("report", "why the run ended: which rank broke first, and why (live: stacks now)")
     p.add_argument("--json", action="store_true", help="the whole report as JSON")
     p.add_argument("--run", help="a run id (default: the latest)")
     _verbose(p)
 
 
-AGENT_OR_DIRECT = "say on stderr whether the run's agent answered, or direct connections (and why)"
+HOW_READ = "say on stderr how the run is read: through its coordinator, or its nodes directly"
 
 
-def _verbose(p: argparse.ArgumentParser, says: str = AGENT_OR_DIRECT) -> None:
+def _verbose(p: argparse.ArgumentParser, says: str = HOW_READ) -> None:
     """`-v` wherever a new user would type it for more: each verb says what more is."""
     p.add_argument("-v", "--verbose", action="store_true", help=says)
 

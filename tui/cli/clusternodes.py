@@ -5,8 +5,7 @@ must be what a polled run's are (snapshot_dict's keys, scripts read them). Its s
 sent what a poll reads (node/nodesnap.py), the coordinator kept it (coord/nodes.json),
 launch/board.py checked it (node/nodewire.py's `check`: exactly our keys, each typed
 and bounded, any other shape refused and counted); here each checked entry becomes the
-very NodeSnapshot (not through sessions/wire.py's decoder: it would load the socket
-module into a cold status for a second check of the same fields). A node without a
+very NodeSnapshot, without a second check of the same fields. A node without a
 fresh entry (none yet, older than STALE on the main's clock, malformed) still gets one,
 with `reachable` from its sentinel's connection, what the coordinator's status says
 (its output's age, its exit code) and None or nothing for the rest. `rtt` is the round

@@ -31,6 +31,8 @@ from mntui.sessions.watch import (
     sync,
     watch_line,
 )
+from mntui.sessions.watch.mirror import read_main
+from mntui.sessions.watch.reading import Reading
 
 from .clustergpus import NO_READING, NodeGpus, malformed_line, node_gpus
 from .clusternodes import Seen, node_seen, number
@@ -41,7 +43,6 @@ from .runheader import status_header
 if TYPE_CHECKING:
     from mntui.sessions.config import JobConfig
     from mntui.sessions.launch import BoardView
-    from mntui.sessions.ssh import Cluster
 
 Say = Callable[..., None]
 
@@ -53,18 +54,6 @@ def cluster_lines(record: RunRecord, view: BoardView | None) -> tuple[RunRecord,
     record = sync(record, view)
     lines = [watch_line(record, view), *away_lines(record, view), *chain_lines(view)]
     return record, lines + decision_lines(view, record.run_id) + missed_lines(record)
-
-
-def read_main_board(record: RunRecord, cluster: Cluster) -> BoardView | None:
-    from mntui.sessions.launch import board_dir, read_board
-    from mntui.sessions.results import NodeError
-
-    main = record.main
-    try:
-        view = read_board(cluster.nodes[main.node], board_dir(record), gpus=True)
-    except (NodeError, KeyError):
-        return None
-    return view if view.status is not None else None
 
 
 def _verdict(d: dict[str, Any]) -> Verdict:
@@ -159,11 +148,10 @@ def show(
             "chain": record.chain,
             "cause": record.cause,
             "killed_nodes": record.killed_nodes,
-            "supervisor": None,  # its coordinator restarts it (runheader.orphan_line)
             "exit_code": int(code),
             "via": "coordinator",
             "watchdog": lines[0],
-            "watched_from": "cluster",  # runheader.watched_from: its coordinator watches
+            "watch": Reading.CLUSTER.value,  # watch/reading.py: its coordinator watches
             "cluster": lines[1:],
             "straggler": straggler_json(record),
             "nodes": [r.data for r in rows],
@@ -180,8 +168,20 @@ def show(
         # steps the coordinator clocked (synced into the records by cluster_lines)
         line = chain_line(record.job, record.chain, fresh_steps(record, view))
         chain = [line[2:]] if line else []
-        say("\n".join([status_header(record, "", restarts), *table, *chain, *lines]))
+        head = status_header(record, "", restarts, learnt_threshold(view))
+        say("\n".join([head, *table, *chain, *lines]))
     return code
+
+
+def learnt_threshold(view: BoardView) -> str | None:
+    """The stall threshold the coordinator learnt from the job's steps (`stall_after:
+    auto`: node/coordinator.py journals each move of it), as the header says it."""
+    for e in reversed(view.journal):
+        data = e.get("data") if e.get("kind") == "stall-threshold" else None
+        seconds = number(data.get("seconds")) if isinstance(data, dict) else None
+        if seconds is not None:
+            return f"{seconds:.0f} s (auto: learnt by the coordinator from the job's steps)"
+    return None
 
 
 def status_from_cluster(
@@ -200,7 +200,7 @@ def status_from_cluster(
         return None, record
     with Cluster(main, cfg.ssh) as cluster:
         while True:
-            view = read_main_board(record, cluster)
+            view = read_main(record, cluster)
             code = board_status(record, view, as_json, say, None if watch else 2, cfg.restart.max)
             if code is None:  # ended, ending or gone: the nodes themselves say what is left
                 return None, sync(record, view)

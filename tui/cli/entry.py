@@ -3,7 +3,7 @@
 Headless paths import neither Textual nor the app, so `mntui kill` starts fast
 and works over a bare SSH session at 3 a.m. This is the entry point: it hands each verb
 to its handler and turns whatever goes wrong into one line and an exit code. The verbs
-that only look (status, logs, report, watch, doctor, nodes) are here, each a few lines
+that only look (status, logs, report, doctor, nodes) are here, each a few lines
 that hand over to its view; the grammar is args.py's, the verbs that start or stop
 processes are job_verbs.py's, and all output goes through output.py's one writer.
 """
@@ -88,7 +88,6 @@ def run_verb(args: argparse.Namespace) -> int:
         "attach": cmd_attach,
         "status": cmd_status,
         "logs": cmd_logs,
-        "watch": cmd_watch,
         "report": cmd_report,
         "doctor": cmd_doctor,
         "nodes": cmd_nodes,
@@ -148,7 +147,7 @@ def cmd_app(args: argparse.Namespace) -> int:
 
 def cmd_status(cfg: JobConfig, args: argparse.Namespace) -> int:
     """No recorded run of the job is nothing running (exit 3), not a usage error; a
-    record that is there but cannot be read is no proof of that (the watchdog reads it
+    record that is there but cannot be read is no proof of that (every verb reads it
     as unknown too): that is said, exit 1."""
     from mntui.sessions.errors import state_dir
     from mntui.sessions.runs import latest
@@ -180,12 +179,6 @@ def cmd_report(cfg: JobConfig, args: argparse.Namespace) -> int:
     from .report_view import cmd_report as view
 
     return view(cfg, find_run(cfg, args.run), args.json, say, args.verbose, args.run is not None)
-
-
-def cmd_watch(cfg: JobConfig, args: argparse.Namespace) -> int:
-    from .views import cmd_watch as view
-
-    return view(cfg, find_run(cfg, args.run), say)
 
 
 def cmd_doctor(cfg: JobConfig, args: argparse.Namespace) -> int:

@@ -22,7 +22,6 @@ EXAMPLES = {
     "attach": "mntui attach g375         # its tmux session (Ctrl-b d to detach)",
     "status": "mntui status --watch      # every node's state, GPUs, step and rate, refreshed",
     "logs": "mntui logs -f -n 20 g375  # its last 20 lines, then new ones until Ctrl+C",
-    "watch": "mntui watch --run 20261124-091500-ab12   # that run's watchdog, in the foreground",
     "report": "mntui report              # which rank broke first, and why",
     "doctor": "mntui doctor --allreduce  # every check on every node, then a real all-reduce",
     "nodes": "mntui nodes --json        # the nodes, ranks and nproc a launch would use",

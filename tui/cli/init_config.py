@@ -175,7 +175,7 @@ def render(
         "kill:",
         _line("  grace: 10", "seconds between SIGTERM and SIGKILL"),
         _line("watch:", "on the nodes themselves: this machine may sleep"),
-        _line("  # where: auto", "or here: the watchdog on this machine"),
+        _line("  # where: auto", "the cluster's watch; launch --no-watch: none"),
         _line("  on_failure: kill_all", "a node failed or hung: take the job down"),
         _line("  on_stall: notify", "no output for stall_after seconds"),
         "  stall_after: 600",

@@ -21,29 +21,27 @@ from .args import check_nodes, demo_config_path
 from .output import printer, say
 
 if TYPE_CHECKING:
-    from mntui.sessions.agent import Via
     from mntui.sessions.launch import BoardView
     from mntui.sessions.runs import RunRecord
-    from mntui.sessions.watch import Spawned, WatcherFailed
 
 
 def cmd_launch(cfg: JobConfig, args: argparse.Namespace) -> int:
     """A headless launch takes a Ctrl+C (or a closed terminal) at any moment and ends in
     one true sentence and exit 130: before every node ran, the launch has stopped what it
-    had started (start.py); after, the job runs on, guarded by its watchdog, started here
-    if the launch had not started it yet."""
+    had started (start.py); after, the job runs on, watched by the cluster or by
+    nothing, as it was launched."""
     since = time.time()
-    spawned: list[Spawned] = []  # the watchdog's session, once started: never a second one
     try:
-        return _launch(cfg, args, spawned)
+        return _launch(cfg, args)
     except KeyboardInterrupt:
         if args.dry_run or not args.no_ui:
             raise
-        return _interrupted(cfg, since, not args.no_watch, spawned)
+        return _interrupted(cfg, since)
 
 
-def _interrupted(cfg: JobConfig, since: float, watch: bool, spawned: list[Spawned]) -> int:
+def _interrupted(cfg: JobConfig, since: float) -> int:
     from mntui.sessions.runs import RunStatus, latest
+    from mntui.sessions.watch.reading import by_cluster
 
     rec = latest(cfg.job)
     if rec is None or rec.created_at < since:
@@ -56,83 +54,16 @@ def _interrupted(cfg: JobConfig, since: float, watch: bool, spawned: list[Spawne
             f"{rec.run_id} may have left processes; `mntui kill` stops them", err=True)  # fmt: skip
     elif rec.status is not RunStatus.RUNNING:
         say(f"mntui: interrupted; run {rec.run_id} of {cfg.job} is {rec.status}", err=True)
-    elif rec.watch_port is not None:
+    elif by_cluster(rec):
         say(f"mntui: interrupted after every node had started: {cfg.job} runs on, watched "
             "by the cluster; `mntui kill` stops it", err=True)  # fmt: skip
-    elif not watch:
-        say(f"mntui: interrupted after every node had started: {cfg.job} runs on with no "
-            "watchdog (--no-watch); `mntui kill` stops it", err=True)  # fmt: skip
     else:
-        _guard_interrupted(cfg, rec, spawned)
+        say(f"mntui: interrupted after every node had started: {cfg.job} runs on, "
+            "unwatched; `mntui kill` stops it", err=True)  # fmt: skip
     return ExitCode.INTERRUPTED
 
 
-def _guard_interrupted(cfg: JobConfig, rec: RunRecord, spawned: list[Spawned]) -> None:
-    """The job runs on: its watchdog is started (unless the launch had started it) and
-    confirmed; a second Ctrl+C stops waiting for it, and says so."""
-    from mntui.sessions.watch import CONFIRM, WatcherFailed, confirm
-
-    head = f"mntui: interrupted after every node had started: {cfg.job} runs on"
-    try:
-        if not spawned:
-            _spawn(cfg, rec, spawned)
-        up = confirm(rec, spawned[-1], CONFIRM)
-    except WatcherFailed as exc:
-        say(f"{head}, {_unwatched(cfg, rec, exc)}", err=True)
-        return
-    except KeyboardInterrupt:
-        say(f"{head}; its watchdog is still starting in local tmux session "
-            f"{spawned[-1].session if spawned else '?'} (`mntui status` says whether it "
-            "guards the run); `mntui kill` stops the job", err=True)  # fmt: skip
-        return
-    say(f"{head}, guarded by its watchdog (pid {up.pid}, local tmux session {up.session}); "
-        "`mntui kill` stops it", err=True)  # fmt: skip
-
-
-def _spawn(cfg: JobConfig, rec: RunRecord, spawned: list[Spawned]) -> None:
-    """The session, and knowing it, are one step: a Ctrl+C waits until both are done."""
-    from mntui.sessions.watch import signals_deferred, spawn
-
-    with signals_deferred():
-        spawned.append(spawn(cfg, rec))
-
-
-def _start_watchdog(cfg: JobConfig, rec: RunRecord, spawned: list[Spawned]) -> int:
-    """Said only once the watchdog holds the run and has polled it: one that died at
-    start once left a crash untorn-down under a launch that said it was watched."""
-    from mntui.sessions.watch import CONFIRM, WatcherFailed, confirm
-
-    try:
-        _spawn(cfg, rec, spawned)
-        up = confirm(rec, spawned[-1], CONFIRM)
-    except WatcherFailed as exc:
-        say(f"mntui: {cfg.job} run {rec.run_id} runs, {_unwatched(cfg, rec, exc)}", err=True)
-        return ExitCode.FAILED
-    say(
-        f"watchdog running in local tmux session {up.session} (pid {up.pid}, it has polled "
-        f"the nodes; on failure: {cfg.watch.on_failure.value}); --no-watch to go without"
-    )
-    return ExitCode.OK
-
-
-def _unwatched(cfg: JobConfig, rec: RunRecord, exc: WatcherFailed) -> str:
-    import shlex
-
-    log = rec.dir / "watch.log"
-    if exc.alive:
-        return (
-            f"but its watchdog is not confirmed: {exc}; it may still come up in local tmux "
-            f"session {exc.session} (log: {log}): `mntui status` says whether a watchdog "
-            "guards the run, `mntui kill` stops the job"
-        )
-    return (
-        f"but UNWATCHED: its watchdog did not start: {exc} (log: {log}); "
-        f"`mntui watch -c {shlex.quote(cfg.path)}` guards it from a terminal, "
-        "`mntui kill` stops it"
-    )
-
-
-def _launch(cfg: JobConfig, args: argparse.Namespace, spawned: list[Spawned]) -> int:
+def _launch(cfg: JobConfig, args: argparse.Namespace) -> int:
     from mntui.sessions import launch
     from mntui.sessions.launch import describe
     from mntui.sessions.results import NodeError
@@ -141,7 +72,7 @@ def _launch(cfg: JobConfig, args: argparse.Namespace, spawned: list[Spawned]) ->
         from dataclasses import replace
 
         cfg = replace(cfg, sync=None)
-    if args.no_watch:  # no watch at all: the cluster's sentinels are a watchdog too
+    if args.no_watch:  # no watch at all: no sentinel, no coordinator
         from mntui.sessions.launch.clusterwatch import watched_here
 
         cfg = watched_here(cfg)
@@ -151,7 +82,7 @@ def _launch(cfg: JobConfig, args: argparse.Namespace, spawned: list[Spawned]) ->
         if not sys.stdout.isatty():
             say("mntui: no terminal for the app; use --no-ui", err=True)
             return ExitCode.USAGE
-        return run_app(cfg, launch_now=True, restart=args.restart, watchdog=not args.no_watch)
+        return run_app(cfg, launch_now=True, restart=args.restart)
     if args.dry_run:
         from mntui.sessions.history import route_around
 
@@ -167,6 +98,8 @@ def _launch(cfg: JobConfig, args: argparse.Namespace, spawned: list[Spawned]) ->
             say(f"mntui: {exc}", err=True)
             return ExitCode.FAILED
         return ExitCode.OK
+    from mntui.sessions.watch.reading import UNWATCHED_LINE, by_cluster, coordinator
+
     t0 = time.time()
     try:
         result = launch.launch(cfg, on_event=printer(t0), restart=args.restart)
@@ -185,45 +118,35 @@ def _launch(cfg: JobConfig, args: argparse.Namespace, spawned: list[Spawned]) ->
         f"launched {cfg.job} run {result.plan.run_id} on {result.plan.nnodes} node(s) "
         f"in {time.time() - t0:.1f}s; `mntui status`, `mntui logs -f`, `mntui kill`"
     )
-    if args.no_watch:
-        return ExitCode.OK
-    if result.record.watch_port is not None:  # the launch confirmed every sentinel
-        say(f"watched by the cluster: the coordinator on {result.plan.main.node}:"
-            f"{result.record.watch_port} decides; this machine may sleep or go away")  # fmt: skip
-        return ExitCode.OK
-    return _start_watchdog(cfg, result.record, spawned)
+    if by_cluster(result.record):  # the launch confirmed every sentinel
+        say(f"watched by the cluster: the coordinator on {coordinator(result.record)} "
+            "decides; this machine may sleep or go away")  # fmt: skip
+    else:  # --no-watch, or `watch.where: here`: no watch runs on this machine any more
+        say(f"{cfg.job} run {result.plan.run_id} is {UNWATCHED_LINE}")
+    return ExitCode.OK
 
 
 def run_kill(
     cfg: JobConfig, names: list[str] | None, grace: float | None, t0: float, verbose: bool = False
 ) -> bool:
-    """On the agent's open connections when the job's latest run has one (no handshakes);
-    directly when it has none or it goes away midway (a kill is safe to repeat)."""
-    from mntui.sessions.agent import AgentUnavailable, Via, try_connect
-    from mntui.sessions.agent import kill as kill_via_agent
+    """One request to the coordinator of a run the cluster watches (its sentinels kill
+    their nodes and report), directly by tag on every node it does not answer for, or of
+    an unwatched run (launch/userkill.py)."""
+    from mntui.sessions.launch import stop_job, summarize
     from mntui.sessions.runs import latest
+    from mntui.sessions.ssh import Cluster
+    from mntui.sessions.watch.reading import describe
 
     record = latest(cfg.job)
-    client, via = try_connect(record.dir) if record is not None else (None, None)
-    if client is not None:
-        with client:
-            try:
-                clean, text = kill_via_agent(
-                    client, names, cfg.grace if grace is None else grace, printer(t0)
-                )
-                return _killed(clean, text, t0, via if verbose else None)
-            except AgentUnavailable as exc:
-                via = Via(False, f"{exc}; killing directly")
-    from mntui.sessions.launch import stop_job, summarize
-    from mntui.sessions.ssh import Cluster
-
+    if verbose:
+        say(f"mntui: {describe(record) if record is not None else 'no run recorded'}", err=True)
     with Cluster(cfg.nodes, cfg.ssh) as cluster:
         results = stop_job(
             cfg, cluster, names=names, grace=grace, on_event=printer(t0), mirror=mirror
         )
     clean, text = summarize(cfg.job, results)
-    via = via or Via(False, "no run recorded")
-    return _killed(clean, text, t0, via if verbose else None)
+    say(f"{text} ({time.time() - t0:.1f}s)", err=not clean)
+    return clean
 
 
 def mirror(record: RunRecord, view: BoardView) -> RunRecord:
@@ -231,13 +154,6 @@ def mirror(record: RunRecord, view: BoardView) -> RunRecord:
     from mntui.sessions.watch import sync
 
     return sync(record, view)
-
-
-def _killed(clean: bool, text: str, t0: float, via: Via | None) -> bool:
-    if via is not None:
-        say(f"mntui: {via.describe()}", err=True)
-    say(f"{text} ({time.time() - t0:.1f}s)", err=not clean)
-    return clean
 
 
 def cmd_kill(cfg: JobConfig, args: argparse.Namespace) -> int:

@@ -1,10 +1,9 @@
 """`mntui logs`: the job's output, all nodes interleaved as `[node:rank] line`, or some.
 
 Text for a terminal or a pipe, never Textual: it runs over a bare SSH session. It reads
-through the run's agent (its watchdog process, which holds every node's connection) when
-one serves the run, and over its own connections when none does; if the agent stops
-answering midway, the direct reads take over from the same offsets, so no line is shown
-twice or skipped. `--fetch` copies every node's whole output.log into the run record.
+each node's output.log over its own connections, from offsets it keeps, so no line is
+shown twice or skipped. `--fetch` copies every node's whole output.log into the run
+record.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from mntui.sessions.agent import AgentClient, AgentUnavailable, Via, read_logs, try_connect
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import ExitCode
 from mntui.sessions.runs import NodeRecord, RunRecord
@@ -48,32 +46,8 @@ class DirectLogs:
         return {n: o.value if o.value is not None else o.error or "?" for n, o in got.items()}
 
 
-class AgentLogs:
-    """The same reads on the agent's open connections."""
-
-    def __init__(self, client: AgentClient, run_id: str, selected: Sequence[NodeRecord]) -> None:
-        self.client, self.run_id, self.names = client, run_id, [n.node for n in selected]
-
-    def tail(self, lines: int) -> dict[str, tuple[list[str], int] | str]:
-        got = read_logs(self.client, self.run_id, {n: {"lines": lines} for n in self.names})
-        return {n: g.get("error") or (g["lines"], g["offset"]) for n, g in got.items()}
-
-    def read(self, offsets: Mapping[str, int]) -> Read:
-        from mntui.sessions.launch import LogChunk
-
-        got = read_logs(self.client, self.run_id, {n: {"offset": o} for n, o in offsets.items()})
-        return {
-            n: g.get("error") or LogChunk(g["data"], g["offset"], g["size"], None)
-            for n, g in got.items()
-        }
-
-
-LogSource = DirectLogs | AgentLogs
-
-
 class Following:
-    """Where each node's log is read from; kept when the agent goes away midway, so the
-    direct reads that take over neither repeat nor skip a line."""
+    """Where each node's log is read from, and what is said of it."""
 
     def __init__(self, selected: Sequence[NodeRecord], prefixed: bool, say: Say) -> None:
         from mntui.sessions.launch import LineSplitter
@@ -104,37 +78,19 @@ def cmd_logs(
 ) -> ExitCode:
     selected = [n for n in record.nodes if not nodes or n.node in nodes]
     state = Following(selected, len(selected) > 1 or not nodes, say)
-    via = Via(False, "--fetch copies over its own connections")
-    if not fetch:
-        client, via = try_connect(record.dir)
-        if client is not None:
-            with client:
-                try:
-                    source = AgentLogs(client, record.run_id, selected)
-                    return _logs(source, state, lines, follow, via if verbose else None)
-                except AgentUnavailable as exc:
-                    via = Via(False, str(exc))
-    if verbose:
-        say(f"mntui: {via.describe()}", err=True)
+    if verbose:  # the logs are the nodes' own files, whoever watches the run
+        say("mntui: direct connections to every node it reads", err=True)
     from mntui.sessions.ssh import Cluster
 
     with Cluster([cfg.node(n.node) for n in selected], cfg.ssh) as cluster:
         if fetch:
             return _fetch(record, selected, cluster, say)
-        return _logs(DirectLogs(cluster, selected), state, lines, follow, None)
-
-
-def _logs(
-    source: LogSource, state: Following, lines: int | None, follow: bool, via: Via | None
-) -> ExitCode:
-    if state.offsets is None:
+        source = DirectLogs(cluster, selected)
         state.offsets = _start_offsets(source, state, lines)
-        if via is not None:  # said once the agent has answered
-            state.say(f"mntui: {via.describe()}", err=True)
-    return _follow(source, state, follow)
+        return _follow(source, state, follow)
 
 
-def _start_offsets(source: LogSource, state: Following, lines: int | None) -> dict[str, int]:
+def _start_offsets(source: DirectLogs, state: Following, lines: int | None) -> dict[str, int]:
     """Where each node's log is read from: its start, or its last `lines` lines (shown)."""
     if lines is None:
         return {n.node: 0 for n in state.selected}
@@ -151,7 +107,7 @@ def _start_offsets(source: LogSource, state: Following, lines: int | None) -> di
     return offsets
 
 
-def _follow(source: LogSource, state: Following, follow: bool) -> ExitCode:
+def _follow(source: DirectLogs, state: Following, follow: bool) -> ExitCode:
     assert state.offsets is not None
     offsets = state.offsets
     while True:

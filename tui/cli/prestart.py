@@ -115,6 +115,8 @@ def nodes_of(job: str) -> list[tuple[str, str]] | None:
     """(node, host) of each node of the job's latest run when the cluster watches it,
     its main first, from its record read raw (the command reads it again, checked,
     before it takes a connection)."""
+    from mntui.sessions.watch.reading import raw_by_cluster  # no records' module: raw
+
     base = state_dir() / job
     try:
         run = (base / "latest").read_text().strip()
@@ -124,9 +126,9 @@ def nodes_of(job: str) -> list[tuple[str, str]] | None:
             data = json.loads(f.read(RECORD_MAX))
     except (OSError, ValueError, RecursionError):
         return None
-    nodes = data.get("nodes") if isinstance(data, dict) else None
-    if not isinstance(nodes, list) or not nodes or type(data.get("watch_port")) is not int:
+    if not isinstance(data, dict) or not raw_by_cluster(data):
         return None
+    nodes = data["nodes"]
     # RunRecord.main's rule, on the raw record: the rank-0 node, else the first
     main = next((n for n in nodes if isinstance(n, dict) and n.get("rank") == 0), nodes[0])
     out = [

@@ -104,6 +104,7 @@ def _cluster_run(config: str | None) -> tuple[Memo, RunRecord] | None:
     """The memo of the command's config and the job's latest run, when the cluster
     watches that run and its main is reached over `ssh` from here."""
     from mntui.sessions.runs import latest
+    from mntui.sessions.watch.reading import by_cluster
 
     from .configpath import find_config
 
@@ -112,7 +113,7 @@ def _cluster_run(config: str | None) -> tuple[Memo, RunRecord] | None:
     except UsageError:  # no config here: the ordinary path says so
         return None
     record = latest(memo.job) if memo is not None else None
-    if memo is None or record is None or record.watch_port is None or not record.nodes:
+    if memo is None or record is None or not by_cluster(record):
         return None
     if record.main.host in memo.local:  # the record, not the config, says where
         return None

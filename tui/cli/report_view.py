@@ -1,10 +1,10 @@
 """`mntui report`: why a run ended, or, for a run still going, what every rank is doing.
 
 Headless text (or JSON) for a terminal or a pipe, never Textual. An ended run prints
-the report its watchdog saved (or says it is being written); a live run (or a hung one)
-gets a snapshot: a poll, py-spy stacks of every rank, every node's log and exit code;
-nothing is killed, nothing saved (report/snapshot.py decides which). The run's agent
-takes the snapshot on its open connections when one serves the run.
+the report saved at the first look after its end (watch/mirror.py, from what its
+coordinator recorded); a live run (or a hung one) gets a snapshot: a poll, py-spy stacks
+of every rank, every node's log and exit code; nothing is killed, nothing saved
+(report/snapshot.py decides which).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from mntui.sessions.agent import AgentUnavailable, Via, live_report, try_connect
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import ExitCode
 from mntui.sessions.runs import RunRecord
+from mntui.sessions.watch.reading import by_cluster, describe
 
 Say = Callable[..., None]
 
@@ -31,24 +31,20 @@ def cmd_report(
     """`pinned`: the user named the run (`--run`); else the job's latest, once synced."""
     from mntui.sessions.report import Shown, answer
 
-    if record.watch_port is not None and record.nodes:
+    if verbose:
+        say(f"mntui: {describe(record)}", err=True)
+    if by_cluster(record):
         record = _mirrored(cfg, record, pinned)
-    vias: list[Via] = []
 
     def take() -> tuple[str, dict[str, Any]]:
-        text, data, via = _live(cfg, record)
-        vias.append(via)
-        return text, {**data, "via": via.name}
+        text, data = _live(cfg, record)
+        return text, {**data, "via": "direct"}
 
     got = answer(record, take)  # the saved report, or a snapshot never saved (issue 29)
-    if verbose and vias:
-        say(f"mntui: {vias[0].describe()}", err=True)
     if got.note:
         say(got.note, err=True)
     if got.json is not None:
         say(got.json if as_json else got.text, end="" if not as_json else "\n")
-    if got.shown is Shown.WRITING:
-        return ExitCode.NOT_RUNNING  # the report comes in a moment: nothing else to show
     _slow(record, as_json, say, got.text)
     if got.shown is Shown.SAVED and not as_json:
         from mntui.sessions.history import chain_line
@@ -59,8 +55,8 @@ def cmd_report(
 
 
 def _slow(record: RunRecord, as_json: bool, say: Say, shown: str = "") -> None:
-    """The straggler the watchdog's sampler named while the job ran (report/suspect.py),
-    where the report `shown` lacks it (one saved before reports carried it, or none)."""
+    """The straggler the coordinator named while the job ran (report/suspect.py), where
+    the report `shown` lacks it (one saved before reports carried it, or none)."""
     from mntui.sessions.report import slow_section
 
     lines = slow_section(record.dir)
@@ -75,30 +71,19 @@ def _mirrored(cfg: JobConfig, record: RunRecord, pinned: bool) -> RunRecord:
     now on disk (a run the sync moved, a report it saved)."""
     from mntui.sessions.runs import latest, load_run
     from mntui.sessions.ssh import Cluster
-    from mntui.sessions.watch import save_reports, sync
-
-    from .clusterstatus import read_main_board
+    from mntui.sessions.watch.mirror import look
 
     with Cluster(cfg.nodes, cfg.ssh) as cluster:
-        view = read_main_board(record, cluster)
-        save_reports(cfg, sync(record, view), view, cluster)
+        look(cfg, record, cluster)
     now = load_run(record.job, record.run_id) if pinned else latest(record.job)
     return now or record
 
 
-def _live(cfg: JobConfig, record: RunRecord) -> tuple[str, dict[str, Any], Via]:
-    client, via = try_connect(record.dir)
-    if client is not None:
-        with client:
-            try:
-                budget = cfg.watch.capture_budget + 120
-                return (*live_report(client, record.run_id, budget), via)
-            except AgentUnavailable as exc:
-                via = Via(False, str(exc))
+def _live(cfg: JobConfig, record: RunRecord) -> tuple[str, dict[str, Any]]:
     from mntui.sessions.report import render, report_now, to_json
     from mntui.sessions.ssh import Cluster
 
     with Cluster(cfg.nodes, cfg.ssh) as cluster:
         cluster.connect()
         built = report_now(cfg, record, cluster)
-    return render(built), to_json(built), via
+    return render(built), to_json(built)
