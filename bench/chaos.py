@@ -40,10 +40,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 
-from benchlib import in_rounds, isolate  # noqa: E402
 import chaos_attack  # noqa: E402
 import chaos_cluster  # noqa: E402
 import chaos_renamed  # noqa: E402
+from benchlib import in_rounds, isolate  # noqa: E402
 from chaos_fault import Fault, FaultPlan, Outcome  # noqa: E402
 from chaos_job import Job, Profile  # noqa: E402
 from fakecluster import FakeCluster  # noqa: E402

@@ -48,4 +48,3 @@ def test_one_quarantine_reads_in_the_words_the_config_takes(within: float, words
     why = f"caused 2 failures within {words} (restart.quarantine_after)"
     assert _coordinator_says(within, time.time()) == why
     assert quarantine_why(2, QuarantineAfter(2, within)) == why
-

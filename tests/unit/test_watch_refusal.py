@@ -26,7 +26,8 @@ from mntui.sessions.launch.start import _check_watch
 from mntui.sessions.launch.startchecks import Preflight, preflight_script
 from mntui.sessions.results import GroupResult, Outcome
 from mntui.sessions.runs import RunStatus
-from mntui.tui.cli.runheader import here_line, status_header, watched_from
+from mntui.sessions.watch.reading import UNWATCHED_LINE, Reading, reading
+from mntui.tui.cli.runheader import status_header, unwatched_line
 
 CFG = "job: j\nnodes: [n0, n1]\ncommand: python train.py\nwatch: {where: %s}\n"
 
@@ -147,13 +148,12 @@ def test_status_says_which_way_a_run_is_watched() -> None:
     cfg = parse_config(CFG % "cluster")
     cluster = run_record(build_plan(cfg, "r1", "10.0.0.1"), "job.yaml")
     cluster.watch_port, cluster.status = cfg.watch_port, RunStatus.RUNNING
-    assert watched_from(cluster) == "cluster" and here_line(cluster) == ""
-    here = run_record(build_plan(cw.watched_here(cfg), "r2", "10.0.0.1"), "job.yaml")
-    here.status = RunStatus.RUNNING
-    assert here_line(here) == "watched from this machine: keep it on"
-    here.status = RunStatus.FINISHED
-    assert here_line(here) == "" and watched_from(here) == "this machine"
-    assert "watched from" not in status_header(here, "")
+    assert reading(cluster) is Reading.CLUSTER and unwatched_line(cluster) == ""
+    bare = run_record(build_plan(cw.watched_here(cfg), "r2", "10.0.0.1"), "job.yaml")
+    bare.status = RunStatus.RUNNING
+    assert reading(bare) is Reading.UNWATCHED and unwatched_line(bare) == UNWATCHED_LINE
+    bare.status = RunStatus.FINISHED
+    assert unwatched_line(bare) == "" and "unwatched" not in status_header(bare, "")
 
 
 def test_a_runs_record_not_the_config_says_how_it_is_watched() -> None:
