@@ -20,18 +20,25 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from . import firstfail, resume, swaps
+from .chaincopy import Replica
 from .chainlog import ChainLog
 from .chainstates import ChainStatus, OutcomeKind
 from .facts import Facts
 from .firstfail import NodeCause
 from .judging import NodeTrigger
 from .notifysend import Outbox
-from .placing import MAIN_HERE, RESTART_HERE
 from .relaunch import Starter, relaunch, use
 from .restarts import AttemptEnd, Decision, decide
 from .resume import BACKOFF, DECIDE, OVER, START, WATCH, Point
 from .rules import NodeState, Verdict
 from .teardown import finish, user_kill
+
+# the chain's end said by a coordinator that lost its nodes (woken from a stop they took
+# for its loss, or told of a later epoch): the successor's, if there is one, goes on
+STOOD_DOWN = (
+    "this coordinator stands down and restarts nothing; a spare that succeeded it, once "
+    "every worker lost it, leads the chain (`mntui status` follows it)"
+)
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,7 @@ class Coordinator(Starter, Protocol):
     """What the chain needs of the coordinator (coordinator.py)."""
 
     notices: Outbox  # what the chain's decisions say (notifysend.py)
+    replica: Replica  # every write of chain.json, to every sentinel (chaincopy.py)
 
     def watch_attempt(self) -> Outcome: ...
 
@@ -86,7 +94,7 @@ def run_chain(c: Coordinator) -> str:
     at = None
     if saved is not None and saved.get("chain") == c.cfg.run:
         at = resume.point(saved, resume.load(c.board.out, "decision.json"), time.time())
-    log = ChainLog(c.board, c.cfg, saved if at is not None else None)
+    log = ChainLog(c.board, c.cfg, saved if at is not None else None, c.replica.publish)
     if at is None:
         at = Point(WATCH, 0, c.cfg.run, (), time.time())
     else:
@@ -130,7 +138,7 @@ def _chain(c: Coordinator, log: ChainLog, at: Point) -> str:
             stop = p.stop if d is not None and d.restart else None
             here = p.main_here
             if d is not None and d.restart and out.stopped is not None:
-                stop, here = f"{out.stopped}: {MAIN_HERE} ({RESTART_HERE})", True
+                stop, here = f"{out.stopped}: {STOOD_DOWN}", True
             if d is not None and stop is not None:  # the main is this machine's to replace
                 d = replace(d, restart=False, why=stop)
             c.notices.decided(out, end, d, k, held, stop)

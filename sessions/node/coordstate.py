@@ -42,7 +42,7 @@ class Board(PeerTable, BoardFiles):
         self.poked: dict[str, float] = {}
         self.sentinel_pids: dict[str, int] = {}
         self.pulsed = time.monotonic()
-        self.main = cfg.nodes[0]
+        self.main = cfg.main  # the epoch's (epochs.py): a successor's own node
         self.published = 0.0
         self.silence = max(2 * cfg.heartbeat, 1.0)
         self.resumed_at = 0.0  # monotonic: when this process last woke from a stop of its own
