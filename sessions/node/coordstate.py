@@ -41,6 +41,7 @@ class Board(PeerTable, BoardFiles):
         self.states: dict[str, tuple[str, str]] = {}
         self.poked: dict[str, float] = {}
         self.sentinel_pids: dict[str, int] = {}
+        self.last_frame: dict[str, float] = {}
         self.pulsed = time.monotonic()
         self.main = cfg.main  # the epoch's (epochs.py): a successor's own node
         self.published = 0.0

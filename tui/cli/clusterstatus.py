@@ -55,15 +55,21 @@ def cluster_lines(record: RunRecord, view: BoardView | None) -> tuple[RunRecord,
 
 
 def read_main_board(record: RunRecord, cluster: Cluster) -> BoardView | None:
-    from mntui.sessions.launch import board_dir, read_board
+    """The main's board; when it says nothing of a chain going on there, the board of
+    the successor that took its place, if one did (launch/mainmoved.py)."""
+    from mntui.sessions.launch import board_dir, mainmoved, read_board
     from mntui.sessions.results import NodeError
 
     main = record.main
     try:
-        view = read_board(cluster.nodes[main.node], board_dir(record), gpus=True)
+        view: BoardView | None = read_board(cluster.nodes[main.node], board_dir(record), gpus=True)
     except (NodeError, KeyError):
-        return None
-    return view if view.status is not None else None
+        view = None
+    if mainmoved.may_have_moved(view):
+        moved = mainmoved.successor_board(record, cluster.policy)
+        if moved is not None:
+            return moved
+    return view if view is not None and view.status is not None else None
 
 
 def _verdict(d: dict[str, Any]) -> Verdict:
