@@ -56,7 +56,6 @@ class Streaming(AttemptLook):
     feed_boards = 0  # boards shown (a test counts them)
     feed_pid: int | None = None  # the follower's pid on the main
     feed_parser: FeedParser | None = None  # the current stream's: its malformed count
-    feed_link: bool | None = None  # the follower reaches the coordinator
     feed_ended: str | None = None  # the coordinator's goodbye
     feed_attempt: int | None = None  # the coordinator's attempt (its restarts)
     feed_first: str | None = None  # the node its coordinator named first to fail
