@@ -85,7 +85,7 @@ class PeerTable:
             return dict(self.peers)
 
     def heard_from(self, node: str) -> None:
-        """A frame came from `node`'s sentinel (coordport.py)."""
+        """A frame came from `node`'s sentinel (coordstate.Board.heard)."""
         self.last_frame[node] = time.monotonic()
 
     def fresh_peers(self, within: float) -> dict[str, Peer]:

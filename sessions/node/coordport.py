@@ -134,7 +134,6 @@ def _peer(
     try:
         while True:
             msg = ch.recv(timeout=None)
-            c.board.heard_from(node)
             if c.feed.heard(node, msg):  # log bytes: nothing for the judge
                 continue
             if successor.heard(c, node, msg):  # a voter's copy of the chain

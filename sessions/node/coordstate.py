@@ -67,6 +67,7 @@ class Board(PeerTable, BoardFiles):
 
     # -- what the sentinels say -----------------------------------------------
     def heard(self, peer: Peer, msg: dict[str, Any]) -> None:
+        self.heard_from(peer.node)  # a snap at least every heartbeat: its link lives
         if msg["k"] == "done":
             self.replies(peer.node).put(msg)
             return

@@ -91,11 +91,16 @@ def _all_there(c: Starter, layout: tuple[str, ...]) -> str | None:
     end = time.monotonic() + c.board.silence
     while True:
         c.board.pulse()
-        missing = [n for n in layout if n not in c.board.fresh_peers(c.board.silence)]
-        if not missing:
+        live, fresh = c.board.live_peers(), c.board.fresh_peers(c.board.silence)
+        gone = [n for n in layout if n not in live]
+        quiet = [n for n in layout if n in live and n not in fresh]
+        if not gone and not quiet:
             return None
         if time.monotonic() >= end:
-            return f"no sentinel connected on {', '.join(missing)}: nothing started"
+            if gone:
+                return f"no sentinel connected on {', '.join(gone)}: nothing started"
+            silent = f"{c.board.silence:g} s"
+            return f"no word from the sentinel on {', '.join(quiet)} for {silent}: nothing started"
         c.done.wait(0.05)
 
 
@@ -107,7 +112,7 @@ def _start_on(
     it finds every attempt that did start."""
     missing = [n for n in nodes if n not in c.board.fresh_peers(c.board.silence)]
     if missing:
-        return f"no sentinel connected on {', '.join(missing)}"
+        return f"no sentinel connected (or heard lately) on {', '.join(missing)}"
     spares = c.cfg.spares
     asked = {
         n: c.board.ask(

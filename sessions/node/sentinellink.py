@@ -5,7 +5,10 @@ is its side of the channel (frames.py): it reconnects after a loss, sends a snap
 the facts changed, a heartbeat's time passed or the coordinator asked for a fresh one,
 and carries out what the coordinator says (a kill with its stacks, an attempt's start,
 stop) on threads of their own, each answered with the id it came with. An attempt is
-started once, whatever a coordinator started again asks.
+started once, whatever a coordinator started again asks. It keeps the copy of the chain
+the coordinator shares (chaincopy.py) and follows no coordinator of an epoch it left;
+after its main's loss it connects to the successor, with its word, and joins the epoch
+that one leads when told (lostmain.py).
 """
 
 from __future__ import annotations
