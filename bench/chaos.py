@@ -54,6 +54,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import chaos_attack  # noqa: E402
 import chaos_between  # noqa: E402
+import chaos_renamed  # noqa: E402
 from benchlib import in_rounds, isolate  # noqa: E402
 from chaos_fault import Fault, FaultPlan, Outcome  # noqa: E402
 from chaos_job import LOCAL, Job, Profile  # noqa: E402
@@ -96,6 +97,8 @@ def job_args(plan: FaultPlan) -> tuple[str, float]:
     again = " --fail-attempts 1" if plan.profile is Profile.RESTART else ""
     if plan.kind in chaos_between.KINDS:
         return chaos_between.job_args(plan), chaos_between.BACKOFF
+    if plan.kind in chaos_renamed.JOB_ARGS:  # the job hides from its tag
+        return chaos_renamed.JOB_ARGS[plan.kind], 2
     if plan.kind == "rank-exit":
         return (
             f"--fail-rank {int(plan.pick * 2)} --fail-step {plan.fail_step} --how exit3{again}",

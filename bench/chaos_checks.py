@@ -351,7 +351,9 @@ def check_steps_advanced(before: Mapping[str, int], after: Mapping[str, int],
     ]  # fmt: skip
 
 
-STATUS_DECISION = re.compile(r"the coordinator tore the job down at \S+: (\S+) (\S+):")
+STATUS_DECISION = re.compile(
+    r"the coordinator tore the job down at \S+: (\S+) "
+)  # its first failure
 
 
 def check_status_torn_down(status_text: str, node: str) -> list[Violation]:
@@ -403,3 +405,59 @@ def check_journal_respawn(journal: Sequence[Mapping[str, object]], role: str,
         if data.get("who") == role and (pid is None or data.get("pid") == pid):
             return []
     return [Violation("journal", None, f"no `respawn` line for the {role} (pid {pid})")]
+
+
+# -- the manager's account against the coordinator's journal (issue 37) ---------------------
+
+KILLED_LINE = re.compile(r"(?m)^(?:\+ *[0-9.]+s )?([A-Za-z0-9_.-]+)\[-?\d+\]")  # events.format
+
+
+def failed_attempts(chain: Mapping[str, object]) -> list[Mapping[str, object]]:
+    """The attempts the coordinator ended for a failure: an end of their own that is not
+    a clean finish (a user's kill ends the chain, not the attempt: no end of its own)."""
+    items = chain.get("attempts")
+    out = []
+    for e in items if isinstance(items, list) else []:
+        end = e.get("end") if isinstance(e, dict) else None
+        if isinstance(end, dict) and end.get("state") != "finished":
+            out.append(e)
+    return out
+
+
+def check_account(
+    chain: Mapping[str, object] | None,
+    kill_text: str,
+    answered: bool,
+    losses: int | None,
+    causes: Mapping[str, str | None],
+) -> list[Violation]:
+    """What mntui said matches what the coordinator recorded: a kill the coordinator
+    answered names every node of its last attempt (a spare it swapped in included);
+    history counts as many failures as the chain has; every failed attempt has a saved
+    report whose first failing node is the one the coordinator named (`causes`: each
+    failed attempt's run -> its saved report's cause node, None when none was saved)."""
+    if not chain:
+        return [Violation("account", None, "no chain.json on the main to compare with")]
+    found: list[Violation] = []
+    items = chain.get("attempts")
+    last = items[-1] if isinstance(items, list) and items else {}
+    nodes = last.get("nodes") if isinstance(last, dict) else None
+    named = set(KILLED_LINE.findall(kill_text))
+    if answered and isinstance(nodes, list):
+        missing = sorted(set(map(str, nodes)) - named)
+        if missing:
+            found.append(Violation("account", None, f"the kill did not name {missing} of the "
+                                   f"coordinator's last attempt {nodes}"))  # fmt: skip
+    failed = failed_attempts(chain)
+    if losses is not None and losses != len(failed):
+        found.append(Violation("account", None, f"history counts {losses} failure(s), the "
+                               f"coordinator's chain {len(failed)}"))  # fmt: skip
+    for e in failed:
+        run, first = str(e.get("run")), e.get("first")
+        want = first.get("node") if isinstance(first, dict) else None
+        if run not in causes or causes[run] is None:
+            found.append(Violation("account", None, f"attempt {run} failed: no saved report"))
+        elif want is not None and causes[run] != want:
+            found.append(Violation("account", want, f"attempt {run}'s report names "
+                                   f"{causes[run]}, the coordinator {want} first"))  # fmt: skip
+    return found

@@ -45,6 +45,7 @@ from typing import Any
 
 from chaos_checks import (
     Violation,
+    check_account,
     check_chain,
     check_decision,
     check_journal_respawn,
@@ -58,12 +59,14 @@ from chaos_checks import (
     check_status_torn_down,
     check_steps_advanced,
     check_watchers,
+    failed_attempts,
     watchers,
 )
 from chaos_fault import Fault, HarnessError, last_line, signal_each
 from chaos_job import Profile, until
 from fakecluster import alive, cmdline, pids_with_env, proc_state, process_tree, tagged
 
+from mntui.sessions.errors import state_dir
 from mntui.sessions.runs import RunRecord, RunStatus
 
 UNREACHABLE = 5.0  # the profile's watch.unreachable_after (chaos_job.CLUSTER_WATCH)
@@ -193,6 +196,35 @@ def the_end(f: Fault) -> None:
     text = status(f)
     f.say(f"`mntui status`: {_status_words(text)}")
     check_all(f, "after mntui kill")
+    account(f, res.stdout + res.stderr)
+
+
+def account(f: Fault, kill_text: str) -> None:
+    """The manager's account of the chain against the coordinator's journal (issue 37):
+    the kill named the attempt's nodes, history counts the chain's failures, and every
+    failed attempt's saved report names the node the coordinator named first."""
+    recs = f.job.records()
+    first = next((r for r in recs if r.attempt == 0), None)
+    if first is None or not first.nodes:
+        return
+    chain = _json(run_dir(f, first, first.main.node) / "coord" / "chain.json")
+    hist = f.job.mntui("history", "--json", "--job", f.job.job)
+    try:
+        chains = json.loads(hist.stdout)["chains"]
+        mine = next((c for c in chains if c.get("chain") == first.run_id), None)
+        losses = len(mine["losses"]) if mine is not None else 0
+    except (ValueError, KeyError, TypeError):
+        losses = None
+        f.bad([Violation("account", None, f"`mntui history --json`: {last_line(hist.stdout)}")],
+              "account")  # fmt: skip
+    causes: dict[str, str | None] = {}
+    for e in failed_attempts(chain or {}):
+        run = str(e.get("run"))
+        f.job.mntui("report", "--run", run, timeout=180)  # the first look saves it
+        saved = _json(state_dir() / f.job.job / run / "report.json")
+        causes[run] = str(saved.get("cause_node")) if saved is not None else None
+    answered = "asked the coordinator" in kill_text
+    f.bad(check_account(chain, kill_text, answered, losses, causes), "account")
 
 
 def _coord_state(f: Fault) -> str:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 import chaos_attack
 import chaos_between
 import chaos_cluster
+import chaos_renamed
 from chaos_checks import ORPHAN_LINE, Violation, check_orphan_line
 from chaos_fault import Fault, HarnessError, last_line, signal_each
 from chaos_job import Profile, until
@@ -253,6 +254,7 @@ KINDS: dict[str, Callable[[Fault], None]] = {
     **chaos_between.KINDS,  # between two attempts: a kill after the failure, a quarantine
     **chaos_cluster.KINDS,  # the watch on the cluster (issue 30): profile `cluster` only
     **chaos_attack.KINDS,  # a flood at its port, a frozen main that wakes (issue 39): `cluster`
+    **chaos_renamed.KINDS,  # a job that hides from its tag (issue 39): `cluster` only
 }
 PROFILES: dict[str, tuple[Profile, ...]] = {
     "rank-exit": (Profile.PLAIN, Profile.RESTART),
@@ -263,6 +265,7 @@ PROFILES: dict[str, tuple[Profile, ...]] = {
     **chaos_between.PROFILES,
     **chaos_cluster.PROFILES,
     **chaos_attack.PROFILES,
+    **chaos_renamed.PROFILES,
 }  # the others: any profile the manager's watchdog runs (chaos_job.LOCAL)
 MOMENTS = {
     "supervisor-kill": ("watching", "backoff", "relaunch"),  # backoff, relaunch: restart only

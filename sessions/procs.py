@@ -23,6 +23,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from .node.members import RUNS
 from .termsafe import one_line
 
 TAG_VAR = "MNTUI_RUN"
@@ -41,7 +42,7 @@ _LISTEN = re.compile(
 )
 
 
-RUNS_DIR = ".mntui/runs"  # a node's run dirs, relative to the node user's $HOME
+RUNS_DIR = RUNS  # a node's run dirs, relative to the node user's $HOME (node/members.py)
 
 
 def run_tag(job: str, run_id: str, node: str) -> str:
@@ -55,14 +56,17 @@ def job_node_pattern(job: str, node: str) -> str:
     return f"{TAG_VAR}={re.escape(job)}/[^/]+/{re.escape(node)}(/sentinel|/coord|/guard)?"
 
 
-def attempt_pattern(job: str, run: str, watch_run: str, node: str) -> str:
-    """One attempt of a run on `node`, and nothing else: its processes (`<job>/<run>/
-    <node>`, exactly) and its watchers, tagged with the run whose dir its coordinator
-    writes in (`<job>/<watch_run>/<node>/sentinel|coord|guard`). A stop of an old attempt
-    (recover/mainswap.py) matches this, never `job_node_pattern`: a node already running
-    a later attempt of the same job keeps it, even if the stop was misjudged."""
-    j, r, w, n = (re.escape(x) for x in (job, run, watch_run, node))
-    return f"{TAG_VAR}={j}/({r}/{n}|{w}/{n}/(sentinel|coord|guard))"
+def kill_tags(job: str, node: str, only: tuple[str, str] | None = None) -> tuple[str, str]:
+    """(the tag pattern of the job's processes on `node`, that of its watchers), for the
+    kill (launch/kill.py): any run of the job (a leftover from last night's run is ours
+    too), or with `only` = (run, the run whose dir its coordinator writes in) one attempt
+    and nothing else: its processes (`<job>/<run>/<node>`, exactly) and its watchers
+    (`<job>/<watch_run>/<node>/sentinel|coord|guard`). A stop of an old attempt
+    (recover/mainswap.py) takes `only`: a node already running a later attempt of the
+    same job keeps it, even if the stop was misjudged."""
+    j, n = re.escape(job), re.escape(node)
+    run, watch = ("[^/]+", "[^/]+") if only is None else (re.escape(only[0]), re.escape(only[1]))
+    return f"{TAG_VAR}={j}/{run}/{n}", f"{TAG_VAR}={j}/{watch}/{n}/(sentinel|coord|guard)"
 
 
 def run_pattern(tag: str) -> str:

@@ -49,6 +49,8 @@ __all__ = [
 
 RUN_ID_RE = RUN_ID  # the node package's rule: a sentinel checks the same ids
 SPARES_NOTE = "cluster-spares"  # the first record's note of the spares' hosts (plan.py)
+# a user's kill found processes a sentinel's clean report had left (launch/userkill.py)
+MISSED_NOTE = "kill-missed"
 
 
 class RunStatus(StrEnum):

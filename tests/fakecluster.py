@@ -163,6 +163,34 @@ def kill_as_host(find: Callable[[], list[int]], keep: Collection[int] = ()) -> N
         _kill_each(frozen)
 
 
+def run_cgroups(home: Path) -> list[Path]:
+    """The cgroups a node's runs made: each named in its run dir's `cgroup` file, a
+    directory of launch.sh's own name (mntui-...), nothing else."""
+    out = []
+    for named in home.glob(".mntui/runs/*/*/*/cgroup"):
+        with contextlib.suppress(OSError):
+            path = Path(named.read_text().strip())
+            if path.name.startswith("mntui-") and (path / "cgroup.procs").is_file():
+                out.append(path)
+    return out
+
+
+def cgroup_pids(groups: Iterable[Path]) -> list[int]:
+    out = []
+    for group in groups:
+        with contextlib.suppress(OSError):
+            out += [int(w) for w in (group / "cgroup.procs").read_text().split()]
+    return out
+
+
+def remove_cgroups(groups: Iterable[Path]) -> None:
+    """Those the runs of a node that was just swept made, once empty (a cgroup with a
+    process in it cannot go)."""
+    for group in groups:
+        with contextlib.suppress(OSError):
+            group.rmdir()
+
+
 def _kill_each(pids: Iterable[int]) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
@@ -228,11 +256,19 @@ class FakeNode:
         return res.stdout.split() if res.returncode == 0 else []
 
     def pids(self) -> list[int]:
-        return pids_with_env(f"MNTUI_FAKE_NODE={re.escape(self.tag)}")
+        """By the node's tag, and in its runs' cgroups: a job's process that wrote its
+        title over its environment (setproctitle) carries no tag at all."""
+        return sorted({*pids_with_env(f"MNTUI_FAKE_NODE={re.escape(self.tag)}"),
+                       *cgroup_pids(self.run_cgroups())})  # fmt: skip
+
+    def run_cgroups(self) -> list[Path]:
+        """The cgroups this node's runs made (launch.sh names each in its run dir)."""
+        return run_cgroups(self.home)
 
     def kill_all(self, keep: Collection[int] = ()) -> None:
         """Every process of the node but `keep` killed as with its host (kill_as_host)."""
         kill_as_host(self.pids, keep)
+        remove_cgroups(self.run_cgroups())
 
 
 class FakeCluster:
@@ -489,7 +525,10 @@ Host *
 
     def pids(self) -> list[int]:
         """What any node of this cluster runs (its sshd's sessions' shells and below)."""
-        return pids_with_env(f"MNTUI_FAKE_NODE={re.escape(self.nodes[0].tag.rsplit('/', 1)[0])}/.*")
+        tagged = pids_with_env(
+            f"MNTUI_FAKE_NODE={re.escape(self.nodes[0].tag.rsplit('/', 1)[0])}/.*"
+        )
+        return sorted({*tagged, *cgroup_pids(g for n in self.nodes for g in n.run_cgroups())})
 
     def stop_jobs(self) -> None:
         """Kill what tests started on the nodes, their tmux servers included, all nodes
@@ -499,6 +538,7 @@ Host *
         clean."""
         kill_as_host(self.pids)
         for node in self.nodes:
+            remove_cgroups(node.run_cgroups())
             node.tmux("kill-server")  # one a test started from here carries no node's tag
             node.tmux_socket.unlink(missing_ok=True)
 

@@ -19,14 +19,13 @@ from collections.abc import Callable
 from typing import Any
 
 from mntui.sessions.events import Event, Phase
-from mntui.sessions.procs import ProcInfo, run_dir_word
+from mntui.sessions.procs import run_dir_word
 from mntui.sessions.results import GroupResult, NodeError
 from mntui.sessions.runs import RunRecord
 from mntui.sessions.ssh import Cluster, Node
-from mntui.sessions.termsafe import one_line
 
 from .board import STALE, BoardView, board_dir, coord_alive, parse_board
-from .kill import KillReport
+from .kill import KillReport, report_of
 
 ANSWER = 12.0  # seconds past the grace for the coordinator's decision
 DECISION_MAX = 4 * 1024 * 1024  # every node's kill report: ~300 bytes a node
@@ -41,8 +40,9 @@ if ! mntui_coord_alive; then echo COORD gone; exit 0; fi
 # a coordinator that wrote nothing for STALE seconds is stopped or stuck: not asked
 at=$(stat -c %Y "$d/coord/status.json" 2>/dev/null || echo 0)
 if [ $(($(date +%s) - at)) -gt {int(STALE)} ]; then echo COORD stale; exit 0; fi
-printf '%s' {body} >"$d/coord/kill.tmp" &&
-  mv -f "$d/coord/kill.tmp" "$d/coord/kill" && echo COORD asked
+# a file of its own (mktemp: created new, never a FIFO or a link the job put there)
+t=$(mktemp "$d/coord/.kill.XXXXXX") && printf '%s' {body} >"$t" &&
+  mv -f "$t" "$d/coord/kill" && echo COORD asked
 """
 
 
@@ -104,27 +104,10 @@ def _asked(node: Node, cluster: Cluster, script: str, timeout: float) -> str:
 
 def _report(node: str, res: object) -> KillReport | None:
     """The sentinel's report as a KillReport, when it is a clean one of ours."""
-    if not isinstance(res, dict) or "error" in res or res.get("port_holders") or res.get("left"):
+    if not isinstance(res, dict) or "error" in res:
         return None
-    found = res.get("found")
-    if not isinstance(found, list):
-        return None
-    procs = tuple(
-        ProcInfo(f[0], one_line(str(f[1]))[:1], one_line(str(f[2]))[:300])
-        for f in found
-        if isinstance(f, list) and len(f) == 3 and type(f[0]) is int
-    )
-    sigkilled = res.get("sigkilled")
-    secs = res.get("seconds")
-    return KillReport(
-        node,
-        procs,
-        tuple(p for p in sigkilled if type(p) is int) if isinstance(sigkilled, list) else (),
-        (),
-        res.get("session_killed") is True,
-        (),
-        float(secs) if isinstance(secs, (int, float)) else 0.0,
-    )
+    report = report_of(node, res)
+    return report if report is not None and report.clean else None
 
 
 def _answer(view: BoardView, rid: str) -> dict[str, Any] | None:

@@ -1,43 +1,55 @@
 """Cluster-wide kill: every process the job started, on every node, and nothing else.
 
-Per node, in one round trip: find the job's processes by tag, SIGCONT (a frozen
-process cannot act on SIGTERM) + SIGTERM, SIGKILL whatever is left after the grace,
-sweep again for anything forked meanwhile, kill the tmux session, then check that
-nothing listens on the job's ports. All nodes in parallel; an unreachable node is
-reported and never stops the others. A node where nothing of the job was found and
+Per node, in one round trip: the node package's `kill` verb (sessions/node/killer.py,
+the one kill on a node: the sentinels and the coordinator run it too), shipped as the
+sentinel's zipapp (~/.mntui/sentinel/<sha>.pyz; a node without this version gets it in
+a second round trip) and run by the rule of what is the job's (node/proctree.py: its
+tag, the pane's and the members' descendants, the members a sentinel saw, the run's
+cgroup): SIGCONT + SIGTERM, SIGKILL whatever is left after the grace, again for
+anything forked meanwhile, close the tmux session, then check that nothing of the job
+is left and nothing listens on its ports. All nodes in parallel; an unreachable node
+is reported and never stops the others. A node where nothing of the job was found and
 whose ports are free says nothing of its own: the summary names all such nodes once.
 Freeing the ports from whatever else holds them is a step of its own (ports.py).
+
+The interpreter: the node's `python3` if it is 3.9 or later (the bundle's own first
+lines refuse an older one, exit 3), else a `python3.N` on its PATH, else a python3 this
+user runs now, the job's own (a conda env a `setup` activates, on a node whose bare
+python3 is 3.6: `launch --no-watch` starts such a run, and it must be killable). A node
+where none runs says so, not clean: the kill never pretends.
 """
 
 from __future__ import annotations
 
+import glob
+import json
 import re
 import shlex
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
 
 from mntui.sessions.config import JobConfig
 from mntui.sessions.events import Event, Phase
+from mntui.sessions.node.killer import RESULT
+from mntui.sessions.node.members import run_dir
 from mntui.sessions.procs import (
-    INT,
     RUNS_DIR,
-    SHELL_LIB,
     PortHolder,
     ProcInfo,
-    attempt_pattern,
-    ints,
-    job_node_pattern,
+    b64_text,
+    kill_tags,
     node_lines,
-    parse_listener,
-    parse_proc,
-    run_dir_word,
     unique_holders,
 )
-from mntui.sessions.results import GroupResult
-from mntui.sessions.ssh import Cluster
+from mntui.sessions.results import GroupResult, NodeError
+from mntui.sessions.ssh import Cluster, Node
+from mntui.sessions.ssh.nodeshell import Result
+from mntui.sessions.termsafe import one_line
 
 from . import tmux
 from .ports import free_ports, free_script, holders_script, parse_free, port_holders, still_held
+from .sentinelship import SHIP_LINE, Bundle, bundle, remote_path, ship_script
 
 __all__ = [
     "KillReport",
@@ -46,20 +58,24 @@ __all__ = [
     "holders_script",
     "kill_job",
     "kill_script",
+    "kill_spec",
     "not_clean",
     "parse_free",
     "parse_kill",
     "port_holders",
     "ports_free",
+    "report_of",
     "still_held",
     "summarize",
 ]
 
-# The kill script's own records; PROC and LISTEN records are procs.py's.
-_PIDS = f"((?: {INT})*)"
-_SIGKILL = re.compile(f"SIGKILL{_PIDS}", re.ASCII)
-_LEFT = re.compile(f"LEFT{_PIDS}", re.ASCII)
-_ELAPSED = re.compile(f"ELAPSED_MS ({INT})", re.ASCII)
+REPORT_MAX = 4 << 20  # bytes of a node's kill report read (a line per process found)
+SHIP_SLACK = 60.0  # seconds more for a kill that ships the bundle first
+NO_BUNDLE = "KILL_NO_BUNDLE"
+NO_PYTHON = "KILL_NO_PYTHON"
+_NO_PYTHON = re.compile(f"{NO_PYTHON} ([A-Za-z0-9+/]*={{0,2}}) ([A-Za-z0-9+/]*={{0,2}})")
+# the candidates after the node's `python3`, newest first
+PYTHONS = ("python3.14", "python3.13", "python3.12", "python3.11", "python3.10", "python3.9")
 
 
 @dataclass(frozen=True)
@@ -73,6 +89,15 @@ class KillReport:
     seconds: float
     malformed: int = 0  # lines of the node's answer that were no record of ours: skipped
     ports: tuple[int, ...] = ()  # the ports checked free
+    # what the final sweep from here found after the node's sentinel reported it clean
+    # (userkill.py): its report was wrong, and these were left running
+    missed: tuple[ProcInfo, ...] = ()
+    watchers: tuple[int, ...] = ()  # of `found`, the run's watchers (found by their tag)
+
+    @property
+    def jobs(self) -> tuple[ProcInfo, ...]:
+        """What was found of the job itself, its watchers left out."""
+        return tuple(p for p in self.found if p.pid not in self.watchers)
 
     @property
     def clean(self) -> bool:
@@ -96,7 +121,28 @@ class KillReport:
         parts += [h.describe() for h in self.port_holders] or [ports_free(self.ports)]
         if self.malformed:
             parts.append(f"{self.malformed} unreadable line(s) of the node's answer skipped")
+        if self.missed:
+            pids = " ".join(str(p.pid) for p in self.missed[:8])
+            parts.append(
+                f"its sentinel reported it clean, yet {len(self.missed)} process(es) of the "
+                f"job were left ({pids}): stopped by the sweep from here"
+            )
         return ", ".join(p for p in parts if p) + f" ({self.seconds:.1f}s)"
+
+    def swept(self, sweep: KillReport) -> KillReport:
+        """This report (a sentinel's) after the final sweep from here found `sweep.found`."""
+        return replace(
+            self,
+            found=self.found + sweep.found,
+            sigkilled=tuple(dict.fromkeys(self.sigkilled + sweep.sigkilled)),
+            left=sweep.left,
+            session_killed=self.session_killed or sweep.session_killed,
+            port_holders=sweep.port_holders,
+            seconds=self.seconds + sweep.seconds,
+            ports=sweep.ports,
+            missed=sweep.jobs,
+            watchers=self.watchers + sweep.watchers,
+        )
 
 
 def ports_free(ports: Iterable[int]) -> str:
@@ -105,83 +151,149 @@ def ports_free(ports: Iterable[int]) -> str:
     return f"port{'s' if ',' in listed else ''} {listed} free" if listed else ""
 
 
-def kill_script(
-    pattern: str, session: str, ports: Iterable[int], grace: float, session_cwd: str | None = None
-) -> str:
-    """`session_cwd` (a shell word): the tmux session is closed only if it was started
-    there, in the run dir of the run being stopped (None: whatever run it holds)."""
-    grace_ms = int(grace * 1000)
-    ours = (
-        tmux.has_session(session) if session_cwd is None else tmux.session_in(session, session_cwd)
-    )
-    ports_s = " ".join(str(p) for p in ports)
-    return f"""{SHELL_LIB}
-t0=$(mntui_now_ms)
-pat={shlex.quote(pattern)}
-pids=$(mntui_scan "$pat")
-# shellcheck disable=SC2086 # PIDs, one a word
-mntui_procinfo $pids
-# shellcheck disable=SC2086 # PIDs, one a word
-mntui_stop {grace_ms} $pids
-# Sweep for anything forked while we were killing (a launcher restarting workers).
-for _ in 1 2 3 4 5; do
-  # shellcheck disable=SC2046 # PIDs, one a word
-  more=$(mntui_alive $(mntui_scan "$pat"))
-  [ -z "$more" ] && break
-  # shellcheck disable=SC2086 # PIDs, one a word
-  mntui_procinfo $more
-  # shellcheck disable=SC2086 # PIDs, one a word
-  mntui_stop 0 $more
-  sleep 0.05
-done
-if {ours}; then {tmux.kill_session(session)} && echo SESSION_KILLED; fi
-busy() {{
-  # shellcheck disable=SC2046 # PIDs, one a word
-  left=$(mntui_alive $(mntui_scan "$pat"))
-  holders={f"$(mntui_listeners {ports_s})" if ports_s else '""'}
-  [ -n "$left" ] || [ -n "$holders" ]
+def kill_spec(
+    job: str, node: str, ports: Iterable[int], grace: float, only: tuple[str, str] | None = None
+) -> dict[str, Any]:
+    """The node kill's spec (killer.main): any run of the job on `node` and its
+    watchers, or with `only` = (run, the run its watchers are tagged with) that attempt
+    alone, its processes and its tmux session, never another run's."""
+    runs = f"{RUNS_DIR}/{glob.escape(job)}/*/{glob.escape(node)}"
+    session_dir = None
+    if only is not None:
+        runs = run_dir(job, only[0], node)
+        session_dir = f"{RUNS_DIR}/{job}/{only[0]}/{node}"
+    procs, watchers = kill_tags(job, node, only)
+    return {
+        "job": procs,
+        "watchers": watchers,
+        "session": tmux.session_name(job, node),
+        "session_dir": session_dir,
+        "ports": list(ports),
+        "runs": [runs],
+        "grace": grace,
+    }
+
+
+def kill_script(spec: dict[str, Any], b: Bundle, *, ship: bool = False) -> str:
+    """The node's kill: the bundle's `kill` verb with `spec`, on the first interpreter
+    that runs it (see the module's doc); with `ship`, the bundle is written first.
+    Prints the verb's one result line, or why it could not run."""
+    pythons = " ".join(PYTHONS)
+    return f"""{ship_script(b) if ship else ""}
+f="$HOME/{remote_path(b.sha)}"
+if [ ! -f "$f" ]; then echo {NO_BUNDLE}; exit 0; fi
+spec={shlex.quote(json.dumps(spec, separators=(",", ":")))}
+tried='' last=''
+mntui_try() {{
+  case " $tried " in *" $1 "*) return 1 ;; esac
+  tried="$tried $1"
+  command -v "$1" >/dev/null 2>&1 || return 1
+  out=$("$1" -I -S "$f" kill "$spec" 2>&1)
+  case $out in *{RESULT}*) printf '%s\n' "$out" | grep '^{RESULT} '; return 0 ;; esac
+  last=$out
+  return 1
 }}
-mntui_wait_while 3000 busy
-# shellcheck disable=SC2086 # PIDs, one a word
-echo LEFT $left
-[ -n "$holders" ] && printf '%s\\n' "$holders"
-echo "ELAPSED_MS $(($(mntui_now_ms) - t0))"
+for py in python3 {pythons}; do mntui_try "$py" && exit 0; done
+for e in /proc/[0-9]*/exe; do
+  # only a python this user runs already: never another user's binary run as this one
+  # shellcheck disable=SC3067 # dash's, bash's and busybox's test all have -O
+  [ -O "${{e%/exe}}" ] || continue
+  x=$(readlink "$e" 2>/dev/null) || continue
+  case ${{x##*/}} in python3 | python3.[0-9]*) mntui_try "$x" && exit 0 ;; esac
+done
+tried=$(printf '%s' "$tried" | base64 -w0)
+echo "{NO_PYTHON} $tried $(printf '%s' "$last" | tail -c 300 | base64 -w0)"
 """
 
 
 def parse_kill(node: str, stdout: str, ports: Iterable[int] = ()) -> KillReport:
-    found: dict[int, ProcInfo] = {}
-    sigkilled: list[int] = []
-    left: tuple[int, ...] = ()
-    holders: list[PortHolder] = []
-    session = False
-    ms, bad = 0, 0
+    """The node's answer: its one result line, strictly; NodeError when the kill could
+    not run there (no interpreter) or gave no readable result (never taken for clean)."""
+    result: list[str] = []
+    bad = 0
     for line in node_lines(stdout):
-        if (proc := parse_proc(line)) is not None:
-            found.setdefault(proc.pid, proc)  # a sweep lists it again as it dies: keep the first
-        elif (holder := parse_listener(line)) is not None:
-            holders.append(holder)
-        elif m := _SIGKILL.fullmatch(line):
-            sigkilled += ints(m[1])
-        elif m := _LEFT.fullmatch(line):
-            left = ints(m[1])
-        elif m := _ELAPSED.fullmatch(line):
-            ms = int(m[1])
-        elif line == "SESSION_KILLED":
-            session = True
-        else:
+        if line.startswith(f"{RESULT} "):
+            result.append(line[len(RESULT) + 1 :])
+        elif m := _NO_PYTHON.fullmatch(line):
+            raise NodeError(node, _no_python(m[1], m[2]))
+        elif not SHIP_LINE.fullmatch(line):
             bad += 1
+    if len(result) != 1 or len(result[0]) > REPORT_MAX:
+        raise NodeError(node, f"the kill gave {len(result)} result(s) of its own: "
+                        f"{one_line(stdout[-200:])}")  # fmt: skip
+    try:
+        report = report_of(node, json.loads(result[0]), ports)
+    except ValueError:
+        report = None
+    if report is None:
+        raise NodeError(node, "the kill's result does not read")
+    return replace(report, malformed=bad)
+
+
+def _no_python(tried64: str, said64: str) -> str:
+    tried, said = (b64_text(x) or "" for x in (tried64, said64))
+    return (
+        f"the kill needs a python3 3.9 or later on the node, and none runs there "
+        f"(tried:{tried or ' none'}; {said[-120:]})"
+    )
+
+
+def report_of(node: str, d: object, ports: Iterable[int] = ()) -> KillReport | None:
+    """A node kill's result (killer.KillResult.as_dict: the `kill` verb's, a sentinel's
+    answer to its coordinator) as a KillReport, or None when it is not of that shape.
+    What a process chose (its command line) is made one safe line."""
+    if not isinstance(d, dict):
+        return None
+    found, holders = d.get("found"), d.get("holders", [])
+    nums = [d.get(k) for k in ("sigkilled", "left", "port_holders")] + [d.get("watchers", [])]
+    secs = d.get("seconds")
+    ok = (
+        isinstance(found, list)
+        and all(_is_found(f) for f in found)
+        and all(isinstance(v, list) and all(_int(x) for x in v) for v in nums)
+        and isinstance(d.get("session_killed"), bool)
+        and isinstance(secs, (int, float))
+        and isinstance(holders, list)
+    )
+    if not ok:
+        return None
+    assert isinstance(found, list) and isinstance(holders, list) and isinstance(secs, (int, float))
+    sigkilled, left, held, watchers = (tuple(v) for v in nums)  # type: ignore[arg-type]
+    said = [h for h in map(_holder, holders) if h is not None]
+    said += [PortHolder(p, None, None, "") for p in held if all(h.port != p for h in said)]
     return KillReport(
         node,
-        tuple(found.values()),
+        tuple(ProcInfo(f[0], one_line(f[1])[:1] or "?", one_line(f[2])[:300]) for f in found),
         tuple(dict.fromkeys(sigkilled)),
         left,
-        session,
-        unique_holders(holders),
-        ms / 1000,
-        malformed=bad,
+        d["session_killed"],
+        unique_holders(said),
+        float(secs),
         ports=tuple(ports),
+        watchers=watchers,
     )
+
+
+def _int(x: object) -> bool:
+    return type(x) is int and 0 <= x < 1 << 32
+
+
+def _is_found(f: object) -> bool:
+    return (
+        isinstance(f, list) and len(f) == 3 and _int(f[0])
+        and isinstance(f[1], str) and isinstance(f[2], str)
+    )  # fmt: skip
+
+
+def _holder(h: object) -> PortHolder | None:
+    if not (isinstance(h, list) and len(h) == 5 and _int(h[0])):
+        return None
+    port, pid, uid, user, cmd = h
+    if not (pid is None or _int(pid)) or not (uid is None or _int(uid)):
+        return None
+    if not isinstance(user, str) or not isinstance(cmd, str):
+        return None
+    return PortHolder(port, pid, one_line(user)[:64] or None, one_line(cmd)[:300], uid)
 
 
 def not_clean(results: GroupResult[KillReport]) -> list[str]:
@@ -207,6 +319,18 @@ def summarize(job: str, results: GroupResult[KillReport]) -> tuple[bool, str]:
     return True, f"clean: {total} process(es) of {job} stopped on {len(results)} node(s)"
 
 
+def _over(once: Node, script: str, timeout: float) -> Result | None:
+    """`script` over a connection started for it; None when that did not answer (the
+    node's own connection is tried then: a kill is safe to repeat)."""
+    try:
+        res = once.run(script, timeout=timeout)
+    except NodeError:
+        return None
+    finally:
+        once.close()
+    return res if res.ok else None
+
+
 def kill_job(
     cfg: JobConfig,
     cluster: Cluster,
@@ -215,23 +339,25 @@ def kill_job(
     grace: float | None = None,
     on_event: Callable[[Event], None] = lambda e: None,
     only: tuple[str, str] | None = None,
+    first: Mapping[str, Node] | None = None,
 ) -> GroupResult[KillReport]:
     """Kill the job on the given nodes (all by default), in parallel; one report per node.
     `only` = (run, the run its watchers are tagged with): that attempt alone, its
-    processes and its tmux session (procs.attempt_pattern), never another run's."""
+    processes and its tmux session, never another run's. `first`: a connection already
+    started for a node (ssh/early.py), tried before the node's own."""
     grace = cfg.grace if grace is None else grace
     ranks = {n.name: n.rank for n in cfg.nodes}
+    b = bundle()
 
     def one(node) -> KillReport:  # type: ignore[no-untyped-def]
         on_event(Event(node.name, ranks[node.name], Phase.KILLING, ""))
-        pattern, cwd = job_node_pattern(cfg.job, node.name), None
-        if only is not None:
-            pattern = attempt_pattern(cfg.job, only[0], only[1], node.name)
-            cwd = run_dir_word(f"{RUNS_DIR}/{cfg.job}/{only[0]}/{node.name}")
-        script = kill_script(
-            pattern, tmux.session_name(cfg.job, node.name), cfg.all_ports, grace, cwd
-        )
-        res = node.run(script, timeout=grace + 30)
+        spec = kill_spec(cfg.job, node.name, cfg.all_ports, grace, only)
+        script, once = kill_script(spec, b), (first or {}).get(node.name)
+        res = _over(once, script, grace + 30 + cfg.ssh.connect_timeout) if once else None
+        res = res or node.run(script, timeout=grace + 30)
+        if NO_BUNDLE in res.stdout:  # this version's bundle is not there yet
+            script = kill_script(spec, b, ship=True)
+            res = node.run(script, timeout=grace + 30 + SHIP_SLACK)
         report = parse_kill(node.name, res.stdout, cfg.all_ports)
         if report.idle:
             return report  # the summary says it, once for all such nodes

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from textwrap import indent
 
 from mntui.sessions.config import JobConfig, NodeSpec
+from mntui.sessions.node.members import cgroup_name
 from mntui.sessions.procs import RUNS_DIR, TAG_VAR, run_dir_word, run_tag
 
 from . import tmux
@@ -156,6 +157,7 @@ def launch_script(
 # It runs inside tmux; output goes to the pane and, unchanged, to output.log.
 set -o pipefail
 run_dir=$PWD
+{cgroup_enter(run_tag(job, run_id, spec.name))}
 {exports}
 export MNTUI_RUN_DIR="$run_dir"
 printf '[mntui] %s rank %s starting at %s\\n' {name} {rank} "$(date '+%F %T')"
@@ -167,8 +169,38 @@ printf '[mntui] %s rank %s starting at %s\\n' {name} {rank} "$(date '+%F %T')"
 rc=${{PIPESTATUS[0]}}
 printf '%s\\n' "$rc" >"$run_dir/exit_code.tmp" && mv "$run_dir/exit_code.tmp" "$run_dir/exit_code"
 printf '[mntui] exited with code %s at %s\\n' "$rc" "$(date '+%F %T')"
+{CGROUP_LEAVE}
 exit "$rc"
 """
+
+
+# The run's own cgroup (node/members.py), where this user may make one: a cgroup v2
+# directory under the one the pane runs in (root's, a systemd user scope's). Whatever the
+# job does to its environment, its session or its parentage, its processes stay in it,
+# and a kill finds them there. Where it cannot be made, nothing changes: the other rules.
+def cgroup_enter(tag: str) -> str:
+    name = shlex.quote(cgroup_name(tag))
+    return f"""cg=
+cg_in=$(sed -n 's/^0:://p' /proc/$$/cgroup 2>/dev/null)
+cg_at='s/^[0-9]* [0-9]* [^ ]* \\/ \\([^ ]*\\) .* - cgroup2 .*/\\1/p'
+cg_mnt=$(sed -n "$cg_at" /proc/$$/mountinfo 2>/dev/null | head -n 1)
+cg_new="$cg_mnt${{cg_in%/}}/"{name}
+if [ -n "$cg_mnt" ] && [ -n "$cg_in" ] && mkdir "$cg_new" 2>/dev/null; then
+  cg=$cg_new
+  if echo $$ 2>/dev/null >"$cg/cgroup.procs"; then
+    printf '%s\\n' "$cg" >"$run_dir/cgroup"
+  else
+    rmdir "$cg" 2>/dev/null
+    cg=
+  fi
+fi"""
+
+
+# Out of it at the end, and it goes if nothing of the job is left in it (else a kill
+# finds what is, and removes it then).
+CGROUP_LEAVE = """if [ -n "$cg" ]; then
+  echo $$ 2>/dev/null >"${cg%/*}/cgroup.procs" && rmdir "$cg" 2>/dev/null
+fi"""
 
 
 def start_script(session: str, tag: str, run_dir: str, script: str) -> str:

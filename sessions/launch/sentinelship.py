@@ -37,7 +37,14 @@ from mntui.sessions.termsafe import one_line
 
 MIN_PYTHON = (3, 9)
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip entry can hold
+# Before anything of the package is read: an older python3 (3.6, 2.7: it cannot even
+# parse the package) says so in one line and exit code 3, which a kill tries the next
+# interpreter on (launch/kill.py).
 _ROOT_MAIN = b"""import sys
+
+if sys.version_info < (3, 9):
+    sys.stdout.write("NODE_PYTHON %d.%d: 3.9 or later needed\\n" % sys.version_info[:2])
+    sys.exit(3)
 
 from mntui.sessions.node.__main__ import main
 
@@ -87,12 +94,17 @@ def remote_path(sha: str) -> str:
     return f".mntui/sentinel/{sha}.pyz"
 
 
-# The digest is taken by the interpreter that will run the bundle (`$1` of the script's
-# word for it): no other tool is assumed.
+# The digest: coreutils' sha256sum where the node has it, else the interpreter that will
+# run the bundle (`py`, the script's word for it; a kill may run it on another one:
+# launch/kill.py).
 def _sum(py: str) -> str:
     return f"""mntui_sum() {{
-  {py} -I -S -c 'import hashlib, sys
+  if command -v sha256sum >/dev/null 2>&1; then
+    sha256sum <"$1" 2>/dev/null | cut -d' ' -f1
+  else
+    {py} -I -S -c 'import hashlib, sys
 print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' "$1" 2>/dev/null
+  fi
 }}"""
 
 
@@ -130,8 +142,8 @@ sdir="${{f%/*}}"
 t="$sdir/.$sha.pyz.$$"
 if [ -f "$f" ] && [ "$(mntui_sum "$f")" = {b.digest} ]; then
   echo "SENTINEL_BUNDLE $sha present"
-elif ! command -v {py} >/dev/null 2>&1; then
-  echo "SENTINEL_BUNDLE $sha failed no python3"
+elif ! command -v {py} >/dev/null 2>&1 && ! command -v sha256sum >/dev/null 2>&1; then
+  echo "SENTINEL_BUNDLE $sha failed no python3 nor sha256sum"
 elif ! mkdir -p "$sdir" || ! chmod 700 "$sdir"; then
   echo "SENTINEL_BUNDLE $sha failed cannot make ~/.mntui/sentinel"
 elif ! base64 -d >"$t" <<'{end}'
@@ -164,7 +176,7 @@ class ShipAnswer:
     why: str | None  # FAILED only: the node's reason, or what was wrong with its answer
 
 
-_SHIP_LINE = re.compile(r"SENTINEL_BUNDLE ([0-9a-f]{16}) (present|absent|shipped|failed)(?: (.+))?")
+SHIP_LINE = re.compile(r"SENTINEL_BUNDLE ([0-9a-f]{16}) (present|absent|shipped|failed)(?: (.+))?")
 
 
 def parse_ship(text: str, sha: str) -> ShipAnswer:
@@ -174,7 +186,7 @@ def parse_ship(text: str, sha: str) -> ShipAnswer:
     lines = [line for line in text.splitlines() if line.startswith("SENTINEL_BUNDLE")]
     if len(lines) != 1:
         return ShipAnswer(ShipState.FAILED, f"{len(lines)} SENTINEL_BUNDLE lines in the answer")
-    m = _SHIP_LINE.fullmatch(lines[0])
+    m = SHIP_LINE.fullmatch(lines[0])
     has_why = m is not None and m[3] is not None
     if m is None or m[1] != sha or has_why != (m[2] == "failed"):
         return ShipAnswer(ShipState.FAILED, f"unexpected answer: {one_line(lines[0], 120)}")

@@ -20,16 +20,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
+from functools import partial
 
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import UsageError
-from mntui.sessions.events import Event
+from mntui.sessions.events import Event, Phase
 from mntui.sessions.node.restarts import attempt_label
-from mntui.sessions.results import GroupResult
-from mntui.sessions.runs import RunRecord, RunStatus, live_runs
-from mntui.sessions.ssh import Cluster
+from mntui.sessions.results import GroupResult, Outcome
+from mntui.sessions.runs import MISSED_NOTE, RunRecord, RunStatus, live_runs
+from mntui.sessions.ssh import Cluster, Node
 
 from .chains import ChainView, chain_of, check_nodes, idle_spares, run_config
 from .coordkill import Mirror, kill_via_coordinator
@@ -89,9 +90,11 @@ def _kill_on(
     names: list[str],
     grace: float | None,
     on_event: Callable[[Event], None],
+    early: Mapping[str, Node] | None = None,
 ) -> GroupResult[KillReport]:
-    """`names` over `cluster` where it reaches them, over connections of our own for the
-    rest (a spare, a replaced culprit), both at once."""
+    """`names` over `cluster` where it reaches them (first over an `early` connection
+    where one was started for it), over connections of our own for the rest (a spare,
+    a replaced culprit), both at once."""
     here = [n for n in names if n in cluster.nodes]
     there = [n for n in full.nodes if n.name in names and n.name not in cluster.nodes]
     extra: list[GroupResult[KillReport]] = []
@@ -103,7 +106,7 @@ def _kill_on(
     thread = threading.Thread(target=kill_there, daemon=True) if there else None
     if thread is not None:
         thread.start()
-    results = kill_job(full, cluster, names=here, grace=grace, on_event=on_event)
+    results = kill_job(full, cluster, names=here, grace=grace, on_event=on_event, first=early)
     if thread is not None:
         thread.join()
     merged: GroupResult[KillReport] = GroupResult()
@@ -147,15 +150,76 @@ def stop_job(
         full = run_config(cfg, _with(chain_of(cfg.job), list(marked.values())))
         names = [n.name for n in full.nodes]
         if asking is not None and done is not None:  # the cluster's: one request, rest directly
-            results.update(done)
+            results.update(_swept(full, cluster, done, grace, on_event))
             names = [n for n in names if n not in done]
             if asking.all_answered(names):
                 break  # its coordinator stopped the idle spares' sentinels too
             full, names = _with_idle_spares(cfg, full, names)
         results.update(_kill_on(full, cluster, names, grace, on_event))
+    missed = {n: [p.pid for p in r.missed] for n, r in results.succeeded.items() if r.missed}
     for record in marked.values():
         record.update(_killed)
+        if missed:  # `status` says so after the coordinator's account (watch/fromcluster.py)
+            record.update(partial(_note_missed, missed=missed))
     return results
+
+
+def _note_missed(r: RunRecord, missed: dict[str, list[int]]) -> None:
+    r.note(MISSED_NOTE, nodes={n: pids[:64] for n, pids in missed.items()})
+
+
+def _swept(
+    full: JobConfig,
+    cluster: Cluster,
+    answered: GroupResult[KillReport],
+    grace: float | None,
+    on_event: Callable[[Event], None],
+) -> GroupResult[KillReport]:
+    """The final sweep: every node whose sentinel reported a clean kill is killed again
+    from here, by the same rule, at once (a sentinel's report is its word: a bug or a
+    lie would leave the job running under a `clean`). A node where the sweep finds
+    nothing keeps its sentinel's report and says nothing more; one where it finds
+    something says so, and is clean only if the sweep left nothing. A node the sweep
+    cannot reach keeps its sentinel's report, and says that it was not checked."""
+    reports = answered.succeeded
+    names = list(reports)
+    if not names:
+        return answered
+    early = _early_sweeps(cluster, names)  # started with the request (tui/cli/prestart.py)
+    swept = _kill_on(full, cluster, names, grace, lambda e: None, early)  # said below
+    ranks = {n.name: n.rank for n in full.nodes}
+    out: GroupResult[KillReport] = GroupResult()
+    for name in names:
+        said = reports[name]
+        got = swept.get(name)
+        if got is None or got.value is None:
+            why = got.error if got is not None else "not asked"
+            on_event(Event(name, ranks.get(name), Phase.KILLED, f"not checked from here: {why}"))
+        elif got.value.jobs or not got.value.clean:  # its watchers may still be leaving
+            said = said.swept(got.value)
+            phase = Phase.KILLED if said.clean else Phase.FAILED
+            on_event(Event(name, ranks.get(name), phase, said.summary()))
+        out[name] = Outcome(name, value=said)
+    return out
+
+
+def _early_sweeps(cluster: Cluster, names: list[str]) -> dict[str, Node]:
+    """The sweep's connections a cold `mntui kill` started first thing, one per node,
+    each exactly the one the sweep would make (ssh/early.py); the others' sweep goes
+    over the cluster's own connections."""
+    if cluster.policy.password is not None:
+        return {}
+    from mntui.sessions.ssh import early
+    from mntui.sessions.ssh.openssh import oneshot_argv
+
+    argv = oneshot_argv(cluster.policy)
+    out: dict[str, Node] = {}
+    for name in names:
+        node = cluster.nodes.get(name)
+        once = early.take(node.host, argv, early.SWEEP) if node is not None else None
+        if once is not None:
+            out[name] = once
+    return out
 
 
 def _with_idle_spares(

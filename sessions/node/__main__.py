@@ -5,22 +5,24 @@ it: it imports every module of the package, so a syntax or stdlib name that this
 lacks fails here, in one line, and not in a sentinel at 3 a.m. `version` hashes the
 archive it runs from: that is the bundle's name (`<sha>.pyz`), never a baked copy of it
 (a hash cannot be written into the bytes it hashes). `run` and `coord` load their module
-only when asked, so the other verbs work whatever those modules need.
+only when asked, so the other verbs work whatever those modules need. `kill` is the
+one kill on a node (killer.py), the manager's too.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib
-import pkgutil
 import sys
 
 _PACKAGE = __package__ or "mntui.sessions.node"
-_VERBS = {"run": "sentinel", "coord": "coordinator", "guard": "guard", "feed": "follower"}
-USAGE = "usage: python3 -I -S bundle.pyz selftest | version | run|coord|guard|feed ARGS..."
+_VERBS = {"run": "sentinel", "coord": "coordinator", "guard": "guard", "feed": "follower",
+          "kill": "killer"}  # fmt: skip
+USAGE = "usage: python3 -I -S bundle.pyz selftest | version | run|coord|guard|feed|kill ARGS..."
 
 
 def selftest() -> int:
+    import pkgutil  # here: a kill on the node pays for what it imports (killer.py)
+
     package = importlib.import_module(_PACKAGE)
     names = sorted(m.name for m in pkgutil.iter_modules(package.__path__))
     for name in names:
@@ -34,6 +36,8 @@ def selftest() -> int:
 
 
 def version() -> int:
+    import hashlib
+
     archive = getattr(globals().get("__loader__"), "archive", None)  # a zipimporter: the .pyz
     if not isinstance(archive, str):
         print("VERSION source")

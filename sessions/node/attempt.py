@@ -17,7 +17,7 @@ import re
 import subprocess
 import time
 
-from . import attemptscript, daemon, proctree
+from . import attemptscript, daemon, members, proctree
 from .facts import Facts, ProcFact
 from .logtail import LogTail
 from .plainfile import plain
@@ -59,26 +59,33 @@ def read_exit_code(run_dir: str) -> int | None:
 class Attempt:
     def __init__(self, number: int, run: str, tag: str, run_dir: str, node: str,
                  pattern: str | None) -> None:  # fmt: skip
-        self.number, self.run, self.dir = number, run, run_dir
+        self.number, self.run, self.dir, self.tag = number, run, run_dir, tag
         self.entry = f"MNTUI_RUN={tag}"
         self.follower = proctree.Follower(self.entry, exclude=(os.getpid(),))
         self.log = LogTail(os.path.join(run_dir, "output.log"), node, pattern)
         self.pane_pid: int | None = None
+        self.mounts: list[str] | None = None  # cgroup v2's, read once the run has a cgroup
+        self.cgroup: str | None = None
+        self.written: tuple[tuple[int, int], ...] | None = None  # the members file's
 
     def sample(self, session: str) -> Facts:
+        self._find_cgroup()
         procs = self.follower.sample()
         if self.pane_pid is None:
-            _, _, self.pane_pid = tmux_pane(session)
+            _, dead, self.pane_pid = tmux_pane(session)
+            if self.pane_pid is not None and not dead:
+                self.follower.root(self.pane_pid)  # the job's, whatever its environment
         pane = self.pane_pid
         if (
             pane is not None
             and all(p.pid != pane for p in procs)
             and os.path.exists(f"/proc/{pane}")
         ):
-            # not seen yet, or read before its exec: judged again now, for without it
-            # its children would look orphaned, a decision taken at once
+            # not seen yet: followed now, for without it its children would look
+            # orphaned, a decision taken at once
             self.follower.add(pane)
             procs = self.follower.sample()
+        self._remember()
         session_up, dead = True, False
         if not procs:  # only then does the pane's fate matter (and cost a tmux call)
             session_up, dead, _ = tmux_pane(session)
@@ -99,6 +106,29 @@ class Attempt:
             log_size=size or None,
             output_age=age if size else None,
         )
+
+    def _find_cgroup(self) -> None:
+        """The run's cgroup, once launch.sh has named it (checked each sample until then:
+        one open that fails)."""
+        if self.cgroup is not None or not os.path.exists(os.path.join(self.dir, members.CGROUP)):
+            return
+        if self.mounts is None:
+            self.mounts = members.cgroup_mounts()
+        self.cgroup = members.run_cgroup(self.dir, self.tag, self.mounts)
+        if self.cgroup is not None:
+            self.follower.cgroup(self.cgroup)
+
+    def _remember(self) -> None:
+        """What this sentinel saw, for a kill that runs without it: written when it
+        changed, never a reason to stop sampling."""
+        seen = tuple(sorted(self.follower.identities))
+        if seen == self.written:
+            return
+        try:
+            members.write_members(self.dir, seen)
+        except OSError:
+            return
+        self.written = seen
 
 
 def start(first_dir: str, k: int, run: object, cfg: WatchConfig, rank: object = None) -> Attempt:

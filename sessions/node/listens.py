@@ -127,6 +127,25 @@ class Ports:
         return tuple(sorted({want[i] for h in held.values() for i in h if i in want}))
 
 
+def socket_owners(inodes: set[int], proc: str = "/proc") -> dict[int, int]:
+    """inode -> the pid of a process holding that socket, for those this user can see:
+    a walk of every process's fds, paid only when a kill ends with a port still held."""
+    out: dict[int, int] = {}
+    if not inodes:
+        return out
+    try:
+        names = [n for n in os.listdir(proc) if n.isascii() and n.isdigit()]
+    except OSError:
+        return out
+    for name in names:
+        for ino in _sockets(f"{proc}/{name}/fd"):
+            if ino in inodes:
+                out.setdefault(ino, int(name))
+        if len(out) == len(inodes):
+            break
+    return out
+
+
 def _sockets(fd_dir: str) -> Iterator[int]:
     """The socket inodes among a process's fds (none when it is gone or not ours)."""
     try:

@@ -208,14 +208,18 @@ class Sentinel(Link):
         self.killing.set()
         try:
             with self.lock:
-                entry, known = self.att.entry, self.att.follower.members
-            res = killer.kill_tagged(
-                re.escape(entry),
-                grace=self.cfg.grace if grace is None else grace,
+                att = self.att
+            target = killer.Target(
+                job=re.escape(att.entry),
                 session=self.cfg.session,
                 ports=self.cfg.ports,
+                runs=(att.dir,),
+            )
+            res = killer.kill(
+                target,
+                grace=self.cfg.grace if grace is None else grace,
                 exclude=(os.getpid(),),
-                known=known,
+                known=att.follower.identities,
             )
         except Exception as exc:  # said to the coordinator, never a silent sentinel
             traceback.print_exc()

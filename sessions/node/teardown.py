@@ -21,7 +21,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from . import firstfail, killer
+from . import firstfail, killer, members
 from .coordpeers import PULSE
 from .coordstate import Board
 from .firstfail import NodeCause
@@ -201,5 +201,9 @@ def _can_give(node: str, stacks: dict[str, Any]) -> bool:
 
 
 def _kill_here(entry: str, cfg: WatchConfig, grace: float, results: dict[str, Any]) -> None:
-    res = killer.kill_tagged(re.escape(entry), grace=grace, session=cfg.session, ports=cfg.ports)
+    """By the one rule, the sentinel's `members` file in the attempt's run dir included."""
+    tag = entry.partition("=")[2]
+    run_dir = members.run_dir(*tag.split("/"))
+    target = killer.Target(re.escape(entry), session=cfg.session, ports=cfg.ports, runs=(run_dir,))
+    res = killer.kill(target, grace=grace)
     results[cfg.node] = dict(res.as_dict(), by="coordinator")

@@ -21,12 +21,15 @@ from collections.abc import Sequence
 from .oneshot import OneShotNode
 
 _lock = threading.Lock()
-_started: dict[tuple[str, tuple[str, ...]], OneShotNode] = {}
+_started: dict[tuple[str, str, tuple[str, ...]], OneShotNode] = {}
+SWEEP = "sweep"  # a kill's final sweep (launch/userkill.py): one to each node of the run
 
 
-def start(name: str, host: str, argv: Sequence[str]) -> None:
-    """Starts `argv ... host sh -s` now, for `take` (OSError: no `ssh`, nothing started)."""
-    key = (host, tuple(argv))
+def start(name: str, host: str, argv: Sequence[str], purpose: str = "") -> None:
+    """Starts `argv ... host sh -s` now, for `take` (OSError: no `ssh`, nothing started).
+    `purpose`: one connection per host for each (a kill's request to the main and its
+    sweep of the main are two)."""
+    key = (purpose, host, tuple(argv))
     with _lock:
         if key in _started:
             return
@@ -35,10 +38,11 @@ def start(name: str, host: str, argv: Sequence[str]) -> None:
         _started[key] = OneShotNode(name, host, argv)
 
 
-def take(host: str, argv: Sequence[str]) -> OneShotNode | None:
-    """The connection started for exactly this host and argv, once; None if none was."""
+def take(host: str, argv: Sequence[str], purpose: str = "") -> OneShotNode | None:
+    """The connection started for exactly this host, argv and purpose, once; None if
+    none was."""
     with _lock:
-        return _started.pop((host, tuple(argv)), None)
+        return _started.pop((purpose, host, tuple(argv)), None)
 
 
 def close_all() -> None:

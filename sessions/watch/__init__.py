@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from .fromcluster import chain_lines as chain_lines
     from .fromcluster import coordinator_done as coordinator_done
     from .fromcluster import decision_lines as decision_lines
+    from .fromcluster import missed_lines as missed_lines
     from .fromcluster import straggler_json as straggler_json
     from .fromcluster import straggler_lines as straggler_lines
     from .fromcluster import watch_line as watch_line

@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from mntui.sessions.launch.board import BoardView
+from mntui.sessions.node import firstfail
 from mntui.sessions.node.chainstates import LIVE
 from mntui.sessions.node.restarts import attempt_label
 from mntui.sessions.report import load_finding
-from mntui.sessions.runs import RunRecord
+from mntui.sessions.runs import MISSED_NOTE, RunRecord
 from mntui.sessions.termsafe import one_line
 
 from .standbyhint import standby_hint
@@ -104,18 +105,19 @@ def decision_lines(view: BoardView | None, run: str | None = None) -> list[str]:
     d = view.decision if view is not None else None
     if not d or (run is not None and d.get("run") != run):
         return []
+    first = blamed(d)
     if "ended" in d:
-        return [f"the coordinator saw the job end at {_hms(d.get('ended_at'))}"]
+        head = f"the coordinator saw the job end at {_hms(d.get('ended_at'))}"
+        return [f"{head}: {first}" if first else head]
     if d.get("decided_by") == "user":
         lines = [f"the user's kill went through the coordinator at {_hms(d.get('decided_at'))}:"]
     elif d.get("node") is None:  # a stop of its own (an attempt that did not start)
         lines = [f"the coordinator stopped the job at {_hms(d.get('decided_at'))}: "
                  f"{_text(d.get('why'))}"]  # fmt: skip
     else:
-        lines = [
-            f"the coordinator tore the job down at {_hms(d.get('decided_at'))}: "
-            f"{_text(d.get('node'))} {_text(d.get('state'))}: {_text(d.get('why'))}"
-        ]
+        seen = f"{_text(d.get('node'))} {_text(d.get('state'))}: {_text(d.get('why'))}"
+        lines = [f"the coordinator tore the job down at {_hms(d.get('decided_at'))}: "
+                 f"{first or seen}"]  # fmt: skip
     # the sentinels' stacks module runs on the nodes: loaded only for a decision to show
     from mntui.sessions.node.stackcap import status_line as stacks_line
 
@@ -126,6 +128,34 @@ def decision_lines(view: BoardView | None, run: str | None = None) -> list[str]:
     if taken := stacks_line(kills):  # the sentinels' stacks before the kill
         lines.append(f"  {taken}")
     return lines
+
+
+def blamed(d: dict[str, Any]) -> str | None:
+    """A decision's first failure (node/firstfail.py) in words: `node1 rank 1 failed
+    first: ...`, the judge's own state for its own node (a freeze); None when it named
+    none (a user's kill, an attempt that ended clean)."""
+    first = firstfail.read(d.get("first"))
+    if first is None:
+        return None
+    state = d.get("state") if d.get("node") == first.node else None
+    verb = _text(state, 20) if isinstance(state, str) else "failed"
+    return one_line(f"{first.who} {verb} first: {first.why}", 300)
+
+
+def missed_lines(record: RunRecord) -> list[str]:
+    """What the user's kill found from here on a node whose sentinel had reported it
+    clean (launch/userkill.py's sweep): the coordinator's account above is then wrong."""
+    out = []
+    for h in record.history:
+        nodes = h.get("nodes") if h.get("what") == MISSED_NOTE else None
+        for node, pids in sorted(nodes.items()) if isinstance(nodes, dict) else ():
+            pids = [p for p in pids if type(p) is int] if isinstance(pids, list) else []
+            out.append(
+                f"  {_text(node, 64)}'s sentinel reported it clean, yet the kill's sweep from "
+                f"this machine found {len(pids)} process(es) of the job there "
+                f"({' '.join(map(str, pids[:8]))}) and stopped them"
+            )
+    return out
 
 
 def _kill_text(res: Any) -> str:

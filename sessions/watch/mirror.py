@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mntui.sessions.launch.board import BoardView
-from mntui.sessions.node import firstfail
 from mntui.sessions.node.runid import RUN_ID
 from mntui.sessions.report import finding_of, save_finding
 from mntui.sessions.runs import RunRecord, RunStatus, load_run
@@ -22,6 +21,7 @@ from mntui.sessions.termsafe import one_line
 
 from .clusterchain import entries, sync_chain
 from .clusternotify import send_missed
+from .fromcluster import blamed
 
 if TYPE_CHECKING:
     from mntui.sessions.config import JobConfig
@@ -91,9 +91,9 @@ def _decision(record: RunRecord, view: BoardView | None) -> bool:
 
 def _decided(d: dict[str, Any]) -> str:
     """A decision as a cause: its first failure when it named one (firstfail.py)."""
-    first = firstfail.read(d.get("first"))
+    first = blamed(d)
     if first is not None:
-        return one_line(f"{first.who} failed first: {first.why}", 300)
+        return first
     node, state, why = (one_line(str(d.get(k)), 200) for k in ("node", "state", "why"))
     return f"{node} {state}: {why}"
 

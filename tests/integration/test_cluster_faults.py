@@ -365,7 +365,10 @@ def test_a_job_that_ends_by_itself_stops_the_watch_and_is_finished(
     """Both nodes exit 0: the coordinator says the job ended, stops the sentinels and
     exits; `status` then reads that and marks the run finished."""
     job = "cf-ends"
-    path, port, wport = cluster_job(cfg, job, steps=25)
+    # 6 s of steps: a main that ended before the launch saw its port fails the launch,
+    # and starting the main's tmux session, coordinator and sentinel took up to 3.1 s
+    # on a loaded machine (25 steps, 2.5 s, failed 2 launches of 7 so)
+    path, port, wport = cluster_job(cfg, job, steps=60)
     with told_on_failure(fake, job):
         launched(cfg, path, job, fake)
         t0 = time.monotonic()
@@ -379,7 +382,7 @@ def test_a_job_that_ends_by_itself_stops_the_watch_and_is_finished(
         wait_for(lambda: not watchers(job, "sentinel") and not watchers(job, "coord"), 20,
                  what="the sentinels and the coordinator exiting")  # fmt: skip
         for n in NODES:
-            assert "done after 25 steps" in fake.node(n).log(job)
+            assert "done after 60 steps" in fake.node(n).log(job)
             assert "exits: stopped by the coordinator" in sentinel_log(fake, job, n)
             assert lost(fake, job, n) is None
         dead_panes = [s for n in NODES if (s := session_name(job, n)) in fake.node(n).sessions()]

@@ -1,5 +1,6 @@
-"""The node-side kill by tag (sessions/node/killer.py) on real processes, and its parity
-with the shell kill (`kill_script` run by `sh -s`) on an identical set of processes."""
+"""The one kill on a node (sessions/node/killer.py) on real processes: called as the
+sentinel calls it, and as the manager runs it (`kill_script` run by `sh -s`: the bundle
+shipped, its `kill` verb on the node's python3) on an identical set of processes."""
 
 from __future__ import annotations
 
@@ -17,9 +18,20 @@ from pathlib import Path
 
 from fakecluster import environ_of, free_port, wait_for
 
-from mntui.sessions.launch.kill import kill_script, parse_kill
-from mntui.sessions.node.killer import KillResult, kill_tagged, listening_ports
+from mntui.sessions.launch.kill import kill_script, kill_spec, parse_kill
+from mntui.sessions.launch.sentinelship import bundle
+from mntui.sessions.node import members
+from mntui.sessions.node.killer import KillResult, Target, kill, listening_ports
 from mntui.sessions.procs import job_node_pattern
+
+
+def kill_by(pattern: str, **kw: object) -> KillResult:
+    """A kill of the processes whose tag matches `pattern` (and of what descends from them)."""
+    ports = tuple(kw.pop("ports", ()))  # type: ignore[call-overload]
+    session = kw.pop("session", None)
+    target = Target(job=pattern, session=session, ports=ports)  # type: ignore[arg-type]
+    return kill(target, **kw)  # type: ignore[arg-type]
+
 
 # One process of a set: `stubborn` ignores SIGTERM, `stopped` stops itself, `double`
 # double-forks into its own session, `listen` holds a port. Each says it is ready.
@@ -123,9 +135,9 @@ def check_killed(ps: ProcSet, r: KillResult) -> None:
         assert alive(pid), f"{name} was killed"
 
 
-def test_kill_tagged_takes_the_tagged_and_nothing_else(tmp_path: Path) -> None:
+def test_the_kill_takes_the_tagged_and_nothing_else(tmp_path: Path) -> None:
     with proc_set(tmp_path) as ps:
-        r = kill_tagged(ps.pattern, grace=1.0, ports=[ps.port])
+        r = kill_by(ps.pattern, grace=1.0, ports=[ps.port])
         check_killed(ps, r)
         states = {ps.kind(pid): st for pid, st, _ in r.found}
         assert states["stopped"] == "T"
@@ -135,19 +147,24 @@ def test_kill_tagged_takes_the_tagged_and_nothing_else(tmp_path: Path) -> None:
 
 
 def test_known_pids_are_told_first_and_checked_like_any_other(tmp_path: Path) -> None:
-    """The sentinel hands over the PIDs it follows; a stray among them (another node's,
-    another job's, untagged) is never signalled for being named, and every tagged
-    process is still found by the scan."""
+    """The sentinel hands over the PIDs it follows with their start times; a pid whose
+    process is not that one (another started since) is never signalled for being named,
+    and every member is still found by the scan."""
     with proc_set(tmp_path) as ps:
         bash = next(p for p, k in ps.kinds.items() if k == "bash")
-        known = [bash, *ps.strays.values(), os.getpid(), 999_999_999]
-        r = kill_tagged(ps.pattern, grace=1.0, ports=[ps.port], known=known)
+        known = [(bash, start(bash)), *((p, start(p) + 1) for p in ps.strays.values())]
+        r = kill_by(ps.pattern, grace=1.0, ports=[ps.port], known=known)
         check_killed(ps, r)
         assert [name for name, _ in r.phases] == ["scan", "stop", "settle", "session"]
 
 
+def start(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_bytes()
+    return int(stat[stat.rfind(b") ") + 2 :].split()[19])
+
+
 def test_literal_head_is_what_every_match_starts_with() -> None:
-    from mntui.sessions.node.killer import literal_head
+    from mntui.sessions.node.proctree import literal_head
 
     assert literal_head(job_node_pattern("my-job.x", "n1")).startswith(b"MNTUI_RUN=my")
     assert literal_head("MNTUI_RUN=job/[^/]+/n1") == b"MNTUI_RUN=job/"
@@ -158,11 +175,14 @@ def test_literal_head_is_what_every_match_starts_with() -> None:
     assert literal_head("(x)") == b""
 
 
-def shell_kill(ps: ProcSet, home: Path) -> KillResult:
-    """`kill_script` as a node runs it (sh reading it on stdin), its answer as a KillResult."""
+def node_kill(ps: ProcSet, home: Path) -> KillResult:
+    """The manager's kill as a node runs it (sh reading it on stdin, the bundle shipped to
+    `home`), its answer read back by the manager's parser."""
+    spec = kill_spec(ps.tag.split("/")[0], "n1", [ps.port], 1.0)
+    spec["session"] = None
     out = subprocess.run(
         ["sh", "-s"],
-        input=kill_script(ps.pattern, "none", [ps.port], 1.0),
+        input=kill_script(spec, bundle(), ship=True),
         capture_output=True,
         text=True,
         env={**os.environ, "HOME": str(home)},
@@ -175,9 +195,10 @@ def shell_kill(ps: ProcSet, home: Path) -> KillResult:
     return KillResult(found, r.sigkilled, r.left, r.session_killed, holders, r.seconds)
 
 
-def test_parity_with_the_shell_kill(tmp_path: Path) -> None:
-    """Two identical sets of processes, one killed by `kill_script`, one here: the same
-    processes found (in the same states), the same needing SIGKILL, the same survivors."""
+def test_the_managers_kill_is_the_nodes_kill(tmp_path: Path) -> None:
+    """Two identical sets of processes, one killed as the manager kills (the bundle's
+    `kill` verb over `sh`), one as a sentinel does: the same processes found (in the
+    same states), the same needing SIGKILL, the same survivors."""
 
     def seen(ps: ProcSet, r: KillResult) -> tuple[list[tuple[str, bool]], list[str], int, int]:
         found = sorted((ps.kind(pid), st == "T") for pid, st, _ in r.found)
@@ -185,13 +206,13 @@ def test_parity_with_the_shell_kill(tmp_path: Path) -> None:
         return found, killed, len(r.left), len(r.port_holders)
 
     with proc_set(tmp_path) as ps:
-        shell = seen(ps, sh := shell_kill(ps, tmp_path))
-        check_killed(ps, sh)
-    with proc_set(tmp_path) as ps:
-        here = seen(ps, r := kill_tagged(ps.pattern, grace=1.0, ports=[ps.port]))
+        managers = seen(ps, r := node_kill(ps, tmp_path))
         check_killed(ps, r)
-    assert here == shell
-    assert shell[0] == sorted([("bash", False), *((k, k == "stopped") for k in KINDS)])
+    with proc_set(tmp_path) as ps:
+        here = seen(ps, r := kill_by(ps.pattern, grace=1.0, ports=[ps.port]))
+        check_killed(ps, r)
+    assert here == managers
+    assert managers[0] == sorted([("bash", False), *((k, k == "stopped") for k in KINDS)])
 
 
 def test_the_caller_its_ancestors_and_exclude_are_spared(tmp_path: Path) -> None:
@@ -201,8 +222,8 @@ def test_the_caller_its_ancestors_and_exclude_are_spared(tmp_path: Path) -> None
         spared = spawn([sys.executable, "-c", CHILD, "plain"], env)
         wait_for((tmp_path / "spared").exists, 20, what="the spared process")
         killer = (
-            "import json, sys; from mntui.sessions.node.killer import kill_tagged; "
-            "r = kill_tagged(sys.argv[1], grace=1.0, exclude=[int(sys.argv[2])]); "
+            "import json, sys; from mntui.sessions.node.killer import Target, kill; "
+            "r = kill(Target(sys.argv[1]), grace=1.0, exclude=[int(sys.argv[2])]); "
             "print(json.dumps(r.as_dict()), flush=True)"
         )
         # `; true`: bash stays the killer's (tagged) parent instead of exec'ing it.
@@ -247,13 +268,13 @@ def test_the_tmux_session_is_closed(tmp_path: Path) -> None:
     try:
         wait_for(ready.exists, 20, what="the pane's process")
         pid = int(ready.read_text().split()[1])
-        r = kill_tagged(job_node_pattern(job, "n1"), grace=0.3, session=session, tmux=tmux)
+        r = kill_by(job_node_pattern(job, "n1"), grace=0.3, session=session, tmux=tmux)
         assert r.session_killed and [p for p, _, _ in r.found] == [pid] and r.left == (), r
         assert r.sigkilled == (pid,)
         has = subprocess.run([*tmux, "has-session", "-t", f"={session}"], capture_output=True)
         assert has.returncode != 0
         wait_for(lambda: not alive(pid), 5, what="the pane's process gone")
-        again = kill_tagged(job_node_pattern(job, "n1"), grace=0.3, session=session, tmux=tmux)
+        again = kill_by(job_node_pattern(job, "n1"), grace=0.3, session=session, tmux=tmux)
         assert not again.session_killed and again.found == ()
     finally:
         if alive(server) and b"tmux" in Path(f"/proc/{server}/cmdline").read_bytes():
@@ -288,7 +309,7 @@ def test_an_environment_cut_short_never_matches_by_a_piece(tmp_path: Path) -> No
             FAKE_PID + 3: b"MNTUI_RUN=kj/r1/n10\0" + b"X" + tag + b"\0",  # no whole entry
         },
     )
-    r = kill_tagged(job_node_pattern("kj", "n1"), grace=0, proc=str(proc))
+    r = kill_by(job_node_pattern("kj", "n1"), grace=0, proc=str(proc))
     assert [(p, st) for p, st, _ in r.found] == [(FAKE_PID, "S")], r
     assert len(r.found[0][2].encode()) <= 300 + 2 and r.found[0][2].startswith(
         "fake x\x1b[2J\ufffd"
@@ -310,3 +331,26 @@ def test_listening_ports_reads_listen_rows_only(tmp_path: Path) -> None:
         + "   0: 00000000000000000000000000000000:0050 00000000000000000000000000000000:0000 0A\n"
     )
     assert listening_ports(str(tmp_path)) == {8080, 80}
+
+
+def test_what_a_sentinel_saw_is_killed_and_a_pid_taken_since_is_not(tmp_path: Path) -> None:
+    """A run dir's `members` file (node/members.py): a process it names by pid and start
+    time is the job's whatever it carries (the manager's kill, the sentinel gone); a pid
+    it names with another start time is another process now, never killed."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MNTUI_")}
+    seen = spawn([sys.executable, "-c", "import time; time.sleep(60)"], base)
+    other = spawn([sys.executable, "-c", "import time; time.sleep(60)"], base)
+    run = tmp_path / ".mntui" / "runs" / "km" / "r1" / "n1"
+    run.mkdir(parents=True)
+    try:
+        wait_for(lambda: alive(seen.pid) and alive(other.pid), 10, what="both sleeping")
+        members.write_members(str(run), [(seen.pid, start(seen.pid)), (other.pid, 1)])
+        target = Target(job="MNTUI_RUN=km/[^/]+/n1", runs=(str(tmp_path / ".mntui/runs/km/*/n1"),))
+        r = kill(target, grace=1.0)
+        assert [pid for pid, _, _ in r.found] == [seen.pid] and r.left == (), r
+        wait_for(lambda: seen.poll() is not None, 5, what="the member seen before gone")
+        assert other.poll() is None
+    finally:
+        for p in (seen, other):
+            p.kill()
+            p.wait()

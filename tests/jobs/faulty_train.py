@@ -5,6 +5,11 @@ peer froze waits inside `all_reduce`, as a real job's metric reduction would. Wi
 --fail-rank/--fail-step it breaks the way --how says, on the attempts before
 --fail-attempts (read from MNTUI_RESTART_COUNT; default: every attempt); with
 --fail-if-env, every rank of a node where that variable is set breaks instead.
+With --rename it names itself at start (setproctitle, as many training stacks do: its
+environment, mntui's tag included, is written over); with --helper it starts a helper
+with a clean environment (`env -i`) in a session of its own, which names itself too.
+Each writes its pid into the run dir (rank-RANK.pid, helper-RANK.pid): nothing of them
+carries a tag to find them by.
 """
 
 from __future__ import annotations
@@ -12,8 +17,31 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import subprocess
 import sys
 import time
+
+HELPER = """import os, setproctitle, sys, time
+setproctitle.setproctitle("data-server")
+open(sys.argv[1] + ".tmp", "w").write(str(os.getpid()))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(3600)
+"""
+
+
+def hide(rename: bool, helper: bool) -> None:
+    """--rename and --helper, before anything else: the rank's pid said first."""
+    rank, where = os.environ.get("RANK", "0"), os.environ.get("MNTUI_RUN_DIR", ".")
+    with open(f"{where}/rank-{rank}.pid", "w") as f:
+        f.write(str(os.getpid()))
+    if helper:
+        argv = ["env", "-i", sys.executable, "-c", HELPER, f"{where}/helper-{rank}.pid"]
+        quiet = subprocess.DEVNULL
+        subprocess.Popen(argv, start_new_session=True, stdin=quiet, stdout=quiet, stderr=quiet)
+    if rename:
+        import setproctitle
+
+        setproctitle.setproctitle(f"trainer rank {rank}")
 
 
 def fail(how: str) -> None:
@@ -45,7 +73,11 @@ def main() -> None:
     ap.add_argument("--how", choices=("oom", "exit3", "segv", "hang"), default="oom")
     ap.add_argument("--fail-attempts", type=int, default=1 << 30)
     ap.add_argument("--fail-if-env", default="", help="fail only where this variable is set")
+    ap.add_argument("--rename", action="store_true", help="setproctitle at start")
+    ap.add_argument("--helper", action="store_true", help="an `env -i` helper, renamed")
     args = ap.parse_args()
+    if args.rename or args.helper:
+        hide(args.rename, args.helper)
 
     import datetime
 

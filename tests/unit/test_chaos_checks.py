@@ -23,6 +23,7 @@ from fakecluster import free_port, wait_for
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from chaos_checks import (
+    check_account,
     check_chain,
     check_decision,
     check_files,
@@ -305,3 +306,23 @@ def test_the_coordinators_port_is_named_as_such() -> None:
         s.listen()
         (v,) = check_port(port, "coordinator port")
         assert v.detail == f"coordinator port {port} still listening"
+
+
+def test_the_account_check_names_each_mismatch_with_the_journal() -> None:
+    """Issue 37: the kill must name the coordinator's last attempt's nodes, history count
+    its failures, each failed attempt have a saved report naming its first failure."""
+    end = {"state": "failed", "culprit": "n1"}
+    chain = {"attempts": [
+        {"attempt": 0, "run": "r0", "nodes": ["n0", "n1"], "end": end, "first": {"node": "n1"}},
+        {"attempt": 1, "run": "r1", "nodes": ["n0", "n2"]},
+    ]}  # fmt: skip
+    kill = "+  0.40s n0[0]            killed     4 process(es)\n+  0.41s n2[1]  killed  2\n"
+    assert check_account(chain, kill, True, 1, {"r0": "n1"}) == []
+    found = check_account(chain, kill.replace("n2[1]", "n1[1]"), True, 1, {"r0": "n1"})
+    assert [v.invariant for v in found] == ["account"] and "n2" in found[0].detail
+    assert "counts 0 failure" in check_account(chain, kill, True, 0, {"r0": "n1"})[0].detail
+    assert "no saved report" in check_account(chain, kill, True, 1, {"r0": None})[0].detail
+    wrong = check_account(chain, kill, True, 1, {"r0": "n0"})
+    assert wrong and "names n0" in wrong[0].detail
+    assert check_account(None, kill, True, 1, {})[0].invariant == "account"
+    assert check_account(chain, "", False, 1, {"r0": "n1"}) == []  # no answer: direct kill

@@ -69,3 +69,31 @@ def test_a_kills_decision_writes_its_attempts_last_clock_and_only_its_own() -> N
     _note_last_steps(rec, {"run": run, "steps": clock})
     (note,) = steps()
     assert note["last_step_at"] == 190.0 and note["last_step"] == 90
+
+
+def test_a_fifo_the_job_planted_never_blocks_the_request(tmp_path: Path) -> None:
+    """The job runs as the same user: a FIFO where the request used to be written
+    (`coord/kill.tmp`) blocked `mntui kill`'s shell on the main for ever; the request is
+    now a file of its own, renamed over whatever `coord/kill` was."""
+    from mntui.sessions.launch.coordkill import request_script
+
+    coord = tmp_path / RUN_DIR / "coord"
+    coord.mkdir(parents=True)
+    os.mkfifo(coord / "kill.tmp")
+    os.mkfifo(coord / "kill")
+    (coord / "status.json").write_text("{}")
+    env = {**os.environ, "HOME": str(tmp_path), "MNTUI_RUN": "j/r/n0/coord"}
+    coordinator = subprocess.Popen(["sleep", "60"], env=env)  # a live process, its tag
+    try:
+        (tmp_path / RUN_DIR / "coord.pid").write_text(f"{coordinator.pid}\n")
+        res = subprocess.run(
+            ["sh", "-c", request_script(RUN_DIR, 2.0, "00ff")],
+            env={**os.environ, "HOME": str(tmp_path)}, capture_output=True, text=True,
+            timeout=10,
+        )  # fmt: skip
+    finally:
+        coordinator.kill()
+        coordinator.wait()
+    assert "COORD asked" in res.stdout, res.stdout + res.stderr
+    assert json.loads((coord / "kill").read_text())["id"] == "00ff"
+    assert [p.name for p in coord.iterdir() if p.name.startswith(".kill.")] == []

@@ -20,8 +20,9 @@ from mntui.sessions.doctor import smoke
 from mntui.sessions.doctor.checks import Status, ifname_checks, node_checks, workdir_check
 from mntui.sessions.errors import ExitCode
 from mntui.sessions.launch import tmux
-from mntui.sessions.launch.kill import kill_script
+from mntui.sessions.launch.kill import kill_script, kill_spec
 from mntui.sessions.launch.plan import build_plan
+from mntui.sessions.launch.sentinelship import bundle
 from mntui.sessions.procs import job_node_pattern, run_tag
 
 REPO = Path(__file__).resolve().parents[2]
@@ -196,7 +197,8 @@ def test_smoke_job_is_no_user_job(job: str) -> None:
         entry = f"MNTUI_RUN={np.tag}\0".encode()
         grep = ["grep", "-zxE", "--", job_node_pattern(s.job, np.node)]
         assert subprocess.run(grep, input=entry, capture_output=True).returncode == 0
-        for script in (np.start_script, kill_script(grep[-1], np.session, [29511], 1.0)):
+        kill = kill_script(kill_spec(s.job, np.node, [29511], 1.0), bundle())
+        for script in (np.start_script, kill):
             assert subprocess.run(["dash", "-n"], input=script, text=True).returncode == 0
         assert subprocess.run(["bash", "-n"], input=np.launch_script, text=True).returncode == 0
         assert f" 60 {TOKEN}" in np.command

@@ -19,7 +19,7 @@ def _proc(root: Path, pid: int, state: str, cmdline: bytes) -> None:
 
 def test_a_process_found_again_as_it_dies_keeps_its_first_reading(tmp_path: Path) -> None:
     _proc(tmp_path, 11, "S", b"python3\0train.py\0--stubborn\0")
-    k = _Killer("MNTUI_RUN=j/r1/n1", str(tmp_path), ())
+    k = _Killer(str(tmp_path))
     k.note([_Proc(11, 1000, None)])
     _proc(tmp_path, 11, "R", b"")  # its SIGKILL landing: memory gone, not a zombie yet
     k.note([_Proc(11, 1000, None)])

@@ -27,6 +27,7 @@ from mntui.sessions.node.proctree import (
     Follower,
     Proc,
     StatLine,
+    Tag,
     parse_stat,
 )
 
@@ -185,21 +186,60 @@ def test_a_tagged_tree_is_found_from_its_seed(procs: Procs) -> None:
     assert f.malformed == 0 and f.over_limit == 0
 
 
-def test_an_untagged_child_of_a_tagged_process_is_left_out(procs: Procs) -> None:
+def test_a_child_that_drops_the_tag_is_followed_and_a_stranger_is_not(procs: Procs) -> None:
+    """A member's child is the job's whatever its environment says (`env -u`, `env -i`:
+    a launcher's clean environment); an untagged process that descends from no member
+    is never taken."""
     entry = procs.tag()
-    script = 'env -u MNTUI_RUN "$0" -c "$1" & echo $!; "$0" -c "$1" & wait'
+    script = 'env -u MNTUI_RUN "$0" -c "$1" & echo $!; env -i "$0" -c "$1" & echo $!; wait'
     sh = procs.tagged(["sh", "-c", script, PY, SLEEP], entry)
     assert sh.stdout is not None
-    untagged = int(sh.stdout.readline())
-    procs.remember(untagged)
-    wait_for(lambda: _ready(untagged, None) and len(_tagged(entry)) == 2, T, what="both children")
-    assert entry.encode() not in _environ(untagged)
+    kids = [int(sh.stdout.readline()), int(sh.stdout.readline())]
+    for pid in kids:
+        procs.remember(pid)
+    stranger = procs.spawn([PY, "-c", SLEEP], {})
+    wait_for(lambda: all(_ready(p, None) for p in [*kids, stranger.pid]), T, what="all three")
+    assert all(entry.encode() not in _environ(p) for p in kids)
     f = Follower(entry, scan_every=2)
     f.add(sh.pid)
-    seen = _until(f, lambda s: len(s) == 2, "sh and its tagged child")
+    seen = _until(f, lambda s: len(s) == 3, "sh and both children")
     for _ in range(4):  # two more scans
-        assert untagged not in {p.pid for p in f.sample()}
-    assert set(seen) == _tagged(entry)
+        assert stranger.pid not in {p.pid for p in f.sample()}
+    assert set(seen) == {sh.pid, *kids}
+
+
+def test_a_helper_that_renames_itself_in_a_session_of_its_own_stays_followed(
+    procs: Procs,
+) -> None:
+    """setproctitle writes over the environment (/proc/PID/environ reads zeros): the
+    helper is followed as the rank's child, and still once the rank died (an orphan of
+    init, no tag, no parent of ours)."""
+    pytest.importorskip("setproctitle")
+    entry = procs.tag()
+    helper = (
+        "import setproctitle, sys, time; setproctitle.setproctitle('data-server'); "
+        "print('up', flush=True); time.sleep(600)"
+    )
+    rank = (
+        "import subprocess, sys, time\n"
+        f"p = subprocess.Popen([sys.executable, '-c', {helper!r}], start_new_session=True,"
+        " stdout=subprocess.PIPE)\n"
+        "p.stdout.readline()\n"
+        "print(p.pid, flush=True)\n"
+        "time.sleep(600)"
+    )
+    r = procs.tagged([PY, "-c", rank], entry)
+    assert r.stdout is not None
+    helper_pid = int(r.stdout.readline())
+    procs.remember(helper_pid)
+    assert not any(e.startswith(b"MNTUI_RUN=") for e in _environ(helper_pid))
+    f = Follower(entry, scan_every=1000)
+    f.add(r.pid)
+    assert [p.pid for p in f.sample()] == sorted([r.pid, helper_pid])
+    r.kill()
+    r.wait(timeout=T)
+    seen = _until(f, lambda s: r.pid not in s, "the rank gone")
+    assert list(seen) == [helper_pid] and seen[helper_pid].ppid != r.pid
 
 
 def test_a_stopped_member_shows_its_state_at_the_next_sample(procs: Procs) -> None:
@@ -342,7 +382,7 @@ class _Counting(Follower):
         super().__init__(entry, scan_every=scan_every)
         self.per_process: Counter[tuple[int, int]] = Counter()
 
-    def _tagged(self, pid: int) -> bool:
+    def _tagged(self, pid: int) -> str | None:
         try:
             self.per_process[pid, os.stat(f"/proc/{pid}").st_ino] += 1
         except OSError:
@@ -416,18 +456,18 @@ def test_children_files_find_new_members_between_scans(tmp_path: Path) -> None:
     _fake(tmp_path, 102, 100, threads={102: []})  # untagged
     f = Follower(e, proc=str(tmp_path))
     f.add(100)
-    assert [p.pid for p in f.sample()] == [100, 101]
-    _fake(tmp_path, 103, 100, env=e, threads={103: []})
-    _fake(tmp_path, 104, 101, env=e, threads={104: []})
+    assert [p.pid for p in f.sample()] == [100, 101, 102]  # 102: a member's child
+    assert f.environ_reads == 1  # the seed's: its children are members by descent
+    _fake(tmp_path, 103, 100, threads={103: []})
+    _fake(tmp_path, 104, 101, threads={104: []})
     _fake(tmp_path, 100, 1, env=e, threads={100: [101, 102, 103]})
     _fake(tmp_path, 101, 100, env=e, threads={101: [], 150: [104]})
-    assert [p.pid for p in f.sample()] == [100, 101, 103]  # main thread's children only
-    assert (
-        f.last_reads == 2 + 2 + 3
-    )  # stat and children of 100 and 101; 103's stat, environ, children
+    assert [p.pid for p in f.sample()] == [100, 101, 102, 103]  # main thread's children only
+    # stat and children of 100, 101 and 102; 103's stat and children, no environ
+    assert f.last_reads == 3 * 2 + 2 and f.environ_reads == 1
     for _ in range(8):
         assert 104 not in {p.pid for p in f.sample()}
-    assert [p.pid for p in f.sample()] == [100, 101, 103, 104]  # all threads, 10th sample
+    assert [p.pid for p in f.sample()] == [100, 101, 102, 103, 104]  # all threads, 10th
     assert f.children_supported and f.malformed == 0
 
 
@@ -502,3 +542,65 @@ def test_a_young_forked_process_that_shows_the_tag_is_a_member_at_once(tmp_path:
     f.add(100)
     seen = {p.pid: p.ppid for p in f.sample()}
     assert seen == {100: 1, 101: 100, 102: 101}
+
+
+def test_a_root_is_a_member_whatever_it_carries_and_only_that_very_process(
+    tmp_path: Path,
+) -> None:
+    """The pane's process, or one seen before (its start given): members with no tag at
+    all, and their children with them; a pid whose start is not the one seen is another
+    process, never taken."""
+    e = "MNTUI_RUN=j/r/n"
+    _fake(tmp_path, 100, 1, start=50, threads={100: [101]})  # the pane: no tag (zeroed)
+    _fake(tmp_path, 101, 100, threads={101: []})
+    _fake(tmp_path, 200, 1, start=70, threads={200: []})  # seen at start 60: not this one
+    _fake(tmp_path, 300, 1, start=80, threads={300: []})  # seen at 80: this one
+    f = Follower(e, proc=str(tmp_path), scan_every=1000)
+    f.root(100)
+    f.root(200, 60)
+    f.root(300, 80)
+    assert [p.pid for p in f.sample()] == [100, 101, 300]
+    assert f.environ_reads == 1  # 200's, by the first sample's scan: judged by its tag
+    assert sorted(f.identities) == [(100, 50), (101, 1000), (300, 80)]
+    _fake(tmp_path, 100, 1, start=51, threads={100: []})  # its pid taken by another process
+    assert [p.pid for p in f.sample()] == [101, 300]
+
+
+def test_a_watchers_children_are_not_the_jobs(tmp_path: Path) -> None:
+    """A sentinel is found by its own tag; what it starts (a capture's py-spy, a
+    restart's tmux client) is not the job's for descending from it."""
+    e, w = "MNTUI_RUN=j/r/n", "MNTUI_RUN=j/r/n/sentinel"
+    _fake(tmp_path, 100, 1, env=w, threads={100: [101]})
+    _fake(tmp_path, 101, 100, threads={101: []})  # untagged child of the watcher
+    _fake(tmp_path, 102, 100, env=e, threads={102: []})  # a tagged one is the job's
+    f = Follower(Tag(entry=e), proc=str(tmp_path), watchers=Tag(pattern=r"MNTUI_RUN=j/r/n/\w+"))
+    assert [p.pid for p in f.sample()] == [100, 102]
+    assert [p.pid for p in f.sample()] == [100, 102]
+
+
+def test_the_runs_cgroup_holds_members_whatever_else(tmp_path: Path) -> None:
+    e = "MNTUI_RUN=j/r/n"
+    _fake(tmp_path, 100, 1, threads={100: []})  # reparented to init, renamed: only its cgroup
+    _fake(tmp_path, 101, 1, threads={101: []})
+    cg = tmp_path / "cg"
+    cg.mkdir()
+    (cg / "cgroup.procs").write_text("100\n")
+    f = Follower(e, proc=str(tmp_path), scan_every=1000)
+    f.cgroup(str(cg))
+    assert [p.pid for p in f.sample()] == [100] and f.environ_reads == 1  # 101's, by a scan
+    (cg / "cgroup.procs").write_text("100\n101\n")
+    assert [p.pid for p in f.sample()] == [100, 101]
+
+
+def test_without_children_files_a_scan_takes_a_members_child_by_its_parent(
+    tmp_path: Path,
+) -> None:
+    e = "MNTUI_RUN=j/r/n"
+    _fake(tmp_path, 100, 1, env=e)
+    _fake(tmp_path, 101, 100)  # untagged, its parent a member
+    _fake(tmp_path, 102, 1)  # untagged, a stranger
+    f = Follower(e, proc=str(tmp_path), scan_every=1)
+    f.add(100)
+    first = [p.pid for p in f.sample()]
+    assert not f.children_supported and first in ([100], [100, 101])  # as the scan meets them
+    assert [p.pid for p in f.sample()] == [100, 101]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,9 +20,11 @@ from mntui.sessions.launch.kill import (
     free_script,
     holders_script,
     kill_script,
+    kill_spec,
     parse_free,
     parse_kill,
 )
+from mntui.sessions.launch.sentinelship import bundle
 from mntui.sessions.procs import (
     SHELL_LIB,
     PortHolder,
@@ -58,30 +62,65 @@ def test_frame_runs_in_sh_and_survives_exit() -> None:
     assert (res.stdout, res.exit_code) == ("hi\n", 4)
 
 
+def result(**changes: object) -> str:
+    """A node kill's result line (node/killer.py's `kill` verb), with `changes`."""
+    d: dict[str, object] = {
+        "found": [[10, "S", "bash ./launch.sh"], [11, "T", "python3 -m torch.distributed.run x"]],
+        "sigkilled": [11, 11],
+        "left": [],
+        "session_killed": True,
+        "port_holders": [29500],
+        "holders": [[29500, 99, 1000, "bob", "python3 other.py"]],
+        "seconds": 1.234,
+        "phases": {"scan": 0.01},
+    }
+    return f"KILL_RESULT {json.dumps({**d, **changes})}\n"
+
+
 def test_parse_kill_report() -> None:
-    launch, torchrun = b64("bash\0./launch.sh\0"), b64("python3\0-m\0torch.distributed.run\0x")
-    bob, other = b64("bob"), b64("python3\0other.py\0")
-    out = (
-        f"PROC 10 S {launch}\nPROC 11 T {torchrun}\n"
-        f"SIGKILL 11\nPROC 11 T {torchrun}\nSESSION_KILLED\nLEFT\n"
-        f"LISTEN 29500 99 {bob} {other}\nELAPSED_MS 1234\n"
-    )
-    r = parse_kill("g1", out)
+    r = parse_kill("g1", result())
     assert [p.pid for p in r.found] == [10, 11] and r.sigkilled == (11,) and r.left == ()
-    assert r.session_killed and r.seconds == 1.234
+    assert r.session_killed and r.seconds == 1.234 and r.malformed == 0
     assert (
         not r.clean
         and r.port_holders[0].describe() == "port 29500 held by pid 99 (bob): python3 other.py"
     )
     assert "1 needed SIGKILL" in r.summary()
+    hidden = parse_kill("g1", result(holders=[[29500, None, 7, "", ""]]))
+    assert (
+        hidden.port_holders[0].describe() == "port 29500 held by uid 7, a process hidden from you"
+    )
+    older = parse_kill("g1", result(holders=None).replace(', "holders": null', ""))
+    assert [h.port for h in older.port_holders] == [29500] and not older.clean  # a port alone
 
 
-def test_parse_kill_keeps_what_a_process_was_when_first_found() -> None:
-    """A sweep lists a process again while its SIGKILL lands: zombie-bound, its command
-    line already empty. The report says what it was, not how it died."""
-    stubborn = b64("python3\0train.py\0")
-    r = parse_kill("g1", f"PROC 11 S {stubborn}\nSIGKILL 11\nPROC 11 R {b64('')}\nLEFT\n")
-    assert [(p.pid, p.state, p.cmdline) for p in r.found] == [(11, "S", "python3 train.py")]
+def test_a_kill_result_of_another_shape_is_never_taken_for_clean() -> None:
+    """Node output is data: a result that does not read is the node's failure, said, never
+    a clean kill; a line that is no record is counted."""
+    for bad in (
+        result(left=["1"]),
+        result(found=[[10, "S"]]),
+        result(session_killed="yes"),
+        result(seconds=None),
+        "KILL_RESULT {not json\n",
+        result() + result(),
+        "",
+    ):
+        with pytest.raises(NodeError, match="g1: the kill"):
+            parse_kill("g1", bad)
+    r = parse_kill("g1", f"LISTEN 29500 1 root x\nLEFT 1\n{result(port_holders=[], holders=[])}")
+    assert r.clean and r.malformed == 2 and "2 unreadable line(s)" in r.summary()
+    cmd = "x\x1b[2J\nKILL_RESULT {}\u202e"
+    r = parse_kill("g1", result(found=[[5, "Sx", cmd]], port_holders=[], holders=[]))
+    assert [(p.pid, p.state) for p in r.found] == [(5, "S")] and "\x1b" not in r.found[0].cmdline
+    assert "\n" not in r.found[0].cmdline
+
+
+def test_a_node_without_a_python_for_the_kill_says_so() -> None:
+    tried, said = b64(" python3 python3.9"), b64("NODE_PYTHON 3.6: 3.9 or later needed")
+    with pytest.raises(NodeError, match=r"python3 3\.9 or later .* none runs there") as e:
+        parse_kill("g1", f"KILL_NO_PYTHON {tried} {said}\n")
+    assert "python3 python3.9" in str(e.value) and "NODE_PYTHON 3.6" in str(e.value)
 
 
 def test_a_kill_by_tag_takes_every_watcher_of_the_job_on_the_node_and_nothing_else() -> None:
@@ -102,18 +141,7 @@ def test_parse_listeners_dedupes_v4_v6_and_foreign() -> None:
     assert "another user" in hs[1].describe()
 
 
-def test_kill_and_log_answers_count_what_is_no_record() -> None:
-    """A forged `LISTEN 29500 1 root x` line (the old, unencoded shape) made kill report
-    "not clean"; now it is no record: skipped and counted, like the rest. (What keeps a
-    node from printing a well-formed record is the encoding at the source: the
-    real-script tests below.)"""
-    r = parse_kill(
-        "n",
-        "LISTEN 29500 1 root x\nLEFT x\nSIGKILL abc\nELAPSED_MS 1e9\nPROC 5 S not*b64\n"
-        "SESSION_KILLED now\nLEFT\nELAPSED_MS 5\n",
-    )
-    assert r.clean and r.port_holders == () and r.found == () and not r.session_killed
-    assert r.malformed == 6 and r.seconds == 0.005 and "6 unreadable line(s)" in r.summary()
+def test_log_answers_count_what_is_no_record() -> None:
     c = parse_read("SIZE 10\nEXIT x\nDATA\naGk=\nDATA\nnoise\n", 0)
     assert (c.data, c.size, c.exit_code, c.malformed) == (b"hi", 10, None, 3)
 
@@ -186,6 +214,14 @@ def child(
         p.wait()
 
 
+def node_kill(job: str, ports: list[int], grace: float, home: Path) -> str:
+    """The manager's kill of `job` on node n1 as a node runs it (the bundle shipped to
+    `home`, its `kill` verb on this machine's python3)."""
+    spec = kill_spec(job, "n1", ports, grace)
+    spec["session"] = None
+    return run_sh(kill_script(spec, bundle(), ship=True), home)
+
+
 def run_sh(script: str, home: Path) -> str:
     """A node's shell, here: sh (dash) reading the script on stdin, with the test's HOME."""
     env = {**os.environ, "HOME": str(home)}
@@ -199,11 +235,11 @@ def gone(p: subprocess.Popen[str]) -> bool:
 
 
 def test_kill_is_clean_though_the_job_prints_a_foreign_listener(tmp_path: Path) -> None:
-    """A forged `LISTEN <port> 1 ...` in a command line made kill report "not clean"."""
+    """A forged `LISTEN <port> 1 ...` in a command line made the shell kill report "not
+    clean"; the node kill's JSON carries a command line as a string, whatever it holds."""
     port, tag = free_port(), f"hk{os.getpid()}/r1/n1"
     with child(f"x\nLISTEN {port} 1 root sshd\nLEFT 1\nSIGKILL 1", tag) as p:
-        pattern = job_node_pattern(tag.split("/", maxsplit=1)[0], "n1")
-        r = parse_kill("n1", run_sh(kill_script(pattern, "none", [port], 0.5), tmp_path))
+        r = parse_kill("n1", node_kill(tag.split("/", maxsplit=1)[0], [port], 0.5, tmp_path))
         assert r.clean and r.port_holders == () and r.left == () and r.sigkilled == (), r
         assert [x.pid for x in r.found] == [p.pid] and r.malformed == 0
         assert "x LISTEN" in r.found[0].cmdline  # shown on one line, never read as a record
@@ -215,8 +251,7 @@ def test_kill_never_takes_a_process_name_for_its_state(tmp_path: Path) -> None:
     never sent SIGKILL and the kill said clean."""
     tag = f"hz{os.getpid()}/r1/n1"
     with child("", tag, comm="x) Z 1", ignore_term=True) as p:
-        pattern = job_node_pattern(tag.split("/", maxsplit=1)[0], "n1")
-        r = parse_kill("n1", run_sh(kill_script(pattern, "none", [], 0.3), tmp_path))
+        r = parse_kill("n1", node_kill(tag.split("/", maxsplit=1)[0], [], 0.3, tmp_path))
         assert r.sigkilled == (p.pid,) and r.clean, r
         wait_for(lambda: gone(p), 5, what="the process SIGKILLed")
 
@@ -237,3 +272,45 @@ def test_cleanup_cannot_be_steered_to_another_pid(tmp_path: Path) -> None:
             assert not gone(victim), "a PID that only a command line named was killed"
             assert [(h.port, h.pid) for h in found] == [(port, holder.pid)]
             assert parse_free(out) == ((holder.pid,), ())
+
+
+def test_a_node_whose_python3_is_too_old_kills_with_a_python_the_job_runs(tmp_path: Path) -> None:
+    """Bare python3 3.6 (the bundle refuses it: exit 3) and no python3.N on the PATH, as on
+    a node whose jobs run in a conda env their `setup` activates: the kill runs on the
+    interpreter a process of this user runs already (the job's own), and kills the job."""
+    tag = f"hp{os.getpid()}/r1/n1"
+    job = tag.split("/", maxsplit=1)[0]
+    assert parse_kill("n1", node_kill(job, [], 0.3, tmp_path)).found == ()  # ships the bundle
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("grep", "base64", "readlink", "tail"):
+        (bin_dir / tool).symlink_to(shutil.which(tool) or tool)
+    old = bin_dir / "python3"
+    old.write_text("#!/bin/sh\necho 'NODE_PYTHON 3.6: 3.9 or later needed'\nexit 3\n")
+    old.chmod(0o755)
+    spec = kill_spec(job, "n1", [], 0.3)
+    spec["session"] = None
+    env = {**os.environ, "HOME": str(tmp_path), "PATH": str(bin_dir)}
+    with child("", tag) as p:
+        script = kill_script(spec, bundle())
+        out = subprocess.run(["/bin/sh", "-s"], input=script, capture_output=True, text=True,
+                             env=env).stdout  # fmt: skip
+        r = parse_kill("n1", out)
+        assert [x.pid for x in r.found] == [p.pid] and r.clean, out
+        wait_for(lambda: gone(p), 5, what="the job's process gone")
+
+
+def test_a_sweep_names_what_a_clean_report_left_and_never_a_leaving_watcher() -> None:
+    """The final sweep after a sentinel's clean report (launch/userkill.py): the job's
+    processes it finds are what the report missed; a watcher it finds (a sentinel still
+    leaving after the coordinator's stop) is not."""
+    clean = {"port_holders": [], "holders": []}
+    said = parse_kill("g1", result(found=[], sigkilled=[], **clean))
+    leaving = parse_kill("g1", result(found=[[7, "S", "python3 x.pyz run"]], watchers=[7], **clean))
+    assert leaving.jobs == () and leaving.watchers == (7,)
+    left = parse_kill("g1", result(found=[[7, "S", "w"], [9, "S", "train"]], watchers=[7], **clean))
+    merged = said.swept(left)
+    assert [p.pid for p in merged.missed] == [9] and merged.clean
+    assert "its sentinel reported it clean, yet 1 process(es) of the job were left (9)" in (
+        merged.summary()
+    )

@@ -120,7 +120,22 @@ def test_the_head_start_goes_to_the_main_the_record_names() -> None:
     rec.create()
     saved = latest("ps")
     assert saved is not None and (saved.main.node, saved.main.host) == ("g1", "h1")
-    assert prestart.main_of("ps") == ("g1", "h1")
+    assert prestart.nodes_of("ps") == [("g1", "h1"), ("g2", "h2")]
+
+
+def test_a_kill_also_starts_its_sweep_to_every_node(tmp_path: Path) -> None:
+    """The final sweep (launch/userkill.py) goes to every node of the run after the
+    coordinator's answer: its connections start with the request's, one per node."""
+    path = job_file(tmp_path)
+    record()
+    prestart.prestart(["-c", str(path), "kill"])
+    memo = recall(path)
+    assert memo is not None
+    assert sorted(k[:2] for k in early._started) == [("", "g1"), (early.SWEEP, "g1")]
+    request, sweep = early.take("g1", memo.ssh), early.take("g1", memo.ssh, early.SWEEP)
+    assert request is not None and sweep is not None and request is not sweep
+    prestart.prestart(["-c", str(path), "status"])
+    assert early.take("g1", memo.ssh, early.SWEEP) is None  # a status sweeps nothing
 
 
 @pytest.mark.parametrize("case", ["no-watch", "local-main", "edited", "no-record", "bad-run"])

@@ -79,7 +79,7 @@ def test_bytes_that_do_not_check_out_are_never_put_in_place(tmp_path: Path) -> N
     assert list((tmp_path / ".mntui" / "sentinel").iterdir()) == []
 
 
-def test_a_node_without_python3_says_so(tmp_path: Path) -> None:
+def test_a_node_without_python3_nor_sha256sum_says_so(tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for tool in ("base64", "mkdir", "chmod", "mv", "rm"):
@@ -87,8 +87,22 @@ def test_a_node_without_python3_says_so(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
     answer = ship.parse_ship(sh(SCRIPTS["ship"], home, str(bin_dir)), B.sha)
-    assert answer == ShipAnswer(ShipState.FAILED, "no python3")
+    assert answer == ShipAnswer(ShipState.FAILED, "no python3 nor sha256sum")
     assert ship.parse_python(sh(SCRIPTS["python"], home, str(bin_dir))) is None
+
+
+def test_a_node_without_python3_gets_the_bundle_checked_by_sha256sum(tmp_path: Path) -> None:
+    """A kill runs the bundle on another python than the bare python3 (the job's own,
+    launch/kill.py): the bundle reaches such a node all the same, checked."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("base64", "mkdir", "chmod", "mv", "rm", "sha256sum", "cut"):
+        (bin_dir / tool).symlink_to(shutil.which(tool) or tool)
+    home = tmp_path / "home"
+    home.mkdir()
+    answer = ship.parse_ship(sh(SCRIPTS["ship"], home, str(bin_dir)), B.sha)
+    assert answer == ShipAnswer(ShipState.SHIPPED, None)
+    assert (home / ship.remote_path(B.sha)).read_bytes() == B.data
 
 
 def test_the_python_check_reads_this_python(tmp_path: Path) -> None:

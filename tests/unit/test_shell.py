@@ -21,6 +21,7 @@ from mntui.sessions.doctor.smoke import smoke_config
 from mntui.sessions.launch import board, coordkill, kill, logs, startchecks, tmux
 from mntui.sessions.launch import start as launch
 from mntui.sessions.launch.plan import run_record
+from mntui.sessions.launch.sentinelship import bundle
 from mntui.sessions.poll import pollscript
 from mntui.sessions.procs import SHELL_LIB, PortHolder
 from mntui.sessions.report.evidence import evidence_script
@@ -79,9 +80,11 @@ def scripts() -> dict[str, tuple[str, str]]:
         pollscript.poll_script(rec, 99, frozenset({7, 8}), False, True, 7, False, False),
     )
     out["poll-nogpu"] = ("sh", pollscript.poll_script(rec, 0, frozenset({7}), False, False, None))
-    out["kill"] = ("sh", kill.kill_script("MNTUI_RUN=j/[^/]+/n\\.0", "j-n_0", cfg.all_ports, 2.5))
-    out["kill-noports"] = ("sh", kill.kill_script("MNTUI_RUN=x", "s", (), 0))
-    out["kill-attempt"] = ("sh", kill.kill_script("MNTUI_RUN=x", "s", (), 0, '"$HOME"/r/n'))
+    b = bundle()
+    out["kill"] = ("sh", kill.kill_script(kill.kill_spec("j", "n.0", cfg.all_ports, 2.5), b))
+    out["kill-ship"] = ("sh", kill.kill_script(kill.kill_spec("j", "n", (), 0), b, ship=True))
+    attempt = kill.kill_spec("j'x", "n 0", (), 0, ("r1", "r0"))
+    out["kill-attempt"] = ("sh", kill.kill_script(attempt, b))
     out["holders"] = ("sh", kill.holders_script(cfg.all_ports))
     holders = (PortHolder(29511, 7, "me", "x"), PortHolder(29512, None, None, ""))
     out["free"] = ("sh", kill.free_script(holders, 2))
@@ -171,12 +174,15 @@ def test_shell_library_is_package_data() -> None:
     assert lib.read_text() == SHELL_LIB
     data = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert "sh/*.sh" in data["tool"]["setuptools"]["package-data"]["mntui.sessions"]
-    # One TERM→grace→KILL and one deadline wait, used by kill and free alike.
+    # One TERM→grace→KILL and one deadline wait in the shell, the free script's; the
+    # kill's is the node package's (node/killer.py), whatever runs it.
     assert SHELL_LIB.count("kill -TERM") == 1 and SHELL_LIB.count("sleep 0.05") == 1
-    for name in ("kill", "free"):
-        text = SCRIPTS[name][1].replace(SHELL_LIB, "")
-        assert "mntui_stop " in text and "mntui_wait_while " in text
-        assert "kill -TERM" not in text and "$(mntui_now_ms) +" not in text
+    text = SCRIPTS["free"][1].replace(SHELL_LIB, "")
+    assert "mntui_stop " in text and "mntui_wait_while " in text
+    assert "kill -TERM" not in text and "$(mntui_now_ms) +" not in text
+    for name in ("kill", "kill-ship", "kill-attempt"):
+        text = SCRIPTS[name][1]
+        assert SHELL_LIB not in text and "kill -" not in text and '"$f" kill "$spec"' in text
 
 
 def test_pane_status_format_and_parser_agree(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """The review of the stand-by by a lost main (issue 30, session 5): a worker with nothing
 left to kill still gives its word (node/lostword.py), the stand-by's reason for waiting
 is where `status` reads it (watch/standbyhint.py), the old attempt's stop matches its
-own run's tags alone (procs.attempt_pattern), and "the main" of a run record is one
+own run's tags alone (procs.kill_tags), and "the main" of a run record is one
 rule (runs.RunRecord.main) that its readers share."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from mntui.sessions.launch import ChainView, run_config
 from mntui.sessions.launch.board import board_dir
 from mntui.sessions.launch.chains import guard_chain
 from mntui.sessions.node.lostword import LOST, LOST_KILL, lost_why, say_lost
-from mntui.sessions.procs import attempt_pattern, job_node_pattern
+from mntui.sessions.procs import job_node_pattern, kill_tags
 from mntui.sessions.recover.mainloss import Call, Look, judge_main
 from mntui.sessions.recover.standby import Standby
 from mntui.sessions.runs import NodeRecord, RunRecord, RunStatus
@@ -106,19 +106,22 @@ def test_the_stand_by_writes_its_reason_as_it_changes(tmp_path: Path) -> None:
 
 
 def test_the_old_attempts_stop_never_matches_a_later_run() -> None:
-    pat = re.compile(attempt_pattern("j-1", FIRST, FIRST, "node1"))
+    def takes(only: tuple[str, str] | None, tag: str) -> bool:
+        return any(re.fullmatch(p, f"MNTUI_RUN={tag}") for p in kill_tags("j-1", "node1", only))
+
+    first = (FIRST, FIRST)
     for tag in (f"j-1/{FIRST}/node1", f"j-1/{FIRST}/node1/sentinel", f"j-1/{FIRST}/node1/guard"):
-        assert pat.fullmatch(f"MNTUI_RUN={tag}"), tag
+        assert takes(first, tag), tag
     for tag in (f"j-1/{LATER}/node1", f"j-1/{LATER}/node1/sentinel", f"j-1/{FIRST}/node10",
                 f"j-1/{FIRST}/node1/other", f"j-12/{FIRST}/node1"):  # fmt: skip
-        assert not pat.fullmatch(f"MNTUI_RUN={tag}"), tag
+        assert not takes(first, tag), tag
     for tag in (f"j-1/{LATER}/node1", f"j-1/{LATER}/node1/sentinel"):  # what a job-wide kill hits
+        assert takes(None, tag), tag
         assert re.fullmatch(job_node_pattern("j-1", "node1"), f"MNTUI_RUN={tag}"), tag
     # an attempt the cluster restarted: its ranks have its run, its watchers the chain's
-    cluster = re.compile(attempt_pattern("j-1", LATER, FIRST, "node1"))
-    assert cluster.fullmatch(f"MNTUI_RUN=j-1/{LATER}/node1")
-    assert cluster.fullmatch(f"MNTUI_RUN=j-1/{FIRST}/node1/coord")
-    assert not cluster.fullmatch(f"MNTUI_RUN=j-1/{FIRST}/node1"), "the earlier attempt's ranks"
+    assert takes((LATER, FIRST), f"j-1/{LATER}/node1")
+    assert takes((LATER, FIRST), f"j-1/{FIRST}/node1/coord")
+    assert not takes((LATER, FIRST), f"j-1/{FIRST}/node1"), "the earlier attempt's ranks"
 
 
 # -- 3. one rule for "the main" ---------------------------------------------------------

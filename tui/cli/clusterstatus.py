@@ -25,6 +25,7 @@ from mntui.sessions.watch import (
     coordinator_done,
     decision_lines,
     fresh_steps,
+    missed_lines,
     straggler_json,
     straggler_lines,
     sync,
@@ -51,7 +52,7 @@ def cluster_lines(record: RunRecord, view: BoardView | None) -> tuple[RunRecord,
     chain's latest record comes back."""
     record = sync(record, view)
     lines = [watch_line(record, view), *away_lines(record, view), *chain_lines(view)]
-    return record, lines + decision_lines(view, record.run_id)
+    return record, lines + decision_lines(view, record.run_id) + missed_lines(record)
 
 
 def read_main_board(record: RunRecord, cluster: Cluster) -> BoardView | None:

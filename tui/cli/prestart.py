@@ -1,5 +1,6 @@
-"""The one `ssh` a cold `mntui status` or `mntui kill` of a run the cluster watches makes,
-started first thing, before the CLI's grammar and handlers load.
+"""The `ssh` a cold `mntui status` or `mntui kill` of a run the cluster watches makes,
+started first thing, before the CLI's grammar and handlers load (a kill also starts
+one to each node of the run for its final sweep, launch/userkill.py).
 
 Why: both are one connection to the run's main node (quickstatus.py, launch/coordkill.py)
 and its handshake is most of their time; yet the process spent ~35 ms (more on a loaded
@@ -110,10 +111,10 @@ def plain_form(argv: Sequence[str]) -> tuple[str, str | None, frozenset[str]] | 
     return (verb, config, frozenset(flags)) if verb is not None else None
 
 
-def main_of(job: str) -> tuple[str, str] | None:
-    """(node, host) of the main of the job's latest run when the cluster watches it,
-    from its record read raw (the command reads it again, checked, before it takes the
-    connection)."""
+def nodes_of(job: str) -> list[tuple[str, str]] | None:
+    """(node, host) of each node of the job's latest run when the cluster watches it,
+    its main first, from its record read raw (the command reads it again, checked,
+    before it takes a connection)."""
     base = state_dir() / job
     try:
         run = (base / "latest").read_text().strip()
@@ -128,10 +129,13 @@ def main_of(job: str) -> tuple[str, str] | None:
         return None
     # RunRecord.main's rule, on the raw record: the rank-0 node, else the first
     main = next((n for n in nodes if isinstance(n, dict) and n.get("rank") == 0), nodes[0])
-    if not isinstance(main, dict):
-        return None
-    node, host = main.get("node"), main.get("host")
-    return (node, host) if isinstance(node, str) and isinstance(host, str) else None
+    out = [
+        (n.get("node"), n.get("host"))
+        for n in [main, *(n for n in nodes if n is not main)]
+        if isinstance(n, dict)
+    ]
+    ok = [(n, h) for n, h in out if isinstance(n, str) and isinstance(h, str)]
+    return ok if ok and out and ok[0] == out[0] else None
 
 
 def prestart(argv: Sequence[str]) -> tuple[str, str | None, frozenset[str]] | None:
@@ -144,12 +148,16 @@ def prestart(argv: Sequence[str]) -> tuple[str, str | None, frozenset[str]] | No
             return None
         path = Path(form[1]) if form[1] else Path(DEFAULT_CONFIG)
         memo = memo_entry(path)
-        main = main_of(memo["job"]) if memo is not None else None
-        if memo is None or main is None or main[1] in memo["local"]:
+        nodes = nodes_of(memo["job"]) if memo is not None else None
+        if memo is None or nodes is None or nodes[0][1] in memo["local"]:
             return form
         from mntui.sessions.ssh import early
 
-        early.start(main[0], main[1], memo["ssh"])
+        early.start(nodes[0][0], nodes[0][1], memo["ssh"])
+        if form[0] == "kill":  # its final sweep, after the coordinator's answer: every node
+            for node, host in nodes:
+                if host not in memo["local"]:
+                    early.start(node, host, memo["ssh"], early.SWEEP)
         return form
     except Exception:  # a head start only: the command finds out its own way
         return None
