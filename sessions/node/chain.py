@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from . import firstfail, resume, swaps
+from . import firstfail, resume, succession, swaps
 from .chaincopy import Replica
 from .chainlog import ChainLog
 from .chainstates import ChainStatus, OutcomeKind
@@ -39,6 +39,8 @@ STOOD_DOWN = (
     "this coordinator stands down and restarts nothing; a spare that succeeded it, once "
     "every worker lost it, leads the chain (`mntui status` follows it)"
 )
+# the chain's end said by a coordinator whose own node must be replaced (placing.py)
+HANDED = "the chain is handed to the spare {heir}, which succeeds it (the coordinator runs on it)"
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class Coordinator(Starter, Protocol):
 
     notices: Outbox  # what the chain's decisions say (notifysend.py)
     replica: Replica  # every write of chain.json, to every sentinel (chaincopy.py)
+    handover: dict[str, Any] | None  # the chain handed to a successor: its last chain.json
 
     def watch_attempt(self) -> Outcome: ...
 
@@ -136,10 +139,15 @@ def _chain(c: Coordinator, log: ChainLog, at: Point) -> str:
             d = _decision(c, history)
             p = swaps.placement(log.data, c.cfg, history, c.board.live_peers())
             stop = p.stop if d is not None and d.restart else None
-            here = p.main_here
+            here, heir = p.main_here, None
+            if stop is not None and here and p.main_why is not None:  # a spare succeeds it?
+                heir = succession.candidate(log.data, c.cfg)
+                if heir is not None:
+                    main = p.layout[0]
+                    stop = f"the main {main} {p.main_why}: {HANDED.format(heir=heir)}"
             if d is not None and d.restart and out.stopped is not None:
-                stop, here = f"{out.stopped}: {STOOD_DOWN}", True
-            if d is not None and stop is not None:  # the main is this machine's to replace
+                stop, here, heir = f"{out.stopped}: {STOOD_DOWN}", True, None
+            if d is not None and stop is not None:  # the main is not this coordinator's
                 d = replace(d, restart=False, why=stop)
             c.notices.decided(out, end, d, k, held, stop)
             if d is None or not d.restart:
@@ -147,7 +155,10 @@ def _chain(c: Coordinator, log: ChainLog, at: Point) -> str:
                 log.attempt_ended(why, None)
                 gave_up = d is not None and d.gave_up
                 main_here = stop is not None and here
-                log.end(ChainStatus.GAVE_UP if gave_up else ChainStatus.ENDED, why, main_here)
+                status = ChainStatus.GAVE_UP if gave_up else ChainStatus.ENDED
+                log.end(status, why, main_here, handover=heir is not None)
+                if heir is not None:
+                    c.handover = dict(log.data)
                 return f"{out.why}; {why}"
             log.attempt_ended(d.why, d.delay, p)
             phase, delay = BACKOFF, d.delay

@@ -119,11 +119,17 @@ class ChainLog:
         self.data["status"] = ChainStatus.RUNNING.value
         self._write()
 
-    def end(self, status: ChainStatus, why: str, main_here: bool = False) -> None:
-        """`main_here`: the chain ends for this machine to replace its main (its
-        stand-by acts on this flag, never on the words of `why`)."""
+    def end(
+        self, status: ChainStatus, why: str, main_here: bool = False, handover: bool = False
+    ) -> None:
+        """`main_here`: the chain ends here for its main must be replaced (this machine
+        reads the board of a successor then: launch/mainmoved.py, on this flag, never on
+        the words of `why`); `handover`: the spare that succeeds it goes on with it
+        (succession.py acts on this flag)."""
         self.data.update(status=status.value, why=why, ended_at=time.time())
         if main_here:
             self.data["main_here"] = True
+        if handover:
+            self.data["handover"] = True
         self.data["attempts"][-1].setdefault("steps", dict(self.board.clock))
         self._write()

@@ -68,6 +68,7 @@ class Coordinator:
         self.heir: successor.Heir | None = None  # a successor not elected yet: what it takes over
         self.copies: dict[str, dict[str, Any]] = {}  # the voters' copies of the chain
         self.superseded: str | None = None  # a sentinel follows a later epoch: why
+        self.handover: dict[str, Any] | None = None  # the chain handed to a successor
 
     def accept(self) -> None:
         """The port's connections, until the chain is over (coordport.py)."""
@@ -241,9 +242,12 @@ class Coordinator:
             return None
         self.leaving.set()
         respawn.goodbye(self.dir, "coord", why)  # before the stop: nobody starts us again
-        self.board.send_all("stop", why="the chain ended")
+        if self.handover is None:
+            self.board.send_all("stop", why="the chain ended")
         self.done.set()  # the accepting ends: the port is let go before the webhook's wait
         coordport.unlisten(self.sock)
+        if self.handover is not None:  # the port free first: the successor listens on it
+            self.board.send_all("handoff", why=why[:300], data=self.handover)
         self.notices.close()  # what it could not send by then: the manager's
         return why
 

@@ -25,13 +25,15 @@ from typing import Any, Protocol
 
 from . import epochs, respawn, succession
 from .attempt import Attempt
+from .chaincopy import fit, keep
 from .chainstates import LIVE, status_of
 from .epochs import Epoch
-from .lostword import read_lost
+from .lostword import read_lost, say_lost
 from .succession import Word
 from .watchcfg import WatchConfig, joined
 
 HEIR = "heir.json"  # on the successor: what its coordinator is started to take over
+TEND = 2.0  # seconds between two tries to start the successor's coordinator
 
 
 class Lost(Protocol):
@@ -45,6 +47,7 @@ class Lost(Protocol):
     heir: str | None  # the spare its word goes to
     heard: float
     stepped_at: float | None
+    tended: float  # monotonic: the successor's coordinator is not started again before
     keepers: list[respawn.Keeper]
     bundle: list[str] | None
 
@@ -74,9 +77,40 @@ def heir_of(cfg: WatchConfig, copy: dict[str, Any] | None) -> str | None:
     of the chain that is live and of this epoch, and a spare that fits."""
     if cfg.restart is None or cfg.restart.max <= 0 or copy is None:
         return None
-    if status_of(copy.get("status")) not in LIVE or copy.get("epoch", 0) != cfg.epoch:
+    live = status_of(copy.get("status")) in LIVE or copy.get("handover") is True
+    if not live or copy.get("epoch", 0) != cfg.epoch:
         return None
     return succession.candidate(copy, cfg)
+
+
+def handed(s: Lost, msg: dict[str, Any]) -> bool:
+    """The coordinator ended its chain for a spare to go on with it (its main must be
+    replaced: chain.py): the chain as it ended taken as this node's copy, and its word
+    given as after a loss (the attempt was torn down already). False when this sentinel
+    leaves instead: the main's own, or one with no successor to give it to."""
+    data = fit(msg.get("data"), s.cfg.run)
+    if data is not None:
+        s.copy = data
+        keep(s.dir, data)
+    if s.cfg.is_main or s.lost is not None:
+        return False
+    at = time.time()
+    why = f"the coordinator on {s.cfg.main} handed the chain over: {str(msg.get('why'))[:300]}"
+    say_lost(s.dir, at, at, why, None, s.cfg.epoch, s.att.run)
+    return stay(s, at)
+
+
+def tend(s: Lost, now: float) -> None:
+    """On the successor, until it leads: its coordinator started again should the first
+    start have failed (the lost main's port not free yet on this address)."""
+    if s.lost is None or s.heir != s.cfg.node or now < s.tended:
+        return
+    s.tended = now + TEND
+    keeper = coordinator_keeper(s)
+    if keeper.gave_up is None and not keeper.busy.locked():
+        said = keeper.start()
+        if "did not start" in said:
+            print(f"sentinel: {said}", flush=True)
 
 
 def start_successor(s: Lost) -> None:

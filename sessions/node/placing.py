@@ -45,7 +45,8 @@ class Placement:
     layout: tuple[str, ...]  # the next attempt's node of each rank, the main first
     said: tuple[str, ...] = ()  # each swap (or a swap that could not be), one line each
     stop: str | None = None  # why the chain cannot go on here (None: it can)
-    main_here: bool = False  # the stop is a main only this machine can replace
+    main_here: bool = False  # the stop is a main the coordinator cannot replace itself
+    main_why: str | None = None  # that main's fault: "broke twice in a row", "is quarantined"
 
 
 def span(seconds: float) -> str:
@@ -114,7 +115,7 @@ def place(
         if rank == 0 and not here:
             first = f"`mntui quarantine {node}`, then " if why == "broke twice in a row" else ""
             stop = f"the main {node} {why}: {MAIN_HERE} ({first}{RESTART_HERE})"
-            return Placement(tuple(layout), tuple(said), stop, main_here=True)
+            return Placement(tuple(layout), tuple(said), stop, main_here=True, main_why=why)
         fits = [
             s for s in spares if _free(s, new, out, ready) and nprocs.get(s) == nprocs.get(node)
         ]

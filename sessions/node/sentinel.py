@@ -85,6 +85,7 @@ class Sentinel(Link):
         self.lost: Word | None = None  # its word once it lost the main (lostmain.py)
         self.heir: str | None = None  # the spare that word goes to
         self.stepped_at: float | None = None  # wall clock: its ranks' step last advanced
+        self.tended = 0.0  # monotonic: lostmain.tend's next try
         self.step: int | None = None
 
     # -- sampling -------------------------------------------------------------
@@ -134,6 +135,7 @@ class Sentinel(Link):
             gone = lostmain.patient(self, time.time())
             if gone is not None:
                 return gone
+            lostmain.tend(self, time.monotonic())
             self.poke.wait(cfg.interval)
             self.poke.clear()
         return "stopped by the coordinator"

@@ -29,7 +29,10 @@ from .watchcfg import WatchConfig, grace_of, write_json
 
 # follow: logship.py; chain: the coordinator's chain.json (chaincopy.py); epoch: a
 # successor leads the chain now (lostmain.py)
-COMMANDS = frozenset({"hb", "sample", "kill", "start", "stop", "follow", "chain", "epoch"})
+# handoff: the chain handed to the successor (chain.py)
+COMMANDS = frozenset(
+    {"hb", "sample", "kill", "start", "stop", "follow", "chain", "epoch", "handoff"}
+)
 RECV_WAIT = 0.1  # how soon a new sample goes out after it was taken
 # Retries a second at most: a coordinator started again is back within about one
 # (respawn.py), and each node must hear it again well within unreachable_after.
@@ -62,6 +65,7 @@ class Link:
     lost: Word | None
     heir: str | None
     stepped_at: float | None
+    tended: float
 
     if TYPE_CHECKING:  # the sentinel's: no definition here to shadow it
 
@@ -174,7 +178,7 @@ class Link:
                 # its run id, named by the coordinator; a spare's rank (attemptscript.py)
                 start = (ch, msg.get("id"), k, msg.get("run"), msg.get("rank"))
                 threading.Thread(target=self._start, args=start).start()
-        elif kind == "stop":
+        elif kind == "stop" or (kind == "handoff" and not lostmain.handed(self, msg)):
             self.stopping.set()
             self.poke.set()
 

@@ -132,7 +132,7 @@ def judge(look: Look, cfg: WatchConfig) -> Verdict:
     if chain is None:
         return Verdict(Call.WAIT, "no copy of the chain here yet")
     status = status_of(chain.get("status"))
-    if status not in LIVE:
+    if status not in LIVE and chain.get("handover") is not True:
         why = str(chain.get("why") or status or "?")[:300]
         return Verdict(Call.OVER, f"the chain ended on the main: {why}")
     if chain.get("chain") != cfg.run or number_of(chain.get("epoch", 0)) != look.epoch:
@@ -144,9 +144,11 @@ def judge(look: Look, cfg: WatchConfig) -> Verdict:
         return Verdict(Call.OVER, f"the chain names {named or 'no spare'} to succeed {main}", main)
     if look.lost_at is None:
         return Verdict(Call.WAIT, f"this node still hears {main}", main)
+    gone = "handed the chain over" if chain.get("handover") is True else "lost"
     workers = layout[1:]
     if not workers:
-        return Verdict(Call.WAIT, f"{main} lost; a one-node run has no worker to confirm it", main)
+        return Verdict(Call.WAIT, f"{main} {gone}; a one-node run has no worker to confirm it",
+                       main)  # fmt: skip
     started = _when(last.get("started_at")) or 0.0
     said, bad, waiting = [], [], []
     for w in workers:
@@ -160,12 +162,12 @@ def judge(look: Look, cfg: WatchConfig) -> Verdict:
         else:  # a word of an earlier attempt, or of another epoch: not of this loss
             waiting.append(w)
     if bad:
-        return Verdict(Call.WAIT, f"{main} lost; the word of {_names(bad)} is malformed: "
+        return Verdict(Call.WAIT, f"{main} {gone}; the word of {_names(bad)} is malformed: "
                        "not taken", main)  # fmt: skip
     if waiting:
-        return Verdict(Call.WAIT, f"{main} lost; waiting for {_names(waiting)} to lose it too "
+        return Verdict(Call.WAIT, f"{main} {gone}; waiting for {_names(waiting)} to lose it too "
                        "(a worker that still hears the main keeps it)", main)  # fmt: skip
-    return Verdict(Call.ELECTED, f"{main} lost, and {_names(said)} lost it too", main)
+    return Verdict(Call.ELECTED, f"{main} {gone}, and {_names(said)} lost it too", main)
 
 
 def _names(nodes: list[str]) -> str:
@@ -200,6 +202,11 @@ def next_chain(
     heard = _names(sorted(words)) or look.me
     after = cfg.rules.unreachable_after
     why = f"the main {main} was lost: {heard} heard nothing from its coordinator for {after:g} s"
+    handed = data.pop("handover", None) is True  # a main given up (placing.py), not lost
+    if handed:
+        why = f"the main {main} handed the chain to {look.me}: {str(data.get('why'))[:200]}"
+        for key in ("main_here", "why", "ended_at"):  # the chain goes on
+            data.pop(key, None)
     if not isinstance(last.get("end"), dict):
         started = _when(last.get("started_at"))
         stepped = [w.stepped_at for w in words.values() if w.stepped_at is not None]
@@ -213,11 +220,14 @@ def next_chain(
     history = list(ends_from(ends))
     old = data.get(swaps.LOST)
     lost = {n for n in old if isinstance(n, str)} if isinstance(old, list) else set()
-    lost.add(main)
+    if not handed:  # a main handed over may come back later, as a spare swapped out does
+        lost.add(main)
+    said = {n: w.at for n, w in sorted(words.items())}
     succession = {"epoch": look.epoch + 1, "from": main, "to": look.me, "at": now, "why": why,
-                  "words": {n: w.at for n, w in sorted(words.items())}}  # fmt: skip
+                  "words": said, "handed": handed}  # fmt: skip
     data.update(epoch=look.epoch + 1, main=look.me, rev=(number_of(data.get("rev", 0)) or 0) + 1)
-    data[swaps.LOST] = sorted(lost)
+    if lost:
+        data[swaps.LOST] = sorted(lost)
     data["successions"] = [*_list(data.get("successions")), succession]
     d = decide(cfg.restart, history) if cfg.restart is not None else None
     nprocs = {n: cfg.nproc(n) or 1 for n in cfg.members}

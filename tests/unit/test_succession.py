@@ -255,3 +255,29 @@ def test_the_next_attempt_takes_the_epochs_master_and_the_successor_rank_0(
     out = Path(attemptscript.render(str(tmp_path), 1, "20261129-000000-0001", led, 0))
     said = "export NODE_RANK=0 MASTER_ADDR=10.0.0.2 MNTUI_RESTART_COUNT=1 R=20261129-000000-0001\n"
     assert out.read_text() == said
+
+
+def test_a_main_handed_over_is_succeeded_not_lost() -> None:
+    """A main that broke twice in a row: its coordinator ended the chain handing it to
+    node2 (chain.py); node2 leads once node1 gave its word, keeps attempt 2's end (no
+    second one), places node2 at rank 0 for the main's fault, and counts no node lost."""
+    failed = {"attempt": 0, "cause": "node0 failed: exit code 137", "culprit": "node0",
+              "exit_codes": [137], "progressed_for": 3.0, "run_id": RUN, "state": "failed"}  # fmt: skip
+    one = {**COPY["attempts"][0], "end": failed, "ended_at": WORD.at - 9}
+    two = {**one, "attempt": 1, "run": "20261129-093330-aaaa", "started_at": WORD.at - 8,
+           "end": {**failed, "attempt": 1, "run_id": "20261129-093330-aaaa"}}  # fmt: skip
+    why = "the main node0 broke twice in a row: the chain is handed to the spare node2"
+    handed = {**COPY, "attempts": [one, two], "status": "ended", "why": why,
+              "main_here": True, "handover": True}  # fmt: skip
+    look = replace(BASE, chain=handed)
+    assert judge(look, CFG).call is Call.ELECTED
+    assert judge(replace(look, chain={**handed, "handover": False}), CFG).call is Call.OVER
+    data, goes_on = next_chain(look, CFG, {"node1"}, WORD.at + 1)
+    assert goes_on and data["status"] == "backoff" and "lost" not in data, data
+    assert "handover" not in data and "main_here" not in data and "why" not in data
+    assert (
+        data["attempts"][1]["end"] == two["end"] and data["attempts"][1]["restart"] == "restart 2/2"
+    )
+    assert data["attempts"][1]["swapped"] == [
+        "node0 broke twice in a row: replaced by spare node2 (rank 0)"
+    ]
