@@ -7,9 +7,10 @@ caused two teardowns in a row; the first free spare in the config's order takes 
 rank, the others keep theirs) and `restart.quarantine_after` counted within the chain
 (a node that caused `count` failures within `within` is used no more). What it cannot
 do that the supervisor can: replace the main, since the coordinator runs there (the
-chain ends and says so: a launch from this machine routes a spare in), and swap in a
-spare whose sentinel is not connected (nothing could start its part) or that runs
-another number of processes (the job's world size would change).
+chain ends and says so, handed to the spare that succeeds the main: succession.py,
+which places with `here`; without one, a launch from this machine routes a spare in),
+and swap in a spare whose sentinel is not connected (nothing could start its part) or
+that runs another number of processes (the job's world size would change).
 """
 
 from __future__ import annotations
@@ -99,8 +100,9 @@ def place(
     """The next attempt's nodes after the attempt on `layout` ended as `history` says.
     `out`: the nodes quarantined in this chain (never used again, spares included);
     `spares`: the config's, in its order; `ready`: the nodes whose sentinels are
-    connected; `nprocs`: each node's processes. `here`: placed by this machine, which
-    may replace the main too (recover/mainswap.py); `lost`: nodes gone for good."""
+    connected; `nprocs`: each node's processes. `here`: placed by a successor of the
+    main (succession.py) or this machine's launch, which may replace the main too;
+    `lost`: nodes gone for good."""
     culprit = repeat_culprit(history) if spares else None
     whys = {n: "is quarantined" for n in layout if n in out}
     whys.update({n: "is lost" for n in layout if n in lost})
