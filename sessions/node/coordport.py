@@ -162,7 +162,6 @@ def _of_this_epoch(c: Served, node: str, ch: frames.Channel, where: str) -> bool
     if successor.later(c, ch.peer) and c.superseded is None:
         c.superseded = why
         c.wake.set()
-    c.board.refused("stale-epoch", where)
-    c.board.journal("stale-epoch", node, why=why)
+    c.board.refused("stale-epoch", where)  # counted, and journaled once, as every refusal
     ch.close()
     return False

@@ -30,7 +30,7 @@ from .chainstates import LIVE, status_of
 from .epochs import Epoch
 from .lostword import read_lost, say_lost
 from .succession import Word
-from .watchcfg import WatchConfig, joined
+from .watchcfg import WatchConfig, joined, write_json
 
 HEIR = "heir.json"  # on the successor: what its coordinator is started to take over
 TEND = 2.0  # seconds between two tries to start the successor's coordinator
@@ -119,8 +119,6 @@ def start_successor(s: Lost) -> None:
     assert s.lost is not None
     host = s.cfg.addr(s.cfg.node)
     info = {"epoch": s.cfg.epoch + 1, "from": s.cfg.main, "lost_at": s.lost.at, "host": host}
-    from .watchcfg import write_json
-
     write_json(os.path.join(s.dir, HEIR), info)
     keeper = coordinator_keeper(s)
     started = keeper.start()

@@ -19,6 +19,7 @@ word it leaves, and so do the sentinels that gave it theirs.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -63,8 +64,6 @@ def pending(run_dir: str, cfg: WatchConfig) -> tuple[WatchConfig, Heir | None]:
     """This node's coordinator config, and what it is to take over when it is a
     successor not elected yet: `heir.json` names the epoch after the one this node is
     in, the node a spare that has an address. Else `cfg` as it is, and None."""
-    import json
-
     raw = read_plain(os.path.join(run_dir, HEIR), 4096)
     try:
         d = json.loads(raw) if raw is not None else None
