@@ -3,7 +3,9 @@
 Each node has its own sshd (own port, own host key) and, through sshd's `SetEnv
 TMUX_TMPDIR`, its own tmux server, so N nodes on one machine behave like N hosts to
 mntui. Every process started on a node carries `MNTUI_FAKE_NODE=<cluster>/<node>`
-in its environment, which is how teardown finds them: by tag, never by name.
+in its environment, which is how teardown finds them: by tag, never by name. With
+`netns`, each node is a host of its own on the network too (tests/netns.py): its own
+address and ports, and a link to another node that can be cut alone.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from netns import Netns
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
@@ -219,6 +223,7 @@ class FakeNode:
     tag: str
     proc: subprocess.Popen[bytes] | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    addr: str = "127.0.0.1"  # where its sshd listens (its namespace's address: netns.py)
 
     @property
     def home(self) -> Path:
@@ -280,6 +285,7 @@ class FakeCluster:
         host_ca: bool = False,
         password_users: dict[str, str] | None = None,
         gssapi: dict[str, dict[str, str]] | None = None,
+        netns: bool = False,
     ) -> None:
         """`node_hosts`: extra /etc/hosts lines for a node, seen by it alone (its sshd runs in
         a mount namespace of its own): a node whose resolver disagrees with the others.
@@ -289,7 +295,8 @@ class FakeCluster:
         by password or keyboard-interactive only.
         `gssapi`: node name -> its sshd's Kerberos environment (KRB5_CONFIG, KRB5_KTNAME:
         see tests/kdc.py); that node accepts gssapi-with-mic only, and its host block asks
-        for it."""
+        for it. `netns`: each node in a network namespace of its own (root only:
+        netns.available())."""
         self.root = root
         self.gssapi = gssapi or {}
         self.node_hosts = node_hosts or {}
@@ -312,6 +319,7 @@ class FakeCluster:
             or subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
         )
         uid_tag = f"{root.name}-{os.getpid()}"
+        self.net = Netns([f"{prefix}{i}" for i in range(n)]).up() if netns else None
         for i in range(n):
             name = f"{prefix}{i}"
             d = root / "nodes" / name
@@ -331,6 +339,7 @@ class FakeCluster:
                     d,
                     f"{uid_tag}/{name}",
                     extra_env=(node_env or {}).get(name, {}),
+                    addr=self.net.addrs[name] if self.net is not None else "127.0.0.1",
                 )
             )
         self._write_configs()
@@ -366,7 +375,7 @@ class FakeCluster:
             setenv = " ".join(f'"{k}={v}"' for k, v in env.items())
             (node.dir / "sshd_config").write_text(f"""\
 Port {node.port}
-ListenAddress 127.0.0.1
+ListenAddress {node.addr}
 HostKey {hostkey}
 {cert}PidFile none
 UsePAM no
@@ -383,7 +392,7 @@ Subsystem sftp internal-sftp
 SetEnv {setenv}
 """)
             pub = (node.dir / "ssh_host_ed25519_key.pub").read_text().split()
-            known.append(f"[127.0.0.1]:{node.port} {pub[0]} {pub[1]}")
+            known.append(f"[{node.addr}]:{node.port} {pub[0]} {pub[1]}")
         self.known_hosts.write_text("\n".join(known) + "\n")
         if self.host_ca is not None:
             ca = (self.root / "host_ca.pub").read_text().split()
@@ -393,7 +402,7 @@ SetEnv {setenv}
         inc.mkdir(exist_ok=True)
         blocks = [
             f"""Host {n.name}
-    HostName 127.0.0.1
+    HostName {n.addr}
     Port {n.port}
 """
             + (
@@ -480,18 +489,24 @@ Host *
                         *argv,
                     ]
                 env = {**os.environ, **self.gssapi[node.name]} if node.name in self.gssapi else None
+                if self.net is not None:
+                    argv = [*self.net.argv(node.name), *argv]
                 node.proc = subprocess.Popen(
                     argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env
                 )
         for node in self.nodes:
-            port = node.port
-            wait_for(lambda port=port: self._banner(port), timeout, what=f"sshd of {node.name}")
+            port, addr = node.port, node.addr
+            wait_for(
+                lambda port=port, addr=addr: self._banner(addr, port),
+                timeout,
+                what=f"sshd of {node.name}",
+            )
         return self
 
     @staticmethod
-    def _banner(port: int) -> bool:
+    def _banner(addr: str, port: int) -> bool:
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+            with socket.create_connection((addr, port), timeout=1) as s:
                 return s.recv(4).startswith(b"SSH-")
         except OSError:
             return False
@@ -537,6 +552,8 @@ Host *
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        if self.net is not None:
+            self.net.down()
 
     def __enter__(self) -> FakeCluster:
         return self.start()

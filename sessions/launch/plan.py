@@ -73,15 +73,18 @@ def build_plan(
     extra_env: Mapping[str, Mapping[str, str]] | None = None,
     *,
     restart_count: int = 0,
+    addrs: Mapping[str, str] | None = None,
 ) -> Plan:
     """`extra_env` adds per-node variables mntui decides at launch (e.g. PATH of a local
     node). With the cluster's watch, each node's start also starts its sentinel, and
     carries the template of the restarts the coordinator may start and the stack
-    capture script (watchplan.py), and the spares get starts of their own."""
+    capture script (watchplan.py), and the spares get starts of their own. `addrs`:
+    where each spare is reached (its master address, should it succeed the main)."""
     nodes = node_plans(cfg, run_id, master_addr, extra_env, restart_count)
     spares: list[NodePlan] = []
     if cfg.watch_port is not None:
-        nodes, spares = watched(cfg, run_id, master_addr, extra_env, restart_count, nodes)
+        nodes, spares = watched(cfg, run_id, master_addr, extra_env, restart_count, nodes,
+                                addrs or {})  # fmt: skip
     world = cfg.world_size  # the sum over the nodes: their nproc can differ
     return Plan(
         cfg.job, run_id, master_addr, cfg.master_port, len(nodes), world, tuple(nodes),

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import NoReturn
 
-from mntui.sessions.config import JobConfig
+from mntui.sessions.config import JobConfig, NodeSpec
 from mntui.sessions.errors import LaunchError, LaunchRefused, MntuiError
 from mntui.sessions.events import Event, Phase
 from mntui.sessions.history import route_around
@@ -48,10 +48,23 @@ def master_addr(cfg: JobConfig) -> str:
     """What workers dial: the config's value, else the main's HostName as ssh resolves it."""
     if cfg.master_addr:
         return cfg.master_addr
-    main = cfg.main_node
-    if main.is_local:
+    return node_addr(cfg, cfg.main_node)
+
+
+def node_addr(cfg: JobConfig, spec: NodeSpec) -> str:
+    """Where the other nodes reach `spec`: its HostName as ssh resolves it."""
+    if spec.is_local:
         return "127.0.0.1"
-    return resolve(main.host, cfg.ssh.config).hostname
+    return resolve(spec.host, cfg.ssh.config).hostname
+
+
+def spare_addrs(cfg: JobConfig) -> dict[str, str]:
+    """Where each spare is reached, should it succeed a lost main on the cluster (its
+    coordinator's host and the master address: node/succession.py); none without
+    restarts there."""
+    if cfg.watch_port is None or cfg.restart.max <= 0:
+        return {}
+    return {s.name: node_addr(cfg, s) for s in cfg.spares}
 
 
 def local_env(cfg: JobConfig) -> dict[str, dict[str, str]]:
@@ -63,7 +76,9 @@ def local_env(cfg: JobConfig) -> dict[str, dict[str, str]]:
 
 
 def make_plan(cfg: JobConfig, run_id: str | None = None) -> Plan:
-    return build_plan(cfg, run_id or new_run_id(), master_addr(cfg), local_env(cfg))
+    return build_plan(
+        cfg, run_id or new_run_id(), master_addr(cfg), local_env(cfg), addrs=spare_addrs(cfg)
+    )
 
 
 def _start(node: Node, np: NodePlan) -> float:

@@ -36,6 +36,7 @@ from mntui.sessions.ssh import Cluster, Node
 from .chains import ChainView, chain_of, check_nodes, idle_spares, run_config
 from .coordkill import Mirror, kill_via_coordinator
 from .kill import KillReport, kill_job
+from .mainmoved import via_successor
 
 __all__ = ["stop_job"]
 
@@ -270,6 +271,8 @@ class _Asking:
             def ask() -> None:
                 for r in self.runs:
                     got = kill_via_coordinator(r, cluster, grace, on_event, mirror)
+                    if got is None and mirror is not None:  # its main lost: a successor's?
+                        got = via_successor(r, cluster.policy, grace, on_event, mirror)
                     if got is not None:
                         self.done.update(got)
                     else:

@@ -17,9 +17,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from mntui.sessions.config import JobConfig, NodeSpec
-from mntui.sessions.node.attemptscript import count_token, run_token
+from mntui.sessions.node.attemptscript import count_token, master_token, run_token
 from mntui.sessions.node.placing import QuarantineRule
 from mntui.sessions.node.watchcfg import WatchConfig
+from mntui.sessions.notify import for_coordinator
 from mntui.sessions.procs import run_dir_word
 
 from .clusterwatch import Template, new_secret, watch_block, watch_config
@@ -34,9 +35,13 @@ def watched(
     extra_env: Mapping[str, Mapping[str, str]] | None,
     restart_count: int,
     nodes: list[NodePlan],
+    addrs: Mapping[str, str],
 ) -> tuple[list[NodePlan], list[NodePlan]]:
     """`nodes` each starting its sentinel too, with the template of the restarts it
-    may run; and the spares' starts: an idle sentinel each."""
+    may run; and the spares' starts: an idle sentinel each. `addrs`: where each spare is
+    reached: a spare that succeeds a lost main (node/succession.py) listens there for
+    its coordinator, and the restarts' master address follows it (the template's
+    master token: node/attemptscript.py)."""
     secret = new_secret()  # only ever on the nodes
     budget = cfg.watch.capture_budget
     nonce = secrets.token_hex(8) if budget > 0 else None
@@ -53,11 +58,11 @@ def watched(
         wc = replace(wc, capture_budget=budget, stacks_nonce=nonce, rank_token=token)
         later = None
         if restarts is not None:
-            p = node_plan(cfg, spec, run_token(restarts), master_addr, extra_env,
+            p = node_plan(cfg, spec, run_token(restarts), master_token(restarts), extra_env,
                           count_token(restarts), rank)  # fmt: skip
             later = Template(p.tag, p.run_dir, p.start_script)
         enter = job_environment(spec, "exit 97")
-        return stacks + watch_block(spare_fields(wc, cfg, free), secret, enter, later)
+        return stacks + watch_block(spare_fields(wc, cfg, free, addrs), secret, enter, later)
 
     out = [replace(n, start_script=n.start_script + watch(n, cfg.node(n.node), n.rank))
            for n in nodes]  # fmt: skip
@@ -77,9 +82,17 @@ def cluster_spares(cfg: JobConfig) -> tuple[NodeSpec, ...]:
     return tuple(s for s in cfg.spares if s.name not in used)
 
 
-def spare_fields(wc: WatchConfig, cfg: JobConfig, spares: tuple[NodeSpec, ...]) -> WatchConfig:
-    """`wc` with what every watch file of the run says of its spares and quarantines."""
+def spare_fields(
+    wc: WatchConfig, cfg: JobConfig, spares: tuple[NodeSpec, ...], addrs: Mapping[str, str]
+) -> WatchConfig:
+    """`wc` with what every watch file of the run says of its spares and quarantines:
+    with every spare's address known, where each is reached; and a spare's own file
+    carries the notices' rules, as the main's does (it may become the main)."""
     q = cfg.restart.quarantine_after
     rule = None if q is None else QuarantineRule(q.count, q.within, q.hold)
     names, nprocs = tuple(s.name for s in spares), tuple(cfg.nproc(s) for s in spares)
-    return replace(wc, spares=names, spare_nprocs=nprocs, quarantine=rule)
+    known = tuple(addrs.get(s.name, "") for s in spares)
+    where = known if all(known) else ()  # none: no spare may succeed the main
+    notify = for_coordinator(cfg.notify) if wc.node in names else wc.notify
+    return replace(wc, spares=names, spare_nprocs=nprocs, quarantine=rule, spare_addrs=where,
+                   notify=notify)  # fmt: skip

@@ -8,10 +8,12 @@ each node's start once, with tokens where an attempt's own values go (in the pla
 the launch puts them: the run dir, the tag, launch.sh's header, MNTUI_RESTART_COUNT
 and the command's `{restart_count}`; on a spare NODE_RANK and `{node_rank}` too):
 `@@MNTUI_RUN_<nonce>@@` the run id, `@@MNTUI_COUNT_<nonce>@@` the restart count,
+`@@MNTUI_MASTER_<nonce>@@` the master address (the host of the epoch's coordinator:
+a successor that took a lost main's place takes the master with it, epochs.py),
 `@@MNTUI_RANK_<nonce>@@` a spare's rank. The coordinator names attempt k's run by the
 launch's own rule (runid.new_run_id) and says it with the start; the sentinel puts
-the values in, each checked first to be a run id, a count or a worker's rank of the
-run, so what a message carries reaches a shell as digits, `-` and hex only, words no
+the values in, each checked first to be a run id, a count, an address or a rank of
+the run, so what a message carries reaches a shell as digits, `-` and hex only, words no
 quoting changes (shlex.quote leaves the tokens bare, and the values with them).
 """
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import os
 
+from .epochs import ADDR
 from .plainfile import plain
 from .runid import RUN_ID
 from .watchcfg import WatchConfig
@@ -35,6 +38,10 @@ def count_token(nonce: str) -> str:
     return f"@@MNTUI_COUNT_{nonce}@@"
 
 
+def master_token(nonce: str) -> str:
+    return f"@@MNTUI_MASTER_{nonce}@@"
+
+
 def render(first_dir: str, k: int, run: object, cfg: WatchConfig, rank: object = None) -> str:
     """Writes attempt `k`'s files (attempts/<k>.json, then <k>.sh) from the template and
     returns the script's path; RuntimeError when `run` or `rank` is not one this node
@@ -47,10 +54,14 @@ def render(first_dir: str, k: int, run: object, cfg: WatchConfig, rank: object =
         raise RuntimeError(f"attempt {k!r} is no restart")
     if not isinstance(run, str) or not RUN_ID.fullmatch(run) or run == cfg.run:
         raise RuntimeError(f"attempt {k}: {str(run)[:40]!r} is no run id of a restart")
-    values = {run_token(nonce): run, count_token(nonce): str(cfg.restart_base + k)}
+    if not ADDR.match(cfg.coord_host):
+        raise RuntimeError(f"attempt {k}: {cfg.coord_host[:40]!r} is no master address")
+    values = {run_token(nonce): run, count_token(nonce): str(cfg.restart_base + k),
+              master_token(nonce): cfg.coord_host}  # fmt: skip
     if cfg.rank_token is not None:
-        if type(rank) is not int or not 1 <= rank < len(cfg.nodes):
-            raise RuntimeError(f"attempt {k}: {rank!r} is no worker rank of this run")
+        low = 0 if cfg.is_main else 1  # rank 0: a spare that succeeded the main
+        if type(rank) is not int or not low <= rank < len(cfg.nodes):
+            raise RuntimeError(f"attempt {k}: {rank!r} is no rank this spare may take")
         values[cfg.rank_token] = str(rank)
     else:
         own = cfg.nodes.index(cfg.node)

@@ -19,19 +19,28 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from . import firstfail, resume, swaps
+from . import firstfail, resume, succession, swaps
+from .chaincopy import Replica
 from .chainlog import ChainLog
 from .chainstates import ChainStatus, OutcomeKind
 from .facts import Facts
 from .firstfail import NodeCause
 from .judging import NodeTrigger
 from .notifysend import Outbox
-from .placing import MAIN_HERE, RESTART_HERE
 from .relaunch import Starter, relaunch, use
 from .restarts import AttemptEnd, Decision, decide
 from .resume import BACKOFF, DECIDE, OVER, START, WATCH, Point
 from .rules import NodeState, Verdict
 from .teardown import finish, user_kill
+
+# the chain's end said by a coordinator that lost its nodes (woken from a stop they took
+# for its loss, or told of a later epoch): the successor's, if there is one, goes on
+STOOD_DOWN = (
+    "this coordinator stands down and restarts nothing; a spare that succeeded it, once "
+    "every worker lost it, leads the chain (`mntui status` follows it)"
+)
+# the chain's end said by a coordinator whose own node must be replaced (placing.py)
+HANDED = "the chain is handed to the spare {heir}, which succeeds it (the coordinator runs on it)"
 
 
 @dataclass(frozen=True)
@@ -50,6 +59,8 @@ class Coordinator(Starter, Protocol):
     """What the chain needs of the coordinator (coordinator.py)."""
 
     notices: Outbox  # what the chain's decisions say (notifysend.py)
+    replica: Replica  # every write of chain.json, to every sentinel (chaincopy.py)
+    handover: dict[str, Any] | None  # the chain handed to a successor: its last chain.json
 
     def watch_attempt(self) -> Outcome: ...
 
@@ -86,7 +97,7 @@ def run_chain(c: Coordinator) -> str:
     at = None
     if saved is not None and saved.get("chain") == c.cfg.run:
         at = resume.point(saved, resume.load(c.board.out, "decision.json"), time.time())
-    log = ChainLog(c.board, c.cfg, saved if at is not None else None)
+    log = ChainLog(c.board, c.cfg, saved if at is not None else None, c.replica.publish)
     if at is None:
         at = Point(WATCH, 0, c.cfg.run, (), time.time())
     else:
@@ -128,10 +139,15 @@ def _chain(c: Coordinator, log: ChainLog, at: Point) -> str:
             d = _decision(c, history)
             p = swaps.placement(log.data, c.cfg, history, c.board.live_peers())
             stop = p.stop if d is not None and d.restart else None
-            here = p.main_here
+            here, heir = p.main_here, None
+            if stop is not None and here and p.main_why is not None:  # a spare succeeds it?
+                heir = succession.candidate(log.data, c.cfg)
+                if heir is not None:
+                    main = p.layout[0]
+                    stop = f"the main {main} {p.main_why}: {HANDED.format(heir=heir)}"
             if d is not None and d.restart and out.stopped is not None:
-                stop, here = f"{out.stopped}: {MAIN_HERE} ({RESTART_HERE})", True
-            if d is not None and stop is not None:  # the main is this machine's to replace
+                stop, here, heir = f"{out.stopped}: {STOOD_DOWN}", True, None
+            if d is not None and stop is not None:  # the main is not this coordinator's
                 d = replace(d, restart=False, why=stop)
             c.notices.decided(out, end, d, k, held, stop)
             if d is None or not d.restart:
@@ -139,7 +155,10 @@ def _chain(c: Coordinator, log: ChainLog, at: Point) -> str:
                 log.attempt_ended(why, None)
                 gave_up = d is not None and d.gave_up
                 main_here = stop is not None and here
-                log.end(ChainStatus.GAVE_UP if gave_up else ChainStatus.ENDED, why, main_here)
+                status = ChainStatus.GAVE_UP if gave_up else ChainStatus.ENDED
+                log.end(status, why, main_here, handover=heir is not None)
+                if heir is not None:
+                    c.handover = dict(log.data)
                 return f"{out.why}; {why}"
             log.attempt_ended(d.why, d.delay, p)
             phase, delay = BACKOFF, d.delay

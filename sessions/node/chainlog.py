@@ -11,11 +11,13 @@ in; the chain has its status and the nodes it quarantined.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from . import swaps
 from .chainstates import ChainStatus, OutcomeKind
 from .coordstate import Board
+from .epochs import number_of
 from .placing import Placement
 from .restarts import AttemptEnd
 from .watchcfg import WatchConfig
@@ -24,25 +26,41 @@ from .watchcfg import WatchConfig
 class ChainLog:
     """`coord/chain.json`: every attempt, how it ended, what the policy said."""
 
-    def __init__(self, board: Board, cfg: WatchConfig, saved: dict[str, Any] | None = None) -> None:
-        """`saved`: the chain.json a predecessor wrote (resume.py), carried on."""
-        self.board, self.cfg = board, cfg
+    def __init__(
+        self,
+        board: Board,
+        cfg: WatchConfig,
+        saved: dict[str, Any] | None = None,
+        shared: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        """`saved`: the chain.json a predecessor wrote (resume.py), carried on;
+        `shared`: told each write (chaincopy.Replica: every sentinel gets a copy)."""
+        self.board, self.cfg, self.shared = board, cfg, shared
         self.resumed = saved is not None
         first = {"attempt": 0, "run": cfg.run, "started_at": time.time(), "nodes": list(cfg.nodes)}
         self.data: dict[str, Any] = saved or {
             "chain": cfg.run,
             "status": ChainStatus.RUNNING.value,
             "attempts": [first],
+            "epoch": cfg.epoch,  # who leads it (epochs.py), for the copies and the manager
+            "main": cfg.main,
+            "rev": 0,  # the writes, counted: the newest copy is the one a successor takes
         }
         if saved is None:
             self._write()
-        elif swaps.mend(self.data):  # a predecessor's file is node data: once, and on
-            with board.lock:
-                board.malformed += 1
-            board.journal("malformed", None, file="chain.json", key=swaps.QUARANTINED)
+        else:
+            if swaps.mend(self.data):  # a predecessor's file is node data: once, and on
+                with board.lock:
+                    board.malformed += 1
+                board.journal("malformed", None, file="chain.json", key=swaps.QUARANTINED)
+            if self.shared is not None:
+                self.shared(self.data)
 
     def _write(self) -> None:
+        self.data["rev"] = (number_of(self.data.get("rev", 0)) or 0) + 1
         self.board.write("chain.json", self.data)
+        if self.shared is not None:
+            self.shared(self.data)
 
     def ending(
         self,
@@ -101,11 +119,17 @@ class ChainLog:
         self.data["status"] = ChainStatus.RUNNING.value
         self._write()
 
-    def end(self, status: ChainStatus, why: str, main_here: bool = False) -> None:
-        """`main_here`: the chain ends for this machine to replace its main (its
-        stand-by acts on this flag, never on the words of `why`)."""
+    def end(
+        self, status: ChainStatus, why: str, main_here: bool = False, handover: bool = False
+    ) -> None:
+        """`main_here`: the chain ends here for its main must be replaced (this machine
+        reads the board of a successor then: launch/mainmoved.py, on this flag, never on
+        the words of `why`); `handover`: the spare that succeeds it goes on with it
+        (succession.py acts on this flag)."""
         self.data.update(status=status.value, why=why, ended_at=time.time())
         if main_here:
             self.data["main_here"] = True
+        if handover:
+            self.data["handover"] = True
         self.data["attempts"][-1].setdefault("steps", dict(self.board.clock))
         self._write()

@@ -11,7 +11,10 @@ sentinel cannot), writes the decision on the main node for the manager to read w
 next connects, and then restarts the job as the restart policy says (chain.py) or
 stops the sentinels and exits. It and the main's sentinel keep each other up
 (respawn.py): a coordinator that dies is started again by that sentinel and goes on
-from its files (resume.py); it starts that sentinel again when it dies.
+from its files (resume.py); it starts that sentinel again when it dies. On a spare
+that succeeds a lost main it first counts the workers' words (successor.py), then
+leads the next epoch; a coordinator that learns of a later epoch, or wakes from a stop
+its workers took for its loss, stands down and restarts nothing.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import time
 import traceback
 from typing import Any
 
-from . import coordport, daemon, feedserve, firstfail, respawn
+from . import chaincopy, coordport, daemon, feedserve, firstfail, respawn, successor
 from .chain import Outcome, exit_codes, run_chain
 from .chainstates import OutcomeKind
 from .coordstate import Board
@@ -61,6 +64,11 @@ class Coordinator:
         most = cfg.restart.max if cfg.restart is not None else 0
         self.notices = Outbox(cfg.notify, cfg.job, most, self.board)  # sent from here
         self.slow.notices = self.notices
+        self.replica = chaincopy.Replica(self.board.live_peers, self.done)  # chain.json, shared
+        self.heir: successor.Heir | None = None  # a successor not elected yet: what it takes over
+        self.copies: dict[str, dict[str, Any]] = {}  # the voters' copies of the chain
+        self.superseded: str | None = None  # a sentinel follows a later epoch: why
+        self.handover: dict[str, Any] | None = None  # the chain handed to a successor
 
     def accept(self) -> None:
         """The port's connections, until the chain is over (coordport.py)."""
@@ -134,6 +142,10 @@ class Coordinator:
             judged = now
             if request is not None:
                 return Outcome(OutcomeKind.KILLED, user_kill(self.board, self.cfg, *request))
+            if self.superseded is not None:  # another leads the chain: this one stands down
+                facts, _ = self.board.facts(now)
+                why = f"superseded: {self.superseded}"
+                return self._stand_down(facts, why, f"the main {self.cfg.main} was {why}")
             if judge.learn(self.board.pace()):  # `stall_after: auto`, as the manager learns it
                 self.board.journal("stall-threshold", None, seconds=round(judge.stall_after, 1))
             facts, asked = self.board.facts(now)
@@ -187,13 +199,23 @@ class Coordinator:
         woke, gap = self.board.stopped
         if now - woke < BACK * self.board.silence:
             return None
-        main, most = self.board.layout[0], self.cfg.rules.unreachable_after
+        most = self.cfg.rules.unreachable_after
         took = f"stopped {gap:.0f} s, past unreachable_after ({most:g} s)"
         gone = f"{', '.join(away)} did not come back (a sentinel that hears nothing leaves)"
+        main = self.board.layout[0]
         why = f"its coordinator was {took}: {gone}"
+        return self._stand_down(facts, why, f"the main {main}'s coordinator was {took}: {gone}")
+
+    def _stand_down(self, facts: dict[str, Facts], why: str, stopped: str) -> Outcome:
+        """The attempt ends here, the main named (its coordinator lost its nodes), and
+        the chain with it: nothing restarts from this coordinator (chain.py: the
+        outcome's `stopped`). Its workers, gone, gave their word to a successor, which
+        leads the chain if every one of them did (successor.py)."""
+        main = self.board.layout[0]
         t = NodeTrigger(main, NodeState.UNREACHABLE, why, "kill_all")
         done, first = teardown(self.board, t, self.cfg, exit_codes(facts))
-        stopped = f"the main {main}'s coordinator was {took}: {gone}"
+        self.board.journal("stood-down", main, why=why)
+        print(f"coordinator: stands down: {stopped}", flush=True)
         return Outcome(OutcomeKind.TEARDOWN, done, t, facts, first=first, stopped=stopped)
 
     def guard(self) -> None:
@@ -209,17 +231,23 @@ class Coordinator:
         sentinel starts another, which goes on from the files (resume.py)."""
         threading.Thread(target=self.beat, daemon=True).start()
         threading.Thread(target=self.guard, daemon=True).start()
+        threading.Thread(target=self.replica.run, daemon=True).start()
         try:
-            why = run_chain(self)
+            why = successor.elect(self) if self.heir is not None else None
+            if why is None:
+                why = run_chain(self)
         except Exception:
             traceback.print_exc()
             self.done.set()
             return None
         self.leaving.set()
         respawn.goodbye(self.dir, "coord", why)  # before the stop: nobody starts us again
-        self.board.send_all("stop", why="the chain ended")
+        if self.handover is None:
+            self.board.send_all("stop", why="the chain ended")
         self.done.set()  # the accepting ends: the port is let go before the webhook's wait
         coordport.unlisten(self.sock)
+        if self.handover is not None:  # the port free first: the successor listens on it
+            self.board.send_all("handoff", why=why[:300], data=self.handover)
         self.notices.close()  # what it could not send by then: the manager's
         return why
 
@@ -236,6 +264,11 @@ def main(argv: list[str]) -> int:
     if isinstance(loaded, int):
         return loaded
     run_dir, cfg, secret = loaded
+    cfg, heir = successor.pending(run_dir, cfg)  # a spare that succeeds a lost main
+    if not cfg.is_main:
+        print(f"coordinator: {cfg.node} does not lead the chain (its main is {cfg.main})",
+              file=sys.stderr)  # fmt: skip
+        return 2
     try:
         sock = coordport.listen(cfg.coord_port)
     except OSError as exc:
@@ -245,7 +278,9 @@ def main(argv: list[str]) -> int:
     bundle = respawn.bundle_argv()  # before the daemon leaves the shell's directory
     ready = daemon.daemonize(log, pid, label="COORD")
     c = Coordinator(cfg, secret, run_dir, sock)
-    c.keeper = respawn.Keeper(run_dir, cfg.node, cfg.tag, "sentinel", bundle)
+    c.heir = heir
+    if cfg.node == cfg.nodes[0]:  # elsewhere the node's guard keeps its sentinel (guard.py)
+        c.keeper = respawn.Keeper(run_dir, cfg.node, cfg.tag, "sentinel", bundle)
     signal.signal(signal.SIGTERM, lambda *_: _leave(run_dir, "SIGTERM (a kill by tag)"))
     threading.Thread(target=c.accept, daemon=True).start()
     ready(f"coordinator :{cfg.coord_port}")

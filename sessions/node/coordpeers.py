@@ -35,6 +35,7 @@ class PeerTable:
     last_refused: str | None
     poked: dict[str, float]
     sentinel_pids: dict[str, int]  # each node's sentinel, as its last hello said
+    last_frame: dict[str, float]  # monotonic: each node's sentinel's last frame
     pulsed: float  # monotonic: the chain's thread last went round a loop (`pulse`)
     main: str
     _replies: dict[str, queue.Queue[dict[str, Any]]]
@@ -53,6 +54,7 @@ class PeerTable:
         with self.lock:
             old = self.peers.get(node)
             self.peers[node] = peer
+            self.last_frame[node] = time.monotonic()  # its hello
             was = self.sentinel_pids.get(node)
             if pid is not None:
                 self.sentinel_pids[node] = pid
@@ -81,6 +83,18 @@ class PeerTable:
     def live_peers(self) -> dict[str, Peer]:
         with self.lock:
             return dict(self.peers)
+
+    def heard_from(self, node: str) -> None:
+        """A frame came from `node`'s sentinel (coordstate.Board.heard)."""
+        self.last_frame[node] = time.monotonic()
+
+    def fresh_peers(self, within: float) -> dict[str, Peer]:
+        """The peers a frame came from within `within` seconds: a connection cut by a
+        partition stays open here (nothing tells this side), and a start asked of its
+        sentinel would wait for an answer that never comes while the others ran."""
+        now = time.monotonic()
+        return {n: p for n, p in self.live_peers().items()
+                if now - self.last_frame.get(n, -within) <= within}  # fmt: skip
 
     def send(self, node: str, kind: str, **fields: Any) -> bool:
         peer = self.live_peers().get(node)

@@ -15,14 +15,16 @@ import socket
 import threading
 from typing import Any, Protocol
 
-from . import door, feedserve, frames
+from . import door, feedserve, frames, successor
+from .chaincopy import Replica
 from .coordstate import Board
 from .framecodec import Reader
 from .slowness import SlowWatch
 from .watchcfg import WatchConfig
 
-# waits: slowness.py's; log: a node's log bytes for the app's stream (feedserve.py)
-FROM_SENTINEL = frozenset({"snap", "done", "bye", "waits", "log"})
+# waits: slowness.py's; log: a node's log bytes for the app's stream (feedserve.py);
+# chain: a voter's copy of the chain, for a successor's count (successor.py)
+FROM_SENTINEL = frozenset({"snap", "done", "bye", "waits", "log", "chain"})
 BACKLOG = 1024  # the kernel caps it at net.core.somaxconn
 
 
@@ -38,6 +40,11 @@ class Served(Protocol):
     wake: threading.Event  # a frame came: the judge looks again
     done: threading.Event  # the chain is over: the accepting ends
     shaking: threading.BoundedSemaphore  # the handshakes under way
+    dir: str
+    replica: Replica  # chain.json, to every sentinel (chaincopy.py)
+    heir: successor.Heir | None  # a successor not elected yet (successor.py)
+    copies: dict[str, dict[str, Any]]
+    superseded: str | None  # a later epoch's sentinel came: this coordinator stands down
 
 
 def listen(port: int) -> socket.socket:
@@ -104,8 +111,11 @@ def _peer(
     where: str,
     deadline: float,
 ) -> None:
+    mine = {"epoch": c.cfg.epoch, "main": c.cfg.main}  # a sentinel follows no lower one
     try:
-        ch = frames.server_finish(conn, reader, admitted, kinds=FROM_SENTINEL, deadline=deadline)
+        ch = frames.server_finish(
+            conn, reader, admitted, kinds=FROM_SENTINEL, deadline=deadline, hello=mine
+        )
     except (OSError, frames.Refused) as exc:
         c.board.refused(getattr(exc, "reason", "closed"), where)
         conn.close()
@@ -116,12 +126,17 @@ def _peer(
         c.feed.serve(ch)
         return
     node = str(ch.peer.get("node"))
+    if not _of_this_epoch(c, node, ch, where):
+        return
     peer = c.board.connected(node, ch)
     c.feed.joined(ch)
+    c.replica.joined()
     try:
         while True:
             msg = ch.recv(timeout=None)
             if c.feed.heard(node, msg):  # log bytes: nothing for the judge
+                continue
+            if successor.heard(c, node, msg):  # a voter's copy of the chain
                 continue
             if not c.slow.heard(node, msg):  # a rank's straggler sample: its own
                 c.board.heard(peer, msg)
@@ -130,3 +145,23 @@ def _peer(
         c.board.gone(peer, str(exc) or type(exc).__name__)
     finally:
         ch.close()
+
+
+def _of_this_epoch(c: Served, node: str, ch: frames.Channel, where: str) -> bool:
+    """A sentinel of this coordinator's epoch (or of the one a successor took over, with
+    its word); one of a later epoch means another coordinator leads the chain: this
+    one stands down (coordinator.py). Refused and closed otherwise."""
+    why = successor.admit(c, node, ch.peer)
+    if why is None:
+        try:
+            successor.greet(c, ch, ch.peer)
+        except OSError:
+            ch.close()
+            return False
+        return True
+    if successor.later(c, ch.peer) and c.superseded is None:
+        c.superseded = why
+        c.wake.set()
+    c.board.refused("stale-epoch", where)  # counted, and journaled once, as every refusal
+    ch.close()
+    return False

@@ -41,8 +41,9 @@ class Board(PeerTable, BoardFiles):
         self.states: dict[str, tuple[str, str]] = {}
         self.poked: dict[str, float] = {}
         self.sentinel_pids: dict[str, int] = {}
+        self.last_frame: dict[str, float] = {}
         self.pulsed = time.monotonic()
-        self.main = cfg.nodes[0]
+        self.main = cfg.main  # the epoch's (epochs.py): a successor's own node
         self.published = 0.0
         self.silence = max(2 * cfg.heartbeat, 1.0)
         self.resumed_at = 0.0  # monotonic: when this process last woke from a stop of its own
@@ -66,6 +67,7 @@ class Board(PeerTable, BoardFiles):
 
     # -- what the sentinels say -----------------------------------------------
     def heard(self, peer: Peer, msg: dict[str, Any]) -> None:
+        self.heard_from(peer.node)  # a snap at least every heartbeat: its link lives
         if msg["k"] == "done":
             self.replies(peer.node).put(msg)
             return

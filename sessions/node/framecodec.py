@@ -41,6 +41,7 @@ REASONS = frozenset(
         "bad-kind",
         "bad-shape",
         "closed",
+        "stale-epoch",  # a coordinator of an epoch this side has left (epochs.py)
     }
 )
 

@@ -7,9 +7,10 @@ caused two teardowns in a row; the first free spare in the config's order takes 
 rank, the others keep theirs) and `restart.quarantine_after` counted within the chain
 (a node that caused `count` failures within `within` is used no more). What it cannot
 do that the supervisor can: replace the main, since the coordinator runs there (the
-chain ends and says so: a launch from this machine routes a spare in), and swap in a
-spare whose sentinel is not connected (nothing could start its part) or that runs
-another number of processes (the job's world size would change).
+chain ends and says so, handed to the spare that succeeds the main: succession.py,
+which places with `here`; without one, a launch from this machine routes a spare in),
+and swap in a spare whose sentinel is not connected (nothing could start its part) or
+that runs another number of processes (the job's world size would change).
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ class Placement:
     layout: tuple[str, ...]  # the next attempt's node of each rank, the main first
     said: tuple[str, ...] = ()  # each swap (or a swap that could not be), one line each
     stop: str | None = None  # why the chain cannot go on here (None: it can)
-    main_here: bool = False  # the stop is a main only this machine can replace
+    main_here: bool = False  # the stop is a main the coordinator cannot replace itself
+    main_why: str | None = None  # that main's fault: "broke twice in a row", "is quarantined"
 
 
 def span(seconds: float) -> str:
@@ -98,8 +100,9 @@ def place(
     """The next attempt's nodes after the attempt on `layout` ended as `history` says.
     `out`: the nodes quarantined in this chain (never used again, spares included);
     `spares`: the config's, in its order; `ready`: the nodes whose sentinels are
-    connected; `nprocs`: each node's processes. `here`: placed by this machine, which
-    may replace the main too (recover/mainswap.py); `lost`: nodes gone for good."""
+    connected; `nprocs`: each node's processes. `here`: placed by a successor of the
+    main (succession.py) or this machine's launch, which may replace the main too;
+    `lost`: nodes gone for good."""
     culprit = repeat_culprit(history) if spares else None
     whys = {n: "is quarantined" for n in layout if n in out}
     whys.update({n: "is lost" for n in layout if n in lost})
@@ -114,7 +117,7 @@ def place(
         if rank == 0 and not here:
             first = f"`mntui quarantine {node}`, then " if why == "broke twice in a row" else ""
             stop = f"the main {node} {why}: {MAIN_HERE} ({first}{RESTART_HERE})"
-            return Placement(tuple(layout), tuple(said), stop, main_here=True)
+            return Placement(tuple(layout), tuple(said), stop, main_here=True, main_why=why)
         fits = [
             s for s in spares if _free(s, new, out, ready) and nprocs.get(s) == nprocs.get(node)
         ]

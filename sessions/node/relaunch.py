@@ -82,18 +82,25 @@ def use(c: Starter, layout: tuple[str, ...]) -> None:
 
 
 def _all_there(c: Starter, layout: tuple[str, ...]) -> str | None:
-    """Every node's sentinel connected before any rank of the attempt starts (a
-    sentinel reconnecting is waited for, `silence` at most): a main whose workers are
-    gone started its rank 0 alone, then found no sentinel on the worker and stopped it
-    (issue 39, a main woken from a freeze)."""
+    """Every node's sentinel connected, and heard within `silence`, before any rank of
+    the attempt starts (a sentinel reconnecting is waited for, `silence` at most): a
+    main whose workers are gone started its rank 0 alone, then found no sentinel on the
+    worker and stopped it (issue 39, a main woken from a freeze); and one cut from a
+    worker by a partition (its connection still open here) started the attempt on the
+    others and waited for that worker's answer (issue 37)."""
     end = time.monotonic() + c.board.silence
     while True:
         c.board.pulse()
-        missing = [n for n in layout if n not in c.board.live_peers()]
-        if not missing:
+        live, fresh = c.board.live_peers(), c.board.fresh_peers(c.board.silence)
+        gone = [n for n in layout if n not in live]
+        quiet = [n for n in layout if n in live and n not in fresh]
+        if not gone and not quiet:
             return None
         if time.monotonic() >= end:
-            return f"no sentinel connected on {', '.join(missing)}: nothing started"
+            if gone:
+                return f"no sentinel connected on {', '.join(gone)}: nothing started"
+            silent = f"{c.board.silence:g} s"
+            return f"no word from the sentinel on {', '.join(quiet)} for {silent}: nothing started"
         c.done.wait(0.05)
 
 
@@ -103,9 +110,9 @@ def _start_on(
     """Attempt `k` (run `run`) on `nodes`, all at once (a spare is told the rank it
     takes); every answer is awaited before saying why one failed, so the cleanup after
     it finds every attempt that did start."""
-    missing = [n for n in nodes if n not in c.board.live_peers()]
+    missing = [n for n in nodes if n not in c.board.fresh_peers(c.board.silence)]
     if missing:
-        return f"no sentinel connected on {', '.join(missing)}"
+        return f"no sentinel connected (or heard lately) on {', '.join(missing)}"
     spares = c.cfg.spares
     asked = {
         n: c.board.ask(

@@ -152,6 +152,23 @@ class Keeper:
         self.lost_at = time.monotonic()
         threading.Thread(target=self._respawn, args=(pid,), daemon=True).start()
 
+    def start(self) -> str:
+        """Starts the other now, unless it runs (a first start, not a respawn: nothing
+        of the budget): the coordinator of a spare that succeeds a lost main
+        (lostmain.py). What was done, in words."""
+        with self.busy:
+            pid = read_pid(os.path.join(self.dir, PID_FILES[self.role]))
+            now = live(pid) if pid is not None else None
+            if pid is not None and now is not None and self._tagged(pid):
+                self.known = now
+                return f"the {self.name} runs already (pid {pid})"
+            got, said = self._spawn()
+            if got is None:
+                return f"the {self.name} did not start: {said}"
+            self.known = live(got)
+            journal(self.dir, "started", self.node, who=self.name, pid=got)
+            return f"the {self.name} started (pid {got})"
+
     def _tagged(self, pid: int) -> bool:
         raw = read_bounded(f"/proc/{pid}/environ", 1 << 20)
         return raw is not None and f"MNTUI_RUN={self.tag}".encode() in raw.split(b"\0")

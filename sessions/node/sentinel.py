@@ -8,9 +8,11 @@ told to. If it hears nothing from the coordinator for `unreachable_after` while 
 ranks run, the job has lost its main: it takes their stacks (they are likely blocked
 in a collective with the main's, and exist only until the kill), tears them down and
 says why in `lost.json` (a job without its main cannot go on; its GPUs should not wait
-30 min); with no ranks left it says so all the same (lostword.py: the stand-by waits
-for every worker's word). The main's sentinel also keeps the coordinator up
-(respawn.py): a coordinator that died is started again before the others call it lost.
+30 min); with no ranks left it says so all the same (lostword.py). Then, when the chain
+could go on, it gives its word to the spare that succeeds the main and joins the next
+epoch when that one leads (lostmain.py); else it leaves. The main's sentinel also keeps
+the coordinator up (respawn.py): a coordinator that died is started again before the
+others call it lost.
 """
 
 from __future__ import annotations
@@ -26,11 +28,13 @@ from typing import Any
 
 from . import (
     attempt,
+    chaincopy,
     daemon,
     firstfail,
     frames,
     gpus,
     killer,
+    lostmain,
     nodesnap,
     respawn,
     spysample,
@@ -42,6 +46,7 @@ from .logtail import LogTail
 from .lostword import lost_why, say_lost
 from .plainfile import plain
 from .sentinellink import FOLLOWING, Link
+from .succession import Word
 from .watchcfg import WatchConfig, load_for
 
 # The stacks before a lost node's kill wait no longer than a freeze's (teardown.py's
@@ -70,9 +75,18 @@ class Sentinel(Link):
         self.killed = False
         self.killing = threading.Event()  # a kill under way: no samples meanwhile
         self.wanted: float | None = None  # the coordinator asked for a sample taken after this
-        self.keeper: respawn.Keeper | None = None  # keeps the coordinator (main) or guard up
+        # keep the coordinator (the epoch's main) and the guard (any node but the launch's
+        # main) up
+        self.keepers: list[respawn.Keeper] = []
+        self.bundle: list[str] | None = None  # how to start a watcher as this one was
         self.gpus = gpus.Reader()  # the node's GPUs, on a thread of their own (gpus.py)
         self.snapshot = nodesnap.Builder()  # the node as a poll sees it, for `status`
+        self.copy = chaincopy.load(run_dir, cfg.run)  # the chain as last shared (chaincopy.py)
+        self.lost: Word | None = None  # its word once it lost the main (lostmain.py)
+        self.heir: str | None = None  # the spare that word goes to
+        self.stepped_at: float | None = None  # wall clock: its ranks' step last advanced
+        self.tended = 0.0  # monotonic: lostmain.tend's next try
+        self.step: int | None = None
 
     # -- sampling -------------------------------------------------------------
     def sample(self) -> tuple[Attempt, Facts]:
@@ -82,6 +96,9 @@ class Sentinel(Link):
             return att, IDLE  # nothing of the job here until the coordinator swaps it in
         facts = att.sample(self.cfg.session)
         self.steps = att.log.steps()
+        step = self.steps.get("step")
+        if isinstance(step, int) and (self.step is None or step > self.step):
+            self.step, self.stepped_at = step, time.time()
         return att, facts
 
     def watch(self) -> str:
@@ -96,8 +113,7 @@ class Sentinel(Link):
                 self.heard = max(self.heard, now - cfg.heartbeat)
             woke = now
             if self.killing.is_set():  # no sample: its /proc reads and the kill's would
-                if self.keeper is not None:  # compete for a CPU (64 sentinels on one host)
-                    self.keeper.check()
+                self.keep_up()  # compete for a CPU (64 sentinels on one host)
                 self.poke.wait(cfg.interval)
                 self.poke.clear()
                 continue
@@ -109,25 +125,44 @@ class Sentinel(Link):
                     # without the pane's pid its children would look orphaned (a kill
                     # at once): no word until tmux answers; a silence is judged as one
                     self.facts, self.sampled_at = facts, time.monotonic()
-            if self.keeper is not None:
-                self.keeper.check()
+            self.keep_up()
+            cfg = self.cfg  # a successor's epoch joined meanwhile (lostmain.join)
             silent = time.monotonic() - self.heard
-            if silent >= cfg.rules.unreachable_after:  # ranks or none: its word
-                return self.lose(silent, bool(facts.live_procs))
+            if self.lost is None and silent >= cfg.rules.unreachable_after:  # ranks or none
+                why, lost_at = self.lose(silent, bool(facts.live_procs))
+                if not lostmain.stay(self, lost_at):
+                    return why
+            gone = lostmain.patient(self, time.time())
+            if gone is not None:
+                return gone
+            lostmain.tend(self, time.monotonic())
             self.poke.wait(cfg.interval)
             self.poke.clear()
         return "stopped by the coordinator"
 
-    def lose(self, silent: float, ranks: bool) -> str:
+    def lose(self, silent: float, ranks: bool) -> tuple[str, float]:
+        """Its ranks torn down, and its word written; why, and when it lost the main."""
         why = lost_why(f"{self.cfg.coord_host}:{self.cfg.coord_port}", silent, ranks)
         lost_at = time.time()
         result = None
         if ranks:
             budget = min(LOST_STACKS, self.cfg.capture_budget)
-            ask = stackcap.Ask(self.cfg.nodes[0], "unreachable", why, lost_at, budget)
+            ask = stackcap.Ask(self.cfg.main, "unreachable", why, lost_at, budget)
             result = self.kill(f"lost the coordinator ({silent:.0f} s)", stacks=ask)
-        say_lost(self.dir, lost_at, time.time(), why, result)
-        return why
+        with self.lock:
+            run = self.att.run
+        say_lost(self.dir, lost_at, time.time(), why, result, self.cfg.epoch, run)
+        return why, lost_at
+
+    def keep_up(self) -> None:
+        for keeper in list(self.keepers):
+            keeper.check()
+
+    def drop_link(self) -> None:
+        """The link's channel closed: it connects again, where lostmain.target says."""
+        ch = self.channel
+        if ch is not None:
+            ch.close()
 
     def kill(
         self, why: str, grace: float | None = None, stacks: stackcap.Ask | None = None
@@ -212,7 +247,8 @@ class Sentinel(Link):
         except (OSError, ValueError, RuntimeError) as exc:
             said += f" ({FOLLOWING}: {exc})"
         _to_tail(self.att.log.path, self.att.log)
-        return said
+        again = lostmain.resume(self)  # it had lost the main: its word, given again
+        return said if again is None else f"{said}; {again}"
 
     def coordinator_started(self) -> None:
         """The coordinator was just started again here: it is not silent."""
@@ -230,13 +266,14 @@ def main(argv: list[str]) -> int:
     again = os.path.exists(pid_file)  # a predecessor's: this one was started again
     ready = daemon.daemonize(os.path.join(run_dir, "sentinel.log"), pid_file)
     s = Sentinel(cfg, secret, run_dir)
+    s.bundle = bundle
     if again:
         print(f"sentinel: started again: {s.resume()}", flush=True)
     if cfg.is_main:
         keeper = respawn.Keeper(run_dir, cfg.node, cfg.tag, "coord", bundle, s.coordinator_started)
-        s.keeper = keeper
-    else:
-        s.keeper = respawn.Keeper(run_dir, cfg.node, cfg.tag, "guard", bundle)  # guard.py
+        s.keepers.append(keeper)
+    if cfg.node != cfg.nodes[0]:  # launched with a guard (guard.py): a worker, a spare
+        s.keepers.append(respawn.Keeper(run_dir, cfg.node, cfg.tag, "guard", bundle))
     signal.signal(signal.SIGTERM, lambda *_: _leave(run_dir, "SIGTERM (a kill by tag)"))
     threading.Thread(target=s.link, daemon=True).start()
     spysample.start(s)  # the straggler's samples, every sample_every, on their own thread

@@ -5,7 +5,10 @@ is its side of the channel (frames.py): it reconnects after a loss, sends a snap
 the facts changed, a heartbeat's time passed or the coordinator asked for a fresh one,
 and carries out what the coordinator says (a kill with its stacks, an attempt's start,
 stop) on threads of their own, each answered with the id it came with. An attempt is
-started once, whatever a coordinator started again asks.
+started once, whatever a coordinator started again asks. It keeps the copy of the chain
+the coordinator shares (chaincopy.py) and follows no coordinator of an epoch it left;
+after its main's loss it connects to the successor, with its word, and joins the epoch
+that one leads when told (lostmain.py).
 """
 
 from __future__ import annotations
@@ -18,12 +21,18 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any
 
-from . import attempt, frames, gpus, logship, nodesnap, respawn, stackcap
+from . import attempt, chaincopy, frames, gpus, logship, lostmain, nodesnap, respawn, stackcap
 from .attempt import Attempt
 from .facts import Facts
+from .succession import Word
 from .watchcfg import WatchConfig, grace_of, write_json
 
-COMMANDS = frozenset({"hb", "sample", "kill", "start", "stop", "follow"})  # follow: logship.py
+# follow: logship.py; chain: the coordinator's chain.json (chaincopy.py); epoch: a
+# successor leads the chain now (lostmain.py)
+# handoff: the chain handed to the successor (chain.py)
+COMMANDS = frozenset(
+    {"hb", "sample", "kill", "start", "stop", "follow", "chain", "epoch", "handoff"}
+)
 RECV_WAIT = 0.1  # how soon a new sample goes out after it was taken
 # Retries a second at most: a coordinator started again is back within about one
 # (respawn.py), and each node must hear it again well within unreachable_after.
@@ -48,15 +57,25 @@ class Link:
     heard: float
     channel: frames.Channel | None
     wanted: float | None
-    keeper: respawn.Keeper | None
+    keepers: list[respawn.Keeper]
+    bundle: list[str] | None
     gpus: gpus.Reader
     snapshot: nodesnap.Builder
+    copy: dict[str, Any] | None
+    lost: Word | None
+    heir: str | None
+    stepped_at: float | None
+    tended: float
 
     if TYPE_CHECKING:  # the sentinel's: no definition here to shadow it
 
         def kill(
             self, why: str, grace: float | None = None, stacks: stackcap.Ask | None = None
         ) -> dict[str, Any]: ...
+
+        def drop_link(self) -> None: ...
+
+        def coordinator_started(self) -> None: ...
 
     def link(self) -> None:
         """Keeps a channel to the coordinator and serves it, reconnecting after a loss."""
@@ -76,16 +95,25 @@ class Link:
             backoff = min(RECONNECT_MAX, backoff * 2)
 
     def connect(self) -> frames.Channel:
+        """To the epoch's coordinator, or after the main's loss to its successor with
+        this node's word (lostmain.py); a coordinator of an epoch left is refused."""
         cfg = self.cfg
-        sock = socket.create_connection((cfg.coord_host, cfg.coord_port), timeout=2.0)
-        hello = {"node": cfg.node, "chain": cfg.run, "pid": os.getpid()}
+        host, extra = lostmain.target(self)
+        sock = socket.create_connection((host, cfg.coord_port), timeout=2.0)
+        hello = {"node": cfg.node, "chain": cfg.run, "pid": os.getpid(), **extra}
         try:
             ch = frames.client_handshake(sock, self.secret, hello, kinds=COMMANDS)
         except BaseException:
             sock.close()
             raise
+        fenced = lostmain.fenced(self, ch.peer.get("epoch"))
+        if fenced is not None:
+            ch.close()
+            raise frames.Refused("stale-epoch", fenced)
         self.channel = ch
         self.heard = time.monotonic()
+        if self.lost is not None and self.copy is not None:  # the successor takes the newest
+            ch.send("chain", data=self.copy)
         return ch
 
     def serve(self, ch: frames.Channel) -> None:
@@ -123,7 +151,16 @@ class Link:
 
     def obey(self, ch: frames.Channel, msg: dict[str, Any]) -> None:
         kind = msg["k"]
-        if kind == "sample":  # a deadline: the answer must be sampled after this ask
+        if kind == "chain":
+            data = chaincopy.fit(msg.get("data"), self.cfg.run)
+            if data is not None and self.lost is None:  # a successor's copy is its own
+                self.copy = data
+                chaincopy.keep(self.dir, data)
+        elif kind == "epoch":
+            why = lostmain.join(self, msg)
+            if why is not None:
+                print(f"sentinel: {why}", flush=True)
+        elif kind == "sample":  # a deadline: the answer must be sampled after this ask
             self.wanted = time.monotonic()
             self.poke.set()
         elif kind == "kill":
@@ -133,13 +170,15 @@ class Link:
             stacks = stackcap.ask_of(msg.get("stacks"), self.cfg.members, self.cfg.capture_budget)
             args = (ch, msg.get("id"), why, grace, stacks)
             threading.Thread(target=self._kill_and_report, args=args).start()
+        elif kind == "start" and self.lost is not None:  # not before it joined the epoch
+            self._send(ch, "done", re=msg.get("id"), ok=False, error="this node lost its main")
         elif kind == "start":
             k = msg.get("attempt")
             if type(k) is int and k >= 1 and self.cfg.attempt_nonce is not None:
                 # its run id, named by the coordinator; a spare's rank (attemptscript.py)
                 start = (ch, msg.get("id"), k, msg.get("run"), msg.get("rank"))
                 threading.Thread(target=self._start, args=start).start()
-        elif kind == "stop":
+        elif kind == "stop" or (kind == "handoff" and not lostmain.handed(self, msg)):
             self.stopping.set()
             self.poke.set()
 

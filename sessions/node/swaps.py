@@ -21,15 +21,17 @@ from .restarts import AttemptEnd
 from .watchcfg import WatchConfig
 
 QUARANTINED = "quarantined"
+LOST = "lost"  # the mains lost for good, each replaced by a successor (succession.py)
 
 
 def layout_of(entry: object, cfg: WatchConfig, key: str = "nodes") -> tuple[str, ...] | None:
     """An attempt's nodes as its entry says, if they are a layout of this run: one node a
-    rank, the main first and never moved, the others the run's nodes or spares."""
+    rank, each the run's or a spare (a spare at rank 0 succeeded a lost main:
+    succession.py)."""
     got = entry.get(key) if isinstance(entry, dict) else None
     if not isinstance(got, list) or len(got) != len(cfg.nodes) or len(set(got)) != len(got):
         return None
-    if got[0] != cfg.nodes[0] or not all(isinstance(n, str) and n in cfg.members for n in got):
+    if not all(isinstance(n, str) and n in cfg.members for n in got):
         return None
     return tuple(got)
 
@@ -42,9 +44,11 @@ def next_layout(entries: list[dict[str, Any]], cfg: WatchConfig) -> tuple[str, .
 
 
 def out_of(data: dict[str, Any]) -> set[str]:
-    """The nodes this chain quarantined: used no more."""
-    q = data.get(QUARANTINED)
-    return {n for n in q if isinstance(n, str)} if isinstance(q, dict) else set()
+    """The nodes this chain quarantined, or lost for good (a main a successor replaced:
+    succession.py): used no more."""
+    q, lost = data.get(QUARANTINED), data.get(LOST)
+    out = {n for n in q if isinstance(n, str)} if isinstance(q, dict) else set()
+    return out | ({n for n in lost if isinstance(n, str)} if isinstance(lost, list) else set())
 
 
 def mend(data: dict[str, Any]) -> bool:

@@ -14,9 +14,10 @@ import os
 import re
 import sys
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from . import epochs
 from .judging import Rules
 from .notifyhook import NotifyRules, rules_json, rules_of
 from .placing import QuarantineRule
@@ -90,10 +91,27 @@ class WatchConfig:
     rank_token: str | None = None
     quarantine: QuarantineRule | None = None  # restart.quarantine_after (None: off)
     notify: NotifyRules | None = None  # the main's: the coordinator's notices (notifysend.py)
+    # where each spare is reached (as `spares`): its master_addr, and its coordinator's
+    # host, should it succeed a lost main (succession.py)
+    spare_addrs: tuple[str, ...] = ()
+    # the chain's epoch on this node (epochs.py: epoch.json, not the watch file): the
+    # number and the node that leads it, when a successor took the main's place
+    epoch: int = 0
+    lead: str | None = None
+
+    @property
+    def main(self) -> str:
+        """The node whose coordinator leads the chain now: the launch's main, or the
+        spare that succeeded it (its epoch's)."""
+        return self.lead or self.nodes[0]
 
     @property
     def is_main(self) -> bool:
-        return self.node == self.nodes[0]
+        return self.node == self.main
+
+    def addr(self, node: str) -> str | None:
+        """Where a spare is reached (None: not a spare, or a file without addresses)."""
+        return dict(zip(self.spares, self.spare_addrs)).get(node)
 
     @property
     def members(self) -> tuple[str, ...]:
@@ -169,6 +187,14 @@ def parse(d: object) -> WatchConfig:
     return cfg
 
 
+def joined(cfg: WatchConfig, epoch: epochs.Epoch | None) -> WatchConfig:
+    """`cfg` in `epoch`: its coordinator's node and host (None, or one whose main is no
+    member of the chain: the launch's, as the watch file says)."""
+    if epoch is None or epoch.main not in cfg.members:
+        return cfg
+    return replace(cfg, epoch=epoch.number, lead=epoch.main, coord_host=epoch.host)
+
+
 def write_json(path: str, data: dict[str, Any]) -> None:
     """Atomically (tmp + rename): a reader on the main never sees half a file."""
     tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
@@ -193,11 +219,12 @@ def load_for(argv: list[str], role: str) -> tuple[str, WatchConfig, bytes] | int
 
 
 def load(run_dir: str) -> tuple[WatchConfig, bytes]:
-    """The watch file and the run's secret, from the node's run dir."""
+    """The watch file and the run's secret, from the node's run dir, in the epoch this
+    node joined last (epochs.py)."""
     with open(os.path.join(run_dir, FILE), encoding="utf-8", opener=plain) as f:
         raw = f.read(1 << 20)
     try:
-        cfg = parse(json.loads(raw))
+        cfg = joined(parse(json.loads(raw)), epochs.read(run_dir))
     except json.JSONDecodeError as exc:
         raise BadWatchFile(f"{FILE}: not JSON ({exc.msg})") from None
     with open(os.path.join(run_dir, SECRET), "rb", opener=plain) as f:
@@ -253,6 +280,7 @@ def to_json(cfg: WatchConfig) -> str:
             "spare_nprocs": list(cfg.spare_nprocs) or None,
             "rank_token": cfg.rank_token,
             "quarantine": None if q is None else asdict(q),
+            "spare_addrs": list(cfg.spare_addrs) or None,
             "notify": rules_json(cfg.notify),
         },
         sort_keys=True,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .epochs import ADDR
 from .judging import Rules
 from .placing import QuarantineRule
 from .restarts import RestartRules
@@ -167,7 +168,22 @@ def spares(d: dict[str, Any]) -> dict[str, Any]:
             raise BadWatchFile(f"{FILE}: quarantine must be an object")
         rule = QuarantineRule(get(q, "count", int), get(q, "within", float), get(q, "hold", float))
     return {"spares": tuple(names), "spare_nprocs": nprocs(d.get("spare_nprocs"), len(names)),
-            "rank_token": token, "quarantine": rule}  # fmt: skip
+            "rank_token": token, "quarantine": rule,
+            "spare_addrs": addrs(d.get("spare_addrs"), len(names))}  # fmt: skip
+
+
+def addrs(v: object, count: int) -> tuple[str, ...]:
+    """Where each spare is reached, one a spare (absent: none known, so no spare can
+    succeed the main: succession.py)."""
+    if v is None:
+        return ()
+    if (
+        not isinstance(v, list)
+        or len(v) != count
+        or not all(isinstance(a, str) and ADDR.match(a) for a in v)
+    ):
+        raise BadWatchFile(f"{FILE}: spare_addrs must be one host or address a spare")
+    return tuple(v)
 
 
 def restart_json(r: RestartRules | None) -> dict[str, Any] | None:

@@ -33,16 +33,24 @@ EXPLAINED = frozenset({RunStatus.TORN_DOWN, RunStatus.FAILED, RunStatus.GAVE_UP}
 
 
 def read_main(record: RunRecord, cluster: Cluster) -> BoardView | None:
-    """The board of the record's coordinator, over the cluster's connection to its main;
-    None when it cannot be read (unreachable, never written)."""
+    """The board of the coordinator that leads the record's chain, over the cluster's
+    connection to its main; when that board says nothing of a chain going on there (lost,
+    stale, stood down), the board of the successor that took the main's place, if one
+    did (launch/mainmoved.py); None when none can be read."""
+    from mntui.sessions.launch import mainmoved
     from mntui.sessions.launch.board import board_dir, read_board
     from mntui.sessions.results import NodeError
 
+    view: BoardView | None
     try:
         view = read_board(cluster.nodes[record.main.node], board_dir(record), gpus=True)
     except (NodeError, KeyError):
-        return None
-    return view if view.status is not None else None
+        view = None
+    if mainmoved.may_have_moved(view):
+        moved = mainmoved.successor_board(record, cluster.policy)
+        if moved is not None:
+            return moved
+    return view if view is not None and view.status is not None else None
 
 
 def look(cfg: JobConfig, record: RunRecord, cluster: Cluster) -> RunRecord:

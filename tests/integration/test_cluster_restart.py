@@ -191,12 +191,12 @@ def test_a_node_past_quarantine_after_is_used_no_more_and_quarantined_here_too(
     wait_for(lambda: not tagged_anywhere(job), 20, what="every process of the job gone")
 
 
-def test_a_main_that_breaks_twice_ends_the_chain_for_this_machine_to_replace(
-    fake: FakeCluster, cfg: Cfg
-) -> None:
+def test_a_main_that_breaks_twice_hands_the_chain_to_the_spare(fake: FakeCluster, cfg: Cfg) -> None:
     """The coordinator runs on the main: a main that broke twice in a row is not replaced
-    on the cluster; the chain ends saying so, and its end leaves nothing anywhere, the
-    idle spare's sentinel included."""
+    by its own coordinator, which ends its chain saying so and hands it to the spare
+    (node/succession.py); the spare succeeds it once every worker gave its word, and the
+    next attempt runs on it at rank 0, while this machine is cut off. Before issue 37
+    the chain ended there, for a stand-by on this machine to replace the main."""
     job = "cw-main"
     port, wport = free_port(), free_port()
     path = cfg.write(SPARE_JOB.format(job=job, port=port, wport=wport))
@@ -204,12 +204,18 @@ def test_a_main_that_breaks_twice_ends_the_chain_for_this_machine_to_replace(
     wait_for(lambda: len(watchers(job, "sentinel")) == 3, 20, what="3 sentinels")
     with cut_off(fake, ALL):
         _fail_twice(job, "node0", "node1")
-        wait_for(lambda: not tagged_anywhere(job), 30, what="the chain's end, every node clean")
-    assert not runs_on(job, "node2")
+        wait_for(lambda: runs_on(job, "node2"), 60, what="attempt 3 on node2, the new main")
+        new = next(iter(runs_on(job, "node2")))
+        wait_for(lambda: new in runs_on(job, "node1"), 30, what="attempt 3 on node1 too")
+        wait_for(lambda: not watchers(job, "(sentinel|coord)", "node0"), 20, what="node0 left")
+        assert not runs_on(job, "node0")
+    chain = load_chain(fake, job)  # node0's, as it ended
+    assert chain.get("main_here") is True and chain.get("handover") is True, chain
     text = cfg.mntui(path, "status").stdout
-    assert "the main node0 broke twice in a row: only this machine can replace it" in text, text
-    assert load_chain(fake, job).get("main_here") is True  # what the stand-by acts on
-    assert "(torn-down)" in text, text
+    assert "coordinator on node2" in text, text
+    assert "node0 broke twice in a row: replaced by spare node2 (rank 0)" in text, text
+    assert cfg.mntui(path, "kill").returncode == 0
+    wait_for(lambda: not tagged_anywhere(job), 20, what="every process of the job gone")
 
 
 def load_chain(fake: FakeCluster, job: str) -> dict[str, object]:

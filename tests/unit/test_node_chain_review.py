@@ -25,6 +25,7 @@ import pytest
 
 from mntui.sessions.node import attemptscript, frames, notifykept, notifysend, swaps
 from mntui.sessions.node.chain import run_chain
+from mntui.sessions.node.chaincopy import Replica
 from mntui.sessions.node.chainlog import ChainLog
 from mntui.sessions.node.chainstates import ChainStatus, OutcomeKind
 from mntui.sessions.node.coordinator import Coordinator
@@ -63,6 +64,7 @@ class Successor:
         self.board = Board(cfg, str(out))
         self.done = threading.Event()
         self.notices = Outbox(cfg.notify, "job", 3, self.board)
+        self.replica = Replica(self.board.live_peers, self.done)  # never run: no sends
 
     def watch_attempt(self) -> Any:
         raise AssertionError("the attempt was watched again")
@@ -331,12 +333,16 @@ def test_a_spares_template_over_the_bound_is_refused_not_cut_and_run(tmp_path: P
     attempts = tmp_path / "attempts"
     attempts.mkdir()
     run, count = attemptscript.run_token(nonce), attemptscript.count_token(nonce)
+    master = attemptscript.master_token(nonce)
     info = {"run": run, "tag": f"job/{run}/s0", "run_dir": f".mntui/runs/job/{run}/s0"}
     (attempts / "next.json").write_text(json.dumps(info))
-    head = f"export NODE_RANK={token} MNTUI_RESTART_COUNT={count} MNTUI_RUN=job/{run}/s0\n"
+    head = (f"export NODE_RANK={token} MNTUI_RESTART_COUNT={count} MNTUI_RUN=job/{run}/s0 "
+            f"MASTER_ADDR={master}\n")  # fmt: skip
     (attempts / "next.sh").write_text(head + "#" * (attemptscript.MAX_SCRIPT - len(head)))
     text = Path(attemptscript.render(str(tmp_path), 1, NEXT, spare, 1)).read_text()
-    assert text.startswith(f"export NODE_RANK=1 MNTUI_RESTART_COUNT=1 MNTUI_RUN=job/{NEXT}/s0\n")
+    assert text.startswith(
+        f"export NODE_RANK=1 MNTUI_RESTART_COUNT=1 MNTUI_RUN=job/{NEXT}/s0 MASTER_ADDR=127.0.0.1\n"
+    ), text[:200]
     (attempts / "next.sh").write_text(head + "#" * (attemptscript.MAX_SCRIPT - len(head)) + "\nrm")
     with pytest.raises(RuntimeError, match="not the launch's"):
         attemptscript.render(str(tmp_path), 1, NEXT, spare, 1)

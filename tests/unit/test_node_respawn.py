@@ -21,6 +21,7 @@ import pytest
 
 from mntui.sessions.node import respawn, resume
 from mntui.sessions.node.chain import run_chain
+from mntui.sessions.node.chaincopy import Replica
 from mntui.sessions.node.coordstate import Board
 from mntui.sessions.node.judging import Rules
 from mntui.sessions.node.notifysend import Outbox
@@ -240,6 +241,7 @@ class Successor:
         self.board = Board(self.cfg, str(out))
         self.done = threading.Event()
         self.notices = Outbox(None, "job", 2, self.board)  # no notify: nothing sent
+        self.replica = Replica(self.board.live_peers, self.done)  # never run: no sends
 
     def watch_attempt(self) -> Any:
         raise AssertionError("the decided attempt was watched again")

@@ -19,6 +19,7 @@ import pytest
 from mntui.sessions.config.jobconfig import parse_config
 from mntui.sessions.launch.plan import build_plan, describe, run_record
 from mntui.sessions.node import attemptscript
+from mntui.sessions.node.chaincopy import Replica
 from mntui.sessions.node.placing import Failure, QuarantineRule, past_quarantine, place, span
 from mntui.sessions.node.restarts import AttemptEnd
 from mntui.sessions.node.rules import NodeState
@@ -217,7 +218,9 @@ def test_no_spare_is_prepared_without_cluster_restarts() -> None:
 def test_the_chain_keeps_each_attempts_nodes_and_its_quarantines(tmp_path: Path) -> None:
     wc, _ = _watch(tmp_path, node="g0")
     assert layout_of({"nodes": ["g0", "s0", "g2"]}, wc) == ("g0", "s0", "g2")
-    for bad in (["s0", "g1", "g2"], ["g0", "g1"], ["g0", "g1", "g1"], ["g0", "x", "g2"], "g0"):
+    # a spare at rank 0 succeeded a lost main (node/succession.py): a layout of the run too
+    assert layout_of({"nodes": ["s0", "g1", "g2"]}, wc) == ("s0", "g1", "g2")
+    for bad in (["g0", "g1"], ["g0", "g1", "g1"], ["g0", "x", "g2"], "g0"):
         assert layout_of({"nodes": bad}, wc) is None
     entries = [{"nodes": ["g0", "g1", "g2"], "next_nodes": ["g0", "s1", "g2"]}]
     assert next_layout(entries, wc) == ("g0", "s1", "g2")
@@ -303,6 +306,7 @@ class _Successor:
         self.board = Board(self.cfg, str(out))
         self.done = threading.Event()
         self.notices = Outbox(None, "job", 2, self.board)
+        self.replica = Replica(self.board.live_peers, self.done)  # never run: no sends
 
     def watch_attempt(self) -> object:
         raise AssertionError("nothing is watched: the start fails first")

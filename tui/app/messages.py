@@ -106,3 +106,12 @@ class FeedBroken(Message):
     def __init__(self, generation: int, why: str, final: bool = False) -> None:
         super().__init__()
         self.generation, self.why, self.final = generation, why, final
+
+
+class ChainMoved(Message):
+    """A successor leads the chain now (node/succession.py): its attempts are in the
+    records (the mirror's sync), and the app follows the one it runs."""
+
+    def __init__(self, generation: int) -> None:
+        super().__init__()
+        self.generation = generation

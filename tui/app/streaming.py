@@ -10,7 +10,11 @@ snapshots are shown with the coordinator's verdicts (nothing is judged here: the
 coordinator decides), its log chunks go through apply_log / restart_log as a poll's do.
 
 A broken stream (this machine cut off, the main lost) is said in the event log and
-started again with backoff; the nodes are never polled instead. When the
+started again with backoff; the nodes are never polled instead. While the stream is
+down, or the main's follower has lost its coordinator, the chain's other nodes are
+asked (at most every MOVED_LOOK seconds) whether a successor leads it now
+(launch/mainmoved.py); its board is synced into the records as `status` syncs it, and
+the app follows the attempt it runs (follow_chain). When the
 coordinator said goodbye (the chain is over), the stream ends and one direct poll shows
 the nodes as they were left (their panes' exit codes), as the app shows any ended run,
 and none after it. The panes follow each attempt's nodes (panes.py).
@@ -19,6 +23,7 @@ and none after it. The panes follow each attempt's nodes (panes.py).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping
 
 from textual import work
@@ -37,11 +42,12 @@ from mntui.sessions.watch.feedparse import (
 )
 from mntui.sessions.watch.reading import by_cluster
 
-from .messages import FeedBroken, FeedNews
+from .messages import ChainMoved, FeedBroken, FeedNews
 from .panes import Panes
 
 RETRY_FIRST = 1.0  # seconds before the first try again, doubled each time
 RETRY_MAX = 30.0
+MOVED_LOOK = 5.0  # seconds between two asks of the chain's nodes for a successor
 UNJUDGED = Verdict(NodeState.STARTING, "the coordinator has not judged it yet")
 
 
@@ -57,6 +63,7 @@ class Streaming(Panes):
     feed_pid: int | None = None  # the follower's pid on the main
     feed_parser: FeedParser | None = None  # the current stream's: its malformed count
     feed_link: bool | None = None  # the follower reaches the coordinator
+    feed_asked = 0.0  # monotonic time of the last ask for a successor
     feed_ended: str | None = None  # the coordinator's goodbye
     feed_attempt: int | None = None  # the coordinator's attempt (its restarts)
     feed_first: str | None = None  # the node its coordinator named first to fail
@@ -171,6 +178,8 @@ class Streaming(Panes):
         elif isinstance(news, LinkNews) and news.up != self.feed_link:
             self.feed_link = news.up
             self.log_event(f"coordinator {'joined' if news.up else 'lost'}: {news.why}")
+            if not news.up:
+                self.look_for_successor()
         elif isinstance(news, EndNews):
             self.feed_ended = news.why
             self.log_event(f"the coordinator ended: {news.why}")
@@ -228,11 +237,34 @@ class Streaming(Panes):
         if message.final:
             self.log_event(f"cluster stream: {message.why}")
             return
+        self.look_for_successor()
         self.feed_tries += 1
         delay = min(RETRY_MAX, RETRY_FIRST * 2 ** (self.feed_tries - 1))
         self.log_event(f"cluster stream broke: {message.why}; again in {delay:.0f} s")
         generation = self.generation
         self.set_timer(delay, lambda: self.restream(generation))
+
+    def look_for_successor(self) -> None:
+        if self.record is None or self.record.chain is None:
+            return
+        if time.monotonic() - self.feed_asked < MOVED_LOOK:
+            return
+        self.feed_asked = time.monotonic()
+        self.ask_successor(self.record, self.generation)
+
+    @work(thread=True, group="moved", exclusive=True, exit_on_error=False)
+    def ask_successor(self, record: RunRecord, generation: int) -> None:
+        from mntui.sessions.launch import mainmoved
+        from mntui.sessions.watch.mirror import sync
+
+        view = mainmoved.successor_board(record, self.cfg.ssh)
+        if view is not None:
+            sync(record, view)
+            self.post_message(ChainMoved(generation))
+
+    def on_chain_moved(self, message: ChainMoved) -> None:
+        if message.generation == self.generation:
+            self.follow_chain()
 
     def restream(self, generation: int) -> None:
         if generation == self.generation and self.record is not None and self.feed is None:
