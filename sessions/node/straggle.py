@@ -3,11 +3,11 @@
 Every rank runs the same step and meets the others in a collective; the slow one arrives
 last and never waits, the others wait for it. So each rank's Python stack is sampled
 and every sample counts as waiting or not (waits.py's `sample_of`, the one test of "this
-stack waits in a collective"). Pure: a tally per rank over the last `WINDOW` samples,
-and the rule below, judged after every round. One rule for both watches: the manager's
-sampler (watch/sampler.py, its stacks over SSH) and the cluster's coordinator (its
-sentinels' booleans, slowness.py) tally and judge with this module; the manager's
-watch/straggler.py and report/suspect.py re-export it.
+stack waits in a collective"). Pure: the rule below, on each rank's count of samples and
+waits. One rule for both watches: the manager's sampler (watch/sampler.py, its stacks
+over SSH, a tally per rank over the last `WINDOW` samples) and the cluster's coordinator
+(its sentinels' rounds, slowness.py, judged over time spans by waitline.py) name with
+this module; the manager's watch/straggler.py and report/suspect.py re-export it.
 
 The rule, from the bench's measurements (README, "Stragglers"): a clean job's ranks all
 wait little and alike; a rank 2x slower leaves the others waiting about half the time,
@@ -31,6 +31,7 @@ noise: the bench's one false suspect in 8 clean runs was 2 waits in 6 samples ag
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -69,6 +70,9 @@ class Suspect:
     after: float  # seconds from the first sample to the naming
     named_at: float  # wall clock
     ranks: tuple[RankWait, ...]
+    since: float | None = None  # wall clock: when its slowness began (waitline.onset)
+    step: float | None = None  # seconds a step of the job since then (its log)
+    step_before: float | None = None  # seconds a step before then
 
     @property
     def mine(self) -> RankWait:
@@ -84,10 +88,22 @@ class Suspect:
         shares = sorted(round(100 * r.share) for r in self.others)
         spread = f"{shares[0]}" if shares[0] == shares[-1] else f"{shares[0]}–{shares[-1]}"
         other = "the other" if len(shares) == 1 else "the others"
+        step = ""
+        if self.step is not None:
+            was = f" (was {_secs(self.step_before)})" if self.step_before is not None else ""
+            step = f", a step {_secs(self.step)}{was}"
+        since = ""
+        if self.since is not None:
+            since = f", since {time.strftime('%H:%M:%S', time.localtime(self.since))}"
         return (
             f"rank {self.rank} ({self.node}) waits {round(100 * self.mine.share)} % of the "
-            f"time, {other} {spread} %: it holds the job"
+            f"time, {other} {spread} %{step}{since}: it holds the job"
         )
+
+
+def _secs(s: float) -> str:
+    """A step time as people read it: 0.21 s, 1.4 s, 12 s."""
+    return f"{s:.2f} s" if s < 1 else f"{s:.1f} s" if s < 10 else f"{s:.0f} s"
 
 
 @dataclass(frozen=True)
@@ -120,13 +136,17 @@ class Tally:
 
 
 def name_suspect(
-    ranks: Sequence[RankWait], after: float, now: float, min_samples: int = MIN_SAMPLES
+    ranks: Sequence[RankWait],
+    after: float,
+    now: float,
+    min_samples: int = MIN_SAMPLES,
+    alpha: float = ALPHA,
 ) -> Suspect | None:
     """The suspect by the rule above, or None (too few samples, no clear odd one)."""
     if len(ranks) < 2 or any(r.samples < min_samples for r in ranks):
         return None
     low = _idle(ranks) or _throttled(ranks)
-    if not low or len({r.node for r in low}) != 1 or chance(low, ranks) > ALPHA:
+    if not low or len({r.node for r in low}) != 1 or chance(low, ranks) > alpha:
         return None
     worst = min(low, key=lambda r: (r.share, r.rank))
     return Suspect(worst.rank, worst.node, after, now, tuple(ranks))
@@ -161,9 +181,19 @@ def chance(low: Sequence[RankWait], ranks: Sequence[RankWait]) -> float:
     total = sum(r.samples for r in ranks)
     waits = sum(r.waits for r in ranks)
     mine = sum(r.waits for r in low)
-    ways = math.comb(total, waits)
-    tail = sum(math.comb(n, k) * math.comb(total - n, waits - k) for k in range(mine + 1))
-    return tail / ways if ways else 1.0
+    if not waits or n == total:
+        return 1.0
+    ways = _lcomb(total, waits)
+    tail = sum(
+        math.exp(_lcomb(n, k) + _lcomb(total - n, waits - k) - ways)
+        for k in range(max(0, waits - (total - n)), min(mine, waits) + 1)
+    )
+    return min(1.0, tail)
+
+
+def _lcomb(n: int, k: int) -> float:
+    """log C(n, k) in floats: a job of thousands of ranks makes exact integers slow."""
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
 
 
 def finding_json(
