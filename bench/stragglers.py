@@ -4,6 +4,7 @@ and that it names nobody in clean runs, on real sshd nodes with real torchrun.
     .venv/bin/python bench/stragglers.py                 # 20 stragglers, 10 clean runs of 5 min
     .venv/bin/python bench/stragglers.py --stragglers 8 --clean 4 --clean-seconds 120
     .venv/bin/python bench/stragglers.py --quick         # the suite's: 1 + 1, under ~60 s
+    git worktree add /tmp/before 1ed8006 && .venv/bin/python bench/stragglers.py --tree /tmp/before
 
 Every run is a fresh tests/jobs/straggler_train.py job (gloo, CPU, one rank a node) on
 fake sshd nodes (tests/fakecluster.py), launched with `mntui launch --no-ui` and watched
@@ -28,8 +29,11 @@ say in the same words (checked: `mntui status` after each naming shows that line
 run ends at the naming or `--limit` s after the onset (a miss). Printed: every run,
 then the median and worst latency per slowdown, precision (namings that named the slow
 node) and recall (stragglers named), and each node's sentinel CPU (its own and its
-py-spy children's, per second of the run). Writes bench/results/stragglers-<stamp>.json
-(not with --quick).
+py-spy children's, per second of the run); then the sampling's cost (clean runs with it
+and without it); with `--pairs`, `doctor --pairs` on a node at a tenth of a CPU.
+`--tree` measures another checkout's mntui the same way (today's figures before a
+change: its launch ships its own node package). Writes
+bench/results/stragglers-<stamp>.json (not with --quick).
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ import argparse
 import contextlib
 import json
 import os
+import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -58,6 +64,7 @@ from clusterwatch import watchers  # noqa: E402
 from fakecluster import FakeCluster, free_port, wait_for  # noqa: E402
 
 WORK = 0.1  # seconds a step computes
+SHARES = 262144  # cgroup v1's most cpu.shares: the job's nodes first, whatever else runs
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -89,6 +96,9 @@ class Outcome:
     line: str = ""  # the journal's
     status_line: str = ""  # `mntui status`'s, after the naming
     cpu: dict[str, float] = field(default_factory=dict)  # node -> sentinel CPU %
+    shares: str = ""  # each rank's wait share in the finding at the end: the evidence
+    step: float | None = None  # seconds a step after the onset (or all along: clean)
+    slowdown: float | None = None  # that against a step before the onset (mid-run)
     seconds: float = 0.0
     note: str = ""
 
@@ -97,9 +107,10 @@ class Outcome:
         return self.case.slow is not None and self.named_node == f"node{self.case.slow}"
 
 
-def plan(stragglers: int, clean: int, quota: bool) -> list[Case]:
-    """Every slowdown x who x when x how in turn (2x first), then the clean runs; the
-    quota's runs are made by work where no cgroup can be written."""
+def plan(stragglers: int, clean: int, quota: bool, kinds: str = "work,quota") -> list[Case]:
+    """Every slowdown x who x when x how (16), in an order drawn once (a shorter campaign
+    still mixes them), repeated to `stragglers`, then the clean runs; the quota's runs
+    are made by work where no cgroup can be written."""
     combos = [
         Case(how, factor, slow, mid)
         for how in ("work", "quota")
@@ -107,8 +118,9 @@ def plan(stragglers: int, clean: int, quota: bool) -> list[Case]:
         for slow in (1, 0)
         for factor in (2.0, 1.5)
     ]
-    combos.sort(key=lambda c: (c.how == "quota", c.mid, c.slow == 0, c.factor != 2.0))
-    out = [combos[i % len(combos)] for i in range(stragglers)]
+    random.Random(40).shuffle(combos)
+    combos = [c for c in combos if c.how in kinds.split(",")]
+    out = [combos[i % len(combos)] for i in range(stragglers if combos else 0)]
     if not quota:
         out = [Case("work", c.factor, c.slow, c.mid) for c in out]
     variants = ("plain", "chatty", "stall")
@@ -128,24 +140,43 @@ def job_args(case: Case, mid_after: float, stall: float) -> str:
     return args
 
 
-def write_job(fake: FakeCluster, root: Path, job: str, nodes: list[str], args: str) -> Path:
+def write_job(
+    fake: FakeCluster, root: Path, job: str, nodes: list[str], args: str, watch_extra: str = ""
+) -> Path:
     work = root / "work"
     work.mkdir(exist_ok=True)
     shutil.copy(straggle.JOB_SCRIPT, work)
-    watch = f"where: cluster, port: {free_port()}"
+    watch = f"where: cluster, port: {free_port()}{watch_extra}"
     body = straggle.job_yaml(job, nodes, free_port(), work, args, watch)
     path = root / f"{job}.yaml"
     path.write_text(
-        textwrap.dedent(body).strip() + f"\nssh: {{config: {fake.ssh_config}, connect_timeout: 5}}\n"
+        textwrap.dedent(body).strip()
+        + f"\nssh: {{config: {fake.ssh_config}, connect_timeout: 5}}\n"
     )
     return path
+
+
+TREE: dict[str, str] = {}  # the environment that runs another tree's mntui (--tree)
 
 
 def mntui(path: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "mntui.tui.cli", "-c", str(path), *args],
         capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+        env={**os.environ, **TREE},
     )  # fmt: skip
+
+
+def use_tree(tree: Path, root: Path) -> None:
+    """Every `mntui` of the campaign from the checkout at `tree` (its sessions/, tui/
+    and configs/, whose node package is what the launch ships): a directory of links
+    first on PYTHONPATH, ahead of this venv's editable install (which Python asks last).
+    The job and the harness stay this tree's."""
+    shim = root / "tree" / "mntui"
+    shim.mkdir(parents=True)
+    for part in ("sessions", "tui", "configs"):
+        (shim / part).symlink_to(tree.resolve() / part)
+    TREE["PYTHONPATH"] = str(shim.parent)
 
 
 def stamps(log: str, word: str) -> list[float]:
@@ -175,6 +206,33 @@ def named(fake: FakeCluster, job: str, main: str) -> dict[str, object] | None:
     return None
 
 
+def shares(fake: FakeCluster, job: str, main: str) -> str:
+    """Each rank's wait share and samples in the coordinator's finding, as it is now."""
+    dirs = fake.node(main).run_dirs(job)
+    try:
+        data = json.loads((dirs[-1] / "coord" / "straggler.json").read_text())
+        ranks = data["finding"]["ranks"]
+        return " ".join(f"{r['rank']}:{r['waits']}/{r['samples']}" for r in ranks)
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return ""
+
+
+def paced(out: Outcome, times: list[float], first: float) -> None:
+    """What the injection did to the job: its step time since the onset (until the
+    naming, or all along), against the 20 s before a mid-run onset."""
+
+    def step(a: float, b: float) -> float | None:
+        within = [t for t in times if a <= t <= b]
+        return (within[-1] - within[0]) / (len(within) - 1) if len(within) > 2 else None
+
+    onset = out.onset if out.onset is not None else first
+    until = onset + out.latency if out.latency is not None else time.time()
+    out.step = step(onset, until)
+    before = step(onset - 20.0, onset) if out.case.mid else None
+    if out.step is not None and before:
+        out.slowdown = out.step / before
+
+
 def cpu_seconds(pid: int) -> float | None:
     """A process's CPU, its reaped children's (its py-spy records) included."""
     try:
@@ -184,16 +242,26 @@ def cpu_seconds(pid: int) -> float | None:
     return sum(int(x) for x in fields[11:15]) / TICK  # utime stime cutime cstime
 
 
+def node_pids(fake: FakeCluster, node: str) -> list[int]:
+    return [straggle.sshd_pid(fake, node), *fake.node(node).pids()]
+
+
 @contextlib.contextmanager
-def slowed(fake: FakeCluster, case: Case, name: str) -> Iterator[Path | None]:
-    """The quota's cgroup (a quota run), the node moved into it now unless mid-run."""
+def slowed(fake: FakeCluster, case: Case, nodes: list[str], name: str) -> Iterator[Path | None]:
+    """The quota's cgroup (a quota run), the node moved into it now unless mid-run; every
+    node of the job weighted to get its CPU first (cpu.shares; the slow one too, until
+    its quota), as on an idle host: the host's other load must not make a straggler of
+    a node, nor hide the quota's."""
     if case.how != "quota" or case.slow is None:
         yield None
         return
-    node = fake.node(f"node{case.slow}")
-    with straggle.cpu_quota(None, 1 / case.factor, name) as group:
-        if not case.mid:
-            straggle.move_into(group, [straggle.sshd_pid(fake, node.name), *node.pids()])
+    slow = f"node{case.slow}"
+    with (
+        straggle.cpu_quota(None, None, f"{name}fast", shares=SHARES) as fast,
+        straggle.cpu_quota(None, 1 / case.factor, name, shares=SHARES) as group,
+    ):
+        for n in nodes:
+            straggle.move_into(group if n == slow and not case.mid else fast, node_pids(fake, n))
         yield group
 
 
@@ -203,7 +271,7 @@ def run_case(fake: FakeCluster, root: Path, i: int, case: Case, nodes: list[str]
     out = Outcome(case, case.label)
     path = write_job(fake, root, job, nodes, job_args(case, opts.mid_after, opts.stall))
     t0 = time.monotonic()
-    with slowed(fake, case, f"bench{i}") as group:
+    with slowed(fake, case, nodes, f"bench{i}") as group:
         res = mntui(path, "launch", "--no-ui")
         if res.returncode != 0:
             out.note = f"launch failed: {(res.stdout + res.stderr)[-300:]}"
@@ -228,7 +296,7 @@ def watch_case(fake: FakeCluster, job: str, path: Path, case: Case, nodes: list[
         if group is not None:  # the quota from now on, on every process of the node
             wait_for(lambda: time.time() >= first + opts.mid_after, opts.mid_after + 5,
                      interval=0.2, what="the mid-run onset")  # fmt: skip
-            straggle.move_into(group, [straggle.sshd_pid(fake, slow), *fake.node(slow).pids()])
+            straggle.move_into(group, node_pids(fake, slow))
             out.onset = time.time()
         else:
             wait_for(lambda: stamps(logs[slow](), "slow"), opts.mid_after + 60, what="slow from")
@@ -241,6 +309,12 @@ def watch_case(fake: FakeCluster, job: str, path: Path, case: Case, nodes: list[
     while time.time() < start + limit and entry is None:
         entry = named(fake, job, nodes[0])
         time.sleep(0.25)
+    out.shares = shares(fake, job, nodes[0])
+    paced(out, stamps(logs[nodes[0]](), "step"), first)
+    if opts.keep is not None:  # the coordinator's files of the run, to look into after
+        dirs = fake.node(nodes[0]).run_dirs(job)
+        if dirs:
+            shutil.copytree(dirs[-1] / "coord", opts.keep / job, dirs_exist_ok=True)
     for n, (m0, c0) in cpu0.items():
         c1 = cpu_seconds(sentinels[n][0])
         if c0 is not None and c1 is not None:
@@ -257,15 +331,96 @@ def watch_case(fake: FakeCluster, job: str, path: Path, case: Case, nodes: list[
     out.status_line = next((x for x in status if x.startswith("straggler: ")), "")
 
 
+def cost(fake: FakeCluster, root: Path, seconds: float) -> list[str]:
+    """What the straggler's sampling costs a node: its sentinel's CPU (with its py-spy
+    records) in a clean run sampled at the default against one not sampled at all, in
+    ABBA order; and today's old way, a py-spy dump of a rank every 10 s, by its CPU."""
+    import resource
+
+    from clusterwatch import a_rank
+
+    cpu: dict[str, list[float]] = {"default": [], "off": []}
+    dump: list[float] = []
+    for k, name in enumerate(("default", "off", "off", "default")):
+        job = f"stragcost{k}"
+        extra = ", sample_every: 0" if name == "off" else ""
+        path = write_job(fake, root, job, ["node0", "node1"], f"--work {WORK}", extra)
+        if mntui(path, "launch", "--no-ui").returncode != 0:
+            continue
+        try:
+            out = Outcome(Case("clean"), "cost")
+            opts = argparse.Namespace(
+                clean_seconds=seconds, mid_after=0.0, limit=seconds, keep=None
+            )
+            watch_case(fake, job, path, Case("clean"), ["node0", "node1"], None, out, opts)
+            cpu[name] += out.cpu.values()
+            spy = shutil.which("py-spy") or shutil.which(
+                "py-spy", path=str(Path(sys.executable).parent)
+            )
+            if name == "off" and spy and not dump:
+                pid = a_rank(job, "node1")
+                r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                for _ in range(5):
+                    subprocess.run([spy, "dump", "--json", "--nonblocking", "--pid", str(pid)],
+                                   capture_output=True, timeout=30)  # fmt: skip
+                r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                dump.append((r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime) / 5)
+        finally:
+            mntui(path, "kill")
+    rows = ["", "| a node's sentinel (one rank) | runs | CPU % of a core, median (min–max) |",
+            "|---|---:|---:|"]  # fmt: skip
+    for name, xs in cpu.items():
+        if xs:
+            rows.append(f"| sampling {name} | {len(xs)} | {statistics.median(xs):.2f} "
+                        f"({min(xs):.2f}–{max(xs):.2f}) |")  # fmt: skip
+    if cpu["default"] and cpu["off"]:
+        extra = statistics.median(cpu["default"]) - statistics.median(cpu["off"])
+        rows.append(f"\nThe sampling costs {extra:.2f} % of a core per rank.")
+    if dump:
+        rows.append(f"Today's way before issue 40 (a py-spy dump of each rank every 10 s): "
+                    f"{1000 * dump[0]:.1f} ms a dump, {dump[0] * 10:.2f} % of a core per rank.")  # fmt: skip
+    return rows
+
+
+def doctor_pairs(root: Path, quota: float | None) -> tuple[str, float, bool]:
+    """`doctor --pairs` on 4 fresh nodes, node2 at `quota` of a CPU (None: clean): the
+    pre-launch check of a slow node, by the same quota."""
+    with FakeCluster(root / f"pairs{quota}", 4).start() as fake:
+        t0 = time.monotonic()
+        res = straggle.doctor_pairs(fake, root / "pairs.yaml", quota)
+        took = time.monotonic() - t0
+    line = next((x for x in res.stdout.splitlines() if x.startswith("pairs: ")), "no line")
+    named_only_node2 = "node2 is slow" in line and line.count(" is slow") == 1
+    right = named_only_node2 if quota else "no slow node" in line
+    return line, took, right
+
+
+def pairs_rows(root: Path) -> list[str]:
+    rows = ["", "| doctor --pairs, 4 nodes | right | s | its line |", "|---|---|---:|---|"]
+    for quota in (0.1, 0.1, None):
+        line, took, right = doctor_pairs(root, quota)
+        what = f"node2 at {quota:g} CPU" if quota else "clean"
+        rows.append(f"| {what} | {'yes' if right else 'NO'} | {took:.0f} | {line} |")
+        print(rows[-1], flush=True)
+    return rows
+
+
 def spread(xs: list[float]) -> str:
     if not xs:
         return "-"
     return f"{statistics.median(xs):.1f} (worst {max(xs):.1f}, n={len(xs)})"
 
 
+def said_alike(status: str, journal: str) -> bool:
+    """`status`'s line is the journal's: the same rank, node, step times and onset; the
+    shares may have moved on since (status shows the finding's latest evidence)."""
+    shares = re.compile(r" waits \d+ % of the time, the others? [\d–]+ %")
+    return shares.sub("", status) == shares.sub("", f"straggler: {journal}")
+
+
 def table(outs: list[Outcome]) -> list[str]:
-    rows = ["| # | run | latency s | named | right | status says it | sentinel CPU % |",
-            "|---:|---|---:|---|---|---|---|"]  # fmt: skip
+    rows = ["| # | run | step s (slowdown) | latency s | named | right | status says it | "
+            "sentinel CPU % |", "|---:|---|---:|---:|---|---|---|---|"]  # fmt: skip
     for k, o in enumerate(outs):
         lat = f"{o.latency:.1f}" if o.latency is not None else "-"
         who = f"rank {o.named_rank} ({o.named_node})" if o.named_node else "nobody"
@@ -273,10 +428,14 @@ def table(outs: list[Outcome]) -> list[str]:
             right = "yes" if o.named_node is None else "**FALSE ALARM**"
         else:
             right = "yes" if o.right else "**missed**" if o.named_node is None else "**wrong**"
-        same = "-" if not o.line else "yes" if o.status_line == f"straggler: {o.line}" else "NO"
+        same = "-" if not o.line else "yes" if said_alike(o.status_line, o.line) else "NO"
         cpu = " ".join(f"{v:.2f}" for _, v in sorted(o.cpu.items()))
         note = f" ({o.note})" if o.note else ""
-        rows.append(f"| {k} | {o.label}{note} | {lat} | {who} | {right} | {same} | {cpu} |")
+        pace = f"{o.step:.3f}" if o.step is not None else "-"
+        pace += f" ({o.slowdown:.2f}x)" if o.slowdown is not None else ""
+        rows.append(
+            f"| {k} | {o.label}{note} | {pace} | {lat} | {who} | {right} | {same} | {cpu} |"
+        )
     slow = [o for o in outs if o.case.slow is not None]
     said = [o for o in outs if o.named_node is not None]
     rows.append("")
@@ -312,10 +471,16 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--mid-after", type=float, default=60.0, help="s of training before onset")
     ap.add_argument("--limit", type=float, default=120.0, help="s after onset: a miss")
     ap.add_argument("--stall", type=float, default=5.0, help="s a clean run's rank stalls once")
+    ap.add_argument("--cost-seconds", type=float, default=60.0, help="s of each cost run (0: none)")
+    ap.add_argument("--how", default="work,quota", help="how stragglers are made")
+    ap.add_argument("--pairs", action="store_true", help="and doctor --pairs on a quota")
+    ap.add_argument("--keep", type=Path, help="keep each run's coord/ files here")
+    ap.add_argument("--only", help="the runs whose label holds one of these (a;b)")
+    ap.add_argument("--tree", type=Path, help="measure the mntui of this checkout (a baseline)")
     opts = ap.parse_args()
     if opts.quick:
-        opts.stragglers, opts.clean, opts.clean_seconds = 1, 1, 30.0
-        opts.mid_after, opts.limit = 10.0, 45.0
+        opts.stragglers, opts.clean, opts.clean_seconds = 1, 1, 25.0
+        opts.mid_after, opts.limit, opts.cost_seconds = 5.0, 45.0, 0.0
     return opts
 
 
@@ -323,11 +488,17 @@ def main() -> int:
     opts = parse()
     root = Path(tempfile.mkdtemp(prefix="mntui-stragglers-"))
     os.environ["XDG_STATE_HOME"] = str(root / "state")
+    if opts.tree is not None:
+        use_tree(opts.tree, root)
     quota = straggle.can_throttle()
-    cases = plan(opts.stragglers, opts.clean, quota)
+    cases = plan(opts.stragglers, opts.clean, quota, opts.how)
+    if opts.only:
+        cases = [c for c in cases if any(w in c.label for w in opts.only.split(";"))]
     if opts.quick:
         cases = [Case("work", 2.0, 1, True), Case("clean", variant="chatty")]
-    print(f"{len(cases)} runs; load {os.getloadavg()[0]:.2f}; cgroup quota: {quota}", flush=True)
+    tree = f"; mntui of {opts.tree}" if opts.tree else ""
+    print(f"{len(cases)} runs; load {os.getloadavg()[0]:.2f}; cgroup quota: {quota}{tree}",
+          flush=True)  # fmt: skip
     outs: list[Outcome] = []
     t0 = time.monotonic()
     try:
@@ -347,11 +518,14 @@ def main() -> int:
             for i, case in enumerate([] if opts.quick else cases):
                 outs.append(run_case(fake, root, i, case, ["node0", "node1"], opts))
                 o = outs[-1]
-                print(f"{i}: {o.label}: named {o.named_node} after {o.latency} s {o.note}",
-                      flush=True)  # fmt: skip
+                print(f"{i}: {o.label}: named {o.named_node} after {o.latency} s: {o.line} "
+                      f"[waits {o.shares}] {o.note}", flush=True)  # fmt: skip
+            costs = cost(fake, root, opts.cost_seconds) if opts.cost_seconds > 0 else []
+        if opts.pairs and quota:
+            costs += pairs_rows(root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    rows = table(outs)
+    rows = table(outs) + costs
     print("\n".join(rows))
     print(f"\n{len(outs)} runs in {time.monotonic() - t0:.0f} s; load {os.getloadavg()[0]:.2f}")
     if not opts.quick:

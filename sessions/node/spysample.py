@@ -1,5 +1,5 @@
-"""The sentinel's straggler samples: each round (ROUND seconds, on the wall clock's
-multiples of it, so that every node's rounds end together), one `py-spy record` of each
+"""The sentinel's straggler samples: each round (ending near the wall clock's multiples
+of ROUND seconds, so that every node's rounds end together), one `py-spy record` of each
 of its node's live ranks at 1/`sample_every` samples a second, each sample judged
 "waiting in a collective or not", and only those verdicts, in order, sent to the
 coordinator (a `waits` frame) with how long the round took.
@@ -8,15 +8,16 @@ Why on the node: with `watch.where: cluster` nothing on the manager samples, and
 stacks are where the ranks are; the coordinator needs a few bits per rank, not the
 stacks. Why a record, not a dump per sample: a py-spy process costs ~10 ms of CPU to
 start (it reads the interpreter's symbols) and ~0.3 ms a sample after that; one record
-per rank per ROUND seconds buys 20 samples for less than two dumps (the per-node cost
-is bench/stragglers.py's). The record reads with `--nonblocking` (no ptrace stop: no
-pause in a rank's step, no `t` state a sample of the node could read as frozen; a torn
-read is a sample that says nothing) and `--idle` (a rank waiting in a collective is
-idle), found on the node's PATH or the ranks' own, all ranks at once, each in a session
-of its own within the round's budget and a size cap (stackcap.run_bounded); py-spy
-writes its speedscope file into the attempt's own directory, read (bounded) and removed
-at once. Judged with the one test (waits.record_waits). It runs on a thread of its own,
-never in the sampling loop whose cost per sample is budgeted.
+per rank per ROUND seconds buys 36 samples (at the default 4 a second) for the CPU of
+about two dumps (the per-node cost is bench/stragglers.py's). The record reads with
+`--nonblocking` (no ptrace stop: no pause in a rank's step, no `t` state a sample of
+the node could read as frozen; a torn read is a sample that says nothing) and `--idle`
+(a rank waiting in a collective is idle); py-spy is found on the node's PATH or the
+ranks' own, runs for all ranks at once, each in a session of its own within the round's
+budget and a size cap (stackcap.run_bounded), and writes its speedscope file into the
+attempt's own directory, read (bounded) and removed at once. Judged with the one test
+(waits.record_waits). It runs on a thread of its own, never in the sampling loop whose
+cost per sample is budgeted.
 
 A rank is a followed process with `RANK` in its environment whose parent has none of
 the same: torchrun's workers, not the DataLoader workers they fork (which inherit it).
@@ -40,7 +41,8 @@ from .waits import MAX_SAMPLES, record_waits
 from .watchcfg import WatchConfig
 
 KIND = "waits"  # the frame a sentinel sends after each round
-ROUND = 10  # seconds between two rounds' starts (py-spy records whole seconds)
+ROUND = 10  # seconds: rounds end near the wall clock's multiples of it
+MIN_RECORD = 3  # seconds a record lasts at least (py-spy records whole seconds)
 STARTUP = 10.0  # seconds py-spy may take to attach, past its record's own
 MAX_RATE = 20  # samples a second
 DUMP_MAX = 4 << 20  # bytes of one rank's record
@@ -154,7 +156,7 @@ def from_wire(v: object, took: object) -> tuple[float, list[tuple[int, str]]]:
     """A `waits` frame's `took` and `ranks`, strictly: seconds in (0, MAX_TOOK], and a
     bounded list of [rank, verdicts] ("0", "1" and "-", at most MAX_SAMPLES), each rank
     once; anything else is Malformed (counted by the coordinator, never believed)."""
-    if type(took) not in (int, float) or not 0 < took <= MAX_TOOK:  # type: ignore[operator]
+    if isinstance(took, bool) or not isinstance(took, (int, float)) or not 0 < took <= MAX_TOOK:
         raise Malformed("took is the round's seconds")
     if not isinstance(v, list) or len(v) > MAX_RANKS:
         raise Malformed("ranks is a bounded list")
@@ -170,7 +172,7 @@ def from_wire(v: object, took: object) -> tuple[float, list[tuple[int, str]]]:
         if rank in out:
             raise Malformed("a rank sampled twice in one round")
         out[rank] = bits
-    return float(took), sorted(out.items())  # type: ignore[arg-type]
+    return float(took), sorted(out.items())
 
 
 class Sentinel(Protocol):
@@ -185,29 +187,37 @@ class Sentinel(Protocol):
 
 
 def loop(s: Sentinel) -> None:
-    """The sentinel's sampler thread: a round from each multiple of ROUND on the wall
-    clock (none when sample_every is 0), its verdicts sent on the coordinator's channel
-    if there is one then. Every node's rounds end together (their clocks agree to a
-    second or so): the coordinator judges a moment once every node has reached it."""
+    """The sentinel's sampler thread: round after round without a gap (none when
+    sample_every is 0), each ending near the next multiple of ROUND on the wall clock,
+    its verdicts sent on the coordinator's channel if there is one then. Every node's
+    rounds end together (their clocks agree to a second or so): the coordinator judges
+    a moment once every node has reached it. A round late by py-spy's start (a busy
+    node) is followed at once by a shorter one, never by a skipped one."""
     every = s.cfg.sample_every
     if every <= 0:
         return
     rate = rate_of(every)
-    while not s.stopping.wait(ROUND - time.time() % ROUND):
+    while not s.stopping.is_set():
         t0 = time.monotonic()
+        seconds = int(ROUND - time.time() % ROUND)  # whole seconds: py-spy's
+        seconds += ROUND if seconds < MIN_RECORD else 0
         with s.lock:
             att, facts = s.att, s.facts
         ch = s.channel
-        if ch is not None and facts is not None and facts.live_procs:
-            try:
-                pairs = one_round(facts.live_procs, ROUND - 1, rate, att.dir)
-                took = time.monotonic() - t0
-                if pairs and 0 < took <= MAX_TOOK:
-                    ch.send(KIND, run=att.run, took=round(took, 3), ranks=wire(pairs))
-            except OSError:
-                pass  # the link is the link thread's to mend; this round is lost
-            except Exception:  # a sampler's bug must never end the sentinel
-                traceback.print_exc()
+        if ch is None or facts is None or not facts.live_procs:
+            s.stopping.wait(ROUND - time.time() % ROUND)  # nothing to sample yet
+            continue
+        try:
+            pairs = one_round(facts.live_procs, seconds, rate, att.dir)
+            took = time.monotonic() - t0
+            if pairs and 0 < took <= MAX_TOOK:
+                ch.send(KIND, run=att.run, took=round(took, 3), ranks=wire(pairs))
+        except OSError:
+            pass  # the link is the link thread's to mend; this round is lost
+        except Exception:  # a sampler's bug must never end the sentinel
+            traceback.print_exc()
+        if time.monotonic() - t0 < MIN_RECORD:  # no record ran (no py-spy, no rank, a
+            s.stopping.wait(ROUND - time.time() % ROUND)  # refusal): the next round's time
 
 
 def start(s: Sentinel) -> None:

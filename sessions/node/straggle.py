@@ -10,22 +10,22 @@ over SSH, a tally per rank over the last `WINDOW` samples) and the cluster's coo
 this module; the manager's watch/straggler.py and report/suspect.py re-export it.
 
 The rule, from the bench's measurements (README, "Stragglers"): a clean job's ranks all
-wait little and alike; a rank 2x slower leaves the others waiting about half the time,
-1.3x about a quarter. Named when, over each rank's last samples, every rank has at
-least MIN_SAMPLES samples and the low ranks all sit on one node, the low ranks being:
-- those that wait at most SUSPECT_MAX, when the other ranks' median is at least
-  OTHERS_MIN and the least of them waits GAP more than the most-waiting low rank; or
-- those that wait at most HALF of what the least-waiting other rank does, when every
-  other rank waits at least BUSY. A node slowed by a CPU quota is stopped wherever its
-  quota runs out, often inside the collective it just entered: the bench's node at half
-  a CPU "waited" 50 % of its samples, its partner 100 %.
-A node of several ranks made slow as a whole shows as all its ranks low: the node is
-named by its lowest rank. A clean job's ranks wait alike, whatever their share.
-And the difference must not be luck: with the low ranks' samples and the others' pooled,
-a one-sided Fisher exact test (the chance that so few waits fall on the low ranks if all
-ranks waited alike) must come out at most ALPHA. On few samples the shares alone are
-noise: the bench's one false suspect in 8 clean runs was 2 waits in 6 samples against 0
-(p = 0.23). MIN_SAMPLES is a floor under the test, not a substitute for it.
+wait little and alike, whatever their share; a rank f times slower leaves every other
+rank waiting 1 - 1/f of the time more than it does (the steps it takes longer, over the
+job's step): 2x half the time, 1.5x a third, 1.1x a tenth. So the wait gap measures
+what the rank costs the job, however much time the collectives themselves take. Named
+when, over each rank's samples, every rank has at least MIN_SAMPLES samples and the low
+ranks (those that wait GAP less than every other rank: 1.25x and more) all sit on one
+node. A node slowed by a CPU quota is stopped wherever its quota runs out, inside the
+collective it just entered too, where it "waits" with the others: the bench's node at
+half a CPU "waited" 50 % of its samples, its partner 100 %; at 1/1.5 of a CPU 17 %
+against 40 %. A node of several ranks made slow as a whole shows as all its ranks low:
+the node is named by its lowest rank. And the difference must not be luck: with the low
+ranks' samples and the others' pooled, a one-sided Fisher exact test (the chance that so
+few waits fall on the low ranks if all ranks waited alike) must come out at most ALPHA.
+On few samples the shares alone are noise: the bench's one false suspect in 8 clean
+runs was 2 waits in 6 samples against 0 (p = 0.23). MIN_SAMPLES is a floor under the
+test, not a substitute for it.
 """
 
 from __future__ import annotations
@@ -40,11 +40,7 @@ from typing import Any
 WINDOW = 30  # samples per rank the rule looks at: a straggler that recovers is let go
 MIN_SAMPLES = 10
 ALPHA = 0.01
-SUSPECT_MAX = 0.15
-OTHERS_MIN = 0.30
-GAP = 0.20
-HALF = 0.5
-BUSY = 0.60
+GAP = 0.20  # the least every other rank waits more than the low ones: 1.25x slower
 
 
 @dataclass(frozen=True)
@@ -145,32 +141,19 @@ def name_suspect(
     """The suspect by the rule above, or None (too few samples, no clear odd one)."""
     if len(ranks) < 2 or any(r.samples < min_samples for r in ranks):
         return None
-    low = _idle(ranks) or _throttled(ranks)
+    low = behind(ranks)
     if not low or len({r.node for r in low}) != 1 or chance(low, ranks) > alpha:
         return None
     worst = min(low, key=lambda r: (r.share, r.rank))
     return Suspect(worst.rank, worst.node, after, now, tuple(ranks))
 
 
-def _idle(ranks: Sequence[RankWait]) -> list[RankWait]:
-    """The ranks that barely wait while the others wait a good part of the time."""
-    low = [r for r in ranks if r.share <= SUSPECT_MAX]
-    others = [r for r in ranks if r.share > SUSPECT_MAX]
-    import statistics  # not on a cold `status`'s way: it reads a finding, judges none
-
-    if not low or not others or statistics.median(r.share for r in others) < OTHERS_MIN:
-        return []
-    return low if min(r.share for r in others) >= max(r.share for r in low) + GAP else []
-
-
-def _throttled(ranks: Sequence[RankWait]) -> list[RankWait]:
-    """The ranks that wait half as much as any other, while every other is nearly always
-    waiting (a quota stops the slow one inside collectives too)."""
+def behind(ranks: Sequence[RankWait]) -> list[RankWait]:
+    """The fewest lowest ranks that wait GAP less than every other rank, or none."""
     by_share = sorted(ranks, key=lambda r: r.share)
     for k in range(1, len(by_share)):
-        low, others = by_share[:k], by_share[k:]
-        if others[0].share >= BUSY and low[-1].share <= HALF * others[0].share:
-            return low
+        if by_share[k].share >= by_share[k - 1].share + GAP:
+            return by_share[:k]
     return []
 
 

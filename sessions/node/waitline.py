@@ -7,35 +7,42 @@ out of a window; and a rank slow from the start must be named once enough sample
 so, not after a fixed count. So the rule is judged on the spans that end at the latest
 moment every rank has been sampled up to, the shortest first (SPANS): the first span
 on which straggle's one rule (`name_suspect`: the shares, one node, a Fisher test, here
-at SPAN_ALPHA) holds *and* which is steady names the rank. Steady: in each third of
-the span the rank waits at least MARGIN less than every rank of another node. A data
-loader that stalls once, or a rank that logs a burst, makes one stretch look like a
-straggler; a rank that is slower step after step does in every third. A stall of about
-a third of the shortest span or less is never named (measured: bench/stragglers.py).
+at SPAN_ALPHA: several spans are tried after every round) holds, on which the others
+surely wait BEYOND more than the rank (`beyond`: a rank that logs more makes them wait
+a little, every step), and which is steady, names the rank. Steady: in each of PARTS
+parts of the span the low ranks wait at least MARGIN less than the rest, pooled
+(a rank slower step after step does in every part; a burst of work does not), and the
+job did not stop in the span (`stopped`): a data loader that stalls once stops every
+rank's steps for seconds, which the job's log shows; a slow rank only slows them.
+Without steps in the log the waits alone judge: a stall of about half the shortest span
+or more may then be named (tests/unit/test_straggler_timeline.py's model).
 
 The onset is where the rank's deficit began: the start of the run of bins (BIN seconds)
-whose wait gap (the other nodes' share minus the rank's) sums highest above GAP / 2, a
+whose wait gap (the other ranks' share minus the low ones') sums highest above GAP / 2, a
 CUSUM change point. Pure, the clock an argument: the coordinator (slowness.py) feeds it
-the sentinels' rounds and judges after each.
+the sentinels' rounds and the job's steps, and judges after each round.
 """
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import replace
 
-from .straggle import GAP, RankWait, Suspect, name_suspect
+from .straggle import GAP, RankWait, Suspect, behind, name_suspect
 
 HISTORY = 150.0  # seconds of samples kept per rank
 SPANS = (15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0)  # seconds the rule looks back
 PARTS = 3  # the span's parts a straggler must show in, each
 MIN_PART = 3  # samples a rank has in each part, at least
-MARGIN = 0.20  # in each part the rank waits this much less than every other node's rank
+MARGIN = 0.20  # in each part the low ranks wait this much less than the rest
 SPAN_ALPHA = 0.001  # the Fisher test's bar: several spans are tried after every round
 STALE = 25.0  # seconds: a rank sampled no later than this before the newest is left out
 BIN = 2.5  # seconds: the onset's resolution
 SHOWN = 30.0  # seconds of samples the finding shows while nobody is named
+BEYOND = 0.12  # the least the other ranks must wait more than the low ones
+BEYOND_Z = 3.09  # how sure of it (one-sided, 0.1 %)
 MIN_GAPS = 5  # rises of the job's step before its pace says anything
 STOP_OF = 64  # the last rises of the job's step its usual pace is the median of
 STOP_TIMES = 4.0  # x the usual time between two rises: the job stopped, not slowed
@@ -124,29 +131,52 @@ def judge(
         found = name_suspect(
             line.tally(ranks, start, end), now - line.first, wall, alpha=SPAN_ALPHA
         )
-        if found is not None and steady(line, found, start, end, steps):
+        if (
+            found is not None
+            and beyond(found) >= BEYOND_Z
+            and steady(line, found, start, end, steps)
+        ):
             return replace(found, since=wall - (now - onset(line, found, end)))
     return None
+
+
+def split(s: Suspect) -> tuple[list[int], list[int]]:
+    """The suspect's low ranks (its node's that wait GAP less than every other rank: one
+    slow GPU of eight, or a whole node) and the rest, by rank."""
+    low = {r.rank for r in behind(s.ranks)} or {s.rank}
+    return sorted(low), sorted(r.rank for r in s.ranks if r.rank not in low)
+
+
+def beyond(s: Suspect) -> float:
+    """How sure it is that the other ranks wait BEYOND more than the low ones (pooled; a
+    z score): a rank that works a little more every step (it logs more) makes the others
+    wait a little, every step, and the Fisher test alone calls that sure on enough
+    samples; a straggler makes them wait a lot."""
+    low, rest = split(s)
+    by = {r.rank: r for r in s.ranks}
+    n1, n2 = sum(by[r].samples for r in low), sum(by[r].samples for r in rest)
+    if not n1 or not n2:
+        return 0.0
+    p1, p2 = sum(by[r].waits for r in low) / n1, sum(by[r].waits for r in rest) / n2
+    spread = math.sqrt(max(p1 * (1 - p1), 0.25 / n1) / n1 + max(p2 * (1 - p2), 0.25 / n2) / n2)
+    return (p2 - p1 - BEYOND) / spread
 
 
 def steady(
     line: Timeline, s: Suspect, start: float, end: float, steps: Sequence[tuple[float, int]]
 ) -> bool:
-    """In each of PARTS parts of [start, end) the suspect waits at least MARGIN less
-    than every rank of another node, each rank sampled MIN_PART times there; and, when
-    the job's log says its steps often enough (`regular`), the job stepped in each part:
-    a rank that stalls once stops every rank's steps, a slow one only slows them."""
+    """The job did not stop within [start, end) (`stopped`), and in each of its PARTS
+    parts the low ranks wait at least MARGIN less than the rest (each pooled, MIN_PART
+    samples a rank there at least)."""
     if stopped(steps, start, end):
         return False
-    others = [r.rank for r in s.ranks if r.node != s.node]
+    low, rest = split(s)
     width = (end - start) / PARTS
     for k in range(PARTS):
         a, b = start + k * width, start + (k + 1) * width
-        mine = RankWait(s.rank, s.node, *line.count(s.rank, a, b))
-        theirs = line.tally(others, a, b)
-        if any(r.samples < MIN_PART for r in (mine, *theirs)):
+        if any(line.count(r, a, b)[0] < MIN_PART for r in (*low, *rest)):
             return False
-        if mine.share > min(r.share for r in theirs) - MARGIN + 1e-9:
+        if _pooled(line, low, a, b) > _pooled(line, rest, a, b) - MARGIN + 1e-9:
             return False
     return True
 
@@ -168,10 +198,9 @@ def stopped(steps: Sequence[tuple[float, int]], start: float, end: float) -> boo
 
 def onset(line: Timeline, s: Suspect, end: float) -> float:
     """When the suspect's deficit began: the start of the suffix of BIN-second bins
-    whose gaps (the other nodes' pooled wait share minus the suspect node's) sum
+    whose gaps (the other ranks' pooled wait share minus the low ones') sum
     highest above GAP / 2."""
-    mine = [r.rank for r in s.ranks if r.node == s.node]
-    others = [r.rank for r in s.ranks if r.node != s.node]
+    mine, others = split(s)
     first = max(min(line.times[r.rank][0] for r in s.ranks), end - line.history)
     bins = max(1, int((end - first) // BIN))
     best, total, at = float("-inf"), 0.0, end - BIN

@@ -7,12 +7,8 @@ from __future__ import annotations
 
 from mntui.sessions.node.straggle import (
     ALPHA,
-    BUSY,
     GAP,
-    HALF,
     MIN_SAMPLES,
-    OTHERS_MIN,
-    SUSPECT_MAX,
     WINDOW,
     Sample,
     Tally,
@@ -22,12 +18,8 @@ from mntui.sessions.node.straggle import (
 
 __all__ = [
     "ALPHA",
-    "BUSY",
     "GAP",
-    "HALF",
     "MIN_SAMPLES",
-    "OTHERS_MIN",
-    "SUSPECT_MAX",
     "WINDOW",
     "Sample",
     "Tally",

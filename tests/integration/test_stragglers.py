@@ -1,13 +1,12 @@
 """The straggler, caught on real nodes: a rank made slow is named by the watchdog's
 sampler (py-spy on every rank), told, shown by `status` and `report`; a node made slow
 for real (its sshd in a CPU-quota cgroup) is named and, with `on_slow: kill_all`, the job
-is taken down; `doctor --pairs` names the throttled node; the bench's short version."""
+is taken down; `doctor --pairs` names the throttled node."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -147,12 +146,3 @@ def test_doctor_pairs_names_the_throttled_node(swept: FakeCluster, tmp_path: Pat
     (kept,) = (state_dir() / "pairs" / "doctor").glob("doctor-pairs-*.json")
     data = json.loads(kept.read_text())
     assert data["slow_nodes"] == ["node2"] and data["pairs"][0]["round"] == 1
-
-
-def test_the_bench_short_version() -> None:
-    res = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "stragglers.py"), "--quick"],
-        capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    assert "| 2x | 1 | 2 | 1 | 0 | 0 |" in res.stdout

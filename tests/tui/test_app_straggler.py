@@ -1,5 +1,5 @@
-"""The app shows the straggler its run's watchdog named, in its header, and as the
-run's watchdog samples the ranks itself."""
+"""The app shows the straggler its run's watchdog named, in its header and the named
+node's pane, and as the run's watchdog samples the ranks itself."""
 
 from __future__ import annotations
 
@@ -36,6 +36,12 @@ def test_the_app_names_the_straggler_in_its_header(fake: FakeCluster, cfg: Cfg) 
             header = lambda: str(app.query_one("#header").render())  # noqa: E731
             await until(pilot, lambda: "straggler: rank 0 (node0)" in header(), 60, "the suspect")
             assert "it holds the job" in header()
+            # the named node's pane says it in the same words (and marks it SLOW)
+            pane = lambda n: str(app.query_one(f"#pane-{n}").render())  # noqa: E731
+            await until(pilot, lambda: "straggler: rank 0 (node0)" in pane("node0"), 10, "pane")
+            line = next(x for x in pane("node0").splitlines() if x.startswith("straggler: "))
+            assert line in header() and " SLOW " in pane("node0")
+            assert "straggler: " not in pane("node1")
             # whoever watches the run (the app, or the headless watchdog its launch
             # started) samples it; the header reads the finding from the run's directory
             await pilot.press("K")

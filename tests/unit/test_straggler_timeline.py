@@ -109,6 +109,13 @@ def test_a_rank_turned_1_5x_slower_mid_run_is_named_within_60_s_with_its_onset(
     assert found.since is not None and abs((found.since - 1e9) - onset) <= 3 * waitline.BIN
 
 
+def test_one_slow_gpu_of_a_node_of_four_is_named_against_its_node_mates() -> None:
+    """The node's other ranks wait with every other node's: the slow rank alone is low."""
+    job = steps(8, 120, 5, slow=6, factor=2.0)
+    found, at = sampled(job, 120, per_node=4)
+    assert found is not None and (found.rank, found.node) == (6, "g1") and at <= 30
+
+
 def test_a_node_slowed_as_a_whole_is_named_by_its_lowest_rank() -> None:
     job = steps(4, 120, 7, slow=3, factor=2.0)
     job.ranks[2] = job.ranks[3]  # both ranks of node g1 as slow (a CPU quota on the node)

@@ -17,7 +17,7 @@ from textual import work
 
 from mntui.sessions.launch import LineSplitter
 from mntui.sessions.poll import NodeProgress, NodeSnapshot, Poller, Verdict
-from mntui.sessions.report import observations
+from mntui.sessions.report import load_finding, observations
 from mntui.sessions.runs import RunRecord
 from mntui.sessions.watch import Judge, Sampler, clusterfeed, next_poll
 
@@ -194,8 +194,11 @@ class Polling(Watching, Streaming):
         self.progress_line = summary if summary is not None else self.obs.progress
         w = self.cfg.watch
         slow = self.pace.slow(progress, time.time(), w.slow_fraction, w.slow_after)
+        found = load_finding(self.record.dir) if self.record is not None else None
+        named = found.suspect if found is not None else None  # the header's straggler too
         for name, view in self.views.items():
-            seen = (progress.get(name), name in slow)
-            if seen != (view.progress, view.slow):
-                view.progress, view.slow = seen
+            line = f"straggler: {named.line}" if named is not None and named.node == name else None
+            seen = (progress.get(name), name in slow or line is not None, line)
+            if seen != (view.progress, view.slow, view.straggler):
+                view.progress, view.slow, view.straggler = seen
                 self.draw("node pane", partial(self.redraw_node, view, False))
