@@ -310,6 +310,8 @@ def watch_case(fake: FakeCluster, job: str, path: Path, case: Case, nodes: list[
         entry = named(fake, job, nodes[0])
         time.sleep(0.25)
     out.shares = shares(fake, job, nodes[0])
+    if entry is not None and out.onset is not None:
+        out.latency = float(entry.get("t", 0.0)) - out.onset  # type: ignore[arg-type]
     paced(out, stamps(logs[nodes[0]](), "step"), first)
     if opts.keep is not None:  # the coordinator's files of the run, to look into after
         dirs = fake.node(nodes[0]).run_dirs(job)
@@ -325,8 +327,6 @@ def watch_case(fake: FakeCluster, job: str, path: Path, case: Case, nodes: list[
     assert isinstance(data, dict)
     out.named_node, out.named_rank = str(entry.get("node")), data.get("rank")  # type: ignore[assignment]
     out.line = str(data.get("line", ""))
-    if out.onset is not None:
-        out.latency = float(entry.get("t", 0.0)) - out.onset  # type: ignore[arg-type]
     status = mntui(path, "status").stdout.splitlines()
     out.status_line = next((x for x in status if x.startswith("straggler: ")), "")
 
