@@ -40,12 +40,13 @@ def can_throttle() -> bool:
 
 @contextmanager
 def cpu_quota(
-    pid: int, fraction: float | None, name: str, shares: int | None = None
+    pid: int | None, fraction: float | None, name: str, shares: int | None = None
 ) -> Iterator[Path]:
     """`pid` (an sshd) and its future children limited to `fraction` of one CPU (None: no
     limit); with `shares`, weighted so against the host's other processes (the default
     is 1024 each): a node given its CPU first, as on an idle machine, while the suite's
-    other tests load the 2 cores."""
+    other tests load the 2 cores. `pid` None: nobody yet (`move_into` later: a node
+    turned slow mid-run)."""
     group = CPU_CGROUP / f"mntui-test-{name}-{os.getpid()}"
     group.mkdir()
     try:
@@ -55,7 +56,8 @@ def cpu_quota(
             (group / "cpu.cfs_quota_us").write_text(str(int(period * fraction)))
         if shares is not None:
             (group / "cpu.shares").write_text(str(shares))
-        (group / "cgroup.procs").write_text(str(pid))
+        if pid is not None:
+            (group / "cgroup.procs").write_text(str(pid))
         yield group
     finally:
         for line in (group / "cgroup.procs").read_text().split():
@@ -65,6 +67,19 @@ def cpu_quota(
                 pass  # it ended meanwhile
         wait_for(lambda: not (group / "cgroup.procs").read_text().split(), 10, what="cgroup empty")
         group.rmdir()
+
+
+def move_into(group: Path, pids: list[int]) -> int:
+    """Each of `pids` (and so all its threads) into `group`; those that ended meanwhile
+    are skipped. Returns how many moved."""
+    moved = 0
+    for pid in pids:
+        try:
+            (group / "cgroup.procs").write_text(str(pid))
+            moved += 1
+        except OSError:
+            pass  # it ended meanwhile
+    return moved
 
 
 def job_yaml(

@@ -144,8 +144,9 @@ class WatchPolicy:
     slow_after: float = field(
         default=120.0, metadata=ck.meta(ck.seconds(positive=True, maximum=DAY))
     )
-    # seconds between py-spy samples of every rank, for the straggler; 0: none
-    sample_every: float = field(default=10.0, metadata=ck.meta(ck.seconds(maximum=HOUR)))
+    # seconds between py-spy samples of every rank, for the straggler; 0: none (on the
+    # cluster: a py-spy record per rank every 10 s, at least a sample a second)
+    sample_every: float = field(default=0.25, metadata=ck.meta(ck.seconds(maximum=HOUR)))
     # a straggler named by the samples: tell (notify), or take the job down (kill_all)
     on_slow: Action = field(default=Action.NOTIFY, metadata=ck.meta(ck.choice(Action)))
     # where the watch runs: `auto`/`cluster` keeps guarding the job while this machine

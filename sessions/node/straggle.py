@@ -3,34 +3,35 @@
 Every rank runs the same step and meets the others in a collective; the slow one arrives
 last and never waits, the others wait for it. So each rank's Python stack is sampled
 and every sample counts as waiting or not (waits.py's `sample_of`, the one test of "this
-stack waits in a collective"). Pure: a tally per rank over the last `WINDOW` samples,
-and the rule below, judged after every round. One rule for both watches: the manager's
-sampler (watch/sampler.py, its stacks over SSH) and the cluster's coordinator (its
-sentinels' booleans, slowness.py) tally and judge with this module; the manager's
-watch/straggler.py and report/suspect.py re-export it.
+stack waits in a collective"). Pure: the rule below, on each rank's count of samples and
+waits. One rule for both watches: the manager's sampler (watch/sampler.py, its stacks
+over SSH, a tally per rank over the last `WINDOW` samples) and the cluster's coordinator
+(its sentinels' rounds, slowness.py, judged over time spans by waitline.py) name with
+this module; the manager's watch/straggler.py and report/suspect.py re-export it.
 
 The rule, from the bench's measurements (README, "Stragglers"): a clean job's ranks all
-wait little and alike; a rank 2x slower leaves the others waiting about half the time,
-1.3x about a quarter. Named when, over each rank's last samples, every rank has at
-least MIN_SAMPLES samples and the low ranks all sit on one node, the low ranks being:
-- those that wait at most SUSPECT_MAX, when the other ranks' median is at least
-  OTHERS_MIN and the least of them waits GAP more than the most-waiting low rank; or
-- those that wait at most HALF of what the least-waiting other rank does, when every
-  other rank waits at least BUSY. A node slowed by a CPU quota is stopped wherever its
-  quota runs out, often inside the collective it just entered: the bench's node at half
-  a CPU "waited" 50 % of its samples, its partner 100 %.
-A node of several ranks made slow as a whole shows as all its ranks low: the node is
-named by its lowest rank. A clean job's ranks wait alike, whatever their share.
-And the difference must not be luck: with the low ranks' samples and the others' pooled,
-a one-sided Fisher exact test (the chance that so few waits fall on the low ranks if all
-ranks waited alike) must come out at most ALPHA. On few samples the shares alone are
-noise: the bench's one false suspect in 8 clean runs was 2 waits in 6 samples against 0
-(p = 0.23). MIN_SAMPLES is a floor under the test, not a substitute for it.
+wait little and alike, whatever their share; a rank f times slower leaves every other
+rank waiting 1 - 1/f of the time more than it does (the steps it takes longer, over the
+job's step): 2x half the time, 1.5x a third, 1.1x a tenth. So the wait gap measures
+what the rank costs the job, however much time the collectives themselves take. Named
+when, over each rank's samples, every rank has at least MIN_SAMPLES samples and the low
+ranks (those that wait GAP less than every other rank: 1.25x and more) all sit on one
+node. A node slowed by a CPU quota is stopped wherever its quota runs out, inside the
+collective it just entered too, where it "waits" with the others: the bench's node at
+half a CPU "waited" 50 % of its samples, its partner 100 %; at 1/1.5 of a CPU 17 %
+against 40 %. A node of several ranks made slow as a whole shows as all its ranks low:
+the node is named by its lowest rank. And the difference must not be luck: with the low
+ranks' samples and the others' pooled, a one-sided Fisher exact test (the chance that so
+few waits fall on the low ranks if all ranks waited alike) must come out at most ALPHA.
+On few samples the shares alone are noise: the bench's one false suspect in 8 clean
+runs was 2 waits in 6 samples against 0 (p = 0.23). MIN_SAMPLES is a floor under the
+test, not a substitute for it.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -39,11 +40,7 @@ from typing import Any
 WINDOW = 30  # samples per rank the rule looks at: a straggler that recovers is let go
 MIN_SAMPLES = 10
 ALPHA = 0.01
-SUSPECT_MAX = 0.15
-OTHERS_MIN = 0.30
-GAP = 0.20
-HALF = 0.5
-BUSY = 0.60
+GAP = 0.20  # the least every other rank waits more than the low ones: 1.25x slower
 
 
 @dataclass(frozen=True)
@@ -69,6 +66,9 @@ class Suspect:
     after: float  # seconds from the first sample to the naming
     named_at: float  # wall clock
     ranks: tuple[RankWait, ...]
+    since: float | None = None  # wall clock: when its slowness began (waitline.onset)
+    step: float | None = None  # seconds a step of the job since then (its log)
+    step_before: float | None = None  # seconds a step before then
 
     @property
     def mine(self) -> RankWait:
@@ -84,10 +84,22 @@ class Suspect:
         shares = sorted(round(100 * r.share) for r in self.others)
         spread = f"{shares[0]}" if shares[0] == shares[-1] else f"{shares[0]}–{shares[-1]}"
         other = "the other" if len(shares) == 1 else "the others"
+        step = ""
+        if self.step is not None:
+            was = f" (was {_secs(self.step_before)})" if self.step_before is not None else ""
+            step = f", a step {_secs(self.step)}{was}"
+        since = ""
+        if self.since is not None:
+            since = f", since {time.strftime('%H:%M:%S', time.localtime(self.since))}"
         return (
             f"rank {self.rank} ({self.node}) waits {round(100 * self.mine.share)} % of the "
-            f"time, {other} {spread} %: it holds the job"
+            f"time, {other} {spread} %{step}{since}: it holds the job"
         )
+
+
+def _secs(s: float) -> str:
+    """A step time as people read it: 0.21 s, 1.4 s, 12 s."""
+    return f"{s:.2f} s" if s < 1 else f"{s:.1f} s" if s < 10 else f"{s:.0f} s"
 
 
 @dataclass(frozen=True)
@@ -120,37 +132,28 @@ class Tally:
 
 
 def name_suspect(
-    ranks: Sequence[RankWait], after: float, now: float, min_samples: int = MIN_SAMPLES
+    ranks: Sequence[RankWait],
+    after: float,
+    now: float,
+    min_samples: int = MIN_SAMPLES,
+    alpha: float = ALPHA,
 ) -> Suspect | None:
     """The suspect by the rule above, or None (too few samples, no clear odd one)."""
     if len(ranks) < 2 or any(r.samples < min_samples for r in ranks):
         return None
-    low = _idle(ranks) or _throttled(ranks)
-    if not low or len({r.node for r in low}) != 1 or chance(low, ranks) > ALPHA:
+    low = behind(ranks)
+    if not low or len({r.node for r in low}) != 1 or chance(low, ranks) > alpha:
         return None
     worst = min(low, key=lambda r: (r.share, r.rank))
     return Suspect(worst.rank, worst.node, after, now, tuple(ranks))
 
 
-def _idle(ranks: Sequence[RankWait]) -> list[RankWait]:
-    """The ranks that barely wait while the others wait a good part of the time."""
-    low = [r for r in ranks if r.share <= SUSPECT_MAX]
-    others = [r for r in ranks if r.share > SUSPECT_MAX]
-    import statistics  # not on a cold `status`'s way: it reads a finding, judges none
-
-    if not low or not others or statistics.median(r.share for r in others) < OTHERS_MIN:
-        return []
-    return low if min(r.share for r in others) >= max(r.share for r in low) + GAP else []
-
-
-def _throttled(ranks: Sequence[RankWait]) -> list[RankWait]:
-    """The ranks that wait half as much as any other, while every other is nearly always
-    waiting (a quota stops the slow one inside collectives too)."""
+def behind(ranks: Sequence[RankWait]) -> list[RankWait]:
+    """The fewest lowest ranks that wait GAP less than every other rank, or none."""
     by_share = sorted(ranks, key=lambda r: r.share)
     for k in range(1, len(by_share)):
-        low, others = by_share[:k], by_share[k:]
-        if others[0].share >= BUSY and low[-1].share <= HALF * others[0].share:
-            return low
+        if by_share[k].share >= by_share[k - 1].share + GAP:
+            return by_share[:k]
     return []
 
 
@@ -161,9 +164,19 @@ def chance(low: Sequence[RankWait], ranks: Sequence[RankWait]) -> float:
     total = sum(r.samples for r in ranks)
     waits = sum(r.waits for r in ranks)
     mine = sum(r.waits for r in low)
-    ways = math.comb(total, waits)
-    tail = sum(math.comb(n, k) * math.comb(total - n, waits - k) for k in range(mine + 1))
-    return tail / ways if ways else 1.0
+    if not waits or n == total:
+        return 1.0
+    ways = _lcomb(total, waits)
+    tail = sum(
+        math.exp(_lcomb(n, k) + _lcomb(total - n, waits - k) - ways)
+        for k in range(max(0, waits - (total - n)), min(mine, waits) + 1)
+    )
+    return min(1.0, tail)
+
+
+def _lcomb(n: int, k: int) -> float:
+    """log C(n, k) in floats: a job of thousands of ranks makes exact integers slow."""
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
 
 
 def finding_json(

@@ -5,8 +5,8 @@ Why on the node: a sentinel samples its own ranks' stacks (spysample.py) and sen
 coordinator only "waiting or not" per rank; if it judged a stack by a rule of its own,
 the cluster and the manager would name different stragglers from the same job. So the
 test (`waits_in`), the frame it reads (`Frame`) and the parser of one py-spy dump
-(`main_frames`) live here, stdlib only; report/consensus.py and report/stacks.py
-re-export them.
+(`main_frames`, and `record_waits` for a py-spy record of many samples) live here,
+stdlib only; report/consensus.py and report/stacks.py re-export them.
 
 `waits_in`: the outermost torch.distributed entry point on the stack (`all_reduce`,
 `barrier`, `wait_tensor`…), or, innermost, the autograd engine or DDP's buffer sync,
@@ -54,6 +54,7 @@ STARTING = frozenset({"init_process_group", "new_group"})
 
 MAX_SPY = 8 * 1024 * 1024  # one rank's py-spy JSON: every thread's stack
 MAX_FRAMES = 512
+MAX_SAMPLES = 4096  # samples of one rank in one py-spy record
 MAX_NAME = 256  # a function's name
 MAX_PATH = 4096  # a file's
 
@@ -149,6 +150,55 @@ def main_frames(dump: str) -> tuple[tuple[Frame, ...], str | None]:
             name, file = _text(f.get("name"), MAX_NAME), _text(f.get("filename"), MAX_PATH)
             frames.append(Frame(name, file, f["line"]))
     return tuple(frames), None if frames else "empty stack"
+
+
+def record_waits(record: str) -> str:
+    """One rank's samples in order, from a `py-spy record --format speedscope` of it: "1"
+    a sample of its main thread waiting in a collective, "0" working, "-" saying nothing
+    (sample_of's None, or a sample not of our shape). Empty when the record is not one:
+    it is the node's data, bounded and parsed strictly like a dump."""
+    if len(record) > MAX_SPY:
+        return ""
+    try:
+        data = json.loads(record)
+        frames, profiles = data["shared"]["frames"], data["profiles"]
+    except (ValueError, RecursionError, TypeError, KeyError):
+        return ""
+    if not isinstance(frames, list) or not isinstance(profiles, list) or not profiles:
+        return ""
+    named = [p for p in profiles if isinstance(p, dict) and str(p.get("name", "")).endswith(
+        '"MainThread"')]  # fmt: skip
+    main = named[0] if named else profiles[0]
+    samples = main.get("samples") if isinstance(main, dict) else None
+    if not isinstance(samples, list):
+        return ""
+    table = [_frame(f) for f in frames]
+    seen: dict[tuple[int, ...], str] = {}
+    out = []
+    for sample in samples[:MAX_SAMPLES]:
+        key = tuple(sample[:MAX_FRAMES]) if isinstance(sample, list) else ()
+        if key not in seen:
+            seen[key] = _verdict(key, table)
+        out.append(seen[key])
+    return "".join(out)
+
+
+def _frame(f: object) -> Frame | None:
+    if not isinstance(f, dict) or type(f.get("line")) is not int or not 0 <= f["line"] < 2**31:
+        return None
+    return Frame(_text(f.get("name"), MAX_NAME), _text(f.get("file"), MAX_PATH), f["line"])
+
+
+def _verdict(sample: tuple[object, ...], table: list[Frame | None]) -> str:
+    """A speedscope sample lists its frames outermost first, by index into `table`."""
+    frames = []
+    for i in reversed(sample):
+        f = table[i] if type(i) is int and 0 <= i < len(table) else None
+        if f is None:
+            return "-"
+        frames.append(f)
+    v = sample_of(frames)
+    return "-" if v is None else "1" if v else "0"
 
 
 def _text(v: object, limit: int) -> str:

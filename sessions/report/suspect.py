@@ -110,13 +110,21 @@ def _opt(v: Any) -> float | None:
     return None if v is None else float(v)
 
 
+def _bounded(v: Any, most: float) -> float | None:
+    """A time or a step time of the node's finding: a number in (0, most), else none
+    (an infinite `since` would break the line that formats it)."""
+    x = _opt(v)
+    return x if x is not None and 0 < x < most else None
+
+
 def _finding(d: dict[str, Any]) -> Finding:
     s = d["suspect"]
     suspect = None
     if s is not None:
         suspect = Suspect(
             int(s["rank"]), str(s["node"]), float(s["after"]), float(s["named_at"]),
-            _ranks(s["ranks"]),
+            _ranks(s["ranks"]), _bounded(s.get("since"), 1e11), _bounded(s.get("step"), 1e6),
+            _bounded(s.get("step_before"), 1e6),
         )  # fmt: skip
     throttles = tuple(
         Throttle(

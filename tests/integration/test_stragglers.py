@@ -2,14 +2,13 @@
 by the coordinator (its sentinels sample every rank with py-spy), told, shown by
 `status` and `report`; a node made slow for real (its sshd in a CPU-quota cgroup) is
 named and, with `on_slow: kill_all`, the job is taken down with its report saved;
-`doctor --pairs` names the throttled node; the bench's short version. (A GPU's throttle
+`doctor --pairs` names the throttled node (the bench's short version is in
+test_cluster_stragglers.py). (A GPU's throttle
 reasons were the local sampler's: the sentinels sample no clocks yet, issue 37 item 16.)"""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -158,12 +157,3 @@ def test_doctor_pairs_names_the_throttled_node(swept: FakeCluster, tmp_path: Pat
     else:
         assert line.startswith("pairs: no slow node or link"), measured
         assert not failed and not second, measured
-
-
-def test_the_bench_short_version() -> None:
-    res = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "stragglers.py"), "--quick"],
-        capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    assert "| 2x | 1 | 2 | 1 | 0 | 0 |" in res.stdout

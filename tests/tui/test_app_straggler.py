@@ -1,6 +1,6 @@
 """The app shows the straggler its run's coordinator named (node/slowness.py), in its
-header, once this machine's records have it (watch/mirror.py: a `status`, a `report`,
-a kill or the app's `R` syncs it)."""
+header and the named node's pane, once this machine's records have it (watch/mirror.py:
+a `status`, a `report`, a kill or the app's `R` syncs it)."""
 
 from __future__ import annotations
 
@@ -52,6 +52,12 @@ def test_the_app_names_the_coordinators_straggler_in_its_header(
             header = lambda: str(app.query_one("#header").render())  # noqa: E731
             await until(pilot, lambda: "straggler: rank 0 (node0)" in header(), 20, "the suspect")
             assert "it holds the job" in header()
+            # the named node's pane says it in the same words (and marks it SLOW)
+            pane = lambda n: str(app.query_one(f"#pane-{n}").render())  # noqa: E731
+            await until(pilot, lambda: "straggler: rank 0 (node0)" in pane("node0"), 10, "pane")
+            line = next(x for x in pane("node0").splitlines() if x.startswith("straggler: "))
+            assert line in header() and " SLOW " in pane("node0")
+            assert "straggler: " not in pane("node1")
             await pilot.press("K")
             await pilot.pause(0.5)
             await pilot.press("y")

@@ -9,7 +9,9 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -57,30 +59,42 @@ def test_the_watch_file_carries_the_straggler_settings_and_refuses_odd_ones() ->
 
 
 @pytest.mark.parametrize(
-    "bad",
+    ("bad", "took"),
     [
-        None,
-        "0:1",
-        {"0": True},
-        [[0, True]] * 2,  # a rank twice in one round
-        [[0, 1]],  # waiting is a boolean, not a number
-        [[True, False]],  # a rank is no boolean
-        [[-1, True]],
-        [[1 << 30, True]],
-        [[0.0, True]],
-        [[0, True, "x"]],
-        [[[0], True]],
-        [[i, True] for i in range(spysample.MAX_RANKS + 1)],
+        (None, 9.0),
+        ("0:1", 9.0),
+        ({"0": "1"}, 9.0),
+        ([[0, "1"]] * 2, 9.0),  # a rank twice in one round
+        ([[0, 1]], 9.0),  # its verdicts are a string
+        ([[0, True]], 9.0),  # the old frame's boolean
+        ([[True, "0"]], 9.0),  # a rank is no boolean
+        ([[-1, "1"]], 9.0),
+        ([[1 << 30, "1"]], 9.0),
+        ([[0.0, "1"]], 9.0),
+        ([[0, "1", "x"]], 9.0),
+        ([[[0], "1"]], 9.0),
+        ([[0, ""]], 9.0),  # no sample at all
+        ([[0, "01x"]], 9.0),  # a verdict that is none of ours
+        ([[0, "1" * (waits.MAX_SAMPLES + 1)]], 9.0),
+        ([[i, "1"] for i in range(spysample.MAX_RANKS + 1)], 9.0),
+        ([[0, "1"]], None),  # how long the round took
+        ([[0, "1"]], 0),
+        ([[0, "1"]], -3.0),
+        ([[0, "1"]], True),
+        ([[0, "1"]], float("inf")),
+        ([[0, "1"]], spysample.MAX_TOOK + 1),
     ],
 )
-def test_a_waits_frame_of_another_shape_is_malformed(bad: Any) -> None:
+def test_a_waits_frame_of_another_shape_is_malformed(bad: Any, took: Any) -> None:
     with pytest.raises(spysample.Malformed):
-        spysample.from_wire(bad)
+        spysample.from_wire(bad, took)
 
 
 def test_a_good_waits_frame_is_read() -> None:
-    assert spysample.from_wire([[3, False], [1, True]]) == [(1, True), (3, False)]
-    assert spysample.from_wire(spysample.wire([(0, True)])) == [(0, True)]
+    assert spysample.from_wire([[3, "0-1"], [1, "1"]], 9) == (9.0, [(1, "1"), (3, "0-1")])
+    assert spysample.from_wire(spysample.wire([(0, "10")]), 9.5) == (9.5, [(0, "10")])
+    assert spysample.rate_of(0.25) == 4 and spysample.rate_of(10) == 1
+    assert spysample.rate_of(0.001) == spysample.MAX_RATE
 
 
 @pytest.fixture
@@ -88,8 +102,20 @@ def board(tmp_path: Path) -> Board:
     return Board(_cfg(", on_slow: kill_all"), str(tmp_path / "coord"))
 
 
-def _frame(*pairs: tuple[int, bool], run: str = RUN) -> dict[str, Any]:
-    return {"k": "waits", "run": run, "ranks": [list(p) for p in pairs]}
+def _frame(*pairs: tuple[int, str], run: str = RUN, took: float = 9.0) -> dict[str, Any]:
+    return {"k": "waits", "run": run, "took": took, "ranks": [list(p) for p in pairs]}
+
+
+def _rounds(slow: SlowWatch, start: float, bits: dict[int, str], n: int) -> list[Any]:
+    """`n` rounds of 10 s from `start`, each rank's verdicts `bits`, rank r on node n<r>;
+    the triggers of the last judgement that gave any."""
+    got: list[Any] = []
+    for k in range(n):
+        t = start + 10.0 * (k + 1)
+        for rank, b in bits.items():
+            assert slow.heard(f"n{rank}", _frame((rank, b)), now=t)
+        got = slow.judge(t) or got
+    return got
 
 
 def test_the_coordinator_names_the_rank_that_never_waits_and_asks_for_the_kill(
@@ -97,70 +123,70 @@ def test_the_coordinator_names_the_rank_that_never_waits_and_asks_for_the_kill(
 ) -> None:
     slow = SlowWatch(board.cfg, board)
     assert not slow.heard("n0", {"k": "snap"})  # the board's, not ours
-    triggers = []
-    for i, w in enumerate([True] * 7 + [False] * 3):
-        assert slow.heard("n0", _frame((0, w)))
-        assert slow.heard("n1", _frame((1, False)))
-        assert slow.heard("n1", _frame((1, True), run="20261125-101011-abcd"))  # not ours
-        triggers = slow.judge(float(i))
-    (t,) = triggers
-    line = "rank 1 (n1) waits 0 % of the time, the other 70 %: it holds the job"
-    assert (t.node, t.state, t.action, t.why) == ("n1", NodeState.RUNNING, "kill_all",
-                                                  f"straggler: {line}")  # fmt: skip
-    assert slow.judge(11.0) == []  # no new samples: no round
-    slow.heard("n0", _frame((0, True)))
-    slow.heard("n1", _frame((1, False)))
-    assert slow.judge(12.0) == []  # named once
+    board.steps.update({"n0": (100, 10.0), "n1": (100, 10.0)})
+    assert _rounds(slow, 0.0, {0: "0001000100" * 4, 1: "0100000001" * 4}, 3) == []  # clean
+    assert slow.heard("n1", _frame((1, "1" * 40), run="20261125-101011-abcd"), now=31.0)
+    for k in range(3):  # the steps the sentinels read in their logs: half the pace now
+        board.steps.update({"n0": (100 + 10 * k, 1.0), "n1": (100 + 10 * k, 1.0)})
+        slow.judge(31.0 + k)
+    (t,) = _rounds(slow, 30.0, {0: "0110" * 10, 1: "0" * 40}, 3)
+    assert (t.node, t.state, t.action) == ("n1", NodeState.RUNNING, "kill_all")
+    assert t.why.startswith("straggler: rank 1 (n1) waits 0 % of the time, the other ")
+    assert ", since " in t.why and t.why.endswith(": it holds the job")
+    assert _rounds(slow, 60.0, {0: "0110" * 10, 1: "0" * 40}, 1) == []  # named once
     saved = json.loads((Path(board.out) / FILE).read_text())
     found = finding_of(saved["finding"])
     assert saved["run"] == RUN and found is not None and found.suspect is not None
-    assert found.lines == [f"straggler: {line.replace('70', '73')}"]  # today's evidence
-    assert found.suspect.after == 9.0 and found.rounds == 11
+    s = found.suspect
+    assert s.since is not None and s.named_at - 25 <= s.since <= s.named_at - 5
+    assert found.lines[0].startswith("straggler: rank 1 (n1) waits 0 % of the time")
     journal = [json.loads(x) for x in (Path(board.out) / "journal.jsonl").read_text().splitlines()]
     named = [j for j in journal if j["kind"] == "straggler"]
-    assert len(named) == 1 and named[0]["data"]["line"] == line
+    assert len(named) == 1 and named[0]["data"]["line"] == t.why.removeprefix("straggler: ")
 
 
 def test_hostile_frames_are_counted_and_never_believed(board: Board) -> None:
     slow = SlowWatch(board.cfg, board)
-    for bad in ({"k": "waits", "run": RUN}, _frame((0, True), (0, False)),
-                {"k": "waits", "run": RUN, "ranks": [[0, "yes"]]}):  # fmt: skip
-        assert slow.heard("n0", bad)
-    assert board.malformed == 3 and slow.malformed == 3
-    assert slow.judge(0.0) == [] and not (Path(board.out) / FILE).exists()
+    for bad in ({"k": "waits", "run": RUN, "took": 9.0}, _frame((0, "1"), (0, "0")),
+                {"k": "waits", "run": RUN, "took": 9.0, "ranks": [[0, "yes"]]},
+                _frame((0, "1"), took=-1.0)):  # fmt: skip
+        assert slow.heard("n0", bad, now=1.0)
+    assert board.malformed == 4 and slow.malformed == 4
+    assert slow.judge(1.0) == [] and not (Path(board.out) / FILE).exists()
 
 
 def test_a_clean_job_names_nobody_and_a_new_attempt_starts_over(board: Board) -> None:
     slow = SlowWatch(board.cfg, board)
-    for i in range(20):
-        slow.heard("n0", _frame((0, i % 3 == 0), (2, i % 4 == 0)))
-        slow.heard("n1", _frame((1, i % 3 == 1)))
-        assert slow.judge(float(i)) == []
+    mixed = {0: "0100000100" * 4, 1: "0001000010" * 4, 2: "1000000001" * 4}
+    assert _rounds(slow, 0.0, mixed, 12) == []
     found = finding_of(json.loads((Path(board.out) / FILE).read_text())["finding"])
-    assert found is not None and found.suspect is None and found.rounds == 20
+    assert found is not None and found.suspect is None and found.rounds == 12
+    assert {r.rank for r in found.ranks} == {0, 1, 2}
     board.new_attempt(1, "20261125-101011-abcd")
-    slow.heard("n0", _frame((0, True)))  # the attempt before's
-    slow.judge(21.0)
-    assert slow.tally.rounds == 0 and slow.run == board.run
+    slow.heard("n0", _frame((0, "1")), now=200.0)  # the attempt before's
+    slow.judge(200.0)
+    assert slow.line.rounds == 0 and slow.run == board.run
 
 
-def test_a_round_waits_for_every_node_or_sample_every(board: Board) -> None:
-    """The sentinels sample on clocks of their own: a round is every rank's sample, or
-    what came within `sample_every` (a node whose sentinel went quiet holds none up)."""
+def test_a_moment_is_judged_once_every_node_has_reached_it(board: Board) -> None:
+    """The sentinels' rounds end together but arrive one by one: nothing is judged until
+    every rank has been sampled further (a node whose sentinel went quiet for STALE s
+    holds nobody up)."""
     slow = SlowWatch(board.cfg, board)
-    slow.heard("n0", _frame((0, True)))
-    slow.heard("n1", _frame((1, False)))
-    slow.judge(0.0)
-    slow.heard("n0", _frame((0, True)))
-    slow.judge(1.0)
-    assert slow.tally.rounds == 1  # node1's sample of this round is on its way
-    slow.heard("n1", _frame((1, True)))
-    slow.judge(2.0)
-    assert slow.tally.rounds == 2 and [r.samples for r in slow.tally.ranks()] == [2, 2]
-    slow.heard("n0", _frame((0, True)))
-    slow.judge(3.0)
-    slow.judge(3.0 + board.cfg.sample_every)
-    assert slow.tally.rounds == 3 and [r.samples for r in slow.tally.ranks()] == [3, 2]
+    slow.heard("n0", _frame((0, "1" * 36)), now=10.0)
+    slow.heard("n1", _frame((1, "0" * 36)), now=10.2)
+    slow.judge(10.2)
+    assert slow.line.rounds == 1
+    slow.heard("n0", _frame((0, "1" * 36)), now=20.0)
+    slow.judge(20.0)
+    assert slow.line.rounds == 1  # node1's round of this moment is on its way
+    slow.heard("n1", _frame((1, "0" * 36)), now=20.3)
+    slow.judge(20.3)
+    assert slow.line.rounds == 2
+    for t in (30.0, 40.0, 50.0):  # node1 went quiet
+        slow.heard("n0", _frame((0, "1" * 36)), now=t)
+        slow.judge(t)
+    assert slow.line.rounds == 3 and slow.line.live() == [0]  # judged at 50: n1 left out
 
 
 def test_a_node_slow_by_its_steps_is_journaled_not_killed(board: Board) -> None:
@@ -177,11 +203,23 @@ def test_a_node_slow_by_its_steps_is_journaled_not_killed(board: Board) -> None:
 def test_the_coordinators_finding_is_the_reports() -> None:
     ranks = [RankWait(0, "n0", 10, 7), RankWait(1, "n1", 10, 0)]
     s = straggle.name_suspect(ranks, 9.0, 1.0)
+    assert s is not None
+    s = replace(s, since=1_700_000_000.0, step=0.21, step_before=0.1)
     data = straggle.finding_json(s, ranks, 10, 2)
     found = finding_of(json.loads(json.dumps(data)))
     assert found is not None and found.suspect == s and found.malformed == 2
+    at = time.strftime("%H:%M:%S", time.localtime(1_700_000_000.0))
+    assert found.lines == [
+        "straggler: rank 1 (n1) waits 0 % of the time, the other 70 %, a step 0.21 s "
+        f"(was 0.10 s), since {at}: it holds the job"
+    ]
     bad = {**data, "suspect": {**data["suspect"], "rank": 5}}  # named, not among the ranks
     assert finding_of(bad) is None and finding_of({"suspect": None}) is None
+    # the node's numbers are data: an onset or a step time out of range is none
+    odd = {**data, "suspect": {**data["suspect"], "since": float("inf"), "step": -1.0}}
+    found = finding_of(json.loads(json.dumps(odd)))
+    assert found is not None and found.suspect is not None
+    assert (found.suspect.since, found.suspect.step, found.suspect.step_before) == (None, None, 0.1)
 
 
 def test_slow_section_reads_the_finding(tmp_path: Path) -> None:
@@ -213,7 +251,7 @@ def _children(pid: int) -> list[int]:
 
 
 def test_a_sentinels_round_samples_the_rank_not_its_forked_child(
-    rank: subprocess.Popen[bytes],
+    rank: subprocess.Popen[bytes], tmp_path: Path
 ) -> None:
     from fakecluster import wait_for
 
@@ -225,7 +263,9 @@ def test_a_sentinels_round_samples_the_rank_not_its_forked_child(
         assert ranks == {rank.pid: 3} and paths
         if spysample.find_spy(paths) is None:
             pytest.skip("no py-spy in the venv")
-        assert spysample.one_round(procs, 5.0) == [(3, False)]  # in time.sleep: working
+        (got,) = spysample.one_round(procs, 1, 4, str(tmp_path))
+        assert got[0] == 3 and got[1] and set(got[1]) == {"0"}  # in time.sleep: working
+        assert not list(tmp_path.iterdir())  # py-spy's file read and removed
     finally:
         os.kill(child, 9)
 

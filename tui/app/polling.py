@@ -19,7 +19,7 @@ from textual import work
 
 from mntui.sessions.launch import LineSplitter
 from mntui.sessions.poll import NodeProgress, NodeSnapshot, Poller, Verdict, derive
-from mntui.sessions.report import Observations, observations, observe
+from mntui.sessions.report import Observations, load_finding, observations, observe
 from mntui.sessions.runs import RunRecord
 from mntui.sessions.watch import clusterfeed
 
@@ -228,8 +228,11 @@ class Polling(Streaming):
         self.progress_line = summary if summary is not None else self.obs.progress
         w = self.cfg.watch
         slow = self.pace.slow(progress, time.time(), w.slow_fraction, w.slow_after)
+        found = load_finding(self.record.dir) if self.record is not None else None
+        named = found.suspect if found is not None else None  # the header's straggler too
         for name, view in self.views.items():
-            seen = (progress.get(name), name in slow)
-            if seen != (view.progress, view.slow):
-                view.progress, view.slow = seen
+            line = f"straggler: {named.line}" if named is not None and named.node == name else None
+            seen = (progress.get(name), name in slow or line is not None, line)
+            if seen != (view.progress, view.slow, view.straggler):
+                view.progress, view.slow, view.straggler = seen
                 self.draw("node pane", partial(self.redraw_node, view, False))

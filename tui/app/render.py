@@ -128,13 +128,17 @@ def pane_text(
     progress: NodeProgress | None = None,
     slow: bool = False,
     width: int | None = None,
+    straggler: str | None = None,
 ) -> Text:
-    """The pane's `height` rows of `width` cells (None: not laid out yet): its header,
-    then as many of the newest log lines as the rows the header leaves."""
+    """The pane's `height` rows of `width` cells (None: not laid out yet): its header
+    (and the straggler's line, in the words of the app's header and `status`, on the
+    node it names), then as many of the newest log lines as the rows the header leaves."""
     out = Text()
     out.append_text(title_line(node, rank, snap, verdict, progress, slow))
     if verdict is not None and verdict.state is not NodeState.RUNNING:
         out.append(f"\n{verdict.why}", style="italic grey70")
+    if straggler is not None:
+        out.append(f"\n{straggler}", style="bold")
     if snap is not None and snap.reachable:
         body = gpu_lines(snap.gpu) if snap.gpu is not None else [host_line(snap)]
         for line in body:

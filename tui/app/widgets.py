@@ -36,6 +36,7 @@ class NodeView:
     log: list[str] | None = None
     progress: NodeProgress | None = None  # its training step and rate
     slow: bool = False  # a straggler: below the median rate for a while (pace.py)
+    straggler: str | None = None  # the straggler's line, on the node it names
     out: str | None = None  # why the node is in no pane of the attempt shown (panes.py)
 
 
@@ -75,6 +76,7 @@ class NodePane(Widget, can_focus=True):
                 v.progress,
                 v.slow,
                 self.size.width or None,
+                v.straggler,
             )
         return self._text
 
