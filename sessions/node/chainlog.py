@@ -77,6 +77,8 @@ class ChainLog:
         it, whenever this machine next looks, however many attempts came since."""
         last, now = self.data["attempts"][-1], time.time()
         last.update(end=end.plain(), ended_at=now, kind=kind.value)
+        if kind is OutcomeKind.TEARDOWN and self.board.decided_at is not None:
+            last["decided_at"] = self.board.decided_at  # a user's kill after it is too late
         if seen is not None:
             last["seen"] = seen
         if first is not None:

@@ -64,6 +64,7 @@ class Board(PeerTable, BoardFiles):
         self.problem_at: dict[str, float] = {}  # when the judge first saw each node in trouble
         self.verdicts: dict[str, Any] = {}  # the judge's last, for a status written after it
         self.first: dict[str, Any] | None = None  # the attempt's first failure, once named
+        self.decided_at: float | None = None  # the attempt's teardown decided (teardown.py)
 
     # -- what the sentinels say -----------------------------------------------
     def heard(self, peer: Peer, msg: dict[str, Any]) -> None:
@@ -220,6 +221,6 @@ class Board(PeerTable, BoardFiles):
         self.states.clear()
         self.poked.clear()
         self.problem_at.clear()
-        self.verdicts, self.first = {}, None
+        self.verdicts, self.first, self.decided_at = {}, None, None
         with self.lock:
             self._replies.clear()

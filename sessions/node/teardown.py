@@ -48,7 +48,7 @@ def teardown(
     policy of a coordinator that takes the chain over before it decided (resume.py).
     Returns what is said of it and the first failure, named once every node's ranks are
     gone (firstfail.py): the node the judge decided on is only the first it saw."""
-    decided_at = time.time()
+    decided_at = board.decided_at = time.time()
     why = f"{t.node} {t.state}: {t.why}"
     board.journal("decision", t.node, state=str(t.state), why=t.why)
     record: dict[str, Any] = {

@@ -29,7 +29,9 @@ from mntui.sessions.termsafe import one_line
 
 from .sparesync import attempt_nodes, sync_quarantines
 
-FINAL = {ChainStatus.GAVE_UP: RunStatus.GAVE_UP, ChainStatus.KILLED: RunStatus.KILLED}
+# the chain's end for its last attempt when that one ended by itself first (a user's kill
+# in the backoff leaves the attempt its failure: the chain's KILLED is for one it ended)
+FINAL = {ChainStatus.GAVE_UP: RunStatus.GAVE_UP}
 # the chain's end for its last attempt when that one has no end of its own
 NO_END = {ChainStatus.KILLED: RunStatus.KILLED, ChainStatus.FAILED_RESTART: RunStatus.ABORTED}
 
@@ -141,7 +143,9 @@ def _overtaken(r: RunRecord, e: dict[str, Any]) -> bool:
     if not _stopped(r):
         return False
     note = next((h.get("at") for h in reversed(r.history) if h.get("what") == "kill"), None)
-    killed, ended = _when(note), _when(e.get("ended_at"))
+    # a teardown the coordinator decided before the kill is its end, however long the
+    # kill of it took (the user's kill came while it ran)
+    killed, ended = _when(note), _when(e.get("decided_at")) or _when(e.get("ended_at"))
     return killed is not None and ended is not None and killed > ended
 
 
@@ -163,7 +167,8 @@ def _move(
             _mark(rec, NO_END[chain_status], None, one_line(str(e.get("why") or ""))[:200])
         return
     cause = one_line(str(end.get("cause") or ""))[:300] or None
-    if restarted or e.get("delay") is not None:
+    ended = chain_status is not None and not chain_status.live  # no restart will come
+    if restarted or (e.get("delay") is not None and not ended):
         status = RunStatus.RESTARTING
     elif chain_status is not None and chain_status in FINAL:
         status = FINAL[chain_status]

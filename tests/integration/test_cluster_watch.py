@@ -278,7 +278,7 @@ def test_nodes_without_python3_run_the_watch_on_the_one_their_setup_provides(
             )
             assert isinstance(new, list) and [interpreter(p) for p in new] == [python], new
         data = json.loads(cfg.mntui(path, "status", "--json").stdout)
-        assert data["watched_from"] == "cluster" and data["via"] == "coordinator", data
+        assert data["watch"] == "cluster" and data["via"] == "coordinator", data
         res = cfg.mntui(path, "kill")
         assert res.returncode == 0, res.stdout + res.stderr
     nothing_left(fake, job, (port, wport))

@@ -90,7 +90,7 @@ def test_a_node_at_half_a_cpu_is_named_and_on_slow_kill_all_takes_the_job_down(
 ) -> None:
     cfg = Cfg(swept, tmp_path)
     job = "stragcg"
-    watch = "sample_every: 0.5, on_slow: kill_all, capture_budget: 0"
+    watch = "on_slow: kill_all, capture_budget: 0"  # py-spy at the default 4 a second
     path = job_file(cfg, job, ["node0", "node1"], "--work 0.1 --kind cpu", watch, swept)
     # node0 weighted to get its CPU first: under the suite's load a partner starved as
     # much as the throttled node left node1 no slower (node1 waited 47 %, node0 77 %)

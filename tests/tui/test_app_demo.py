@@ -33,7 +33,7 @@ def test_the_demo_shows_both_panes_steps_with_no_sshd(tmp_path: Path) -> None:
     path = demo_copy(tmp_path)
 
     async def go() -> list[str]:
-        app = MntuiApp(load_config(path), launch_now=True, watchdog=True)
+        app = MntuiApp(load_config(path), launch_now=True)
         async with app.run_test(size=(160, 48)) as pilot:
             stepping = lambda: all(  # noqa: E731
                 v.progress is not None and v.progress.step is not None for v in app.views.values()

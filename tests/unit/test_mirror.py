@@ -79,3 +79,21 @@ def test_a_kill_before_the_attempts_end_is_the_users() -> None:
     sync_chain(rec, BoardView({"at": 1.0}, None, True, chain=chain))
     got = load_run(job, run0)
     assert got is not None and got.status is RunStatus.KILLED
+
+
+def test_a_kill_during_the_coordinators_own_teardown_leaves_it_its_failure() -> None:
+    """The coordinator decided the teardown (a straggler, on_slow: kill_all) before the
+    user's kill came, and its kill of the ranks ended after it: the attempt is the
+    coordinator's torn-down one (its report saved, history counting it), and the kill in
+    what would have been the backoff leaves it so, never `restarting`."""
+    job = "mirror-late"
+    run0 = run_id(964)
+    rec = _record(job, run0)
+    t = time.time()
+    rec.update(lambda r: (setattr(r, "status", RunStatus.KILLED), r.note("kill", by="user")))
+    entry = _teardown(0, run0, t + 5, first_at=t - 3.0)
+    entry["decided_at"] = t - 1.0
+    chain = {"chain": run0, "status": "killed", "attempts": [entry]}
+    sync_chain(rec, BoardView({"at": 1.0}, None, True, chain=chain))
+    got = load_run(job, run0)
+    assert got is not None and got.status is RunStatus.TORN_DOWN, got.status
