@@ -20,7 +20,7 @@ off, and kill or freeze the watch's own parts:
 - `sentinel-death` / `coordinator-death` / `main-sentinel-death`: the worker's sentinel /
   the coordinator / the main's sentinel SIGKILLed (by its pid file): the other of the
   node's two watchers (the guard, the main's sentinel, the coordinator) starts it again
-  within RESPAWN s (node/respawn.py, node/guard.py),
+  within RESPAWN s (node/proc/respawn.py, node/sentinel/guard.py),
   the journal says so, and past 2 x unreachable_after nothing was decided, no sentinel
   called its coordinator lost, every node trained on; then the user's kill leaves nothing.
 - `main-lost`: the main's coordinator, sentinel and ranks SIGSTOPped (not its sshd): the

@@ -23,7 +23,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from .node.members import RUNS
+from .node.proc.members import RUNS
 from .termsafe import one_line
 
 TAG_VAR = "MNTUI_RUN"
@@ -42,7 +42,7 @@ _LISTEN = re.compile(
 )
 
 
-RUNS_DIR = RUNS  # a node's run dirs, relative to the node user's $HOME (node/members.py)
+RUNS_DIR = RUNS  # a node's run dirs, relative to the node user's $HOME (node/proc/members.py)
 
 
 def run_tag(job: str, run_id: str, node: str) -> str:

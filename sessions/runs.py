@@ -33,7 +33,7 @@ from .jsonshape import (
     optional,
     shaped,
 )
-from .node.runid import RUN_ID
+from .node.rules.runid import RUN_ID
 
 __all__ = [
     "NodeRecord",

@@ -1,6 +1,6 @@
 """An unauthenticated flood of a TCP port (issue 39): hold HOLD idle connections, each
 reopened the moment the server drops it, and never send a byte: nothing here knows the
-run's secret. Before the coordinator's door (node/door.py), 40 of them held every
+run's secret. Before the coordinator's door (node/coord/door.py), 40 of them held every
 handshake slot and a coordinator started again never heard its sentinels.
 
     python3 tests/portflood.py HOST PORT HOLD SECONDS

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mntui.sessions.config import WatchPolicy
-from mntui.sessions.node import judging
+from mntui.sessions.node.rules import judging
 from mntui.sessions.poll import NodeSnapshot
 
 
@@ -25,7 +25,7 @@ def snap(node: str = "n", **kw: object) -> NodeSnapshot:
 
 
 def judge_of(policy: WatchPolicy | None = None) -> judging.Judge:
-    """The coordinator's judge (node/judging.py) with the rules the launch sends it from
+    """The coordinator's judge (node/rules/judging.py) with the rules the launch sends it from
     `watch:` (launch/clusterwatch.py's watch_config): the one judge there is."""
     p = policy if policy is not None else WatchPolicy()
     rules = judging.Rules(

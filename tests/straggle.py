@@ -7,7 +7,7 @@ quota: a node slow for real, not by a flag of our own job. The cgroup is ours (c
 here under a unique name) and removed after, its processes moved back to the parent
 first. `run_once`: a straggler_train.py job on the given nodes, launched with the
 cluster's watch (each sentinel samples its ranks with py-spy, the coordinator names the
-suspect: node/slowness.py), read from the coordinator's files on the main until it
+suspect: node/coord/slowness.py), read from the coordinator's files on the main until it
 names a suspect or `seconds` run out.
 """
 
@@ -158,7 +158,7 @@ def run_once(fake: FakeCluster, path: Path, job: str, seconds: float, stop_early
 
 
 def _read(coord: Path, run: Run, t0: float) -> None:
-    """What the coordinator wrote so far (node/slowness.py: straggler.json, the journal's
+    """What the coordinator wrote so far (node/coord/slowness.py: straggler.json, the journal's
     `straggler` lines; decision.json at a teardown); a file being replaced is read at
     the next look."""
     data = _json(coord / "straggler.json")

@@ -13,7 +13,7 @@ import re
 import string
 from typing import Any
 
-from mntui.sessions.node.notifyhook import COMMAND_MOST
+from mntui.sessions.node.rules.notifyhook import COMMAND_MOST
 from mntui.sessions.notify import NotifyEvent, NotifyPolicy, check_webhook_url
 from mntui.sessions.shellsyntax import ere_problem, quoted_placeholders
 

@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
-from mntui.sessions.node.rules import AUTO_FLOOR, AUTO_STEPS, AUTO_UNKNOWN, stall_threshold
+from mntui.sessions.node.rules.states import AUTO_FLOOR, AUTO_STEPS, AUTO_UNKNOWN, stall_threshold
 
 from . import checks as ck
 from . import jobchecks as jc
 from .spans import parse_span
 from .yamlmarks import Document, Path_
 
-# The stall rule's numbers live with the rule (node/rules.py), re-exported: config's
+# The stall rule's numbers live with the rule (node/rules/states.py), re-exported: config's
 # readers (the judge's text, the tests) keep taking them from here.
 __all__ = ["AUTO_FLOOR", "AUTO_STEPS", "AUTO_UNKNOWN"]
 
@@ -160,7 +160,7 @@ class WatchPolicy:
     )
 
     def stall_threshold(self, step: float | None = None, longest: float | None = None) -> float:
-        """Seconds without output that make a stall: the rule of node/rules.py (the
+        """Seconds without output that make a stall: the rule of node/rules/states.py (the
         coordinator on the main node learns the same threshold)."""
         return stall_threshold(self.stall_after, step, longest)
 

@@ -26,7 +26,7 @@ from mntui.sessions.config import JobConfig, ReadyMode
 from mntui.sessions.errors import LaunchError
 from mntui.sessions.events import Event, Phase
 from mntui.sessions.launch import LineSplitter, LogChunk, Plan, kill_job, launch, read_new
-from mntui.sessions.node.classify import first_error
+from mntui.sessions.node.rules.classify import first_error
 from mntui.sessions.results import NodeError
 from mntui.sessions.ssh import Cluster, Node
 

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from mntui.sessions.config import format_span
-from mntui.sessions.node.restarts import attempt_label
+from mntui.sessions.node.rules.restarts import attempt_label
 
 GPUS_FROM = "nvidia-smi"  # where a node's GPU count comes from
 

@@ -6,7 +6,7 @@ this version cannot read is skipped (and counted), never a traceback and never a
 wrongly let in or kept out forever. A quarantine ends by itself at `until`: an expired
 one is no quarantine, and the next write or listing removes its file (mntui made it).
 A launch asks `route_around`: a quarantined node is replaced by a spare by the rule the
-coordinator places with (node/placing.py, through `place_here`), or refused in one line.
+coordinator places with (node/rules/placing.py, through `place_here`), or refused in one line.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from urllib.parse import quote, unquote
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import LaunchError, private_dir, state_dir
 from mntui.sessions.jsonshape import load, number, text
-from mntui.sessions.node.placing import Placement, place
-from mntui.sessions.node.restarts import AttemptEnd
+from mntui.sessions.node.rules.placing import Placement, place
+from mntui.sessions.node.rules.restarts import AttemptEnd
 from mntui.sessions.runs import write_atomic
 
 

@@ -7,7 +7,7 @@ goodput ledger needs, and a look writes them into the run record as one `steps` 
 current: a live attempt's every REFRESH seconds of stepping, an ended one's whole. A
 live `mntui status` and a killed run both read how long it trained from there, so a note
 written only at the first step would say 0 s for both. GPUs are counted by
-node/gpucount.py's rule (the coordinator's too): what nvidia-smi listed on each node, at
+node/rules/gpucount.py's rule (the coordinator's too): what nvidia-smi listed on each node, at
 most one per process there; a node with no nvidia-smi (or none listed) holds none: a CPU
 job is priced in no GPU-hours, never in one GPU per process. A checkpoint is a log line
 matching the config's `checkpoint_pattern` (its group `step`, if it has one, names the
@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mntui.sessions.node.gpucount import see
+from mntui.sessions.node.rules.gpucount import see
 
 if TYPE_CHECKING:
     from mntui.sessions.runs import RunRecord
@@ -75,7 +75,7 @@ class StepClock:
     def see_gpus(self, node: str, nproc: int | None, listed: int | None) -> None:
         """One poll of `node`: `listed` GPUs in nvidia-smi (0: none, or no nvidia-smi;
         None: it failed, so unknown), held by the rule the cluster's coordinator counts
-        by too (node/gpucount.py)."""
+        by too (node/rules/gpucount.py)."""
         see(self.gpus, node, nproc, listed)
 
     @property
@@ -115,7 +115,7 @@ def note_steps(record: RunRecord, clock: StepClock | None) -> None:
     clock.noted = (clock.last_at, len(clock.gpus))
 
 
-# the coordinator's step clock (node/coordstate.py's `clock`): the keys of the one note
+# the coordinator's step clock (node/board/coordstate.py's `clock`): the keys of the one note
 CLOCK_KEYS = frozenset({"first_step", "first_step_at", "last_step", "last_step_at",
                         "checkpoints", "gpus", "gpu_nodes"})  # fmt: skip
 

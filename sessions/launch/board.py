@@ -12,8 +12,8 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING
 
-from mntui.sessions.node import nodewire
-from mntui.sessions.node.gpuwire import BOARD_FILE, BOARD_MAX
+from mntui.sessions.node.wire import nodewire
+from mntui.sessions.node.wire.gpuwire import BOARD_FILE, BOARD_MAX
 from mntui.sessions.procs import TAG_VAR, run_dir_word
 
 from .boardparse import JOURNAL, SMALL, SMALL_MAX, STALE, BoardView, parse_board

@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mntui.sessions.node import nodewire
-from mntui.sessions.node.gpuwire import BOARD_FILE, GpuText, from_board
+from mntui.sessions.node.wire import nodewire
+from mntui.sessions.node.wire.gpuwire import BOARD_FILE, GpuText, from_board
 from mntui.sessions.procs import node_lines
 
 SMALL = ("status", "decision", "chain", "straggler", "notify")  # coord/<name>.json
@@ -41,8 +41,10 @@ class BoardView:
     now: float | None = None  # the main's clock when it answered
     gpus: Mapping[str, GpuText] = field(default_factory=dict)  # coord/gpus.json, if asked
     gpus_malformed: int = 0  # its entries (or itself) not a reading of ours
-    straggler: dict[str, Any] | None = None  # coord/straggler.json (node/slowness.py)
-    notify: dict[str, Any] | None = None  # coord/notify.json: its notices (node/notifysend.py)
+    straggler: dict[str, Any] | None = None  # coord/straggler.json (node/coord/slowness.py)
+    notify: dict[str, Any] | None = (
+        None  # coord/notify.json: its notices (node/notice/notifysend.py)
+    )
     nodes: Mapping[str, dict[str, Any]] = field(default_factory=dict)  # coord/nodes.json
     nodes_malformed: int = 0  # its entries (or itself) not a snapshot of ours
     rtt: float | None = None  # seconds the read took, connecting included

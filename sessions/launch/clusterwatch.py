@@ -28,10 +28,10 @@ from dataclasses import dataclass, replace
 
 from mntui.sessions.config import JobConfig, WatchWhere
 from mntui.sessions.errors import LaunchError
-from mntui.sessions.node.attemptscript import TEMPLATE
-from mntui.sessions.node.judging import Rules
-from mntui.sessions.node.restarts import RestartRules
-from mntui.sessions.node.watchcfg import WatchConfig, to_json
+from mntui.sessions.node.proc.attemptscript import TEMPLATE
+from mntui.sessions.node.rules.judging import Rules
+from mntui.sessions.node.rules.restarts import RestartRules
+from mntui.sessions.node.wire.watchcfg import WatchConfig, to_json
 from mntui.sessions.notify import for_coordinator
 from mntui.sessions.procs import TAG_VAR
 from mntui.sessions.ssh import Node
@@ -144,7 +144,7 @@ def watch_config(
         ready_pattern=ready.ready_pattern if ready.ready == "log" else None,
         ready_delay=ready.ready_delay,
         ready_timeout=ready.ready_timeout,
-        sample_every=w.sample_every,  # the straggler's samples and rules (node/slowness.py)
+        sample_every=w.sample_every,  # the straggler's samples and rules (node/coord/slowness.py)
         on_slow=str(w.on_slow),
         slow_fraction=w.slow_fraction,
         slow_after=w.slow_after,
@@ -171,7 +171,7 @@ def watch_block(wc: WatchConfig, secret: str, enter: str, template: Template | N
     b = bundle()
     eof = "__MNTUI_WATCH_" + secrets.token_hex(8) + "__"
     pyz = f'"$HOME"/{shlex.quote(remote_path(b.sha))}'
-    # each node's two watchers keep each other up (node/respawn.py): the main's sentinel
+    # each node's two watchers keep each other up (node/proc/respawn.py): the main's sentinel
     # and coordinator, a worker's sentinel and guard (started after the one it keeps)
     starts = [("coord", "coord"), ("sentinel", "run")]
     starts = starts if wc.is_main else [("sentinel", "run"), ("guard", "guard")]

@@ -1,9 +1,9 @@
 """Cluster-wide kill: every process the job started, on every node, and nothing else.
 
-Per node, in one round trip: the node package's `kill` verb (sessions/node/killer.py,
+Per node, in one round trip: the node package's `kill` verb (sessions/node/proc/killer.py,
 the one kill on a node: the sentinels and the coordinator run it too), shipped as the
 sentinel's zipapp (~/.mntui/sentinel/<sha>.pyz; a node without this version gets it in
-a second round trip) and run by the rule of what is the job's (node/proctree.py: its
+a second round trip) and run by the rule of what is the job's (node/proc/proctree.py: its
 tag, the pane's and the members' descendants, the members a sentinel saw, the run's
 cgroup): SIGCONT + SIGTERM, SIGKILL whatever is left after the grace, again for
 anything forked meanwhile, close the tmux session, then check that nothing of the job
@@ -31,8 +31,8 @@ from typing import Any
 
 from mntui.sessions.config import JobConfig
 from mntui.sessions.events import Event, Phase
-from mntui.sessions.node.killer import RESULT
-from mntui.sessions.node.members import run_dir
+from mntui.sessions.node.proc.killer import RESULT
+from mntui.sessions.node.proc.members import run_dir
 from mntui.sessions.procs import (
     RUNS_DIR,
     PortHolder,

@@ -1,11 +1,11 @@
 """Where the board of a run the cluster watches is, once its main may have moved: the
 coordinator of the highest epoch any node of the chain joined.
 
-Why: a lost main is replaced on the cluster by a spare (node/succession.py), while
+Why: a lost main is replaced on the cluster by a spare (node/chain/succession.py), while
 this machine may be away; the records here still name the old main, whose board is
 gone with it, or says its coordinator stood down (woken from a stop its workers took
 for its loss: `main_here`). Every sentinel that joined the next epoch wrote
-`epoch.json` in its run dir (node/epochs.py: the epoch, its main, the address), so
+`epoch.json` in its run dir (node/wire/epochs.py: the epoch, its main, the address), so
 one round to the chain's other nodes (the latest attempt's workers and the launch's
 spares, in parallel) finds the main that leads now, and its board is read as the
 main's is. `status`, `kill`, `report` and the app read the board through here; the
@@ -21,8 +21,8 @@ import json
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from mntui.sessions.node.chainstates import LIVE
-from mntui.sessions.node.epochs import EPOCH, Epoch, parse
+from mntui.sessions.node.rules.chainstates import LIVE
+from mntui.sessions.node.wire.epochs import EPOCH, Epoch, parse
 from mntui.sessions.procs import RUNS_DIR, node_lines, run_dir_word
 from mntui.sessions.runs import NodeRecord, RunRecord, load_run
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from textwrap import indent
 
 from mntui.sessions.config import JobConfig, NodeSpec
-from mntui.sessions.node.members import cgroup_name
+from mntui.sessions.node.proc.members import cgroup_name
 from mntui.sessions.procs import RUNS_DIR, TAG_VAR, run_dir_word, run_tag
 
 from . import tmux
@@ -174,7 +174,7 @@ exit "$rc"
 """
 
 
-# The run's own cgroup (node/members.py), where this user may make one: a cgroup v2
+# The run's own cgroup (node/proc/members.py), where this user may make one: a cgroup v2
 # directory under the one the pane runs in (root's, a systemd user scope's). Whatever the
 # job does to its environment, its session or its parentage, its processes stay in it,
 # and a kill finds them there. Where it cannot be made, nothing changes: the other rules.

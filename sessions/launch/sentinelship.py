@@ -73,8 +73,12 @@ def _entry(name: str) -> zipfile.ZipInfo:
 
 
 def build(source: Path) -> Bundle:
-    """The zipapp of `source/*.py`, byte for byte the same for the same sources."""
-    files = {_INNER + p.name: p.read_bytes() for p in source.glob("*.py")}
+    """The zipapp of `source/**/*.py`, byte for byte the same for the same sources."""
+    files = {  # the package and its sub-packages (node/'s roles), never a cache
+        _INNER + p.relative_to(source).as_posix(): p.read_bytes()
+        for p in source.rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
     files |= dict.fromkeys(_STUBS, b"") | {"__main__.py": _ROOT_MAIN}
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w") as z:

@@ -4,7 +4,7 @@ Why at launch and not at the swap: the coordinator swaps a spare in while this m
 may be away, and it can only ask a sentinel that is there. So a run the cluster watches
 (with restarts) starts a sentinel on each spare too, idle: it follows no attempt until
 the coordinator asks it to start one, with the rank of the node it replaces, from the
-template this launch left there (watchplan.py renders one; node/attemptscript.py puts
+template this launch left there (watchplan.py renders one; node/proc/attemptscript.py puts
 the rank in). A spare that cannot be prepared (unreachable, no interpreter 3.9, quarantined
 now) takes no rank: the launch goes on and says so in one line; the coordinator only
 swaps in spares whose sentinels are connected. An idle spare's sentinel leaves when the

@@ -25,7 +25,7 @@ from __future__ import annotations
 import secrets
 import shlex
 
-from mntui.sessions.node.stackcap import SCRIPT
+from mntui.sessions.node.sentinel.stackcap import SCRIPT
 from mntui.sessions.procs import SHELL_LIB, run_dir_word
 
 WAIT_TENTHS = 15  # a NCCL monitor thread reads its pipe about once a second
@@ -98,7 +98,7 @@ rm -rf "$tmp"
 
 def stack_files(budget: float, nonce: str) -> str:
     """Shell, in a node's start script (`$d` its run dir): the sentinel's capture script,
-    written where it looks for it (node/stackcap.py: SCRIPT)."""
+    written where it looks for it (node/sentinel/stackcap.py: SCRIPT)."""
     eof = "__MNTUI_STACKS_" + secrets.token_hex(8) + "__"
     script = node_capture_script(budget, nonce).rstrip("\n")
     return f"umask 077\ncat >\"$d/{SCRIPT}\" <<'{eof}'\n{script}\n{eof}\n"

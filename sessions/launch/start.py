@@ -21,7 +21,7 @@ from mntui.sessions.config import JobConfig, NodeSpec
 from mntui.sessions.errors import LaunchError, LaunchRefused, MntuiError
 from mntui.sessions.events import Event, Phase
 from mntui.sessions.history import route_around
-from mntui.sessions.node.runid import new_run_id
+from mntui.sessions.node.rules.runid import new_run_id
 from mntui.sessions.results import GroupResult, NodeError
 from mntui.sessions.runs import RunRecord, RunStatus
 from mntui.sessions.ssh import Cluster, Node, resolve
@@ -60,7 +60,7 @@ def node_addr(cfg: JobConfig, spec: NodeSpec) -> str:
 
 def spare_addrs(cfg: JobConfig) -> dict[str, str]:
     """Where each spare is reached, should it succeed a lost main on the cluster (its
-    coordinator's host and the master address: node/succession.py); none without
+    coordinator's host and the master address: node/chain/succession.py); none without
     restarts there."""
     if cfg.watch_port is None or cfg.restart.max <= 0:
         return {}
@@ -104,7 +104,7 @@ def launch(
     plan: Plan | None = None,
 ) -> LaunchResult:
     """Launch the job; raises LaunchError with nothing of this run left running. Its
-    restarts are its coordinator's, on the cluster (node/chain.py), never a launch's."""
+    restarts are its coordinator's, on the cluster (node/chain/chain.py), never a launch's."""
     check_nodes_fresh(cfg)
     cfg, routed = route_around(cfg)  # a quarantined node: refused, or a spare
     for said in routed:

@@ -28,7 +28,7 @@ from functools import partial
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import UsageError
 from mntui.sessions.events import Event, Phase
-from mntui.sessions.node.restarts import attempt_label
+from mntui.sessions.node.rules.restarts import attempt_label
 from mntui.sessions.results import GroupResult, Outcome
 from mntui.sessions.runs import MISSED_NOTE, RunRecord, RunStatus, live_runs
 from mntui.sessions.ssh import Cluster, Node

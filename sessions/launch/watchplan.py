@@ -5,7 +5,7 @@ Why at launch: the coordinator restarts the job while this machine may be away, 
 every node's start is rendered now, once, as a template with tokens where an attempt's
 own values go (its run id, its MNTUI_RESTART_COUNT, and on a spare the rank it takes),
 which the node's sentinel fills in when the coordinator starts attempt k
-(node/attemptscript.py): as many restarts as the policy allows, whatever their number.
+(node/proc/attemptscript.py): as many restarts as the policy allows, whatever their number.
 The stack capture script rides along (each attempt's tag and run dir its arguments;
 the nonce, one per launch, in the watch file).
 """
@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from mntui.sessions.config import JobConfig, NodeSpec
-from mntui.sessions.node.attemptscript import count_token, master_token, run_token
-from mntui.sessions.node.placing import QuarantineRule
-from mntui.sessions.node.watchcfg import WatchConfig
+from mntui.sessions.node.proc.attemptscript import count_token, master_token, run_token
+from mntui.sessions.node.rules.placing import QuarantineRule
+from mntui.sessions.node.wire.watchcfg import WatchConfig
 from mntui.sessions.notify import for_coordinator
 from mntui.sessions.procs import run_dir_word
 
@@ -39,9 +39,9 @@ def watched(
 ) -> tuple[list[NodePlan], list[NodePlan]]:
     """`nodes` each starting its sentinel too, with the template of the restarts it
     may run; and the spares' starts: an idle sentinel each. `addrs`: where each spare is
-    reached: a spare that succeeds a lost main (node/succession.py) listens there for
+    reached: a spare that succeeds a lost main (node/chain/succession.py) listens there for
     its coordinator, and the restarts' master address follows it (the template's
-    master token: node/attemptscript.py)."""
+    master token: node/proc/attemptscript.py)."""
     secret = new_secret()  # only ever on the nodes
     budget = cfg.watch.capture_budget
     nonce = secrets.token_hex(8) if budget > 0 else None

@@ -15,8 +15,13 @@ import importlib
 import sys
 
 _PACKAGE = __package__ or "mntui.sessions.node"
-_VERBS = {"run": "sentinel", "coord": "coordinator", "guard": "guard", "feed": "follower",
-          "kill": "killer"}  # fmt: skip
+_VERBS = {
+    "run": "sentinel.sentinel",
+    "coord": "coord.coordinator",
+    "guard": "sentinel.guard",
+    "feed": "coord.follower",
+    "kill": "proc.killer",
+}
 USAGE = "usage: python3 -I -S bundle.pyz selftest | version | run|coord|guard|feed|kill ARGS..."
 
 
@@ -24,7 +29,8 @@ def selftest() -> int:
     import pkgutil  # here: a kill on the node pays for what it imports (killer.py)
 
     package = importlib.import_module(_PACKAGE)
-    names = sorted(m.name for m in pkgutil.iter_modules(package.__path__))
+    found = pkgutil.walk_packages(package.__path__, onerror=lambda name: None)
+    names = sorted(m.name for m in found)  # its roles' sub-packages and their modules
     for name in names:
         try:
             importlib.import_module(f"{_PACKAGE}.{name}")

@@ -1,5 +1,5 @@
 """Notifications: what a notice says (notices.py: the policy, a command's environment;
-the words and a webhook's body are node/notifytext.py's, which the cluster's
+the words and a webhook's body are node/rules/notifytext.py's, which the cluster's
 coordinator sends with too) and its delivery (notifier.py, webhookpost.py). Imports
 only the ground: the config reads its policy, watch/clusternotify.py sends what the
 coordinator could not.

@@ -1,19 +1,25 @@
 """What a notification says, and how it is put for a webhook and for a command.
 
 The words, the webhook's body and a command's environment are one rule in the node
-package (node/notifytext.py, node/notifyhook.py, node/notifycommand.py): the cluster's
-coordinator sends a run's notifications with it from the main node, webhook and
-command, and this machine posts the webhooks it could not; this module re-exports that
-rule and adds the config's policy and the coordinator's part of it (`for_coordinator`).
+package (node/rules/notifytext.py, node/rules/notifyhook.py,
+node/notice/notifycommand.py): the cluster's coordinator sends a run's notifications
+with it from the main node, webhook and command, and this machine posts the webhooks
+it could not; this module re-exports that rule and adds the config's policy and the
+coordinator's part of it (`for_coordinator`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mntui.sessions.node.notifycommand import command_env
-from mntui.sessions.node.notifyhook import NotifyRules, check_webhook_url, redact, webhook_body
-from mntui.sessions.node.notifytext import (
+from mntui.sessions.node.notice.notifycommand import command_env
+from mntui.sessions.node.rules.notifyhook import (
+    NotifyRules,
+    check_webhook_url,
+    redact,
+    webhook_body,
+)
+from mntui.sessions.node.rules.notifytext import (
     ALL_EVENTS,
     CHAT_TEXT,
     MAX_TEXT,
@@ -65,7 +71,7 @@ class NotifyPolicy:
 def for_coordinator(policy: NotifyPolicy) -> NotifyRules | None:
     """What the cluster's coordinator does with the run's notices (None: nothing to
     notify): posts the webhook and runs the command, on the main node, when it decides
-    (node/notifysend.py)."""
+    (node/notice/notifysend.py)."""
     if not policy.active:
         return None
     hook = policy.webhook if policy.webhook and check_webhook_url(policy.webhook) is None else None

@@ -16,7 +16,7 @@ import time
 from collections import deque
 from pathlib import Path
 
-from mntui.sessions.node import notifycommand
+from mntui.sessions.node.notice import notifycommand
 
 from .notices import (
     ALL_EVENTS,
@@ -138,7 +138,7 @@ class Notifier:
 
     def _deliver(self, notice: Notice) -> None:
         """The command runs while the webhook is posted; both within the timeout (the
-        command's steps are the coordinator's too: node/notifycommand.py)."""
+        command's steps are the coordinator's too: node/notice/notifycommand.py)."""
         deadline = time.monotonic() + self.policy.timeout
         running: notifycommand.Running | None = None
         if self.policy.command:

@@ -14,9 +14,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# The queries are defined once, for the sentinel that runs them too (node/gpuwire.py).
-from mntui.sessions.node.gpucount import split_table
-from mntui.sessions.node.gpuwire import APP_FIELDS, APP_QUERY, GPU_FIELDS, GPU_QUERY
+# The queries are defined once, for the sentinel that runs them too (node/wire/gpuwire.py).
+from mntui.sessions.node.rules.gpucount import split_table
+from mntui.sessions.node.wire.gpuwire import APP_FIELDS, APP_QUERY, GPU_FIELDS, GPU_QUERY
 from mntui.sessions.termsafe import one_line
 
 __all__ = [
@@ -112,7 +112,7 @@ def _int(raw: str | None) -> int | None:
 
 def parse_table(text: str) -> tuple[list[dict[str, str | None]], list[str]]:
     """Rows of a `--format=csv` answer keyed by field name, plus lines that are not data:
-    the table's shape is the one the GPU count reads too (node/gpucount.py)."""
+    the table's shape is the one the GPU count reads too (node/rules/gpucount.py)."""
     head, body, bad = split_table(text)
     header = [_key(c) for c in head or ()]
     rows = [{h: _value(c) for h, c in zip(header, cells, strict=True)} for cells in body]

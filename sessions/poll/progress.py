@@ -1,11 +1,11 @@
 """Training progress per node, read from its log: the tracker lives in the node package
-(node/steps.py), where a sentinel reads its node's steps and the coordinator learns the
+(node/rules/steps.py), where a sentinel reads its node's steps and the coordinator learns the
 job's pace; what is said about progress is standing.py's. Both are read from here.
 """
 
 from __future__ import annotations
 
-from mntui.sessions.node.steps import (
+from mntui.sessions.node.rules.steps import (
     DEFAULT_PATTERN,
     MAX_GAPS,
     MAX_LINE,

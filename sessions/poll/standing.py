@@ -1,7 +1,7 @@
 """Where the ranks stand: each node's progress, the job's pace, which ranks stopped,
 and the one line that says it.
 
-Apart from the tracker (node/steps.py, where NodeProgress and Pace are made), which
+Apart from the tracker (node/rules/steps.py, where NodeProgress and Pace are made), which
 reads log lines into these values, because what is said about them has readers of its
 own: the cluster's stream carries NodeProgress to the app, and a look's observations put
 the line in a report and the app's header; none of them needs the log parsing. Pure, and
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from mntui.sessions.node.steps import NodeProgress, Pace
+from mntui.sessions.node.rules.steps import NodeProgress, Pace
 
-# The values themselves are the tracker's (node/steps.py), re-exported for poll's readers.
+# The values themselves are the tracker's (node/rules/steps.py), re-exported for poll's readers.
 __all__ = ["NodeProgress", "Pace"]
 
 MAX_WHO = 6  # rank spans and names named in one part of a description

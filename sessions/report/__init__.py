@@ -1,5 +1,5 @@
 """What went wrong: evidence and stacks gathered from the nodes, log lines classified into
-causes (node/classify.py, node/logrules.py: the coordinator names the first failure by
+causes (node/rules/classify.py, node/rules/logrules.py: the coordinator names the first failure by
 the same rules), the failure report (failure.py) and the post-mortem that writes it.
 Imports poll and below; never the watch wing.
 """

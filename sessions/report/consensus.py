@@ -8,7 +8,7 @@ So identical stacks are folded ClusterShell-style ("ranks 0,2-7 (g[369,376-381])
 the odd ones are named first. Pure: the stacks were taken elsewhere (stacks.py).
 
 `waits_in` is the one test of "this stack waits in a collective": it lives in the node
-package (node/waits.py), where the cluster's sentinels sample with it too, so that
+package (node/rules/waits.py), where the cluster's sentinels sample with it too, so that
 anything sampling stacks (a straggler detector, here or on the nodes) judges them alike.
 """
 
@@ -21,7 +21,7 @@ from enum import StrEnum
 from ClusterShell.NodeSet import NodeSet, NodeSetException
 from ClusterShell.RangeSet import RangeSet
 
-from mntui.sessions.node.waits import Wait, user_frame, waits_in
+from mntui.sessions.node.rules.waits import Wait, user_frame, waits_in
 
 from .stacks import RankStack
 

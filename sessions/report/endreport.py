@@ -2,7 +2,7 @@
 coordinator recorded when it happened, and what the nodes kept since.
 
 Why here, and once: the coordinator decides and names the first failure on the cluster
-while this machine may sleep (node/firstfail.py); the evidence a report reads (each
+while this machine may sleep (node/rules/firstfail.py); the evidence a report reads (each
 node's log tail, exit code and its time, the stacks its sentinel took before a hang's
 kill, the ranks' Flight Recorder dumps) stays in the attempt's run dir on each node.
 At this machine's first look after the end the report is built from both and saved
@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from mntui.sessions.config import JobConfig
-from mntui.sessions.node import firstfail
+from mntui.sessions.node.rules import firstfail
 from mntui.sessions.poll import NodeProgress, NodeState, describe
 from mntui.sessions.runs import RunRecord
 from mntui.sessions.ssh import Cluster

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mntui.sessions.errors import log_exception
-from mntui.sessions.node.stackcap import FILE as STACKS_FILE
-from mntui.sessions.node.stackcap import MAX_OUT
+from mntui.sessions.node.sentinel.stackcap import FILE as STACKS_FILE
+from mntui.sessions.node.sentinel.stackcap import MAX_OUT
 from mntui.sessions.procs import run_dir_word
 from mntui.sessions.results import GroupResult, Outcome
 from mntui.sessions.runs import RunRecord

@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from mntui.sessions.node.classify import first_error
-from mntui.sessions.node.firstfail import NodeCause, exit_text, first_failure
-from mntui.sessions.node.logrules import Finding
+from mntui.sessions.node.rules.classify import first_error
+from mntui.sessions.node.rules.firstfail import NodeCause, exit_text, first_failure
+from mntui.sessions.node.rules.logrules import Finding
 from mntui.sessions.poll import NodeState
 from mntui.sessions.termsafe import clean, one_line
 
@@ -147,7 +147,7 @@ def summarize_node(
 def _root(
     nodes: Sequence[NodeSummary], trigger: str | None, first: str | None = None
 ) -> NodeSummary | None:
-    """The node that broke first, by the coordinator's rule (node/firstfail.py); `first`:
+    """The node that broke first, by the coordinator's rule (node/rules/firstfail.py); `first`:
     the node the coordinator named when it decided, which stands (the report is built
     later, from what the nodes still hold, and must say what the decision said)."""
     named = next((n for n in nodes if n.node == first), None)
@@ -181,7 +181,7 @@ def build(
     slow: Sequence[str] = (),
     first: str | None = None,
 ) -> FailureReport:
-    """`first`: the node the coordinator named first when it decided (node/firstfail.py)."""
+    """`first`: the node the coordinator named first when it decided (node/rules/firstfail.py)."""
     root = _root(nodes, trigger[0] if trigger else None, first)
     why = trigger[2] if trigger and root is not None and trigger[0] == root.node else ""
     cause = _node_cause(root, why or (root.state if root else "")) if root else "unknown"

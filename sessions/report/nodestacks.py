@@ -4,7 +4,7 @@ Why: with `watch.where: cluster` the coordinator tears a hang down while this ma
 may be away, and the stacks exist only while the ranks do; so each sentinel runs the
 launch's capture script for its node before it kills and saves the output, with the
 nonce that marks its lines and the coordinator's decision, as `stacks.json` in the
-attempt's run dir (node/stackcap.py). `mntui report` reads that file in the round trip
+attempt's run dir (node/sentinel/stackcap.py). `mntui report` reads that file in the round trip
 that reads the node's other evidence (evidence.py) and parses the output here with the
 one parser the manager's own capture uses (stacks.parse_capture), so the report of a
 cluster teardown reads as that of a manager's: the conclusion, each rank's stack.
@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from mntui.sessions.node.teardown import HUNG
-from mntui.sessions.node.watchfields import NONCE
+from mntui.sessions.node.board.teardown import HUNG
+from mntui.sessions.node.wire.watchfields import NONCE
 from mntui.sessions.poll import NodeState
 from mntui.sessions.runs import RunRecord
 from mntui.sessions.termsafe import one_line

@@ -18,7 +18,7 @@ from pathlib import Path
 from mntui.sessions.config import JobConfig, compile_pattern
 from mntui.sessions.history import StepClock, compile_checkpoint
 from mntui.sessions.launch import LineSplitter
-from mntui.sessions.node import teardown as coordinator
+from mntui.sessions.node.board import teardown as coordinator
 from mntui.sessions.poll import (
     DEFAULT_PATTERN,
     NodeSnapshot,

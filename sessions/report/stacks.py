@@ -23,15 +23,15 @@ import secrets
 from dataclasses import dataclass
 
 from mntui.sessions.launch import stackscript
-from mntui.sessions.node import waits
-from mntui.sessions.node.waits import LIBRARY, Frame
+from mntui.sessions.node.rules import waits
+from mntui.sessions.node.rules.waits import LIBRARY, Frame
 from mntui.sessions.results import GroupResult
 from mntui.sessions.ssh import Cluster, Node
 from mntui.sessions.termsafe import one_line
 
 from .frdump import Asked, parse_asked
 
-# The frame, its parser and the library test are the sentinels' too (node/waits.py):
+# The frame, its parser and the library test are the sentinels' too (node/rules/waits.py):
 # the report reads a stack as the cluster's straggler rule does.
 _frames = waits.main_frames
 

@@ -3,7 +3,7 @@ the app and the report.
 
 In synchronous training a slow rank makes every other rank wait for it in a collective,
 so nothing fails and the step rates are all equal: the evidence is how much of their
-time the ranks spend waiting. The coordinator judges that (node/slowness.py); this
+time the ranks spend waiting. The coordinator judges that (node/coord/slowness.py); this
 module only keeps its finding, as the records' sync copies it here (`straggler.json`,
 next to run.json), and says it in one line: "rank 3 (g372) waits 4 % of the time, the
 others 61–66 %: it holds the job". Kept in the report wing, so that the report can read
@@ -18,9 +18,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-# The rank and the suspect are the cluster's coordinator's too (node/straggle.py): one
+# The rank and the suspect are the cluster's coordinator's too (node/rules/straggle.py): one
 # rule, one line, one file format for both watches.
-from mntui.sessions.node.straggle import RankWait, Suspect
+from mntui.sessions.node.rules.straggle import RankWait, Suspect
 
 __all__ = [
     "FILE", "Finding", "RankWait", "Suspect", "Throttle", "finding_of", "load_finding",

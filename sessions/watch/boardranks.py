@@ -1,6 +1,6 @@
 """The ranks of an attempt's nodes as the app's stream reads them from the board.
 
-Why a rule of its own: each status row says its rank (node/coordfiles.py); status.json's
+Why a rule of its own: each status row says its rank (node/board/coordfiles.py); status.json's
 keys are sorted, so a row's place says nothing (node10 comes before node2), and a spare
 the coordinator swapped in is in no record here. Ranks are node data: believed only when
 they are one each of 0..n-1, else the record's stand in, and the rest take the lowest

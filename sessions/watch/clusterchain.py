@@ -21,9 +21,9 @@ from typing import Any
 
 from mntui.sessions.history.stepclock import CLOCK_KEYS, REFRESH, coordinator_clock, note_plain
 from mntui.sessions.launch.board import SWAP_NOTE, BoardView
-from mntui.sessions.node import firstfail
-from mntui.sessions.node.chainstates import ChainStatus, OutcomeKind, status_of
-from mntui.sessions.node.runid import RUN_ID
+from mntui.sessions.node.rules import firstfail
+from mntui.sessions.node.rules.chainstates import ChainStatus, OutcomeKind, status_of
+from mntui.sessions.node.rules.runid import RUN_ID
 from mntui.sessions.runs import RunRecord, RunStatus, load_run
 from mntui.sessions.termsafe import one_line
 

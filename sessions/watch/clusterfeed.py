@@ -1,5 +1,5 @@
 """The live stream of a run the cluster watches, from here: one `ssh` to the main node
-running the bundle's `feed` verb (node/follower.py), its lines read by the caller.
+running the bundle's `feed` verb (node/coord/follower.py), its lines read by the caller.
 
 Why one ssh and no connection of the Cluster's: the app follows the run for as long as
 it is open, and a stream is one long command, which a persistent node connection runs
@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from mntui.sessions.launch.board import board_dir
-from mntui.sessions.node import feedwire
+from mntui.sessions.node.wire import feedwire
 from mntui.sessions.procs import run_dir_word
 from mntui.sessions.ssh.nodeshell import untagged_env
 

@@ -2,7 +2,7 @@
 at its next contact: what the coordinator could not.
 
 Why: the coordinator on the main node posts the webhook and runs the user's
-`notify.command` when it decides (node/notifysend.py); what it could not post (the
+`notify.command` when it decides (node/notice/notifysend.py); what it could not post (the
 main cannot reach the webhook's host, its queue was full, it died before posting) is
 left in `coord/notify.json` with why. A command is not run from here: it is a line for
 the main node, run there or not at all (the coordinator's log and journal say which).
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from mntui.sessions.launch.board import BoardView
-    from mntui.sessions.node.notifytext import Notice
+    from mntui.sessions.node.rules.notifytext import Notice
     from mntui.sessions.notify import NotifyPolicy
     from mntui.sessions.runs import RunRecord
 
@@ -36,7 +36,7 @@ def due(view: BoardView | None) -> list[tuple[str, Notice]]:
     data = view.notify if view is not None else None
     if not isinstance(data, dict) or view is None or not data.get("notices"):
         return []  # a cold status with nothing to send loads nothing more
-    from mntui.sessions.node.notifytext import ABANDONED, DROPPED, FAILED, PENDING, notice_of
+    from mntui.sessions.node.rules.notifytext import ABANDONED, DROPPED, FAILED, PENDING, notice_of
 
     unsent = {FAILED, DROPPED, ABANDONED} | (set() if view.alive else {PENDING})
     items = data.get("notices")

@@ -1,5 +1,5 @@
 """The live stream of a run the cluster watches, parsed: each line the main's follower
-(node/follower.py) writes becomes typed news the app shows as it shows a poll's.
+(node/coord/follower.py) writes becomes typed news the app shows as it shows a poll's.
 
 Why strict and here: the stream is the nodes' data and the coordinator's files, read
 through a shell on the main, so nothing in it is believed for more than its type and
@@ -20,9 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mntui.sessions.node import feedwire, firstfail, gpuwire, nodewire
-from mntui.sessions.node.facts import Malformed as EntryMalformed
-from mntui.sessions.node.runid import RUN_ID
+from mntui.sessions.node.rules import firstfail
+from mntui.sessions.node.rules.runid import RUN_ID
+from mntui.sessions.node.wire import feedwire, gpuwire, nodewire
+from mntui.sessions.node.wire.facts import Malformed as EntryMalformed
 from mntui.sessions.poll import NodeProgress, NodeSnapshot, NodeState, Verdict, describe
 from mntui.sessions.poll.gpu import GpuReading, parse_reading
 from mntui.sessions.termsafe import one_line

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from mntui.sessions.launch.board import BoardView
-from mntui.sessions.node import firstfail
-from mntui.sessions.node.chainstates import LIVE
-from mntui.sessions.node.restarts import attempt_label
+from mntui.sessions.node.rules import firstfail
+from mntui.sessions.node.rules.chainstates import LIVE
+from mntui.sessions.node.rules.restarts import attempt_label
 from mntui.sessions.report import load_finding
 from mntui.sessions.runs import MISSED_NOTE, RunRecord
 from mntui.sessions.termsafe import one_line
@@ -91,7 +91,7 @@ def chain_lines(view: BoardView | None) -> list[str]:
         then = f", then {_text(e.get('restart'), 240)}" if e.get("restart") else ""
         delay = e.get("delay")
         after = f" after {delay:g} s" if isinstance(delay, (int, float)) and then else ""
-        swapped = e.get("swapped")  # a spare swapped in for the next attempt (node/swaps.py)
+        swapped = e.get("swapped")  # a spare swapped in for the next attempt (node/chain/swaps.py)
         swapped = swapped[:4] if isinstance(swapped, list) else []
         moved = "".join(f"; {_text(x, 120)}" for x in swapped)
         out.append(
@@ -120,7 +120,7 @@ def decision_lines(view: BoardView | None, run: str | None = None) -> list[str]:
         lines = [f"the coordinator tore the job down at {_hms(d.get('decided_at'))}: "
                  f"{first or seen}"]  # fmt: skip
     # the sentinels' stacks module runs on the nodes: loaded only for a decision to show
-    from mntui.sessions.node.stackcap import status_line as stacks_line
+    from mntui.sessions.node.sentinel.stackcap import status_line as stacks_line
 
     kills = d.get("kill")
     if isinstance(kills, dict):
@@ -132,7 +132,7 @@ def decision_lines(view: BoardView | None, run: str | None = None) -> list[str]:
 
 
 def blamed(d: dict[str, Any]) -> str | None:
-    """A decision's first failure (node/firstfail.py) in words: `node1 rank 1 failed
+    """A decision's first failure (node/rules/firstfail.py) in words: `node1 rank 1 failed
     first: ...`, the judge's own state for its own node (a freeze); None when it named
     none (a user's kill, an attempt that ended clean)."""
     first = firstfail.read(d.get("first"))
@@ -243,19 +243,19 @@ def _event(e: dict[str, Any]) -> str:
         return "the user's kill"
     if kind == "ended":
         return "the job ended on every node"
-    if kind == "straggler":  # node/slowness.py: a rank named, once
+    if kind == "straggler":  # node/coord/slowness.py: a rank named, once
         action = _text(data.get("action"), 20)
         return f"straggler: {_text(data.get('line'))} (on_slow: {action})"
     if kind == "slow":
         return _text(data.get("line"))
-    if kind == "respawn":  # node/respawn.py: each node's two watchers keep each other up
+    if kind == "respawn":  # node/proc/respawn.py: each node's two watchers keep each other up
         return f"{node}'s {_text(data.get('who'), 20)} died and was started again"
     if kind == "respawn-gave-up":
         return f"{node}'s {_text(data.get('who'), 20)} stays down: {_text(data.get('why'))}"
-    if kind == "notified":  # node/notifysend.py: the webhook's fate, posted from the main
+    if kind == "notified":  # node/notice/notifysend.py: the webhook's fate, posted from the main
         state, why = _text(data.get("webhook"), 20), data.get("why")
         return f"the webhook notification: {state}" + (f" ({_text(why, 120)})" if why else "")
-    if kind == "notify-command":  # node/notifysend.py: the user's command, run on the main
+    if kind == "notify-command":  # node/notice/notifysend.py: the user's command, run on the main
         why = data.get("why")
         return f"the notify command on the main: {_text(why, 120) if why else 'exited 0'}"
     if kind == "refused":

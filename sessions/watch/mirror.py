@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mntui.sessions.launch.board import BoardView
-from mntui.sessions.node.runid import RUN_ID
+from mntui.sessions.node.rules.runid import RUN_ID
 from mntui.sessions.report import finding_of, save_finding
 from mntui.sessions.runs import RunRecord, RunStatus, load_run
 from mntui.sessions.termsafe import one_line
@@ -76,7 +76,7 @@ def sync(record: RunRecord, view: BoardView | None) -> RunRecord:
 
 
 def _finding(record: RunRecord, view: BoardView | None) -> None:
-    """The straggler the coordinator named (node/slowness.py), kept in its attempt's run
+    """The straggler the coordinator named (node/coord/slowness.py), kept in its attempt's run
     dir here as the manager's sampler keeps its own (report/suspect.py): `status`, the
     app and `report` read it as a here-watched run's. Only a finding about this run's
     nodes, for a run of this chain that has a record here."""

@@ -4,7 +4,7 @@ the coordinator's board and what the coordinator's status says of it.
 Why one rule here: `status` of such a run (tui/cli/clusternodes.py) and the app's stream
 (feedparse.py) read the same board, and a pane must show what `status` prints; the app
 cannot import the CLI, so the rule lives below both. Its sentinel sent what a poll reads
-(node/nodesnap.py), the coordinator kept it (coord/nodes.json), node/nodewire.py's
+(node/sentinel/nodesnap.py), the coordinator kept it (coord/nodes.json), node/wire/nodewire.py's
 `check` let it by (exactly our keys, each typed and bounded); here each such entry
 becomes the very NodeSnapshot. A node without a fresh entry (none yet, older than STALE
 on the main's clock, a shape the check let by and the snapshot refuses) still gets one,

@@ -1,5 +1,5 @@
 """Issue 30, the app of a run the cluster watches: ONE stream over one ssh to the main,
-fed by the coordinator (node/follower.py, feedserve.py, logship.py), and no poll of any
+fed by the coordinator (node/coord/follower.py, feedserve.py, logship.py), and no poll of any
 node. A real 2-node job on real sshd nodes, launched from the app: the panes get their
 state, steps and log lines from the stream; a node's hostile bytes (escapes, our own
 line marker, invalid UTF-8) arrive as data, sanitized, and end nothing; the follower

@@ -3,7 +3,7 @@ runs as the node's user and can write them). Hostile ones, written after the cha
 ended (no coordinator rewrites them), were read by `status`, `report` and `history`
 without a crash or a hang and without ESC, C0 or C1; but a right-to-left override
 (U+202E) and its kin reached the terminal, where they reorder what the user reads
-(CVE-2021-42574). One rule, node/termsafe.py, drops them for both sides."""
+(CVE-2021-42574). One rule, node/rules/termsafe.py, drops them for both sides."""
 
 from __future__ import annotations
 

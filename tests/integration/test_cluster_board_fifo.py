@@ -3,7 +3,7 @@ make one; a hung home filesystem blocks the same way) blocked the coordinator's 
 in open() for good, while its heartbeat thread kept the sentinels content: a rank
 SIGKILLed then was never torn down, and `status` said the sentinels would tear their
 nodes down "if it stays silent". The run dir's files are now opened non-blocking and
-must be regular files (node/plainfile.py), so the judge goes on and decides; and the
+must be regular files (node/files/plainfile.py), so the judge goes on and decides; and the
 heartbeats go only while the chain's thread works (coordinator.py `beat`).
 
 Also the secret's exposure, which the review checked on the way: its file 0600 in a

@@ -1,10 +1,10 @@
 """Issue 39, "also cover": a sentinel that lies, reporting its node clean when it is not
 (a bug in it, or a process that took its place). The manager does not take a sentinel's
 `clean` alone: `mntui kill` sweeps every node again from here by the same rule
-(node/killer.py), finds the ranks the lie left, stops them, and says which node's
+(node/proc/killer.py), finds the ranks the lie left, stops them, and says which node's
 sentinel was wrong; `status` says it too, from the run's record.
 
-The liar is node1's own sentinel code (sessions/node/sentinel.py) with its kill
+The liar is node1's own sentinel code (sessions/node/sentinel/sentinel.py) with its kill
 replaced by a clean report that kills nothing, started on node1 in the place of the
 real one (its guard and it stopped first, as bench/chaos_cluster.py does), connected
 to the coordinator with the run's secret as a restarted sentinel would be."""
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.integration
 NODES = ("node0", "node1")
 WATCH = "watch: {{where: cluster, port: {port}, unreachable_after: 20, frozen_after: 2}}"
 LIAR = """import sys
-from mntui.sessions.node import sentinel
+from mntui.sessions.node.sentinel import sentinel
 
 
 def lie(self, why, grace=None):

@@ -1,6 +1,6 @@
 """Issue 39, finding 1: a peer that never knows the secret must not get a healthy job
 torn down. The coordinator's port listens on every address; before its door
-(node/door.py) it had one pool of 2N+8 handshake slots, 2 s each, and 40 idle
+(node/coord/door.py) it had one pool of 2N+8 handshake slots, 2 s each, and 40 idle
 connections reopened as each was dropped (tests/portflood.py) held them all: the
 coordinator started again after a SIGKILL never heard its sentinels, node1 tore its
 ranks down and the new coordinator tore the job down, blaming the main (`its sentinel

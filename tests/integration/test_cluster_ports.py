@@ -24,7 +24,7 @@ from clusterwatch import cut_off, launched, nothing_left, runs_on
 from fakecluster import FakeCluster, free_port, wait_for
 from helpers import Cfg, step_count
 
-from mntui.sessions.node.runid import RUN_ID
+from mntui.sessions.node.rules.runid import RUN_ID
 from mntui.sessions.runs import latest
 
 pytestmark = pytest.mark.integration

@@ -1,5 +1,5 @@
 """The main's sentinel and the coordinator keep each other up (issue 30, design §2 and
-§5; node/respawn.py): either one SIGKILLed (found by its own pid file, never by name)
+§5; node/proc/respawn.py): either one SIGKILLed (found by its own pid file, never by name)
 is started again on the main before the others call it lost, the job trains on past
 unreachable_after, the journal says so, and the watch still works: a rank killed
 afterwards is torn down, a restart is started once, and the user's kill leaves nothing.
@@ -166,7 +166,7 @@ def test_the_mains_sentinel_killed_is_started_again_and_still_tears_down(
 
 
 def test_a_workers_sentinel_and_its_guard_keep_each_other_up(fake: FakeCluster, cfg: Cfg) -> None:
-    """A worker's sentinel killed alone is started again by its guard (node/guard.py)
+    """A worker's sentinel killed alone is started again by its guard (node/sentinel/guard.py)
     before the coordinator calls the node unreachable: the job trains on, the journal
     says so once, and `status` shows it; its guard killed is started again by the
     sentinel; the user's kill then takes both with the job."""

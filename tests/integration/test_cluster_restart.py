@@ -194,7 +194,7 @@ def test_a_node_past_quarantine_after_is_used_no_more_and_quarantined_here_too(
 def test_a_main_that_breaks_twice_hands_the_chain_to_the_spare(fake: FakeCluster, cfg: Cfg) -> None:
     """The coordinator runs on the main: a main that broke twice in a row is not replaced
     by its own coordinator, which ends its chain saying so and hands it to the spare
-    (node/succession.py); the spare succeeds it once every worker gave its word, and the
+    (node/chain/succession.py); the spare succeeds it once every worker gave its word, and the
     next attempt runs on it at rank 0, while this machine is cut off. Before issue 37
     the chain ended there, for a stand-by on this machine to replace the main."""
     job = "cw-main"

@@ -3,7 +3,7 @@ cluster, with this machine cut off; a main that comes back never acts beside it;
 partition that leaves a worker hearing the main starts nothing.
 
 The successor is the spare the placement rule would put at rank 0; it leads the next
-epoch only once it and every worker of the attempt lost the main (node/succession.py).
+epoch only once it and every worker of the attempt lost the main (node/chain/succession.py).
 The first test runs on the suite's shared fake nodes (127.0.0.1); the other two need
 nodes that are hosts of their own (network namespaces: tests/netns.py, root only): a
 main stopped on 127.0.0.1 would hold every node's watch port, and no one node's link

@@ -56,7 +56,7 @@ def test_a_job_that_prints_records_runs_and_is_killed_clean(fake: FakeCluster, c
         assert any("x @P 999999 T" in p["cmdline"] for p in n["procs"]), n["procs"]
     assert res.returncode == 0, res.stdout
 
-    # The coordinator's judge (node/judging.py), on two polls well past frozen_after:
+    # The coordinator's judge (node/rules/judging.py), on two polls well past frozen_after:
     # nothing to tear down.
     config = load_config(path)
     record = latest(job)

@@ -1,4 +1,4 @@
-"""The one kill on a node (sessions/node/killer.py) on real processes: called as the
+"""The one kill on a node (sessions/node/proc/killer.py) on real processes: called as the
 sentinel calls it, and as the manager runs it (`kill_script` run by `sh -s`: the bundle
 shipped, its `kill` verb on the node's python3) on an identical set of processes."""
 
@@ -20,8 +20,8 @@ from fakecluster import environ_of, free_port, wait_for
 
 from mntui.sessions.launch.kill import kill_script, kill_spec, parse_kill
 from mntui.sessions.launch.sentinelship import bundle
-from mntui.sessions.node import members
-from mntui.sessions.node.killer import KillResult, Target, kill, listening_ports
+from mntui.sessions.node.proc import members
+from mntui.sessions.node.proc.killer import KillResult, Target, kill, listening_ports
 from mntui.sessions.procs import job_node_pattern
 
 
@@ -164,7 +164,7 @@ def start(pid: int) -> int:
 
 
 def test_literal_head_is_what_every_match_starts_with() -> None:
-    from mntui.sessions.node.proctree import literal_head
+    from mntui.sessions.node.proc.proctree import literal_head
 
     assert literal_head(job_node_pattern("my-job.x", "n1")).startswith(b"MNTUI_RUN=my")
     assert literal_head("MNTUI_RUN=job/[^/]+/n1") == b"MNTUI_RUN=job/"
@@ -222,7 +222,7 @@ def test_the_caller_its_ancestors_and_exclude_are_spared(tmp_path: Path) -> None
         spared = spawn([sys.executable, "-c", CHILD, "plain"], env)
         wait_for((tmp_path / "spared").exists, 20, what="the spared process")
         killer = (
-            "import json, sys; from mntui.sessions.node.killer import Target, kill; "
+            "import json, sys; from mntui.sessions.node.proc.killer import Target, kill; "
             "r = kill(Target(sys.argv[1]), grace=1.0, exclude=[int(sys.argv[2])]); "
             "print(json.dumps(r.as_dict()), flush=True)"
         )
@@ -334,7 +334,7 @@ def test_listening_ports_reads_listen_rows_only(tmp_path: Path) -> None:
 
 
 def test_what_a_sentinel_saw_is_killed_and_a_pid_taken_since_is_not(tmp_path: Path) -> None:
-    """A run dir's `members` file (node/members.py): a process it names by pid and start
+    """A run dir's `members` file (node/proc/members.py): a process it names by pid and start
     time is the job's whatever it carries (the manager's kill, the sentinel gone); a pid
     it names with another start time is another process now, never killed."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("MNTUI_")}

@@ -3,7 +3,7 @@
 /proc/PID/environ no longer holds MNTUI_RUN, and the tag was the only rule of what is the
 job's. A helper the rank started in a session of its own outlived `mntui kill`, which
 said "clean: 6 process(es) ... stopped"; a rank that named itself at start was never seen
-by its sentinel (frozen: no decision). The rule now (node/proctree.py): the tag, or a
+by its sentinel (frozen: no decision). The rule now (node/proc/proctree.py): the tag, or a
 descendant of the pane or of a member, or a member seen before, or the run's cgroup.
 The job is tests/integration/sptjob.py (needs the `setproctitle` package)."""
 

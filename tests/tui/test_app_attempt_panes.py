@@ -14,7 +14,7 @@ import pytest
 from helpers import until
 
 from mntui.sessions.config.jobconfig import parse_config
-from mntui.sessions.node import feedwire
+from mntui.sessions.node.wire import feedwire
 from mntui.sessions.poll import NodeState
 from mntui.sessions.watch.feedparse import FeedParser, LogNews
 from mntui.tui.app.main import MntuiApp

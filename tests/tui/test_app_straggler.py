@@ -1,4 +1,4 @@
-"""The app shows the straggler its run's coordinator named (node/slowness.py), in its
+"""The app shows the straggler its run's coordinator named (node/coord/slowness.py), in its
 header and the named node's pane, once this machine's records have it (watch/mirror.py:
 a `status`, a `report`, a kill or the app's `R` syncs it)."""
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from textual.message import Message
 
-from mntui.sessions.node import feedwire
+from mntui.sessions.node.wire import feedwire
 from mntui.sessions.watch import clusterfeed
 from mntui.tui.app import streaming
 from mntui.tui.app.streaming import Streaming

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from mntui.sessions.node.classify import MAX_LINES, MAX_MESSAGE_CHARS, classify, first_error
-from mntui.sessions.node.logrules import Cause, Finding
+from mntui.sessions.node.rules.classify import MAX_LINES, MAX_MESSAGE_CHARS, classify, first_error
+from mntui.sessions.node.rules.logrules import Cause, Finding
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "logs"
 # Real torchrun runs of this machine's torch (each file's header says how), for the

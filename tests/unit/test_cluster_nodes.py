@@ -156,7 +156,7 @@ def test_a_status_asks_for_the_snapshots_and_a_launchs_wait_does_not() -> None:
 def test_the_wire_shape_is_the_snapshots_own() -> None:
     """nodewire (stdlib, on the nodes) names the fields of NodeSnapshot and JobProc: the
     manager builds them from a checked entry by these names."""
-    from mntui.sessions.node import nodewire
+    from mntui.sessions.node.wire import nodewire
     from mntui.sessions.poll.snapshot import JobProc
 
     own = {"node", "rank", "at", "reachable", "error", "rtt", "gpu", "new_output"}

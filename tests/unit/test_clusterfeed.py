@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 
-from mntui.sessions.node import feedwire
+from mntui.sessions.node.wire import feedwire
 from mntui.sessions.watch.clusterfeed import FeedStream
 
 LOCAL = ["sh", "-c", "exec sh -s", "sh"]  # `... -- host "sh -s"` lands as ignored words

@@ -46,7 +46,7 @@ def test_the_decision_comes_back_whole(tmp_path: Path) -> None:
 
 def test_a_kills_decision_writes_its_attempts_last_clock_and_only_its_own() -> None:
     """The ledger is exact right after `mntui kill`: the coordinator's decision carries
-    the attempt's step clock (node/teardown.py), written into the attempt's record; a
+    the attempt's step clock (node/board/teardown.py), written into the attempt's record; a
     decision of another run writes nothing there."""
     from mntui.sessions.launch.coordkill import _note_last_steps
     from mntui.sessions.runs import RunRecord, load_run

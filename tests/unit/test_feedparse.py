@@ -9,7 +9,7 @@ import json
 import time
 from typing import Any
 
-from mntui.sessions.node import feedwire
+from mntui.sessions.node.wire import feedwire
 from mntui.sessions.poll import NodeState
 from mntui.sessions.watch.feedparse import (
     BoardNews,

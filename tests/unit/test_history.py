@@ -411,9 +411,9 @@ def test_the_step_clock_keeps_first_last_and_checkpoint() -> None:
 
 
 def test_a_quarantined_spare_is_never_swapped_in() -> None:
-    """The one placing rule (node/placing.py), as a launch here routes by it."""
+    """The one placing rule (node/rules/placing.py), as a launch here routes by it."""
     from mntui.sessions.history.quarantines import place_here
-    from mntui.sessions.node.restarts import AttemptEnd
+    from mntui.sessions.node.rules.restarts import AttemptEnd
     from mntui.sessions.poll import NodeState
 
     cfg = parse_config(JOB.format(extra="spares: [s1, s2]"))

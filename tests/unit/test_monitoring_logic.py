@@ -1,5 +1,5 @@
 """GPU parsing on recorded real nvidia-smi output, the poll script and its parser, state
-derivation, and the judge the coordinator runs (node/judging.py) on what a poll reads."""
+derivation, and the judge the coordinator runs (node/rules/judging.py) on what a poll reads."""
 
 from __future__ import annotations
 

@@ -23,23 +23,26 @@ from typing import Any
 
 import pytest
 
-from mntui.sessions.node import attemptscript, frames, notifykept, notifysend, swaps
-from mntui.sessions.node.chain import run_chain
-from mntui.sessions.node.chaincopy import Replica
-from mntui.sessions.node.chainlog import ChainLog
-from mntui.sessions.node.chainstates import ChainStatus, OutcomeKind
-from mntui.sessions.node.coordinator import Coordinator
-from mntui.sessions.node.coordport import FROM_SENTINEL
-from mntui.sessions.node.coordstate import Board
-from mntui.sessions.node.judging import Rules
-from mntui.sessions.node.notifyhook import NotifyRules
-from mntui.sessions.node.notifysend import Outbox
-from mntui.sessions.node.notifytext import Notice, NotifyEvent, entry_of
-from mntui.sessions.node.placing import QuarantineRule
-from mntui.sessions.node.restarts import AttemptEnd, RestartRules
-from mntui.sessions.node.rules import NodeState
-from mntui.sessions.node.sentinellink import COMMANDS
-from mntui.sessions.node.watchcfg import WatchConfig, write_json
+from mntui.sessions.node.board.coordstate import Board
+from mntui.sessions.node.chain import swaps
+from mntui.sessions.node.chain.chain import run_chain
+from mntui.sessions.node.chain.chainlog import ChainLog
+from mntui.sessions.node.coord.coordinator import Coordinator
+from mntui.sessions.node.coord.coordport import FROM_SENTINEL
+from mntui.sessions.node.notice import notifykept, notifysend
+from mntui.sessions.node.notice.notifysend import Outbox
+from mntui.sessions.node.proc import attemptscript
+from mntui.sessions.node.rules.chainstates import ChainStatus, OutcomeKind
+from mntui.sessions.node.rules.judging import Rules
+from mntui.sessions.node.rules.notifyhook import NotifyRules
+from mntui.sessions.node.rules.notifytext import Notice, NotifyEvent, entry_of
+from mntui.sessions.node.rules.placing import QuarantineRule
+from mntui.sessions.node.rules.restarts import AttemptEnd, RestartRules
+from mntui.sessions.node.rules.states import NodeState
+from mntui.sessions.node.sentinel.sentinellink import COMMANDS
+from mntui.sessions.node.wire import frames
+from mntui.sessions.node.wire.chaincopy import Replica
+from mntui.sessions.node.wire.watchcfg import WatchConfig, write_json
 
 RUN, NEXT = "20261126-101500-ab12", "20261126-101500-cd34"
 SECRET = b"s" * 32

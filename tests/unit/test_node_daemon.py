@@ -1,4 +1,4 @@
-"""node/daemon.py for real: a bare `python3 -I -S` child daemonizes, and what its caller
+"""node/proc/daemon.py for real: a bare `python3 -I -S` child daemonizes, and what its caller
 (here as on a node: a shell's command substitution) sees is the truth in one line. The
 daemon is out of the caller's session and tree, holds none of its descriptors, and is
 killed by the PID it wrote."""
@@ -16,7 +16,7 @@ import pytest
 from fakecluster import alive, proc_state, wait_for
 
 from mntui.sessions.launch import sentinelship
-from mntui.sessions.node.daemon import clean_env
+from mntui.sessions.node.proc.daemon import clean_env
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 
@@ -25,7 +25,7 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 CHILD = """
 import sys, time
 sys.path.insert(0, sys.argv[1])
-from mntui.sessions.node import daemon
+from mntui.sessions.node.proc import daemon
 mode, d = sys.argv[2], sys.argv[3]
 ready = daemon.daemonize(d + "/sentinel.log", d + "/sentinel.pid",
                          max_log=int(sys.argv[4]), timeout=float(sys.argv[5]))

@@ -1,4 +1,4 @@
-"""The coordinator's door (node/door.py, issue 39 finding 1): connections wait there for
+"""The coordinator's door (node/coord/door.py, issue 39 finding 1): connections wait there for
 their hello on one thread, bounded per address and in all; only a hello that proves the
 run's secret, with a nonce not seen before, is handed on. Real loopback sockets, a real
 Door on its own thread."""
@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from mntui.sessions.node import door, frames
-from mntui.sessions.node.framecodec import Reader
+from mntui.sessions.node.coord import door
+from mntui.sessions.node.wire import frames
+from mntui.sessions.node.wire.framecodec import Reader
 
 SECRET = bytes(range(32))
 RUN = "20261201-101500-ab12"

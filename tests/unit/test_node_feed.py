@@ -16,7 +16,9 @@ from typing import Any
 
 import pytest
 
-from mntui.sessions.node import feedserve, feedwire, follower, frames, logship
+from mntui.sessions.node.coord import feedserve, follower
+from mntui.sessions.node.sentinel import logship
+from mntui.sessions.node.wire import feedwire, frames
 
 SECRET = bytes(range(32))
 FRAME = {"v": 1, "k": "log", "s": 3}

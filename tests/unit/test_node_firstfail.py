@@ -1,4 +1,4 @@
-"""The first failure of an attempt (node/firstfail.py): which node broke first and why,
+"""The first failure of an attempt (node/rules/firstfail.py): which node broke first and why,
 read from each node's log and exit code, as the coordinator names it when it decides
 and the report names it later. Logs are recorded real ones (tests/data/logs, each with
 its source)."""
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from mntui.sessions.node import firstfail
-from mntui.sessions.node.firstfail import NodeCause, first_failure, from_wire, node_cause
-from mntui.sessions.node.logrules import Cause
+from mntui.sessions.node.rules import firstfail
+from mntui.sessions.node.rules.firstfail import NodeCause, first_failure, from_wire, node_cause
+from mntui.sessions.node.rules.logrules import Cause
 
 LOGS = Path(__file__).parent.parent / "data" / "logs"
 

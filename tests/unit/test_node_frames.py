@@ -1,4 +1,4 @@
-"""The sentinel↔coordinator wire (node/frames.py) against hostile peers, over real
+"""The sentinel↔coordinator wire (node/wire/frames.py) against hostile peers, over real
 socketpairs and loopback TCP, each side in its own thread.
 
 The raw peers below are §3 of docs/design/watch-on-the-cluster.md written out again by
@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from mntui.sessions.node.frames import (
+from mntui.sessions.node.wire.frames import (
     MAX_FRAME,
     Channel,
     Closed,

@@ -1,4 +1,4 @@
-"""The GPUs a job held (node/gpucount.py): one rule for the manager's watchdog (its step
+"""The GPUs a job held (node/rules/gpucount.py): one rule for the manager's watchdog (its step
 clock) and the cluster's coordinator, so a run's GPU-hours do not depend on where it was
 watched. The coordinator counts from the sentinels' readings: data, counted and never
 trusted (a failed, hostile or out-of-place reading says nothing; it never adds a GPU)."""
@@ -18,10 +18,10 @@ from mntui.sessions.config.jobconfig import parse_config
 from mntui.sessions.history.stepclock import coordinator_clock as _steps_of
 from mntui.sessions.history.stepclock import note_plain as _note_steps
 from mntui.sessions.launch.clusterwatch import watch_config
-from mntui.sessions.node import gpucount
-from mntui.sessions.node.coordstate import Board, Peer
-from mntui.sessions.node.gpucount import held_of, listed, listed_in, see, split_table
-from mntui.sessions.node.watchcfg import BadWatchFile, WatchConfig, parse, to_json
+from mntui.sessions.node.board.coordstate import Board, Peer
+from mntui.sessions.node.rules import gpucount
+from mntui.sessions.node.rules.gpucount import held_of, listed, listed_in, see, split_table
+from mntui.sessions.node.wire.watchcfg import BadWatchFile, WatchConfig, parse, to_json
 from mntui.sessions.poll.gpu import parse_reading
 from mntui.sessions.runs import RunRecord
 from mntui.sessions.watch.clusterchain import STEPS_EVERY, _steps_due

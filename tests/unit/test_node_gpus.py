@@ -1,4 +1,4 @@
-"""A sentinel's GPUs (node/gpus.py, node/gpuwire.py): nvidia-smi run bounded in time and
+"""A sentinel's GPUs (node/sentinel/gpus.py, node/wire/gpuwire.py): nvidia-smi run bounded in time and
 size on a thread of its own, its text sent when it changed, checked by the coordinator and
 by the manager, and shown by `status` with the parser and the cell a poll's reading has.
 
@@ -21,9 +21,10 @@ from fakecluster import alive, wait_for
 from test_node_watchfiles import GOOD, _cfg, _Channel
 
 from mntui.sessions.launch.board import board_script, parse_board
-from mntui.sessions.node import gpus, gpuwire
-from mntui.sessions.node.coordstate import Board, Peer
-from mntui.sessions.node.gpuwire import GpuText, Malformed, check, from_board, within_board
+from mntui.sessions.node.board.coordstate import Board, Peer
+from mntui.sessions.node.sentinel import gpus
+from mntui.sessions.node.wire import gpuwire
+from mntui.sessions.node.wire.gpuwire import GpuText, Malformed, check, from_board, within_board
 from mntui.sessions.poll.gpu import GPU_QUERY, parse_reading
 from mntui.tui.cli.clustergpus import node_gpus
 

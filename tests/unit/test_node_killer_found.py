@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mntui.sessions.node.killer import _Killer, _Proc
+from mntui.sessions.node.proc.killer import _Killer, _Proc
 
 
 def _proc(root: Path, pid: int, state: str, cmdline: bytes) -> None:

@@ -1,5 +1,5 @@
-"""A node as its sentinel sees it for `status` (node/nodesnap.py, node/listens.py,
-node/nodewire.py): real processes' CPU, memory and command lines, the ports they listen
+"""A node as its sentinel sees it for `status` (node/sentinel/nodesnap.py, node/proc/listens.py,
+node/wire/nodewire.py): real processes' CPU, memory and command lines, the ports they listen
 on, sent when changed, bounded, checked by the coordinator and kept on its board
 (coord/nodes.json) within its size.
 
@@ -24,9 +24,11 @@ import pytest
 from fakecluster import wait_for
 from test_node_watchfiles import GOOD, _cfg, _Channel
 
-from mntui.sessions.node import listens, nodesnap, nodewire
-from mntui.sessions.node.coordstate import Board, Peer
-from mntui.sessions.node.facts import Facts, Malformed, ProcFact
+from mntui.sessions.node.board.coordstate import Board, Peer
+from mntui.sessions.node.proc import listens
+from mntui.sessions.node.sentinel import nodesnap
+from mntui.sessions.node.wire import nodewire
+from mntui.sessions.node.wire.facts import Facts, Malformed, ProcFact
 
 T = 30.0
 BURN = "import sys, time\nt = time.monotonic()\nwhile time.monotonic() - t < 600: pass\n"

@@ -1,5 +1,5 @@
 """A notification's words and body, one rule for the coordinator on the main and for
-this machine (node/notifytext.py); the coordinator's outbox (node/notifysend.py) and
+this machine (node/rules/notifytext.py); the coordinator's outbox (node/notice/notifysend.py) and
 what this machine sends of it (watch/clusternotify.py), with a real HTTP server."""
 
 from __future__ import annotations
@@ -16,13 +16,15 @@ from hookserver import SECRET, serving
 
 from mntui.sessions import notify
 from mntui.sessions.launch.board import BoardView
-from mntui.sessions.node import notifyhook, notifykept, notifysend, notifytext, watchcfg
-from mntui.sessions.node.chainstates import OutcomeKind
-from mntui.sessions.node.judging import NodeTrigger
-from mntui.sessions.node.notifyhook import NotifyRules, rules_json, rules_of, webhook_body
-from mntui.sessions.node.notifytext import Notice, NotifyEvent, entry_of, notice_of
-from mntui.sessions.node.restarts import AttemptEnd, Decision
-from mntui.sessions.node.rules import NodeState, Verdict
+from mntui.sessions.node.notice import notifykept, notifysend
+from mntui.sessions.node.rules import notifyhook, notifytext
+from mntui.sessions.node.rules.chainstates import OutcomeKind
+from mntui.sessions.node.rules.judging import NodeTrigger
+from mntui.sessions.node.rules.notifyhook import NotifyRules, rules_json, rules_of, webhook_body
+from mntui.sessions.node.rules.notifytext import Notice, NotifyEvent, entry_of, notice_of
+from mntui.sessions.node.rules.restarts import AttemptEnd, Decision
+from mntui.sessions.node.rules.states import NodeState, Verdict
+from mntui.sessions.node.wire import watchcfg
 from mntui.sessions.notify import NotifyPolicy, for_coordinator
 from mntui.sessions.watch import clusternotify
 

@@ -2,7 +2,7 @@
 A FIFO at `coord/kill` blocked the coordinator's judge in open() for good while its
 heartbeats went on, so the sentinels never called it lost. Each run dir file is now
 opened non-blocking, never through a symlink, and must be a regular file
-(node/plainfile.py); and the heartbeats go only while the chain's thread pulses
+(node/files/plainfile.py); and the heartbeats go only while the chain's thread pulses
 (coordinator.py `beat`). Real files, FIFOs, sockets and threads."""
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ from typing import Any
 import pytest
 from test_node_chain_review import SECRET, config
 
-from mntui.sessions.node import frames
-from mntui.sessions.node.coordinator import STUCK, Coordinator
-from mntui.sessions.node.coordport import FROM_SENTINEL
-from mntui.sessions.node.logtail import LogTail
-from mntui.sessions.node.plainfile import NotPlain, plain, read_plain
-from mntui.sessions.node.resume import load
-from mntui.sessions.node.sentinellink import COMMANDS
-from mntui.sessions.node.watchcfg import write_json
+from mntui.sessions.node.chain.resume import load
+from mntui.sessions.node.coord.coordinator import STUCK, Coordinator
+from mntui.sessions.node.coord.coordport import FROM_SENTINEL
+from mntui.sessions.node.files.plainfile import NotPlain, plain, read_plain
+from mntui.sessions.node.proc.logtail import LogTail
+from mntui.sessions.node.sentinel.sentinellink import COMMANDS
+from mntui.sessions.node.wire import frames
+from mntui.sessions.node.wire.watchcfg import write_json
 
 
 def returns_soon(call: Callable[[], Any], within: float = 5.0) -> Any:

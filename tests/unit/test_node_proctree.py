@@ -1,4 +1,4 @@
-"""The sentinel's process tree (node/proctree.py) against real processes: a run's
+"""The sentinel's process tree (node/proc/proctree.py) against real processes: a run's
 processes are found by their exact tag from a seed, orphans and double forks are
 followed, nothing foreign ever appears, and a sample stays cheap. A kernel without
 `children` files and malformed stat lines are exercised on a /proc-shaped folder,
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from fakecluster import wait_for
 
-from mntui.sessions.node.proctree import (
+from mntui.sessions.node.proc.proctree import (
     NO_CHILDREN_EVERY,
     PF_FORKNOEXEC,
     YOUNG_S,

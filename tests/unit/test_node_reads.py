@@ -1,5 +1,5 @@
-"""The node wing's bounded reads and its daemons' end (node/proctree.py read_bounded,
-node/daemon.py leave): what a kill's scan of every environment on the host and a
+"""The node wing's bounded reads and its daemons' end (node/proc/proctree.py read_bounded,
+node/proc/daemon.py leave): what a kill's scan of every environment on the host and a
 sentinel's exit after a kill cost, without changing what they read or finish."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mntui.sessions.node.proctree import READ_CHUNK, read_bounded
+from mntui.sessions.node.proc.proctree import READ_CHUNK, read_bounded
 
 
 def test_a_bounded_read_is_the_file_up_to_its_limit(tmp_path: Path) -> None:
@@ -33,7 +33,7 @@ def test_a_proc_file_reads_whole_as_before() -> None:
 
 LEAVER = """
 import sys, threading, time
-from mntui.sessions.node import daemon
+from mntui.sessions.node.proc import daemon
 out = sys.argv[1]
 def late():
     time.sleep(0.3)

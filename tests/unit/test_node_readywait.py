@@ -1,4 +1,4 @@
-"""A restart's main, ready for its workers by the launch's own rule (node/readywait.py):
+"""A restart's main, ready for its workers by the launch's own rule (node/chain/readywait.py):
 its port, its log matched by `grep -E` (the dialect the config checks at load, not
 Python's), or a delay; a main that exits, or whose pane dies, before it is ready fails
 the start at once, as the launch's ready check does. A real tmux session in the test's
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from mntui.sessions.node import readywait
-from mntui.sessions.node.judging import Rules
-from mntui.sessions.node.watchcfg import WatchConfig
+from mntui.sessions.node.chain import readywait
+from mntui.sessions.node.rules.judging import Rules
+from mntui.sessions.node.wire.watchcfg import WatchConfig
 
 RUN, NEXT = "20261126-101500-ab12", "20261126-101600-cd34"
 

@@ -1,7 +1,7 @@
 """Issue 39, finding 4: a main woken from a freeze restarted the job on itself, its worker
 gone: attempt 1's rank 0 started on the main, then the coordinator found no sentinel on
 the worker and stopped it. No rank of a relaunch starts now before every node's
-sentinel is connected (node/relaunch.py). A real board, real channels."""
+sentinel is connected (node/chain/relaunch.py). A real board, real channels."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any
 
 from test_node_chain_review import Successor, _sentinel, config
 
-from mntui.sessions.node import frames
-from mntui.sessions.node.chainlog import ChainLog
-from mntui.sessions.node.relaunch import relaunch
+from mntui.sessions.node.chain.chainlog import ChainLog
+from mntui.sessions.node.chain.relaunch import relaunch
+from mntui.sessions.node.wire import frames
 
 
 def _answering(ch: frames.Channel) -> list[str]:

@@ -1,5 +1,5 @@
-"""The main's watchers keep each other up (node/respawn.py), and a coordinator started
-again goes on from its files (node/resume.py): where the chain stands after each step
+"""The main's watchers keep each other up (node/proc/respawn.py), and a coordinator started
+again goes on from its files (node/chain/resume.py): where the chain stands after each step
 it writes, and a keeper that respawns a dead process of its tag once, never one that
 said goodbye, within its budget. Real processes stand in for the watcher (a `sleep`
 with the watcher's tag, started the way the keeper starts one); each test kills only
@@ -19,15 +19,16 @@ from typing import Any
 
 import pytest
 
-from mntui.sessions.node import respawn, resume
-from mntui.sessions.node.chain import run_chain
-from mntui.sessions.node.chaincopy import Replica
-from mntui.sessions.node.coordstate import Board
-from mntui.sessions.node.judging import Rules
-from mntui.sessions.node.notifysend import Outbox
-from mntui.sessions.node.restarts import AttemptEnd, RestartRules
-from mntui.sessions.node.rules import NodeState
-from mntui.sessions.node.watchcfg import WatchConfig, write_json
+from mntui.sessions.node.board.coordstate import Board
+from mntui.sessions.node.chain import resume
+from mntui.sessions.node.chain.chain import run_chain
+from mntui.sessions.node.notice.notifysend import Outbox
+from mntui.sessions.node.proc import respawn
+from mntui.sessions.node.rules.judging import Rules
+from mntui.sessions.node.rules.restarts import AttemptEnd, RestartRules
+from mntui.sessions.node.rules.states import NodeState
+from mntui.sessions.node.wire.chaincopy import Replica
+from mntui.sessions.node.wire.watchcfg import WatchConfig, write_json
 
 RUN = "20261126-101500-ab12"
 NEXT = "20261126-101500-cd34"

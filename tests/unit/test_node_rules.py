@@ -13,7 +13,8 @@ import pytest
 from snaps import judge_of, snap
 
 from mntui.sessions.config import Action, WatchPolicy
-from mntui.sessions.node import judging, rules, steps
+from mntui.sessions.node.rules import judging, steps
+from mntui.sessions.node.rules import states as rules
 from mntui.sessions.poll import NodeSnapshot, progress, states
 from mntui.sessions.poll.snapshot import JobProc
 

@@ -1,5 +1,5 @@
 """Restarts onto spares and around quarantines on the cluster (issue 30): where the
-coordinator places the next attempt (node/placing.py, the supervisor's rules), what the
+coordinator places the next attempt (node/rules/placing.py, the supervisor's rules), what the
 launch renders for a spare to take any worker's rank (one script per attempt, bounded
 at 128 nodes, whatever the number of attempts), how a sentinel puts the rank in, and the records the manager writes
 from the chain (watch/sparesync.py). The run on real nodes is in
@@ -18,13 +18,13 @@ import pytest
 
 from mntui.sessions.config.jobconfig import parse_config
 from mntui.sessions.launch.plan import build_plan, describe, run_record
-from mntui.sessions.node import attemptscript
-from mntui.sessions.node.chaincopy import Replica
-from mntui.sessions.node.placing import Failure, QuarantineRule, past_quarantine, place, span
-from mntui.sessions.node.restarts import AttemptEnd
-from mntui.sessions.node.rules import NodeState
-from mntui.sessions.node.swaps import layout_of, next_layout, quarantine
-from mntui.sessions.node.watchcfg import BadWatchFile, WatchConfig, parse
+from mntui.sessions.node.chain.swaps import layout_of, next_layout, quarantine
+from mntui.sessions.node.proc import attemptscript
+from mntui.sessions.node.rules.placing import Failure, QuarantineRule, past_quarantine, place, span
+from mntui.sessions.node.rules.restarts import AttemptEnd
+from mntui.sessions.node.rules.states import NodeState
+from mntui.sessions.node.wire.chaincopy import Replica
+from mntui.sessions.node.wire.watchcfg import BadWatchFile, WatchConfig, parse
 from mntui.sessions.watch.sparesync import attempt_nodes
 
 NODES = ("g0", "g1", "g2")
@@ -120,7 +120,7 @@ def test_every_watch_file_names_the_spares_and_a_spare_has_a_rank_to_take(
 
 
 def _to_json(wc: WatchConfig) -> str:
-    from mntui.sessions.node.watchcfg import to_json
+    from mntui.sessions.node.wire.watchcfg import to_json
 
     return to_json(wc)
 
@@ -218,7 +218,7 @@ def test_no_spare_is_prepared_without_cluster_restarts() -> None:
 def test_the_chain_keeps_each_attempts_nodes_and_its_quarantines(tmp_path: Path) -> None:
     wc, _ = _watch(tmp_path, node="g0")
     assert layout_of({"nodes": ["g0", "s0", "g2"]}, wc) == ("g0", "s0", "g2")
-    # a spare at rank 0 succeeded a lost main (node/succession.py): a layout of the run too
+    # a spare at rank 0 succeeded a lost main (node/chain/succession.py): a layout of the run too
     assert layout_of({"nodes": ["s0", "g1", "g2"]}, wc) == ("s0", "g1", "g2")
     for bad in (["g0", "g1"], ["g0", "g1", "g1"], ["g0", "x", "g2"], "g0"):
         assert layout_of({"nodes": bad}, wc) is None
@@ -291,10 +291,10 @@ class _Successor:
     def __init__(self, out: Path) -> None:
         import threading
 
-        from mntui.sessions.node.coordstate import Board
-        from mntui.sessions.node.judging import Rules
-        from mntui.sessions.node.notifysend import Outbox
-        from mntui.sessions.node.restarts import RestartRules
+        from mntui.sessions.node.board.coordstate import Board
+        from mntui.sessions.node.notice.notifysend import Outbox
+        from mntui.sessions.node.rules.judging import Rules
+        from mntui.sessions.node.rules.restarts import RestartRules
 
         rules = Rules(2.0, 3.0, "kill_all", "kill_all", 60.0)
         again = RestartRules(2, 0.1, 1.0, frozenset({"failed"}), None, frozenset(), 0.0)
@@ -321,8 +321,8 @@ RUN = "20261126-101500-ab12"
 def test_a_coordinator_started_again_starts_the_attempt_where_it_was_placed(
     tmp_path: Path,
 ) -> None:
-    from mntui.sessions.node.chain import run_chain
-    from mntui.sessions.node.watchcfg import write_json
+    from mntui.sessions.node.chain.chain import run_chain
+    from mntui.sessions.node.wire.watchcfg import write_json
 
     out = tmp_path / "coord"
     out.mkdir()

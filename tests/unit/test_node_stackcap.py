@@ -17,11 +17,11 @@ from test_report import PYSPY
 from mntui.sessions.config.jobconfig import parse_config
 from mntui.sessions.launch.clusterwatch import watch_config
 from mntui.sessions.launch.stackscript import stack_files
-from mntui.sessions.node import stackcap
-from mntui.sessions.node.judging import NodeTrigger
-from mntui.sessions.node.stackcap import Ask, ask_of, run_bounded, status_line, take
-from mntui.sessions.node.teardown import FROZEN_BUDGET, _can_give, stacks_first
-from mntui.sessions.node.watchcfg import BadWatchFile, WatchConfig, parse, to_json
+from mntui.sessions.node.board.teardown import FROZEN_BUDGET, _can_give, stacks_first
+from mntui.sessions.node.rules.judging import NodeTrigger
+from mntui.sessions.node.sentinel import stackcap
+from mntui.sessions.node.sentinel.stackcap import Ask, ask_of, run_bounded, status_line, take
+from mntui.sessions.node.wire.watchcfg import BadWatchFile, WatchConfig, parse, to_json
 from mntui.sessions.poll import NodeState
 from mntui.sessions.procs import run_pattern
 from mntui.sessions.report.evidence import NodeEvidence, evidence_script, parse_evidence

@@ -19,12 +19,13 @@ import pytest
 
 from mntui.sessions.config.jobconfig import parse_config
 from mntui.sessions.launch.clusterwatch import watch_config
-from mntui.sessions.node import spysample, straggle, waits
-from mntui.sessions.node.coordstate import Board
-from mntui.sessions.node.facts import ProcFact
-from mntui.sessions.node.rules import NodeState
-from mntui.sessions.node.slowness import FILE, SlowWatch
-from mntui.sessions.node.watchcfg import BadWatchFile, WatchConfig, parse, to_json
+from mntui.sessions.node.board.coordstate import Board
+from mntui.sessions.node.coord.slowness import FILE, SlowWatch
+from mntui.sessions.node.rules import straggle, waits
+from mntui.sessions.node.rules.states import NodeState
+from mntui.sessions.node.sentinel import spysample
+from mntui.sessions.node.wire.facts import ProcFact
+from mntui.sessions.node.wire.watchcfg import BadWatchFile, WatchConfig, parse, to_json
 from mntui.sessions.report import RankWait, finding_of, slow_section
 from mntui.sessions.report.stacks import Frame
 
@@ -327,8 +328,8 @@ def test_what_the_coordinator_journaled_reads_as_what_happened_while_away() -> N
 
 
 def test_a_webhook_notifications_fate_and_a_workers_respawn_read_as_what_happened() -> None:
-    """The coordinator's `notified` line (node/notifysend.py) and a worker's sentinel
-    started again by its guard (node/guard.py, journaled by the coordinator)."""
+    """The coordinator's `notified` line (node/notice/notifysend.py) and a worker's sentinel
+    started again by its guard (node/sentinel/guard.py, journaled by the coordinator)."""
     from mntui.sessions.watch.fromcluster import EVENTS, _event
 
     sent = {"kind": "notified", "node": None, "data": {"id": "a1", "webhook": "sent", "why": None}}
@@ -345,8 +346,8 @@ def test_a_straggler_torn_down_is_the_attempts_why_not_a_clean_log(board: Board)
     """A straggler's log has no error and no exit code: the attempt's first failure says
     what the judge saw (the chain's end, the report's `attempt N ended` line), while a
     node whose own log broke first still wins over the judge's why."""
-    from mntui.sessions.node.judging import NodeTrigger
-    from mntui.sessions.node.teardown import blame
+    from mntui.sessions.node.board.teardown import blame
+    from mntui.sessions.node.rules.judging import NodeTrigger
 
     why = "straggler: rank 1 (n1) waits 0 % of the time, the other 50 %: it holds the job"
     t = NodeTrigger("n1", NodeState.RUNNING, why, "kill_all")

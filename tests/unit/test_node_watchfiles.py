@@ -14,9 +14,9 @@ from boardtext import board_text
 from mntui.sessions.config.jobconfig import parse_config
 from mntui.sessions.launch.board import parse_board
 from mntui.sessions.launch.clusterwatch import watch_config
-from mntui.sessions.node.coordstate import Board, Peer
-from mntui.sessions.node.facts import Malformed, from_wire
-from mntui.sessions.node.watchcfg import BadWatchFile, parse, to_json
+from mntui.sessions.node.board.coordstate import Board, Peer
+from mntui.sessions.node.wire.facts import Malformed, from_wire
+from mntui.sessions.node.wire.watchcfg import BadWatchFile, parse, to_json
 
 GOOD = {
     "procs": [[10, 1, "S"], [11, 10, "T"]],
@@ -80,7 +80,7 @@ def _journal(board: Board) -> list[tuple[str, Any, dict[str, Any]]]:
 def test_a_workers_sentinel_that_says_hello_with_a_new_pid_was_started_again(
     tmp_path: Path,
 ) -> None:
-    """Its guard (node/guard.py) cannot write the main's journal: the coordinator says
+    """Its guard (node/sentinel/guard.py) cannot write the main's journal: the coordinator says
     it, once, when the new sentinel says hello. A reconnect of the same sentinel is no
     respawn, the main's respawns are its keeper's to journal, a pid of no shape none."""
     board = Board(_cfg(), str(tmp_path / "coord"))

@@ -11,7 +11,7 @@ import pytest
 from test_feedparse import entry, row
 
 from mntui.sessions.launch.board import BoardView
-from mntui.sessions.node import feedwire
+from mntui.sessions.node.wire import feedwire
 from mntui.sessions.poll.snapshot import NodeSnapshot
 from mntui.sessions.watch.feedparse import BoardNews, FeedParser
 from mntui.tui.cli.clusternodes import node_seen

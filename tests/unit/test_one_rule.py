@@ -1,6 +1,6 @@
 """Rules that were written twice, now one each (house: one rule lives in one pure module):
-the reason a `restart.quarantine_after` quarantine carries is node/placing.py's whoever
-says it (the coordinator's chain, node/swaps.py, and the words the config takes). The spare choice
+the reason a `restart.quarantine_after` quarantine carries is node/rules/placing.py's whoever
+says it (the coordinator's chain, node/chain/swaps.py, and the words the config takes). The spare choice
 (placing.place) is pinned in test_restart_policy.py and test_node_spares.py."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import pytest
 from mntui.sessions.config import QuarantineAfter
 from mntui.sessions.config.jobconfig import parse_config
 from mntui.sessions.launch.plan import build_plan
-from mntui.sessions.node.placing import QuarantineRule, quarantine_why
-from mntui.sessions.node.swaps import quarantine
-from mntui.sessions.node.watchcfg import parse
+from mntui.sessions.node.chain.swaps import quarantine
+from mntui.sessions.node.rules.placing import QuarantineRule, quarantine_why
+from mntui.sessions.node.wire.watchcfg import parse
 
 RID = "20260101-000000-aaaa"
 

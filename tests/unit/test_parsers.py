@@ -63,7 +63,7 @@ def test_frame_runs_in_sh_and_survives_exit() -> None:
 
 
 def result(**changes: object) -> str:
-    """A node kill's result line (node/killer.py's `kill` verb), with `changes`."""
+    """A node kill's result line (node/proc/killer.py's `kill` verb), with `changes`."""
     d: dict[str, object] = {
         "found": [[10, "S", "bash ./launch.sh"], [11, "T", "python3 -m torch.distributed.run x"]],
         "sigkilled": [11, 11],
@@ -124,7 +124,7 @@ def test_a_node_without_a_python_for_the_kill_says_so() -> None:
 
 
 def test_a_kill_by_tag_takes_every_watcher_of_the_job_on_the_node_and_nothing_else() -> None:
-    """The ranks, the sentinel, the coordinator and a worker's guard (node/guard.py):
+    """The ranks, the sentinel, the coordinator and a worker's guard (node/sentinel/guard.py):
     a watcher left behind would start the others again after the user's kill."""
     import re
 

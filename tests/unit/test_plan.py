@@ -7,7 +7,7 @@ from pathlib import Path
 from mntui.sessions.config.jobconfig import parse_config
 from mntui.sessions.launch.nodeplan import home_path, render_command
 from mntui.sessions.launch.plan import build_plan, describe
-from mntui.sessions.node.runid import new_run_id
+from mntui.sessions.node.rules.runid import new_run_id
 
 CFG = """\
 job: qwen

@@ -11,7 +11,7 @@ import pytest
 from mntui.sessions.config import ConfigError, compile_pattern
 from mntui.sessions.config.nodesource import parse_hostfile
 from mntui.sessions.launch.logs import MAX_PENDING, LineSplitter
-from mntui.sessions.node.classify import first_error
+from mntui.sessions.node.rules.classify import first_error
 from mntui.sessions.poll import NodeSnapshot, progress
 from mntui.sessions.poll.pollscript import LOG_CHUNK
 from mntui.sessions.report import Observations, observe

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from mntui.sessions.config import RestartPolicy, compile_pattern
 from mntui.sessions.launch.nodeplan import start_script
-from mntui.sessions.node import steps
-from mntui.sessions.node.restarts import AttemptEnd, decide
+from mntui.sessions.node.rules import steps
+from mntui.sessions.node.rules.restarts import AttemptEnd, decide
 from mntui.sessions.poll import NodeState
 
 TRACEBACK = (
@@ -27,7 +27,7 @@ def test_a_job_that_always_hangs_then_times_out_gives_up() -> None:
     traceback: output, not progress, so the failures count and the chain gives up. The
     attempt's progress is measured as the coordinator measures it (coordstate.py's
     progressed_since): from its start to when a node's step last advanced, as the
-    node's tracker says (node/steps.py, fed by its sentinel's log tail)."""
+    node's tracker says (node/rules/steps.py, fed by its sentinel's log tail)."""
     policy = RestartPolicy(max=3, reset_after=1800)
     history: list[AttemptEnd] = []
     clock = 1_000_000.0

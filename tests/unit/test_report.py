@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from mntui.sessions.node.firstfail import exit_text
+from mntui.sessions.node.rules.firstfail import exit_text
 from mntui.sessions.poll import NodeState
 from mntui.sessions.report.evidence import flight_recorder_prefix, parse_evidence
 from mntui.sessions.report.failure import (

@@ -9,7 +9,7 @@ import pytest
 from mntui.sessions.config import RestartPolicy
 from mntui.sessions.config.jobconfig import parse_config
 from mntui.sessions.history.quarantines import place_here
-from mntui.sessions.node.restarts import AttemptEnd, decide, repeat_culprit
+from mntui.sessions.node.rules.restarts import AttemptEnd, decide, repeat_culprit
 from mntui.sessions.poll import NodeState
 
 F, FROZEN, STALLED = NodeState.FAILED, NodeState.FROZEN, NodeState.STALLED

@@ -175,7 +175,7 @@ def test_shell_library_is_package_data() -> None:
     data = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert "sh/*.sh" in data["tool"]["setuptools"]["package-data"]["mntui.sessions"]
     # One TERM→grace→KILL and one deadline wait in the shell, the free script's; the
-    # kill's is the node package's (node/killer.py), whatever runs it.
+    # kill's is the node package's (node/proc/killer.py), whatever runs it.
     assert SHELL_LIB.count("kill -TERM") == 1 and SHELL_LIB.count("sleep 0.05") == 1
     text = SCRIPTS["free"][1].replace(SHELL_LIB, "")
     assert "mntui_stop " in text and "mntui_wait_while " in text

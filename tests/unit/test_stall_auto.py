@@ -1,6 +1,6 @@
 """`watch.stall_after: auto`: a stall threshold learnt from the job's own steps, read from
 the config, computed from the progress tracker's pace, used by the coordinator's judge
-(node/judging.py), and said by `status` as the coordinator journaled it."""
+(node/rules/judging.py), and said by `status` as the coordinator journaled it."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from mntui.sessions.config import ConfigError
 from mntui.sessions.config.jobconfig import parse_config
 from mntui.sessions.config.settings import AUTO_UNKNOWN, Action, WatchPolicy
 from mntui.sessions.launch.board import BoardView, parse_board
-from mntui.sessions.node.judging import Deadline
+from mntui.sessions.node.rules.judging import Deadline
 from mntui.sessions.poll import NodeState, Pace
 from mntui.sessions.poll.progress import DEFAULT_PATTERN, ProgressTracker
 from mntui.sessions.poll.snapshot import JobProc
@@ -90,7 +90,7 @@ def test_the_judge_stalls_at_the_learnt_threshold() -> None:
 
 
 def test_status_shows_the_threshold_the_coordinator_journaled_while_the_run_lives() -> None:
-    """node/coordinator.py journals each move of the learnt threshold; `status` of the
+    """node/coord/coordinator.py journals each move of the learnt threshold; `status` of the
     run says the last one, and only while the run lives."""
     from boardtext import board_text
 

@@ -1,4 +1,4 @@
-"""The straggler rule on tallies (node/straggle.py, the coordinator's), the finding kept
+"""The straggler rule on tallies (node/rules/straggle.py, the coordinator's), the finding kept
 for `status`, and `doctor --pairs`' two rounds."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from mntui.sessions.config import Action, ConfigError, WatchPolicy, load_config
 from mntui.sessions.doctor.pairs import Pair, Verdict, conclude, judge_pairs, node_rows, round_one
-from mntui.sessions.node.straggle import Sample, Tally, chance, name_suspect
+from mntui.sessions.node.rules.straggle import Sample, Tally, chance, name_suspect
 from mntui.sessions.report import Finding, RankWait, load_finding, save_finding, slow_section
 
 SMI = Path(__file__).resolve().parents[1] / "data" / "nvidia-smi"

@@ -1,4 +1,4 @@
-"""The straggler over time (issue 40): the coordinator's rule (node/waitline.py) on two
+"""The straggler over time (issue 40): the coordinator's rule (node/rules/waitline.py) on two
 kinds of input. Generated: a step model of a synchronous job (every rank computes, the
 fast ones wait in the all-reduce for the slowest) sampled as the sentinels sample it,
 4 times a second in rounds of 10 s; a rank 2x or 1.5x slower from the start or from
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from mntui.sessions.node import waitline
-from mntui.sessions.node.straggle import Suspect
-from mntui.sessions.node.waitline import Timeline, judge
-from mntui.sessions.node.waits import record_waits
+from mntui.sessions.node.rules import waitline
+from mntui.sessions.node.rules.straggle import Suspect
+from mntui.sessions.node.rules.waitline import Timeline, judge
+from mntui.sessions.node.rules.waits import record_waits
 
 SPY = Path(__file__).resolve().parents[1] / "data" / "py-spy"
 ROUND, RATE = 10.0, 4  # the sentinels' round and the default 4 samples a second

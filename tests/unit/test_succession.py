@@ -1,8 +1,8 @@
-"""The rule a spare acts on to succeed a lost main (node/succession.py), on inputs
+"""The rule a spare acts on to succeed a lost main (node/chain/succession.py), on inputs
 recorded from a real run (tests/data/succession: node1's copy of the chain before its
 main node0 was lost, node1's lost.json after, and the chain.json node2 wrote when it led
 epoch 1), and the fences around it: which coordinator a sentinel follows
-(node/epochs.py), which sentinel a coordinator keeps (node/successor.py), and where
+(node/wire/epochs.py), which sentinel a coordinator keeps (node/coord/successor.py), and where
 this machine finds the board once the main moved (launch/mainmoved.py)."""
 
 from __future__ import annotations
@@ -17,13 +17,14 @@ import pytest
 
 from mntui.sessions.launch.board import BoardView
 from mntui.sessions.launch.mainmoved import may_have_moved, parse_pointer
-from mntui.sessions.node import epochs, succession
-from mntui.sessions.node.epochs import Epoch, may_follow
-from mntui.sessions.node.judging import Rules
-from mntui.sessions.node.restarts import RestartRules
-from mntui.sessions.node.succession import Call, Look, Word, candidate, judge, next_chain
-from mntui.sessions.node.successor import Heir, admit
-from mntui.sessions.node.watchcfg import WatchConfig, joined
+from mntui.sessions.node.chain import succession
+from mntui.sessions.node.chain.succession import Call, Look, Word, candidate, judge, next_chain
+from mntui.sessions.node.coord.successor import Heir, admit
+from mntui.sessions.node.rules.judging import Rules
+from mntui.sessions.node.rules.restarts import RestartRules
+from mntui.sessions.node.wire import epochs
+from mntui.sessions.node.wire.epochs import Epoch, may_follow
+from mntui.sessions.node.wire.watchcfg import WatchConfig, joined
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "succession"
 
@@ -239,7 +240,7 @@ def test_the_next_attempt_takes_the_epochs_master_and_the_successor_rank_0(
 ) -> None:
     """A restart's template carries a master token: filled with the epoch's coordinator
     host, so the master follows a moved main; a spare takes rank 0 only as that main."""
-    from mntui.sessions.node import attemptscript
+    from mntui.sessions.node.proc import attemptscript
 
     nonce, token = "0123456789abcdef", "@@MNTUI_RANK_0123456789abcdef@@"
     run, master = attemptscript.run_token(nonce), attemptscript.master_token(nonce)

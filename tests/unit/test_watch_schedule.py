@@ -1,4 +1,4 @@
-"""The judge's schedule (node/judging.py, the coordinator's): a look just after a deadline,
+"""The judge's schedule (node/rules/judging.py, the coordinator's): a look just after a deadline,
 never a decision on stale data."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from snaps import judge_of
 from snaps import snap as base_snap
 
 from mntui.sessions.config import Action, WatchPolicy
-from mntui.sessions.node.judging import MIN_GAP, WAKE_MARGIN, Deadline, Judge, next_poll
+from mntui.sessions.node.rules.judging import MIN_GAP, WAKE_MARGIN, Deadline, Judge, next_poll
 from mntui.sessions.poll import NodeState
 from mntui.sessions.poll.snapshot import JobProc, NodeSnapshot
 

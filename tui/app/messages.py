@@ -109,7 +109,7 @@ class FeedBroken(Message):
 
 
 class ChainMoved(Message):
-    """A successor leads the chain now (node/succession.py): its attempts are in the
+    """A successor leads the chain now (node/chain/succession.py): its attempts are in the
     records (the mirror's sync), and the app follows the one it runs."""
 
     def __init__(self, generation: int) -> None:

@@ -1,6 +1,6 @@
 """Which nodes the app marks slow: the slow-node rule, as a standing mark.
 
-The coordinator reports a slow node once per episode (node/slowrate.py); a view
+The coordinator reports a slow node once per episode (node/rules/slowrate.py); a view
 needs the state instead, for as long as it lasts: a node whose step rate has stayed
 below `fraction` × the median rate of all nodes for `after` seconds. Pure: the clock is
 an argument, so the rule is tested without sleeping.

@@ -5,7 +5,7 @@ cluster watches is followed through its coordinator's stream (streaming.py), and
 these polls runs for it but one, after its coordinator ended. An unwatched run
 (`launch --no-watch`) is polled directly: a poll runs in a thread worker and is re-armed
 only when the previous one has finished, so a slow node can never stack polls up. Each
-node's state is derived from what the poll saw (node/rules.py); nothing is judged and
+node's state is derived from what the poll saw (node/rules/states.py); nothing is judged and
 nothing acts on it: no watch runs on this machine (watch/reading.py).
 """
 

@@ -3,7 +3,7 @@ fed by the coordinator, and no poll of the nodes.
 
 Why: a run the cluster watches has every node's state, step, snapshot and GPUs on the
 coordinator's board already, and its sentinels ship their logs there while someone
-follows (node/logship.py, feedserve.py). Polling each node from here cost N connections
+follows (node/sentinel/logship.py, feedserve.py). Polling each node from here cost N connections
 an interval (64 nodes: 64 ssh round trips a second); the stream costs one connection,
 read in a thread worker that posts typed messages, like every other IO here. Its
 snapshots are shown with the coordinator's verdicts (nothing is judged here: the

@@ -1,7 +1,7 @@
 """Each node's GPUs in the status of a run the cluster watches, as its sentinel read them.
 
 Why: such a run's nodes are not polled, so its status shows what the sentinels read
-(node/gpus.py) and the coordinator kept on its board (coord/gpus.json), parsed here by
+(node/sentinel/gpus.py) and the coordinator kept on its board (coord/gpus.json), parsed here by
 the one parser a poll's reading goes through (poll/gpu.py parse_reading), with the
 sentinel's PIDs marking the job's own processes, and shown with the cell a here-watched
 run's status shows (tui/cells.py gpu_cell). A reading older than STALE seconds on the
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from mntui.sessions.launch import BoardView
     from mntui.sessions.poll.gpu import GpuReading
 
-STALE = 30.0  # seconds: past a sentinel's resend (node/gpus.py RESEND) and a read's budget
+STALE = 30.0  # seconds: past a sentinel's resend (node/sentinel/gpus.py RESEND) and a read's budget
 
 
 @dataclass(frozen=True)

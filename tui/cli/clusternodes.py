@@ -2,8 +2,8 @@
 
 Why: `status` of such a run reads the coordinator's board, not the nodes, yet its rows
 must be what a polled run's are (snapshot_dict's keys, scripts read them). Its sentinel
-sent what a poll reads (node/nodesnap.py), the coordinator kept it (coord/nodes.json),
-launch/board.py checked it (node/nodewire.py's `check`: exactly our keys, each typed
+sent what a poll reads (node/sentinel/nodesnap.py), the coordinator kept it (coord/nodes.json),
+launch/board.py checked it (node/wire/nodewire.py's `check`: exactly our keys, each typed
 and bounded, any other shape refused and counted); here each checked entry becomes the
 very NodeSnapshot, without a second check of the same fields. A node without a
 fresh entry (none yet, older than STALE on the main's clock, malformed) still gets one,

@@ -175,7 +175,7 @@ def show(
 
 def learnt_threshold(view: BoardView) -> str | None:
     """The stall threshold the coordinator learnt from the job's steps (`stall_after:
-    auto`: node/coordinator.py journals each move of it), as the header says it."""
+    auto`: node/coord/coordinator.py journals each move of it), as the header says it."""
     for e in reversed(view.journal):
         data = e.get("data") if e.get("kind") == "stall-threshold" else None
         seconds = number(data.get("seconds")) if isinstance(data, dict) else None
