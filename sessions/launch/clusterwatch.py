@@ -221,16 +221,16 @@ def failure(text: str) -> str | None:
 
 
 def confirm(node: Node, main_run_dir: str, nnodes: int, deadline: float = CONFIRM) -> BoardView:
-    """Waits until every sentinel has connected; LaunchError (the launch then stops what
-    it started) when they have not within `deadline` seconds."""
+    """Waits until every sentinel has connected, or the coordinator has already decided
+    (a job that fails in its first second: its sentinels came, reported and were torn
+    down before the first read here); LaunchError (the launch then stops what it
+    started) when neither within `deadline` seconds."""
     end = time.monotonic() + deadline
     view = BoardView(None, None, False)
     while time.monotonic() < end:
         view = read_board(node, main_run_dir)
-        if view.connected() >= nnodes:
+        if view.connected() >= nnodes or view.decision is not None:
             return view
-        if view.decision is not None:
-            break
         time.sleep(0.2)  # polling the main's board, bounded by `end`
     got = view.connected()
     raise LaunchError(

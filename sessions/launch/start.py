@@ -188,10 +188,16 @@ def _check_watch(cfg: JobConfig, checks: GroupResult[Preflight], on_event: Event
 def _confirm_watch(cfg: JobConfig, cluster: Cluster, plan: Plan, on_event: EventSink) -> None:
     main = plan.main
     view = clusterwatch.confirm(cluster.nodes[main.node], main.run_dir, plan.nnodes)
-    said = (
-        f"watched by the cluster: {view.connected()} of {plan.nnodes} sentinel(s) connected "
-        f"to the coordinator on {main.node}:{cfg.watch_port}; this machine may sleep"
-    )
+    where = f"the coordinator on {main.node}:{cfg.watch_port}"
+    decided = view.decision
+    if decided is not None:  # node text: one bounded line
+        what = one_line(f"{decided.get('node')} {decided.get('state')}: {decided.get('why')}")
+        said = f"watched by the cluster: {where} has already decided: {what[:200]}"
+    else:
+        said = (
+            f"watched by the cluster: {view.connected()} of {plan.nnodes} sentinel(s) "
+            f"connected to {where}; this machine may sleep"
+        )
     on_event(Event(None, None, Phase.NOTICE, said))
 
 

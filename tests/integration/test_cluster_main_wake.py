@@ -67,7 +67,7 @@ def test_a_main_woken_after_its_workers_left_restarts_nothing_on_itself(
         chain = json.loads((first_dir(fake, job) / "coord" / "chain.json").read_text())
         assert len(chain["attempts"]) == 1, chain["attempts"]
         assert chain["status"] == "ended" and chain.get("main_here") is True, chain
-        assert "only this machine can replace it" in chain["why"], chain["why"]
+        assert "this coordinator stands down and restarts nothing" in chain["why"], chain["why"]
         resumed = journal(fake, job, "resumed")
         assert resumed and resumed[-1]["data"]["lost"] is True, resumed
         st = cfg.mntui(path, "status")

@@ -125,15 +125,16 @@ class BoardFiles:
         except OSError:
             self.write_errors += 1
 
-    def journal_steps(self, now: float) -> None:
-        """The job's steps every STEPS_EVERY seconds: what `status` says the job did
-        while this machine was away."""
-        if now - self.steps_at < STEPS_EVERY:
+    def journal_steps(self, now: float, force: bool = False) -> None:
+        """The job's steps every STEPS_EVERY seconds (`force`: now, at a teardown's
+        decision): what `status` says the job did while this machine was away, and where
+        each rank stood when the attempt ended (the saved report's progress line)."""
+        if now - self.steps_at < STEPS_EVERY and not force:
             return
-        self.steps_at = now
         with self.lock:
             steps = {n: st for n, (st, _) in self.steps.items() if st is not None}
-        if steps:
+        if steps:  # none yet: the first ones are journaled as soon as they come
+            self.steps_at = now
             self.journal("steps", None, steps=steps)
 
     def ended(self, verdicts: dict[str, Any], first: dict[str, Any] | None = None) -> None:

@@ -52,6 +52,7 @@ def teardown(
     gone (firstfail.py): the node the judge decided on is only the first it saw."""
     decided_at = board.decided_at = time.time()
     why = f"{t.node} {t.state}: {t.why}"
+    board.journal_steps(decided_at, force=True)  # where each rank stood: the report's
     board.journal("decision", t.node, state=str(t.state), why=t.why)
     record: dict[str, Any] = {
         "run": board.run,
