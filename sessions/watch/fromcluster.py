@@ -253,8 +253,9 @@ def _event(e: dict[str, Any]) -> str:
     if kind == "respawn-gave-up":
         return f"{node}'s {_text(data.get('who'), 20)} stays down: {_text(data.get('why'))}"
     if kind == "notified":  # node/notice/notifysend.py: the webhook's fate, posted from the main
-        state, why = _text(data.get("webhook"), 20), data.get("why")
-        return f"the webhook notification: {state}" + (f" ({_text(why, 120)})" if why else "")
+        state, why, event = _text(data.get("webhook"), 20), data.get("why"), data.get("event")
+        of = f" of the {_text(event, 20)} event" if isinstance(event, str) and event else ""
+        return f"the webhook notification{of}: {state}" + (f" ({_text(why, 120)})" if why else "")
     if kind == "notify-command":  # node/notice/notifysend.py: the user's command, run on the main
         why = data.get("why")
         return f"the notify command on the main: {_text(why, 120) if why else 'exited 0'}"

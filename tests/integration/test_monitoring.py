@@ -136,6 +136,7 @@ def test_logs_follow_prints_new_lines(fake: FakeCluster, cfg: Cfg) -> None:
     import subprocess
     import sys
 
+    wait_for(lambda: "tick 12 on node1" in fake.node("node1").log("wfollow"), 20, what="12 ticks")
     proc = subprocess.Popen(
         [sys.executable, "-m", "mntui.tui.cli", "-c", str(path), "logs", "-f"],
         stdout=subprocess.PIPE,
@@ -153,6 +154,8 @@ def test_logs_follow_prints_new_lines(fake: FakeCluster, cfg: Cfg) -> None:
             what="followed output from node1",
         )
         assert any(ln.startswith("[node0:0] tick ") for ln in seen)
+        # as `tail -f`: from the last lines, not the log's start (issue 38)
+        assert not [ln for ln in seen if re.match(r"\[node\d:\d\] tick 1 ", ln)], seen[:5]
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(10)

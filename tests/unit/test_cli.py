@@ -188,6 +188,25 @@ def test_status_exit_codes_are_exit_code_members() -> None:
         assert type(got) is ExitCode and got is code
 
 
+def test_an_ended_runs_exit_code_is_its_ends_whatever_its_nodes_show() -> None:
+    """Issue 38: a torn-down run exited 3 (its nodes not running) and a gave-up one 1
+    (its panes' exit codes): one rule now, by the run's end."""
+    from mntui.sessions.runs import RunStatus
+    from mntui.tui.cli.views import overall_exit
+
+    gone = {"n0": Verdict(NodeState.NOT_RUNNING, ""), "n1": Verdict(NodeState.NOT_RUNNING, "")}
+    failed = {"n0": Verdict(NodeState.FAILED, "exit 1"), "n1": Verdict(NodeState.FINISHED, "")}
+    for nodes in (gone, failed):
+        assert overall_exit(nodes, RunStatus.TORN_DOWN) is ExitCode.FAILED
+        assert overall_exit(nodes, RunStatus.GAVE_UP) is ExitCode.FAILED
+        assert overall_exit(nodes, RunStatus.FAILED) is ExitCode.FAILED
+        assert overall_exit(nodes, RunStatus.KILLED) is ExitCode.NOT_RUNNING
+        assert overall_exit(nodes, RunStatus.ABORTED) is ExitCode.NOT_RUNNING
+    assert overall_exit(gone, RunStatus.FINISHED) is ExitCode.OK
+    assert overall_exit(failed, RunStatus.RUNNING) is ExitCode.FAILED  # live: its nodes
+    assert overall_exit(gone, RunStatus.RESTARTING) is ExitCode.NOT_RUNNING
+
+
 # -- item 9.6: one set of cell formatters, without Textual ---------------------------------
 
 

@@ -332,13 +332,14 @@ def test_a_webhook_notifications_fate_and_a_workers_respawn_read_as_what_happene
     started again by its guard (node/sentinel/guard.py, journaled by the coordinator)."""
     from mntui.sessions.watch.fromcluster import EVENTS, _event
 
-    sent = {"kind": "notified", "node": None, "data": {"id": "a1", "webhook": "sent", "why": None}}
+    sent = {"kind": "notified", "node": None,
+            "data": {"id": "a1", "webhook": "sent", "why": None, "event": "failure"}}  # fmt: skip
     failed = {"kind": "notified", "node": None,
               "data": {"id": "a2", "webhook": "failed", "why": "connection\nrefused\x1b[31m"}}  # fmt: skip
     again = {"kind": "respawn", "node": "n1", "data": {"who": "sentinel", "by": "guard"}}
     assert {"notified", "respawn"} <= EVENTS
-    assert _event(sent) == "the webhook notification: sent"
-    assert _event(failed) == "the webhook notification: failed (connection refused)"
+    assert _event(sent) == "the webhook notification of the failure event: sent"  # issue 38
+    assert _event(failed) == "the webhook notification: failed (connection refused)"  # a 2.x one
     assert _event(again) == "n1's sentinel died and was started again"
 
 

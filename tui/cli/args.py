@@ -228,7 +228,10 @@ def _watch_verbs(verb: Verb) -> None:
     p = verb("logs", "the job's output: all nodes interleaved, or some")
     p.add_argument("nodes", nargs="*")
     p.add_argument(
-        "-f", "--follow", action="store_true", help="keep printing new output until Ctrl+C"
+        "-f",
+        "--follow",
+        action="store_true",
+        help="keep printing new output until Ctrl+C (from each node's last 10 lines, or -n)",
     )
     p.add_argument(
         "-n",

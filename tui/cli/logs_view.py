@@ -25,6 +25,9 @@ Say = Callable[..., None]
 Read = dict[str, "LogChunk | str"]  # per node: the chunk, or why it could not be read
 
 
+FOLLOW_LINES = 10  # `logs -f` without `-n` starts here, as `tail -f` does
+
+
 class DirectLogs:
     """Log reads over our own connections, every node at once."""
 
@@ -86,6 +89,8 @@ def cmd_logs(
         if fetch:
             return _fetch(record, selected, cluster, say)
         source = DirectLogs(cluster, selected)
+        if follow and lines is None:  # as `tail -f`: the last lines, then what comes
+            lines = FOLLOW_LINES
         state.offsets = _start_offsets(source, state, lines)
         return _follow(source, state, follow)
 

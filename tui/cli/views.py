@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from mntui.sessions.config import JobConfig
 from mntui.sessions.errors import ExitCode
 from mntui.sessions.poll import NodeProgress, NodeSnapshot, NodeState, Verdict, snapshot_dict
-from mntui.sessions.runs import RunRecord
+from mntui.sessions.runs import RunRecord, RunStatus
 from mntui.sessions.watch.reading import by_cluster, describe, reading
 
 from . import statusrows
@@ -61,8 +61,25 @@ def status_table(
     return status_header(record, summary, restarts) + "\n" + "\n".join(lines)
 
 
-def overall_exit(verdicts: dict[str, Verdict]) -> ExitCode:
-    """OK: healthy or finished; FAILED: a node has a problem; NOT_RUNNING: nothing runs."""
+# An ended run's exit code is its end's, whatever its nodes show now (one rule for every
+# end: a torn-down run exited 3 by its nodes, not running, and a gave-up one 1 by the
+# exit codes its panes kept): it failed (1), it finished (0), a user or the launch
+# stopped it (3, nothing runs).
+ENDED_EXIT = {
+    RunStatus.FINISHED: ExitCode.OK,
+    RunStatus.FAILED: ExitCode.FAILED,
+    RunStatus.TORN_DOWN: ExitCode.FAILED,
+    RunStatus.GAVE_UP: ExitCode.FAILED,
+    RunStatus.KILLED: ExitCode.NOT_RUNNING,
+    RunStatus.ABORTED: ExitCode.NOT_RUNNING,
+}
+
+
+def overall_exit(verdicts: dict[str, Verdict], ended: RunStatus | None = None) -> ExitCode:
+    """`ended`: the run's own end (ENDED_EXIT); while it lives, OK: healthy or finished;
+    FAILED: a node has a problem; NOT_RUNNING: nothing runs."""
+    if ended in ENDED_EXIT:
+        return ENDED_EXIT[ended]
     states = {v.state for v in verdicts.values()}
     if any(s.is_problem for s in states):
         return ExitCode.FAILED
@@ -132,8 +149,9 @@ def _show_status(
     say: Say,
     restarts: int = 0,
     cluster: list[str] | None = None,
+    ended: RunStatus | None = None,
 ) -> ExitCode:
-    code = overall_exit(st.verdicts)
+    code = overall_exit(st.verdicts, ended)
     if as_json:
         indent = None if watch else 2
         text = status_json(record, st.snaps, st.verdicts, code, indent, st.progress)
@@ -157,22 +175,25 @@ def _show_status(
     return code
 
 
-def _cluster_watch(cfg: JobConfig, record: RunRecord, cluster: Cluster) -> list[str] | None:
+def _cluster_watch(
+    cfg: JobConfig, record: RunRecord, cluster: Cluster
+) -> tuple[RunRecord, list[str] | None]:
     """For a run the cluster watches, polled directly (its board was unreadable a
     moment ago, or its coordinator has ended): the coordinator's word if it can be read
     now, and the reports of the attempts that ended since the last look saved (the
-    connections are open: watch/mirror.py); None for an unwatched run."""
+    connections are open: watch/mirror.py), with the chain's latest record; no lines
+    for an unwatched run."""
     from mntui.sessions.watch import save_reports
     from mntui.sessions.watch.mirror import read_main
 
     from .clusterstatus import cluster_lines
 
     if not by_cluster(record):
-        return None
+        return record, None
     view = read_main(record, cluster)
     latest, lines = cluster_lines(record, view)
     save_reports(cfg, latest, view, cluster)
-    return lines
+    return latest, lines
 
 
 def cmd_status(
@@ -220,8 +241,9 @@ def _status_direct(
             steps = tracker.snapshot(now)
             summary = describe(steps, ranks, now, pace)
             st = Polled(snaps, verdicts, steps, summary)
-            said = _cluster_watch(cfg, record, cluster)
-            code = _show_status(record, st, as_json, watch, say, cfg.restart.max, said)
+            latest, said = _cluster_watch(cfg, record, cluster)
+            ended = latest.status if latest.run_id == record.run_id else None
+            code = _show_status(record, st, as_json, watch, say, cfg.restart.max, said, ended)
             if not watch:
                 return code
             time.sleep(cfg.watch.interval)

@@ -236,10 +236,11 @@ class Outbox:
             for e in self.entries:
                 if e["id"] == nid and e.get("webhook") in (PENDING, None):
                     e.update(webhook=state.value, why=why, done_at=time.time())
+                    event = e.get("event")  # which notice: `status` says it
                     break
             else:
                 return
-        self.board.journal("notified", None, id=nid, webhook=state, why=why)
+        self.board.journal("notified", None, id=nid, webhook=state, why=why, event=event)
         self._save()
 
     def _save(self) -> None:
