@@ -42,6 +42,7 @@ class OneShotNode:
         frames and reads the script loads here, while ssh connects, not before it."""
         from mntui.sessions.results import NodeError
 
+        from . import unreached
         from .nodeshell import frame, unwrap
 
         proc, self._proc = self._proc, None
@@ -57,6 +58,10 @@ class OneShotNode:
             _stop(proc)
             raise
         raw, errors = out.decode(errors="replace"), err.decode(errors="replace")
+        # ssh's own exit and words for a host that did not answer (a slow reader is no
+        # cut: its timeout above marks nothing)
+        if proc.returncode == 255 and unreached.timed_out(errors):
+            unreached.mark(self.host, errors.strip()[-200:], time.monotonic() - self._t0)
         return unwrap(self.name, raw, errors, time.monotonic() - self._t0)
 
     def close(self) -> None:

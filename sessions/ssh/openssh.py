@@ -29,6 +29,7 @@ from mntui.sessions.config import HostKeyPolicy, SshPolicy
 from mntui.sessions.errors import private_dir, state_dir
 from mntui.sessions.results import NodeError
 
+from . import unreached
 from .nodeshell import Result, ShellNode, find_end, frame, unwrap
 from .sshresolve import ssh_base_argv
 
@@ -105,6 +106,7 @@ class OpenSshNode(ShellNode):
         with self._lock:
             if self._path is not None and self._alive():
                 return
+            unreached.check(self.name, self.host)
             self._path = str(control_dir() / f"{os.getpid():x}-{secrets.token_hex(4)}")
             argv = self._ssh(
                 *("-o", "ControlMaster=yes", "-o", f"ControlPersist={PERSIST}"),
@@ -121,7 +123,10 @@ class OpenSshNode(ShellNode):
                     asked = True
             if res.returncode != 0:
                 self._path = None
-                raise NodeError(self.name, why(self.host, res.stderr, asked))
+                said = why(self.host, res.stderr, asked)
+                if unreached.timed_out(res.stderr):
+                    unreached.mark(self.host, said, self.policy.connect_timeout)
+                raise NodeError(self.name, said)
 
     def _master(self, argv: list[str], timeout: float | None) -> subprocess.CompletedProcess[str]:
         """`ssh -f` returns once authenticated; its master lives on in the background."""

@@ -20,6 +20,7 @@ from mntui.sessions.config import PasswordMode, SshPolicy
 from mntui.sessions.errors import MntuiError
 from mntui.sessions.results import NodeError
 
+from . import unreached
 from .nodeshell import Result, ShellNode, find_end, frame, unwrap
 from .paramikoconnect import connect
 from .sshresolve import SshSettings, resolve
@@ -40,12 +41,18 @@ class RemoteNode(ShellNode):
     def open(self) -> None:
         with self._lock:
             if self._transport() is None:
+                unreached.check(self.name, self.host)
                 self.settings = resolve(self.host, self.policy.config)
                 try:
                     password = password_for(self.policy, self._prompt)
                 except MntuiError as exc:
                     raise NodeError(self.name, str(exc)) from None
-                self._conn = connect(self.name, self.settings, self.policy, password)
+                try:
+                    self._conn = connect(self.name, self.settings, self.policy, password)
+                except NodeError as exc:  # our own words: "cannot connect to ...: timed out"
+                    if unreached.timed_out(exc.message):
+                        unreached.mark(self.host, exc.message, self.policy.connect_timeout)
+                    raise
 
     @property
     def is_open(self) -> bool:

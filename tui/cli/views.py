@@ -164,6 +164,8 @@ def _show_status(
         if watch and sys.stdout.isatty():
             clear_screen()  # say() writes no escape sequence
         say(status_table(record, st.snaps, st.verdicts, st.progress, st.summary, restarts))
+        if line := out_of_reach(record, st.verdicts):
+            say(line)
         for line in slow_lines(record):  # the coordinator's straggler: who holds the job
             say(line)
         from mntui.sessions.history import chain_line
@@ -173,6 +175,18 @@ def _show_status(
         for line in cluster or []:
             say(line)
     return code
+
+
+def out_of_reach(record: RunRecord, verdicts: Mapping[str, Verdict]) -> str:
+    """One line when no node answered: this machine is cut off (or every node is down),
+    which the rows alone say node by node (issue 38: a cut looked like N lost nodes)."""
+    if not verdicts or any(v.state is not NodeState.UNREACHABLE for v in verdicts.values()):
+        return ""
+    goes_on = "the cluster's watch acts without it" if by_cluster(record) else "nothing watches it"
+    return (
+        "out of reach: this machine reaches none of the run's nodes (its network, or every "
+        f"node, down); {goes_on}; `mntui status` again once it is back"
+    )
 
 
 def _cluster_watch(
