@@ -40,6 +40,7 @@ from mntui.sessions.report import Observations
 from mntui.sessions.runs import RunRecord, latest
 from mntui.sessions.ssh import Cluster
 from mntui.sessions.watch.feedparse import LogNews
+from mntui.sessions.watch.reading import by_cluster
 
 from .historyops import HistoryOps
 from .jobcontrol import JobControl
@@ -142,6 +143,8 @@ class MntuiApp(NodeKeys, JobControl, HistoryOps, Probing):
         self.header_timer = self.set_interval(1.0, self.tick)
         if self.record is not None:
             self.attach_run(self.record)
+            if not self.launch_now and by_cluster(self.record):
+                self.look_back(self.record)  # what the cluster did while no one looked
         if self.launch_now:
             self.action_launch(self.restart)
         elif self.record is None:

@@ -115,3 +115,13 @@ class ChainMoved(Message):
     def __init__(self, generation: int) -> None:
         super().__init__()
         self.generation = generation
+
+
+class LookedBack(Message):
+    """What the cluster did while no one looked, in `status`'s words (its lines since
+    the last look, each ended attempt and the restart policy's word, the latest
+    decision), for the event log of an app opened on a run."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__()
+        self.lines = lines

@@ -42,7 +42,7 @@ from mntui.sessions.watch.feedparse import (
 )
 from mntui.sessions.watch.reading import by_cluster
 
-from .messages import ChainMoved, FeedBroken, FeedNews
+from .messages import ChainMoved, FeedBroken, FeedNews, LookedBack
 from .panes import Panes
 
 RETRY_FIRST = 1.0  # seconds before the first try again, doubled each time
@@ -243,6 +243,30 @@ class Streaming(Panes):
         self.log_event(f"cluster stream broke: {message.why}; again in {delay:.0f} s")
         generation = self.generation
         self.set_timer(delay, lambda: self.restream(generation))
+
+    @work(thread=True, group="lookback", exit_on_error=False)
+    def look_back(self, record: RunRecord) -> None:
+        """At the app's open on a run the cluster watches: what happened while no one
+        looked, as `status` says it (issue 38: a restart, a teardown, a gave-up chain
+        were on no screen), the records synced first as `status` syncs them."""
+        from mntui.sessions.watch.fromcluster import away_lines, chain_lines, decision_lines
+        from mntui.sessions.watch.mirror import read_main, sync
+
+        if self.cluster is None:
+            return
+        view = read_main(record, self.cluster)
+        if view is None:
+            return
+        latest = sync(record, view)
+        lines = [*away_lines(record, view), *chain_lines(view)]
+        lines += decision_lines(view, latest.run_id)
+        if lines:
+            self.post_message(LookedBack(lines))
+
+    def on_looked_back(self, message: LookedBack) -> None:
+        for line in message.lines:
+            self.log_event(f"while away: {line.strip()}" if line.startswith("since") else line)
+        self.follow_chain()  # a later attempt the sync recorded: shown
 
     def look_for_successor(self) -> None:
         if self.record is None or self.record.chain is None:
