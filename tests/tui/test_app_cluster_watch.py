@@ -73,3 +73,34 @@ def test_the_app_says_an_unwatched_run_is_unwatched(fake: FakeCluster, cfg: Cfg)
     assert tagged(job, "node0") and tagged(job, "node1")
     res = cfg.mntui(path, "kill")
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_q_during_a_launch_leaves_the_whole_job_running(fake: FakeCluster, cfg: Cfg) -> None:
+    """Issue 38, item 2: `q` once the main started and before the workers did left the
+    main running and its workers never started. Now the app says it quits once the launch
+    is done, and does: every node runs the job, watched by the cluster."""
+    job = "cwquit"
+    extra = f"watch: {{where: cluster, port: {free_port()}}}"
+    body = listener_job(job, free_port(), extra=extra)
+    path = cfg.write(
+        body.replace("launch: {ready_timeout: 20}", "launch: {ready: delay, ready_delay: 3}")
+    )
+    config = load_config(path)
+    said: list[str] = []
+
+    async def go() -> None:
+        app = MntuiApp(config, launch_now=True)
+        async with app.run_test(size=(200, 48)) as pilot:
+            await until(pilot, lambda: tagged(job, "node0"), 60, "the main started")
+            assert not tagged(job, "node1")  # the workers wait out ready_delay
+            await pilot.press("q")
+            await pilot.pause(0.3)
+            assert app.is_running and app.busy == "launch"  # it stays for the launch
+            said.extend(line.text for line in app.events.lines)
+            await until(pilot, lambda: not app.is_running, 90, "the app quit after the launch")
+
+    asyncio.run(go())
+    assert any("quits once it is done" in line for line in said), said
+    assert tagged(job, "node0") and tagged(job, "node1")  # the whole job, not half of it
+    res = cfg.mntui(path, "kill")
+    assert res.returncode == 0, res.stdout + res.stderr

@@ -23,6 +23,11 @@ from .widgets import ConfirmScreen
 class JobControl(Polling):
     """The job's operations of MntuiApp; the app keeps the state named here."""
 
+    quit_after_launch = False  # `q` came during a launch (nodekeys.py)
+
+    def action_quit_app(self) -> None:
+        raise NotImplementedError
+
     def action_launch(self, restart: bool = False) -> None:
         if not self.claim("launch"):
             return
@@ -58,6 +63,8 @@ class JobControl(Polling):
 
     def on_launch_done(self, message: LaunchDone) -> None:
         self.busy = None
+        if self.quit_after_launch:  # `q` during the launch: it is done, whole or not at all
+            self.call_after_refresh(self.action_quit_app)
         if message.error:
             self.notify(
                 message.error.splitlines()[0], title="launch failed", severity="error", timeout=15

@@ -27,6 +27,8 @@ class NodeKeys(Drawing):
 
     cfg: JobConfig
     record: RunRecord | None
+    busy: str | None
+    quit_after_launch = False  # `q` came during a launch: quit once it is done
     views: dict[str, NodeView]
     grid: Grid
 
@@ -72,7 +74,15 @@ class NodeKeys(Drawing):
 
     def action_quit_app(self) -> None:
         """Quitting never stops the job; the last line says where it stands (it once said
-        "left running" of a job killed a moment before)."""
+        "left running" of a job killed a moment before). During a launch the app stays
+        until the launch is done, started whole or stopped whole (issue 38: `q` 2.5 s
+        into one left the main running, its workers never started)."""
+        if self.busy == "launch":
+            self.quit_after_launch = True
+            said = "a launch is under way: the app quits once it is done (all started or none)"
+            self.notify(said, timeout=5)
+            self.log_event(said)
+            return
         rec = self.record
         status = read_status(rec.job, rec.run_id) or rec.status if rec is not None else None
         if status is not None and status.is_live:
