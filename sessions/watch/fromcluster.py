@@ -220,16 +220,38 @@ def away_lines(record: RunRecord, view: BoardView | None, now: float | None = No
     after = view.journal_since(since)
     events = [j for j in after if j.get("kind") in EVENTS]
     steps = [j for j in after if j.get("kind") == "steps"]
+    # a teardown since then: the job did not "run on", whatever its step did (issue 38)
+    torn = any(e.get("kind") == "decision" for e in events)
     head = f"since this machine last looked ({_hms(since)}, {now - since:.0f} s ago): "
     lines = []
     if step_then is not None and step is not None and step > step_then:
-        lines.append(head + f"the job ran on, steps {step_then} → {step}")
+        went = f"steps {step_then} → {step}"
+        if coordinator_done(view):
+            said = f"the job went {went}, then ended"
+        elif torn:
+            said = f"the job went {went}, torn down on the way"
+        else:
+            said = f"the job ran on, {went}"
+        lines.append(head + said)
     elif steps or step is not None:
         lines.append(head + f"the job's step is {step if step is not None else '?'}")
     else:
         lines.append(head + "no step seen")
-    lines += [f"  {_hms(e['t'])} {_event(e)}" for e in events[-8:]]
+    lines += [f"  {_hms(e['t'])} {_event(e)}" for e in _kept(events, AWAY_EVENTS)]
     return lines
+
+
+AWAY_EVENTS = 8  # lines of what happened while away, every teardown among them
+
+
+def _kept(events: list[dict[str, Any]], most: int) -> list[dict[str, Any]]:
+    """The latest `most` events, every decision kept whatever came after it (a gave-up
+    chain's freeze teardown was pushed out by the disconnects that followed it)."""
+    decisions = [i for i, e in enumerate(events) if e.get("kind") == "decision"][-most:]
+    others = [i for i, e in enumerate(events) if e.get("kind") != "decision"]
+    room = max(0, most - len(decisions))
+    keep = set(decisions) | set(others[len(others) - room :] if room else [])
+    return [e for i, e in enumerate(events) if i in keep]
 
 
 def _event(e: dict[str, Any]) -> str:
