@@ -104,3 +104,41 @@ def test_q_during_a_launch_leaves_the_whole_job_running(fake: FakeCluster, cfg: 
     assert tagged(job, "node0") and tagged(job, "node1")  # the whole job, not half of it
     res = cfg.mntui(path, "kill")
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_a_cut_is_said_in_the_header_and_on_every_pane(fake: FakeCluster, cfg: Cfg) -> None:
+    """Issue 38, item 4: cut off from the nodes, the panes kept `running step 61 @3.2/s`
+    and only the event log said the stream broke. Now the header says the cluster is
+    out of reach and each pane how old what it shows is; back, both go."""
+    from clusterwatch import cut_off
+
+    job = "cwcut"
+    extra = f"watch: {{where: cluster, port: {free_port()}}}"
+    path = cfg.write(listener_job(job, free_port(), extra=extra))
+    config = load_config(path)
+
+    async def go() -> None:
+        app = MntuiApp(config, launch_now=True)
+
+        def header() -> str:
+            return str(app.query_one("#header").render())
+
+        def pane(n: str) -> str:
+            return str(app.query_one(f"#pane-{n}").render())
+
+        async with app.run_test(size=(200, 48)) as pilot:
+            await until(pilot, lambda: app.record is not None and app.busy is None, 90,
+                        "the launch done")  # fmt: skip
+            await until(pilot, lambda: app.feed_boards >= 2, 30, "boards from the stream")
+            assert "OUT OF REACH" not in header() and "STALE" not in pane("node0")
+            with cut_off(fake):
+                await until(pilot, lambda: "OUT OF REACH" in header(), 20, "the header's cut")
+                await until(pilot, lambda: all(" STALE " in pane(n) for n in ("node0", "node1")),
+                            5, "every pane stale")  # fmt: skip
+            await until(pilot, lambda: "OUT OF REACH" not in header(), 60, "back in reach")
+            await until(pilot, lambda: "STALE" not in pane("node0"), 10, "the panes fresh")
+            await pilot.press("q")
+
+    asyncio.run(go())
+    res = cfg.mntui(path, "kill")
+    assert res.returncode == 0, res.stdout + res.stderr

@@ -83,6 +83,9 @@ class Drawing(Operations):
     def tick(self) -> None:
         self.draw("header", self.refresh_header)
 
+    def feed_stale(self) -> float | None:
+        raise NotImplementedError
+
     def redraw_node(self, view: NodeView, new_lines: bool, restart: bool = False) -> None:
         """`restart`: the view's log was replaced, not appended to (a new source)."""
         if new_lines:
@@ -151,6 +154,10 @@ class Drawing(Operations):
         )
         if rec is not None and (slow := load_finding(rec.dir)) is not None and slow.lines:
             text += "  " + "; ".join(slow.lines)  # the coordinator's straggler
+        if (age := self.feed_stale()) is not None:  # a cut: the panes' data is that old
+            text = (
+                f"OUT OF REACH {age:.0f}s: the cluster's stream is down, its watch goes on  " + text
+            )
         if self.header.is_attached:
             self.header.set_text(text)
 

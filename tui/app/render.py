@@ -29,6 +29,7 @@ STATE_STYLE = {
 }
 BARS = " ▏▎▍▌▋▊▉█"
 SLOW_STYLE = "bold black on yellow"
+STALE_STYLE = "bold white on grey37"  # a pane whose data the cluster has not refreshed
 WRAP_ROWS = 3  # rows one log line may take in a pane; past them it is cut, marked `…`
 _WRAPPER = Console(file=io.StringIO(), width=WRAP_ROWS * 200)  # Text.wrap asks for one
 
@@ -97,11 +98,15 @@ def title_line(
     verdict: Verdict | None,
     progress: NodeProgress | None = None,
     slow: bool = False,
+    stale: float | None = None,
 ) -> Text:
     """The pane's header: state, then the training step and rate as `mntui status` shows
-    them (`step 34 @2/s`), `SLOW` on a straggler, then the connection and processes."""
+    them (`step 34 @2/s`), `SLOW` on a straggler, then the connection and processes;
+    `STALE 37s` first when what it shows is that old (the cluster out of reach)."""
     t = Text(f"{node}", style="bold")
     t.append(f" [{rank}] ", style="grey70")
+    if stale is not None:
+        t.append(f" STALE {stale:.0f}s ", style=STALE_STYLE)
     if verdict is not None:
         t.append(f" {verdict.state.value} ", style=STATE_STYLE[verdict.state])
     if progress is not None and progress.step is not None:
@@ -129,12 +134,13 @@ def pane_text(
     slow: bool = False,
     width: int | None = None,
     straggler: str | None = None,
+    stale: float | None = None,
 ) -> Text:
     """The pane's `height` rows of `width` cells (None: not laid out yet): its header
     (and the straggler's line, in the words of the app's header and `status`, on the
     node it names), then as many of the newest log lines as the rows the header leaves."""
     out = Text()
-    out.append_text(title_line(node, rank, snap, verdict, progress, slow))
+    out.append_text(title_line(node, rank, snap, verdict, progress, slow, stale))
     if verdict is not None and verdict.state is not NodeState.RUNNING:
         out.append(f"\n{verdict.why}", style="italic grey70")
     if straggler is not None:

@@ -48,6 +48,7 @@ from .panes import Panes
 RETRY_FIRST = 1.0  # seconds before the first try again, doubled each time
 RETRY_MAX = 30.0
 MOVED_LOOK = 5.0  # seconds between two asks of the chain's nodes for a successor
+STALE_AFTER = 5.0  # seconds without a board (one a second) before the panes say STALE
 UNJUDGED = Verdict(NodeState.STARTING, "the coordinator has not judged it yet")
 
 
@@ -64,6 +65,7 @@ class Streaming(Panes):
     feed_parser: FeedParser | None = None  # the current stream's: its malformed count
     feed_link: bool | None = None  # the follower reaches the coordinator
     feed_asked = 0.0  # monotonic time of the last ask for a successor
+    feed_seen: float | None = None  # monotonic time of the last board
     feed_ended: str | None = None  # the coordinator's goodbye
     feed_attempt: int | None = None  # the coordinator's attempt (its restarts)
     feed_first: str | None = None  # the node its coordinator named first to fail
@@ -189,6 +191,7 @@ class Streaming(Panes):
         the steps, the table and the header, as after a poll."""
         self.feed_tries = 0
         self.feed_boards += 1
+        self.feed_seen = time.monotonic()
         stale = (
             news.attempt is not None
             and self.feed_attempt is not None
@@ -267,6 +270,30 @@ class Streaming(Panes):
         for line in message.lines:
             self.log_event(f"while away: {line.strip()}" if line.startswith("since") else line)
         self.follow_chain()  # a later attempt the sync recorded: shown
+
+    def tick(self) -> None:
+        self.mark_stale()
+        super().tick()
+
+    def feed_stale(self) -> float | None:
+        """Seconds since the stream's last board, once past STALE_AFTER while the app
+        follows the cluster (issue 38: a cut looked healthy, the panes at their last
+        step); None when fresh, or nothing is followed."""
+        if not self.subscribed or self.feed_seen is None or self.feed_ended is not None:
+            return None
+        age = time.monotonic() - self.feed_seen
+        return age if age >= STALE_AFTER else None
+
+    def mark_stale(self) -> None:
+        """Each pane says how old what it shows is, every second while the stream is out."""
+        age = self.feed_stale()
+        for view in self.views.values():
+            if view.stale is None and age is None:
+                continue
+            view.stale = age
+            pane = self.panes.get(view.node)
+            if pane is not None and pane.is_attached:
+                pane.refresh_view()
 
     def look_for_successor(self) -> None:
         if self.record is None or self.record.chain is None:

@@ -38,6 +38,7 @@ class NodeView:
     slow: bool = False  # a straggler: below the median rate for a while (pace.py)
     straggler: str | None = None  # the straggler's line, on the node it names
     out: str | None = None  # why the node is in no pane of the attempt shown (panes.py)
+    stale: float | None = None  # seconds since the cluster's stream last spoke (it is down)
 
 
 class NodePane(Widget, can_focus=True):
@@ -77,6 +78,7 @@ class NodePane(Widget, can_focus=True):
                 v.slow,
                 self.size.width or None,
                 v.straggler,
+                v.stale,
             )
         return self._text
 
