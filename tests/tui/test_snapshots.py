@@ -48,3 +48,32 @@ def test_table_view(snap_compare: Any) -> None:
 
 def test_help_screen(snap_compare: Any) -> None:
     assert snap_compare(make_app(), terminal_size=(110, 34), press=["question_mark"])
+
+
+def test_80x24_keeps_the_header_whole_and_help_and_quit_in_the_footer() -> None:
+    """Issue 38, item 5: at 80x24 the header was cut before the progress and the watch,
+    and the key bar lost `? help` and `q quit`."""
+    import asyncio
+
+    from textual.widgets import Footer
+    from textual.widgets._footer import FooterKey
+
+    async def go() -> None:
+        app = make_app()
+        async with app.run_test(size=(80, 24)) as pilot:
+            await feed(pilot)
+            app.progress_line = "ranks 0-3 at step 1200 @3.1/s"
+            app.refresh_header()
+            await pilot.pause()
+            header = app.query_one("#header")
+            assert header.size.height == 2, header.size
+            shown = "".join(str(header.render_line(y).text) for y in range(2))
+            assert "progress: ranks 0-3 at step 1200" in shown, shown
+            shown_keys = [
+                k.description
+                for k in app.query_one(Footer).query(FooterKey)
+                if k.region.width and k.region.right <= 80
+            ]
+            assert {"help", "quit"} <= set(shown_keys), shown_keys
+
+    asyncio.run(go())

@@ -238,3 +238,21 @@ def test_status_and_app_show_the_same_cells() -> None:
     record.nodes.append(NodeRecord("g1", "h", 0, "s", "t", "r"))
     table = status_table(record, {"g1": snap}, {"g1": Verdict(NodeState.RUNNING, "ok")})
     assert f"{util} {mem} 1 foreign" in table and f" {age} " in table and f" {rtt} " in table
+
+
+def test_status_fits_its_table_to_a_narrow_terminal() -> None:
+    """Issue 38, item 5: `status` was ~150 columns at COLUMNS=80. On a terminal the
+    least useful columns go and the free text is cut; in a pipe nothing is."""
+    from mntui.tui.cli.statusrows import HEAD, aligned
+
+    row = {"NODE": "g369", "RANK": "0", "STATE": "running", "GPUS": "8x 98% 71GiB",
+           "PROCS": "9", "PORTS": "29500", "OUTPUT": "2s", "STEP": "12345 @3.2/s",
+           "RTT": "21ms", "SENTINEL": "connected", "DETAIL": "9 process(es), " + "x" * 80}  # fmt: skip
+    head = (*HEAD, "SENTINEL", "DETAIL")
+    whole = aligned(head, [row])
+    assert max(len(line) for line in whole) > 150 and whole[1].endswith("x" * 80)
+    narrow = aligned(head, [row], 80)
+    assert max(len(line) for line in narrow) <= 80, narrow
+    kept = narrow[0].split()
+    assert kept[:4] == ["NODE", "RANK", "STATE", "GPUS"] and "STEP" in kept and "RTT" not in kept
+    assert narrow[1].startswith("g369") and narrow[1].endswith("…")

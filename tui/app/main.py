@@ -61,7 +61,9 @@ class MntuiApp(NodeKeys, JobControl, HistoryOps, Probing):
     #events { dock: bottom; height: 6; border-top: solid $primary-darken-2; }
     .hidden { display: none; }
     """
-    BINDINGS = [
+    BINDINGS = [  # help and quit first: a narrow footer keeps them (issue 38, 80x24)
+        Binding("question_mark", "help", "help"),
+        Binding("q", "quit_app", "quit"),
         Binding("l", "launch", "launch"),
         Binding("K", "kill_all", "kill all"),
         Binding("c", "cleanup", "cleanup ports"),
@@ -73,8 +75,6 @@ class MntuiApp(NodeKeys, JobControl, HistoryOps, Probing):
         Binding("R", "report", "report", show=False),  # in the help and the teardown notice
         Binding("h", "node_history", "node history"),
         Binding("H", "history", "ledger", show=False),
-        Binding("question_mark", "help", "help"),
-        Binding("q", "quit_app", "quit"),
     ]
 
     def __init__(

@@ -106,7 +106,11 @@ class NodePane(Widget, can_focus=True):
 
 
 class HeaderBar(Widget):
-    """One line of text, repainted without a layout pass (it changes every second)."""
+    """One line of text, repainted without a layout pass (it changes every second); two
+    lines when one does not hold it (issue 38: at 80 columns the progress and the watch
+    were cut off), the layout pass paid only when that changes."""
+
+    LINES = 2  # at most: what does not fit in two is cut, as in one before
 
     DEFAULT_CSS = (
         "HeaderBar { dock: top; height: 1; background: $primary-darken-3; color: $text;"
@@ -121,7 +125,17 @@ class HeaderBar(Widget):
         text = one_line(text)
         if text != self.text:
             self.text = text
+            self.fit()
             self.refresh()
+
+    def fit(self) -> None:
+        room = max(1, self.size.width - 2)  # the padding
+        lines = 1 if not self.size.width or len(self.text) <= room else self.LINES
+        if self.styles.height is None or self.styles.height.value != lines:
+            self.styles.height = lines
+
+    def on_resize(self) -> None:
+        self.fit()
 
     def render(self) -> Text:
         return Text(self.text)

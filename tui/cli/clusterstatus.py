@@ -160,10 +160,10 @@ def show(
     else:
         from mntui.sessions.history import chain_line
 
-        from .statusrows import HEAD, aligned
+        from .statusrows import HEAD, aligned, terminal_width
 
         cells = [_cells(n, r) for n, r in zip(record.nodes, rows, strict=True)]
-        table = aligned((*HEAD, "SENTINEL", "DETAIL"), cells)
+        table = aligned((*HEAD, "SENTINEL", "DETAIL"), cells, terminal_width())
         # the chain's seff-style line, as a here-watched run's status has it, from the
         # steps the coordinator clocked (synced into the records by cluster_lines)
         line = chain_line(record.job, record.chain, fresh_steps(record, view))

@@ -57,7 +57,7 @@ def status_table(
     for n in record.nodes:  # the cells a cluster-watched run's table shows too
         s, v, p = snaps[n.node], verdicts[n.node], (progress or {}).get(n.node)
         rows.append({**statusrows.cells_of(n.node, n.rank, s, v, p), "DETAIL": v.why})
-    lines = statusrows.aligned((*statusrows.HEAD, "DETAIL"), rows)
+    lines = statusrows.aligned((*statusrows.HEAD, "DETAIL"), rows, statusrows.terminal_width())
     return status_header(record, summary, restarts) + "\n" + "\n".join(lines)
 
 
