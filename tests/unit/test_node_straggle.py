@@ -359,3 +359,18 @@ def test_a_straggler_torn_down_is_the_attempts_why_not_a_clean_log(board: Board)
     broke = dict(clean, at=1.0, exit_code=1, summary="RuntimeError: boom")
     first = blame(board, {"n0": {"cause": broke}, "n1": {"cause": clean}}, t)
     assert first is not None and (first.node, first.why) == ("n0", "RuntimeError: boom")
+
+
+def test_a_node_whose_sentinel_never_came_is_unreachable_after_the_start_grace(
+    board: Board,
+) -> None:
+    """Issue 38, item 2: a launch cut short (this machine gone after the main started)
+    leaves workers whose sentinels never come; the coordinator's judge sees them silent
+    once the start's grace (the launch's ready_timeout and more) is over, and tears the
+    attempt down after `unreachable_after` as for any silent node."""
+    grace = board.cfg.start_grace
+    before, _ = board.facts(board.start + grace - 1.0)
+    assert before == {}  # still starting: nothing to judge yet
+    after, _ = board.facts(board.start + grace + 1.0)
+    assert set(after) == {"n0", "n1"}
+    assert all("its sentinel never connected" in str(f) for f in after.values()), after
