@@ -115,7 +115,9 @@ class OpenSshNode(ShellNode):
                 *("-o", "ClearAllForwardings=yes", "-o", "PermitLocalCommand=no"),
                 *("-f", "-N", "-T"),
             )
+            t0 = time.monotonic()
             res = self._master([*argv, "-o", "BatchMode=yes", "--", self.host], None)
+            took = time.monotonic() - t0
             asked = False
             if res.returncode != 0 and person_reachable() and _needs_person(res.stderr):
                 with _PERSON:  # the person answers node after node, as with ssh
@@ -124,8 +126,8 @@ class OpenSshNode(ShellNode):
             if res.returncode != 0:
                 self._path = None
                 said = why(self.host, res.stderr, asked)
-                if unreached.timed_out(res.stderr):
-                    unreached.mark(self.host, said, self.policy.connect_timeout)
+                if not asked:  # a person's answer takes its own time
+                    unreached.failed(self.host, said, took, self.policy, res.stderr)
                 raise NodeError(self.name, said)
 
     def _master(self, argv: list[str], timeout: float | None) -> subprocess.CompletedProcess[str]:

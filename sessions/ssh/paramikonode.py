@@ -47,11 +47,11 @@ class RemoteNode(ShellNode):
                     password = password_for(self.policy, self._prompt)
                 except MntuiError as exc:
                     raise NodeError(self.name, str(exc)) from None
+                t0 = time.monotonic()
                 try:
                     self._conn = connect(self.name, self.settings, self.policy, password)
-                except NodeError as exc:  # our own words: "cannot connect to ...: timed out"
-                    if unreached.timed_out(exc.message):
-                        unreached.mark(self.host, exc.message, self.policy.connect_timeout)
+                except NodeError as exc:
+                    unreached.failed(self.host, exc.message, time.monotonic() - t0, self.policy)
                     raise
 
     @property

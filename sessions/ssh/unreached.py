@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from mntui.sessions.results import NodeError
+
+if TYPE_CHECKING:
+    from mntui.sessions.config import SshPolicy
 
 HOLD = 3.0  # connect timeouts a host that timed out stays unreachable here
 _LOCK = threading.Lock()
@@ -41,6 +45,15 @@ def check(name: str, host: str) -> None:
 
 
 NO_ANSWER = ("timed out", "Connection timeout", "Error reading SSH protocol banner")
+
+
+def failed(host: str, why: str, took: float, policy: SshPolicy, said: str = "") -> None:
+    """A connection that failed: marked when it got no answer, by ssh's words (`said`,
+    or ours in `why`) or by its time (it took the whole timeout: under load the words
+    paramiko chooses vary)."""
+    timeout = policy.connect_timeout
+    if timed_out(said or why) or took >= 0.9 * timeout:
+        mark(host, why, timeout)
 
 
 def timed_out(text: str) -> bool:

@@ -122,6 +122,7 @@ def test_a_silent_connection_goes_after_the_first_frames_deadline(front: Front) 
     t0 = time.monotonic()
     assert dropped(s)
     assert door.FIRST_FRAME - 0.1 <= time.monotonic() - t0 < door.FIRST_FRAME + 1.0
+    until(lambda: front.refused)  # the door says why just after it closes
     assert front.reasons() == ["handshake-timeout"]
     s.close()
 
