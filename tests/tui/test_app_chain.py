@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any
 
 from fakecluster import FakeCluster
@@ -16,10 +17,12 @@ from mntui.sessions.runs import latest
 from mntui.tui.app.main import MntuiApp
 
 
-def test_the_app_follows_the_next_attempt(fake: FakeCluster, cfg: Cfg) -> None:
+def chain_job(cfg: Cfg, job: str) -> Path:
+    """A 2-node job the cluster watches whose rank 1 exits 3 in attempt 1: the
+    coordinator restarts it once (restart.max 1), and attempt 2 serves on."""
     port = free_port()
-    path = cfg.write(f"""
-    job: tchain
+    return cfg.write(f"""
+    job: {job}
     nodes: [node0, node1]
     master_port: {port}
     command: >-
@@ -34,6 +37,10 @@ def test_the_app_follows_the_next_attempt(fake: FakeCluster, cfg: Cfg) -> None:
     kill: {{grace: 2}}
     watch: {{where: cluster, port: {free_port()}}}
     """)
+
+
+def test_the_app_follows_the_next_attempt(fake: FakeCluster, cfg: Cfg) -> None:
+    path = chain_job(cfg, "tchain")
     assert cfg.mntui(str(path), "launch", "--no-ui", watch=True).returncode == 0
     first = latest("tchain")
     assert first is not None
@@ -67,23 +74,7 @@ def test_an_app_opened_after_a_restart_says_what_happened_while_away(
     that ended, its cause and the restart policy's word, and shows the new attempt."""
     import json
 
-    port = free_port()
-    path = cfg.write(f"""
-    job: taway
-    nodes: [node0, node1]
-    master_port: {port}
-    command: >-
-      echo "attempt $MNTUI_RESTART_COUNT on {{node}}";
-      if [ "$MNTUI_RESTART_COUNT" = 0 ] && [ {{node_rank}} = 1 ]; then sleep 2; exit 3; fi;
-      exec python3 -c "import socket, sys, time; s = socket.socket();
-      s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1);
-      sys.argv[1] == '0' and (s.bind(('127.0.0.1', {port})), s.listen()); time.sleep(300)"
-      {{node_rank}}
-    launch: {{ready_timeout: 20}}
-    restart: {{max: 1, backoff: 1}}
-    kill: {{grace: 2}}
-    watch: {{where: cluster, port: {free_port()}}}
-    """)
+    path = chain_job(cfg, "taway")
     assert cfg.mntui(str(path), "launch", "--no-ui", watch=True).returncode == 0
     first = latest("taway")
     assert first is not None
