@@ -9,7 +9,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from fakecluster import FakeCluster, tagged
+from fakecluster import FakeCluster, tagged, wait_for
 from helpers import Cfg, free_port
 
 from mntui.sessions.config.jobconfig import parse_config
@@ -64,7 +64,7 @@ def test_launch_syncs_only_what_changed(fake: FakeCluster, cfg: Cfg) -> None:
         assert (work / "pkg" / "train.py").read_text() == "print('train')\n"
         assert not (work / "run.log").exists() and not (work / "data").exists()
         assert git(work, "rev-parse", "HEAD") == git(src, "rev-parse", "HEAD")
-        assert "runs v1" in fake.node(node).log(name)
+        wait_for(lambda n=node: "runs v1" in fake.node(n).log(name), 20, what="its first line")
     # sync ran after the preflight and before the start: its lines come first
     assert res.stdout.index("synced") < res.stdout.index("starting")
 
@@ -78,7 +78,7 @@ def test_launch_syncs_only_what_changed(fake: FakeCluster, cfg: Cfg) -> None:
     assert len(re.findall(r"synced 1 file\(s\)", again.stdout)) == 2, again.stdout
     for node in ("node0", "node1"):
         assert (fake.node(node).home / f"{name}-code" / "VERSION").read_text() == "v2\n"
-        assert "runs v2" in fake.node(node).log(name)
+        wait_for(lambda n=node: "runs v2" in fake.node(n).log(name), 20, what="its first line")
     assert cfg.mntui(path, "kill").returncode == 0
 
 

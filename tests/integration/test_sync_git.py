@@ -9,7 +9,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from fakecluster import FakeCluster, tagged
+from fakecluster import FakeCluster, tagged, wait_for
 from helpers import Cfg, free_port
 
 from mntui.sessions.config.jobconfig import parse_config
@@ -57,6 +57,12 @@ def clone_on(fake: FakeCluster, node: str, src: Path, name: str) -> Path:
     return work
 
 
+def ran(fake: FakeCluster, node: str, name: str, line: str) -> None:
+    """The job's first line in its log: the launch returns once the sessions run, not
+    once each has printed (the worker's echo may come a moment later)."""
+    wait_for(lambda: line in fake.node(node).log(name), 20, what=f"{line!r} on {node}")
+
+
 def job(name: str, git_section: str = "{checkout: same-commit}", extra: str = "") -> str:
     return f"""
     job: {name}
@@ -93,7 +99,7 @@ def test_launch_checks_out_the_local_commit_on_every_node(fake: FakeCluster, cfg
         assert re.search(line, res.stdout), res.stdout
         assert head(work) == sha and detached(work)
         assert git(work, "rev-parse", "refs/mntui/sync").strip() == sha
-        assert "runs v2" in fake.node(node).log(name)
+        ran(fake, node, name, "runs v2")
     assert res.stdout.index("synced") < res.stdout.index("starting")
 
     sha = commit(src, "v3")  # a one-file commit, then a relaunch
@@ -102,7 +108,7 @@ def test_launch_checks_out_the_local_commit_on_every_node(fake: FakeCluster, cfg
     assert len(re.findall(rf"synced: at {sha[:12]} \(was ", again.stdout)) == 2, again.stdout
     for node, work in works.items():
         assert head(work) == sha and (work / "VERSION").read_text() == "v3\n"
-        assert "runs v3" in fake.node(node).log(name)
+        ran(fake, node, name, "runs v3")
     assert cfg.mntui(path, "kill").returncode == 0
 
     rows = json.loads(cfg.mntui(path, "doctor", "--json", timeout=180).stdout)
@@ -172,7 +178,7 @@ def test_local_changes_are_refused_unless_allowed(fake: FakeCluster, cfg: Cfg) -
     assert res.returncode == 0, res.stdout + res.stderr
     assert f"syncing HEAD {sha[:12]}; 1 uncommitted change(s) (VERSION) stay local" in res.stdout
     assert head(work) == sha and (work / "VERSION").read_text() == "v2\n"
-    assert "runs v2" in fake.node("node0").log(name)
+    ran(fake, "node0", name, "runs v2")
     assert cfg.mntui(path, "kill").returncode == 0
 
 

@@ -24,15 +24,18 @@ def test_app_in_a_terminal_shows_nodes_and_kills(fake: FakeCluster, cfg: Cfg) ->
         return "\n".join(pane.capture_pane())
 
     try:
+        # A node whose output shows may still be `starting` (the header counts it in
+        # "running 2/2"): wait for what is asserted, both panes saying running.
         wait_for(
-            lambda: "running 2/2" in screen() and screen().count("serving") >= 2,
+            lambda: (
+                "running 2/2" in screen()
+                and screen().count("serving") >= 2
+                and all(re.search(rf"node{i} \[{i}\]\s+running", screen()) for i in (0, 1))
+            ),
             40,
             what="both nodes running, with their output, on screen",
         )
         text = screen()
-        assert re.search(r"node0 \[0\]\s+running", text) and re.search(
-            r"node1 \[1\]\s+running", text
-        )
         assert "K kill all" in text.replace("  ", " ")
         assert tagged("tterm")
         pane.send_keys("K", enter=False)
