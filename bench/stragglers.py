@@ -2,6 +2,7 @@
 and that it names nobody in clean runs, on real sshd nodes with real torchrun.
 
     .venv/bin/python bench/stragglers.py                 # 20 stragglers, 10 clean runs of 5 min
+    .venv/bin/python bench/stragglers.py --lanes 2       # the same, clean runs 2 at once
     .venv/bin/python bench/stragglers.py --stragglers 8 --clean 4 --clean-seconds 120
     .venv/bin/python bench/stragglers.py --quick         # the suite's: 1 + 1, under ~60 s
     git worktree add /tmp/before 1ed8006 && .venv/bin/python bench/stragglers.py --tree /tmp/before
